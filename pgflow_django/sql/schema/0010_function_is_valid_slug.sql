@@ -1,0 +1,12 @@
+-- Slug rules of this release: letters, digits and underscores, no leading digit, at most 128
+-- characters, reserved words refused. The Python DSL mirrors this function (a parity test checks it).
+create or replace function pgflow.is_valid_slug(slug text)
+returns boolean
+language sql
+immutable
+as $$
+  select slug is not null
+     and length(slug) between 1 and 128
+     and slug ~ '^[A-Za-z_][A-Za-z0-9_]*$'
+     and lower(slug) <> all (array['run'])
+$$;

@@ -1,0 +1,7 @@
+create table pgflow.flows (
+  flow_slug text primary key check (pgflow.is_valid_slug(flow_slug)),
+  opt_max_attempts integer not null default 3 check (opt_max_attempts >= 1),
+  opt_base_delay integer not null default 1 check (opt_base_delay >= 0),
+  opt_timeout integer not null default 60 check (opt_timeout >= 1),
+  created_at timestamptz not null default now()
+);

@@ -1,0 +1,19 @@
+create table pgflow.steps (
+  flow_slug text not null references pgflow.flows (flow_slug),
+  step_slug text not null check (pgflow.is_valid_slug(step_slug)),
+  step_type text not null default 'single' check (step_type in ('single', 'map')),
+  step_index integer not null check (step_index >= 0),
+  deps_count integer not null default 0 check (deps_count >= 0),
+  opt_max_attempts integer check (opt_max_attempts >= 1),
+  opt_base_delay integer check (opt_base_delay >= 0),
+  opt_timeout integer check (opt_timeout >= 1),
+  opt_start_delay integer check (opt_start_delay >= 0),
+  required_input_pattern jsonb check (required_input_pattern is null or jsonb_typeof(required_input_pattern) = 'object'),
+  forbidden_input_pattern jsonb check (forbidden_input_pattern is null or jsonb_typeof(forbidden_input_pattern) = 'object'),
+  when_unmet text not null default 'skip' check (when_unmet in ('fail', 'skip', 'skip-cascade')),
+  when_exhausted text not null default 'fail' check (when_exhausted in ('fail', 'skip', 'skip-cascade')),
+  created_at timestamptz not null default now(),
+  primary key (flow_slug, step_slug),
+  unique (flow_slug, step_index),
+  check (step_type <> 'map' or deps_count <= 1)
+);

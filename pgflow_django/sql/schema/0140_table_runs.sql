@@ -1,0 +1,17 @@
+create table pgflow.runs (
+  run_id uuid primary key default gen_random_uuid(),
+  flow_slug text not null references pgflow.flows (flow_slug),
+  status text not null default 'started' check (status in ('started', 'completed', 'failed')),
+  input jsonb not null,
+  output jsonb,
+  error_message text,
+  remaining_steps integer not null default 0 check (remaining_steps >= 0),
+  started_at timestamptz not null default now(),
+  completed_at timestamptz,
+  failed_at timestamptz,
+  check (completed_at is null or status = 'completed'),
+  check (failed_at is null or status = 'failed')
+);
+
+create index runs_flow_status_idx on pgflow.runs (flow_slug, status);
+create index runs_started_at_idx on pgflow.runs (started_at);

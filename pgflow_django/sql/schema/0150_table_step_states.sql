@@ -1,0 +1,26 @@
+create table pgflow.step_states (
+  flow_slug text not null references pgflow.flows (flow_slug),
+  run_id uuid not null references pgflow.runs (run_id),
+  step_slug text not null,
+  status text not null default 'created'
+    check (status in ('created', 'started', 'completed', 'failed', 'skipped')),
+  remaining_tasks integer check (remaining_tasks >= 0),
+  initial_tasks integer check (initial_tasks >= 0),
+  remaining_deps integer not null default 0 check (remaining_deps >= 0),
+  output jsonb,
+  error_message text,
+  skip_reason text check (skip_reason in ('condition_unmet', 'handler_failed', 'dependency_skipped')),
+  created_at timestamptz not null default now(),
+  started_at timestamptz,
+  completed_at timestamptz,
+  failed_at timestamptz,
+  skipped_at timestamptz,
+  primary key (run_id, step_slug),
+  foreign key (flow_slug, step_slug) references pgflow.steps (flow_slug, step_slug),
+  check (status <> 'started' or remaining_tasks is not null),
+  check (skip_reason is null or status = 'skipped')
+);
+
+create index step_states_ready_idx on pgflow.step_states (run_id)
+  where status = 'created' and remaining_deps = 0;
+create index step_states_flow_idx on pgflow.step_states (flow_slug);

@@ -1,0 +1,27 @@
+create table pgflow.step_tasks (
+  flow_slug text not null references pgflow.flows (flow_slug),
+  run_id uuid not null references pgflow.runs (run_id),
+  step_slug text not null,
+  task_index integer not null default 0 check (task_index >= 0),
+  message_id bigint,
+  status text not null default 'queued'
+    check (status in ('queued', 'started', 'completed', 'failed', 'skipped', 'cancelled')),
+  attempts_count integer not null default 0 check (attempts_count >= 0),
+  error_message text,
+  output jsonb,
+  last_worker_id uuid,
+  requeued_count integer not null default 0 check (requeued_count >= 0),
+  last_requeued_at timestamptz,
+  permanently_stalled_at timestamptz,
+  queued_at timestamptz not null default now(),
+  started_at timestamptz,
+  completed_at timestamptz,
+  failed_at timestamptz,
+  primary key (run_id, step_slug, task_index),
+  foreign key (run_id, step_slug) references pgflow.step_states (run_id, step_slug),
+  check (status <> 'started' or started_at is not null)
+);
+
+create index step_tasks_message_idx on pgflow.step_tasks (flow_slug, message_id);
+create index step_tasks_started_idx on pgflow.step_tasks (started_at) where status = 'started';
+create index step_tasks_flow_idx on pgflow.step_tasks (flow_slug);
