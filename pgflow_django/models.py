@@ -1,0 +1,322 @@
+"""Read-only Django models of the tables in schema ``pgflow``, for queries, the admin and reports.
+
+The engine's state changes only through its SQL API (functions in schema ``pgflow``), whose locks and
+claim fencing keep runs consistent; an ORM write would bypass them, so every write path here raises
+``ReadOnlyError``. The tables are created by migrations, never by Django (``managed = False``), and
+``tests/migration/test_models_catalog.py`` proves each model matches its table, indexes included.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn, TypeVar
+
+from django.db import models
+from django.db.models import Q
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+class ReadOnlyError(RuntimeError):
+    """An ORM write was attempted on a pgflow table."""
+
+
+def _refuse(target: str, operation: str) -> NoReturn:
+    raise ReadOnlyError(
+        f"{target}.{operation}() is not allowed: pgflow tables are read-only from Django; writes go "
+        "through the SQL API (functions in schema pgflow, e.g. pgflow_django.start_flow)"
+    )
+
+
+class ReadOnlyQuerySet(models.QuerySet[_M]):
+    """A queryset whose bulk writes raise ``ReadOnlyError``."""
+
+    def _refuse(self, operation: str) -> NoReturn:
+        _refuse(f"{self.model.__name__}.objects", operation)
+
+    def create(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("create")
+
+    def get_or_create(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("get_or_create")
+
+    def update_or_create(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("update_or_create")
+
+    def bulk_create(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("bulk_create")
+
+    def bulk_update(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("bulk_update")
+
+    def update(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("update")
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("delete")
+
+
+ReadOnlyManager = models.Manager.from_queryset(ReadOnlyQuerySet)
+
+
+class ReadOnlyModel(models.Model):
+    """Base of the pgflow models: reads only; ``save()`` and ``delete()`` raise ``ReadOnlyError``."""
+
+    objects = ReadOnlyManager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _refuse(type(self).__name__, "save")
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _refuse(type(self).__name__, "delete")
+
+
+class StepType(models.TextChoices):
+    SINGLE = "single"
+    MAP = "map"
+
+
+class WhenPolicy(models.TextChoices):
+    """What a step does when its condition is unmet (``when_unmet``) or its retries run out."""
+
+    FAIL = "fail"
+    SKIP = "skip"
+    SKIP_CASCADE = "skip-cascade"
+
+
+class RunStatus(models.TextChoices):
+    STARTED = "started"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class StepStatus(models.TextChoices):
+    CREATED = "created"
+    STARTED = "started"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class SkipReason(models.TextChoices):
+    CONDITION_UNMET = "condition_unmet"
+    HANDLER_FAILED = "handler_failed"
+    DEPENDENCY_SKIPPED = "dependency_skipped"
+
+
+class TaskStatus(models.TextChoices):
+    QUEUED = "queued"
+    STARTED = "started"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
+def _flow_fk(related_name: str) -> models.ForeignKey[Flow, Flow]:
+    return models.ForeignKey(
+        "Flow",
+        models.DO_NOTHING,
+        db_column="flow_slug",
+        db_constraint=False,
+        db_index=False,
+        related_name=related_name,
+    )
+
+
+def _run_fk(related_name: str) -> models.ForeignKey[Run, Run]:
+    return models.ForeignKey(
+        "Run",
+        models.DO_NOTHING,
+        db_column="run_id",
+        db_constraint=False,
+        db_index=False,
+        related_name=related_name,
+    )
+
+
+class Flow(ReadOnlyModel):
+    """``pgflow.flows``: one row per compiled flow; its options are the defaults of its steps."""
+
+    flow_slug = models.TextField(primary_key=True)
+    opt_max_attempts = models.IntegerField()
+    opt_base_delay = models.IntegerField()
+    opt_timeout = models.IntegerField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."flows'
+
+    def __str__(self) -> str:
+        return self.flow_slug
+
+
+class Step(ReadOnlyModel):
+    """``pgflow.steps``: the steps of a flow in definition order (``step_index``)."""
+
+    pk = models.CompositePrimaryKey("flow_id", "step_slug")
+    flow = _flow_fk("steps")
+    step_slug = models.TextField()
+    step_type = models.TextField(choices=StepType.choices)
+    step_index = models.IntegerField()
+    deps_count = models.IntegerField()
+    opt_max_attempts = models.IntegerField(null=True)
+    opt_base_delay = models.IntegerField(null=True)
+    opt_timeout = models.IntegerField(null=True)
+    opt_start_delay = models.IntegerField(null=True)
+    required_input_pattern = models.JSONField(null=True)
+    forbidden_input_pattern = models.JSONField(null=True)
+    when_unmet = models.TextField(choices=WhenPolicy.choices)
+    when_exhausted = models.TextField(choices=WhenPolicy.choices)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."steps'
+        ordering = ["flow_id", "step_index"]
+        constraints = [
+            models.UniqueConstraint(fields=["flow", "step_index"], name="steps_flow_slug_step_index_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.flow_id}.{self.step_slug}"
+
+
+class Dep(ReadOnlyModel):
+    """``pgflow.deps``: ``step_slug`` depends on ``dep_slug`` within one flow."""
+
+    pk = models.CompositePrimaryKey("flow_id", "dep_slug", "step_slug")
+    flow = _flow_fk("deps")
+    dep_slug = models.TextField()
+    step_slug = models.TextField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."deps'
+        indexes = [models.Index(fields=["flow", "step_slug"], name="deps_step_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.flow_id}: {self.dep_slug} -> {self.step_slug}"
+
+
+class Worker(ReadOnlyModel):
+    """``pgflow.workers``: one row per worker process, kept alive by its heartbeat."""
+
+    worker_id = models.UUIDField(primary_key=True)
+    queue_name = models.TextField()
+    function_name = models.TextField()
+    started_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField()
+    deprecated_at = models.DateTimeField(null=True)
+    stopped_at = models.DateTimeField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."workers'
+        indexes = [
+            models.Index(fields=["queue_name", "last_heartbeat_at"], name="workers_queue_heartbeat_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue_name}/{self.worker_id}"
+
+
+class Run(ReadOnlyModel):
+    """``pgflow.runs``: one execution of a flow."""
+
+    run_id = models.UUIDField(primary_key=True)
+    flow = _flow_fk("runs")
+    status = models.TextField(choices=RunStatus.choices)
+    input = models.JSONField()
+    output = models.JSONField(null=True)
+    error_message = models.TextField(null=True)
+    remaining_steps = models.IntegerField()
+    started_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True)
+    failed_at = models.DateTimeField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."runs'
+        indexes = [
+            models.Index(fields=["flow", "status"], name="runs_flow_status_idx"),
+            models.Index(fields=["started_at"], name="runs_started_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.flow_id}/{self.run_id}"
+
+
+class StepState(ReadOnlyModel):
+    """``pgflow.step_states``: the state of one step within one run."""
+
+    pk = models.CompositePrimaryKey("run_id", "step_slug")
+    flow = _flow_fk("step_states")
+    run = _run_fk("step_states")
+    step_slug = models.TextField()
+    status = models.TextField(choices=StepStatus.choices)
+    remaining_tasks = models.IntegerField(null=True)
+    initial_tasks = models.IntegerField(null=True)
+    remaining_deps = models.IntegerField()
+    output = models.JSONField(null=True)
+    error_message = models.TextField(null=True)
+    skip_reason = models.TextField(choices=SkipReason.choices, null=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True)
+    completed_at = models.DateTimeField(null=True)
+    failed_at = models.DateTimeField(null=True)
+    skipped_at = models.DateTimeField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."step_states'
+        indexes = [
+            models.Index(
+                fields=["run"],
+                name="step_states_ready_idx",
+                condition=Q(status="created", remaining_deps=0),
+            ),
+            models.Index(fields=["flow"], name="step_states_flow_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}.{self.step_slug}"
+
+
+class StepTask(ReadOnlyModel):
+    """``pgflow.step_tasks``: one unit of work of a step (one per array element for a map)."""
+
+    pk = models.CompositePrimaryKey("run_id", "step_slug", "task_index")
+    flow = _flow_fk("step_tasks")
+    run = _run_fk("step_tasks")
+    step_slug = models.TextField()
+    task_index = models.IntegerField()
+    message_id = models.BigIntegerField(null=True)
+    status = models.TextField(choices=TaskStatus.choices)
+    attempts_count = models.IntegerField()
+    error_message = models.TextField(null=True)
+    output = models.JSONField(null=True)
+    last_worker_id = models.UUIDField(null=True)
+    requeued_count = models.IntegerField()
+    last_requeued_at = models.DateTimeField(null=True)
+    permanently_stalled_at = models.DateTimeField(null=True)
+    queued_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True)
+    completed_at = models.DateTimeField(null=True)
+    failed_at = models.DateTimeField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."step_tasks'
+        indexes = [
+            models.Index(fields=["flow", "message_id"], name="step_tasks_message_idx"),
+            models.Index(fields=["started_at"], name="step_tasks_started_idx", condition=Q(status="started")),
+            models.Index(fields=["flow"], name="step_tasks_flow_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}.{self.step_slug}[{self.task_index}]"
