@@ -1056,6 +1056,8 @@ declare
   v_requeued integer := 0;
   v_stalled record;
   v_exhausted integer := 0;
+  v_visible integer;
+  v_marked integer;
 begin
   select array_agg(distinct t.run_id) into v_candidates
     from pgflow.step_tasks as t
@@ -1103,12 +1105,10 @@ begin
        and t.run_id = st.run_id and t.step_slug = st.step_slug and t.task_index = st.task_index
     returning t.run_id, t.step_slug, t.task_index
   )
-  select (select count(*) from requeued), (select count(*) from visible),
-         (select jsonb_agg(jsonb_build_object('run_id', m.run_id, 'step_slug', m.step_slug, 'task_index', m.task_index))
-            from marked as m)
-    into v_requeued, v_exhausted, v_stalled;
+  select (select count(*) from requeued)::integer, (select count(*) from visible)::integer,
+         (select count(*) from marked)::integer
+    into v_requeued, v_visible, v_marked;
 
-  v_exhausted := 0;
   for v_stalled in
     select t.run_id, t.step_slug, t.task_index
       from pgflow.step_tasks as t
@@ -1123,5 +1123,239 @@ begin
   end loop;
 
   return query select 'requeued'::text, v_requeued union all select 'permanently_stalled', v_exhausted;
+end;
+$$;
+
+-- 0360_function_prune_data_older_than.sql
+-- Deletes finished runs (completed or failed before now - retention) with their step states and
+-- tasks, archived messages older than the retention, and workers silent for that long.
+create or replace function pgflow.prune_data_older_than(retention interval)
+returns jsonb
+language plpgsql
+as $$
+declare
+  v_cutoff timestamptz := now() - retention;
+  v_runs uuid[];
+  v_tasks integer;
+  v_states integer;
+  v_workers integer;
+  v_archived bigint := 0;
+  v_queue text;
+  v_count bigint;
+begin
+  if retention is null or retention < interval '0' then
+    raise exception 'prune_data_older_than: retention must be a non-negative interval' using errcode = '22023';
+  end if;
+
+  select array_agg(r.run_id) into v_runs
+    from pgflow.runs as r
+   where r.status in ('completed', 'failed') and coalesce(r.completed_at, r.failed_at) < v_cutoff;
+  v_runs := coalesce(v_runs, '{}');
+
+  delete from pgflow.step_tasks as t where t.run_id = any(v_runs);
+  get diagnostics v_tasks = row_count;
+  delete from pgflow.step_states as ss where ss.run_id = any(v_runs);
+  get diagnostics v_states = row_count;
+  delete from pgflow.runs as r where r.run_id = any(v_runs);
+
+  delete from pgflow.workers as w where w.last_heartbeat_at < v_cutoff;
+  get diagnostics v_workers = row_count;
+
+  for v_queue in
+    select f.flow_slug from pgflow.flows as f
+     where exists (select 1 from pgmq.meta as m where m.queue_name = f.flow_slug)
+     order by f.flow_slug
+  loop
+    execute format('delete from pgmq.%I where archived_at < $1', pgmq.format_table_name(v_queue, 'a'))
+      using v_cutoff;
+    get diagnostics v_count = row_count;
+    v_archived := v_archived + v_count;
+  end loop;
+
+  return jsonb_build_object('runs', cardinality(v_runs), 'step_states', v_states, 'step_tasks', v_tasks,
+                            'workers', v_workers, 'archived_messages', v_archived);
+end;
+$$;
+
+-- 0370_function_delete_flow_and_data.sql
+-- Deletes one flow with all its runs, states, tasks, steps and dependencies, then drops its queue
+-- (live messages go with it). Serialised with compilation by the same per-flow advisory lock.
+create or replace function pgflow.delete_flow_and_data(flow_slug text)
+returns void
+language plpgsql
+as $$
+begin
+  perform pg_advisory_xact_lock(hashtextextended('pgflow:compile:' || flow_slug, 0));
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug) then
+    raise exception 'flow % does not exist', quote_literal(coalesce(flow_slug, 'NULL')) using errcode = '22023';
+  end if;
+  perform 1 from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug order by r.run_id for update;
+
+  delete from pgflow.step_tasks as t where t.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.step_states as ss where ss.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.deps as d where d.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
+
+  if exists (select 1 from pgmq.meta as m where m.queue_name = delete_flow_and_data.flow_slug) then
+    perform pgmq.drop_queue(flow_slug);
+  end if;
+end;
+$$;
+
+-- 0380_function_flow_shape.sql
+-- The persisted shape of a flow, in the compiler's JSON form: ordered steps with slug, type, sorted
+-- dependencies, when_unmet, when_exhausted and condition patterns. Runtime options are not shape.
+create or replace function pgflow.flow_shape(flow_slug text)
+returns jsonb
+language sql
+stable
+as $$
+  select jsonb_build_object('steps', coalesce(jsonb_agg(jsonb_build_object(
+           'slug', s.step_slug,
+           'step_type', s.step_type,
+           'deps', coalesce((select jsonb_agg(d.dep_slug order by d.dep_slug) from pgflow.deps as d
+                              where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug), '[]'::jsonb),
+           'when_unmet', s.when_unmet,
+           'when_exhausted', s.when_exhausted,
+           'required_input_pattern', s.required_input_pattern,
+           'forbidden_input_pattern', s.forbidden_input_pattern
+         ) order by s.step_index), '[]'::jsonb))
+    from pgflow.steps as s
+   where s.flow_slug = flow_shape.flow_slug
+$$;
+
+-- 0390_function_ensure_flow_compiled.sql
+-- The startup compiler: one entry point that takes a flow's complete ordered definition under a
+-- per-flow advisory lock and answers compiled (created now), verified (same shape; runtime options
+-- updated in place and listed), mismatch (nothing changed; differences listed) or recompiled (a
+-- mismatch replaced because allow_recompile is set: the flow's data is deleted first).
+create or replace function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_recompile boolean default false)
+returns jsonb
+language plpgsql
+as $$
+declare
+  v_step jsonb;
+  v_expected jsonb;
+  v_found jsonb;
+  v_differences text[];
+  v_updated text[];
+  v_status text := 'compiled';
+  v_options jsonb := coalesce(shape->'options', '{}'::jsonb);
+begin
+  if shape is null or jsonb_typeof(shape->'steps') <> 'array' then
+    raise exception 'ensure_flow_compiled(%): shape must be a JSON object with a "steps" array', quote_literal(coalesce(flow_slug, 'NULL'))
+      using errcode = '22023';
+  end if;
+  perform pg_advisory_xact_lock(hashtextextended('pgflow:compile:' || flow_slug, 0));
+
+  if exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then
+    select jsonb_build_object('steps', coalesce(jsonb_agg(jsonb_build_object(
+             'slug', e->'slug', 'step_type', coalesce(e->'step_type', '"single"'),
+             'deps', coalesce((select jsonb_agg(d order by d) from jsonb_array_elements_text(e->'deps') as d), '[]'::jsonb),
+             'when_unmet', coalesce(e->'when_unmet', '"skip"'),
+             'when_exhausted', coalesce(e->'when_exhausted', '"fail"'),
+             'required_input_pattern', coalesce(e->'required_input_pattern', 'null'),
+             'forbidden_input_pattern', coalesce(e->'forbidden_input_pattern', 'null')
+           ) order by n), '[]'::jsonb))
+      into v_expected
+      from jsonb_array_elements(shape->'steps') with ordinality as x(e, n);
+    v_found := pgflow.flow_shape(flow_slug);
+
+    if v_expected = v_found then
+      v_status := 'verified';
+    else
+      select array_agg(diff order by ord) into v_differences
+        from (
+          select 0 as ord, format('step count: definition has %s, database has %s',
+                                  jsonb_array_length(v_expected->'steps'), jsonb_array_length(v_found->'steps')) as diff
+           where jsonb_array_length(v_expected->'steps') <> jsonb_array_length(v_found->'steps')
+          union all
+          select i * 100 + k.n, format('step %s (%s): %s is %s in the definition, %s in the database',
+                                       i, coalesce(ex->>'slug', fo->>'slug'), k.key,
+                                       coalesce(ex->k.key, 'null'::jsonb)::text, coalesce(fo->k.key, 'null'::jsonb)::text)
+            from generate_series(0, greatest(jsonb_array_length(v_expected->'steps'), jsonb_array_length(v_found->'steps')) - 1) as i
+           cross join lateral (select v_expected->'steps'->i as ex, v_found->'steps'->i as fo) as pair
+           cross join lateral unnest(array['slug', 'step_type', 'deps', 'when_unmet', 'when_exhausted',
+                                           'required_input_pattern', 'forbidden_input_pattern'])
+                      with ordinality as k(key, n)
+           where ex->k.key is distinct from fo->k.key
+        ) as d;
+      if not allow_recompile then
+        return jsonb_build_object('status', 'mismatch', 'differences', to_jsonb(v_differences), 'options_updated', '[]'::jsonb);
+      end if;
+      perform pgflow.delete_flow_and_data(flow_slug);
+      v_status := 'recompiled';
+    end if;
+  end if;
+
+  if v_status = 'verified' then
+    with flow_opts as (
+      select f.flow_slug, o.key, o.old_value, (v_options->>o.key)::integer as new_value
+        from pgflow.flows as f
+       cross join lateral (values ('max_attempts', f.opt_max_attempts), ('base_delay', f.opt_base_delay),
+                                  ('timeout', f.opt_timeout)) as o(key, old_value)
+       where f.flow_slug = ensure_flow_compiled.flow_slug and v_options ? o.key
+         and (v_options->>o.key)::integer is distinct from o.old_value
+    ), flow_update as (
+      update pgflow.flows as f
+         set opt_max_attempts = coalesce((v_options->>'max_attempts')::integer, f.opt_max_attempts),
+             opt_base_delay = coalesce((v_options->>'base_delay')::integer, f.opt_base_delay),
+             opt_timeout = coalesce((v_options->>'timeout')::integer, f.opt_timeout)
+       where f.flow_slug = ensure_flow_compiled.flow_slug and exists (select 1 from flow_opts)
+      returning 1
+    ), step_opts as (
+      select s.step_slug, o.key, o.old_value, (x.e->'options'->>o.key)::integer as new_value
+        from jsonb_array_elements(shape->'steps') as x(e)
+        join pgflow.steps as s on s.flow_slug = ensure_flow_compiled.flow_slug and s.step_slug = x.e->>'slug'
+       cross join lateral (values ('max_attempts', s.opt_max_attempts), ('base_delay', s.opt_base_delay),
+                                  ('timeout', s.opt_timeout), ('start_delay', s.opt_start_delay)) as o(key, old_value)
+       where (x.e->'options'->>o.key)::integer is distinct from o.old_value
+    ), step_update as (
+      update pgflow.steps as s
+         set opt_max_attempts = (x.e->'options'->>'max_attempts')::integer,
+             opt_base_delay = (x.e->'options'->>'base_delay')::integer,
+             opt_timeout = (x.e->'options'->>'timeout')::integer,
+             opt_start_delay = (x.e->'options'->>'start_delay')::integer
+        from jsonb_array_elements(shape->'steps') as x(e)
+       where s.flow_slug = ensure_flow_compiled.flow_slug and s.step_slug = x.e->>'slug'
+         and exists (select 1 from step_opts as so where so.step_slug = s.step_slug)
+      returning 1
+    )
+    select array_agg(u order by u) into v_updated
+      from (
+        select format('flow %s: %s -> %s', fo.key, coalesce(fo.old_value::text, 'default'), coalesce(fo.new_value::text, 'default')) as u
+          from flow_opts as fo
+        union all
+        select format('step %s %s: %s -> %s', so.step_slug, so.key, coalesce(so.old_value::text, 'default'), coalesce(so.new_value::text, 'default'))
+          from step_opts as so
+        union all select null from flow_update where false
+        union all select null from step_update where false
+      ) as changes;
+    return jsonb_build_object('status', 'verified', 'differences', '[]'::jsonb,
+                              'options_updated', coalesce(to_jsonb(v_updated), '[]'::jsonb));
+  end if;
+
+  perform pgflow.create_flow(flow_slug, (v_options->>'max_attempts')::integer,
+                             (v_options->>'base_delay')::integer, (v_options->>'timeout')::integer);
+  for v_step in select e from jsonb_array_elements(shape->'steps') as x(e)
+  loop
+    perform pgflow.add_step(
+      flow_slug, v_step->>'slug',
+      coalesce(array(select jsonb_array_elements_text(v_step->'deps')), '{}'),
+      (v_step->'options'->>'max_attempts')::integer,
+      (v_step->'options'->>'base_delay')::integer,
+      (v_step->'options'->>'timeout')::integer,
+      (v_step->'options'->>'start_delay')::integer,
+      coalesce(v_step->>'step_type', 'single'),
+      nullif(v_step->'required_input_pattern', 'null'::jsonb),
+      nullif(v_step->'forbidden_input_pattern', 'null'::jsonb),
+      coalesce(v_step->>'when_unmet', 'skip'),
+      coalesce(v_step->>'when_exhausted', 'fail')
+    );
+  end loop;
+  return jsonb_build_object('status', v_status, 'differences', coalesce(to_jsonb(v_differences), '[]'::jsonb),
+                            'options_updated', '[]'::jsonb);
 end;
 $$;

@@ -1,0 +1,42 @@
+-- Idempotent: the flow row is created once (options of an existing flow are left as they are; the
+-- compiler updates them), and the flow's queue is created with immediate insert notifications.
+create or replace function pgflow.create_flow(
+  flow_slug text,
+  max_attempts integer default null,
+  base_delay integer default null,
+  timeout integer default null
+)
+returns pgflow.flows
+language plpgsql
+as $$
+declare
+  v_flow pgflow.flows;
+begin
+  if not pgflow.is_valid_slug(flow_slug) then
+    raise exception 'invalid flow slug %: use letters, digits and underscores, no leading digit, at most 128 characters, not a reserved word', quote_literal(coalesce(flow_slug, 'NULL'))
+      using errcode = '22023';
+  end if;
+  if length(flow_slug) > 47 then
+    raise exception 'flow slug % is % characters long; its queue name must fit PGMQ''s 47-character limit: choose a shorter slug', quote_literal(flow_slug), length(flow_slug)
+      using errcode = '22023';
+  end if;
+  if max_attempts is not null and max_attempts < 1
+     or base_delay is not null and base_delay < 0
+     or timeout is not null and timeout < 1 then
+    raise exception 'flow %: max_attempts must be >= 1, base_delay >= 0 and timeout >= 1', flow_slug
+      using errcode = '22023';
+  end if;
+
+  insert into pgflow.flows (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout)
+  values (flow_slug, coalesce(max_attempts, 3), coalesce(base_delay, 1), coalesce(timeout, 60))
+  on conflict on constraint flows_pkey do nothing;
+
+  select * into v_flow from pgflow.flows as f where f.flow_slug = create_flow.flow_slug;
+
+  if not exists (select 1 from pgmq.meta as m where m.queue_name = create_flow.flow_slug) then
+    perform pgmq.create(flow_slug);
+    perform pgmq.enable_notify_insert(flow_slug, 0);
+  end if;
+  return v_flow;
+end;
+$$;

@@ -1,0 +1,107 @@
+-- Appends a step in definition order. Idempotent for an identical definition; any other change to an
+-- existing step is refused (a concrete flow's shape is fixed: compile a new slug instead).
+create or replace function pgflow.add_step(
+  flow_slug text,
+  step_slug text,
+  deps_slugs text[] default '{}',
+  max_attempts integer default null,
+  base_delay integer default null,
+  timeout integer default null,
+  start_delay integer default null,
+  step_type text default 'single',
+  required_input_pattern jsonb default null,
+  forbidden_input_pattern jsonb default null,
+  when_unmet text default 'skip',
+  when_exhausted text default 'fail'
+)
+returns pgflow.steps
+language plpgsql
+as $$
+declare
+  v_deps text[] := coalesce((select array_agg(distinct d order by d) from unnest(deps_slugs) as d), '{}');
+  v_existing pgflow.steps;
+  v_missing text[];
+  v_step pgflow.steps;
+begin
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = add_step.flow_slug) then
+    raise exception 'flow % does not exist: create it with pgflow.create_flow first', quote_literal(flow_slug)
+      using errcode = '22023';
+  end if;
+  if not pgflow.is_valid_slug(step_slug) then
+    raise exception 'invalid step slug % in flow %: use letters, digits and underscores, no leading digit, at most 128 characters, not a reserved word',
+      quote_literal(coalesce(step_slug, 'NULL')), flow_slug
+      using errcode = '22023';
+  end if;
+  if step_type is null or step_type not in ('single', 'map') then
+    raise exception 'step %.%: step_type must be single or map, got %', flow_slug, step_slug, quote_literal(coalesce(step_type, 'NULL'))
+      using errcode = '22023';
+  end if;
+  if step_type = 'map' and cardinality(v_deps) > 1 then
+    raise exception 'map step %.% has % dependencies; a map step takes at most one (the array it maps over)',
+      flow_slug, step_slug, cardinality(v_deps)
+      using errcode = '22023';
+  end if;
+  if when_unmet is null or when_unmet not in ('fail', 'skip', 'skip-cascade')
+     or when_exhausted is null or when_exhausted not in ('fail', 'skip', 'skip-cascade') then
+    raise exception 'step %.%: when_unmet and when_exhausted must be fail, skip or skip-cascade', flow_slug, step_slug
+      using errcode = '22023';
+  end if;
+  if max_attempts is not null and max_attempts < 1
+     or base_delay is not null and base_delay < 0
+     or timeout is not null and timeout < 1
+     or start_delay is not null and start_delay < 0 then
+    raise exception 'step %.%: max_attempts must be >= 1, base_delay >= 0, timeout >= 1 and start_delay >= 0', flow_slug, step_slug
+      using errcode = '22023';
+  end if;
+  if required_input_pattern is not null and jsonb_typeof(required_input_pattern) <> 'object'
+     or forbidden_input_pattern is not null and jsonb_typeof(forbidden_input_pattern) <> 'object' then
+    raise exception 'step %.%: condition patterns must be JSON objects', flow_slug, step_slug
+      using errcode = '22023';
+  end if;
+
+  select * into v_existing from pgflow.steps as s
+   where s.flow_slug = add_step.flow_slug and s.step_slug = add_step.step_slug;
+  if found then
+    if v_existing.step_type = add_step.step_type
+       and v_existing.when_unmet = add_step.when_unmet
+       and v_existing.when_exhausted = add_step.when_exhausted
+       and v_existing.required_input_pattern is not distinct from add_step.required_input_pattern
+       and v_existing.forbidden_input_pattern is not distinct from add_step.forbidden_input_pattern
+       and v_deps = coalesce((select array_agg(d.dep_slug order by d.dep_slug) from pgflow.deps as d
+                               where d.flow_slug = add_step.flow_slug and d.step_slug = add_step.step_slug), '{}') then
+      return v_existing;
+    end if;
+    raise exception 'step %.% already exists with a different definition: compile the changed flow under a new slug',
+      flow_slug, step_slug
+      using errcode = '23505';
+  end if;
+
+  select array_agg(d order by d) into v_missing
+    from unnest(v_deps) as d
+   where not exists (select 1 from pgflow.steps as s where s.flow_slug = add_step.flow_slug and s.step_slug = d);
+  if v_missing is not null then
+    raise exception 'step %.% depends on %, which does not exist in flow %: add dependencies before the steps that use them',
+      flow_slug, step_slug, array_to_string(v_missing, ', '), flow_slug
+      using errcode = '22023';
+  end if;
+
+  insert into pgflow.steps (
+    flow_slug, step_slug, step_type, step_index, deps_count,
+    opt_max_attempts, opt_base_delay, opt_timeout, opt_start_delay,
+    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted
+  )
+  values (
+    flow_slug, step_slug, step_type,
+    coalesce((select max(s.step_index) + 1 from pgflow.steps as s where s.flow_slug = add_step.flow_slug), 0),
+    cardinality(v_deps),
+    max_attempts, base_delay, timeout, start_delay,
+    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted
+  )
+  returning * into v_step;
+
+  insert into pgflow.deps (flow_slug, dep_slug, step_slug)
+  select add_step.flow_slug, d, add_step.step_slug from unnest(v_deps) as d;
+
+  return v_step;
+end;
+$$;

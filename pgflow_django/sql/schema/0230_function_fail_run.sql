@@ -1,0 +1,28 @@
+-- The failure path of a run. The caller holds the run's row lock. Every unfinished task is
+-- cancelled and its message archived, so nothing of a failed run stays queued, started or visible.
+create or replace function pgflow.fail_run(run_id uuid, error_message text)
+returns void
+language plpgsql
+as $$
+declare
+  v_flows text[];
+  v_msgs bigint[];
+begin
+  update pgflow.runs as r
+     set status = 'failed', failed_at = now(), error_message = fail_run.error_message
+   where r.run_id = fail_run.run_id and r.status = 'started';
+  if not found then
+    return;
+  end if;
+
+  with cancelled as (
+    update pgflow.step_tasks as t
+       set status = 'cancelled', error_message = coalesce(t.error_message, 'run failed: ' || fail_run.error_message)
+     where t.run_id = fail_run.run_id and t.status in ('queued', 'started')
+    returning t.flow_slug, t.message_id
+  )
+  select array_agg(c.flow_slug), array_agg(c.message_id) into v_flows, v_msgs from cancelled as c;
+
+  perform pgflow.archive_task_messages(v_flows, v_msgs);
+end;
+$$;

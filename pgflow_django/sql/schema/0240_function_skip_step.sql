@@ -1,0 +1,40 @@
+-- Skips one step of a started run, and with cascade every step downstream of it. Tasks of skipped
+-- steps are terminalized as skipped and their messages archived. The caller holds the run's lock
+-- and runs pgflow.cascade afterwards so dependents see the skip.
+create or replace function pgflow.skip_step(run_id uuid, step_slug text, skip_reason text, cascade boolean)
+returns void
+language plpgsql
+as $$
+declare
+  v_flows text[];
+  v_msgs bigint[];
+begin
+  with recursive targets as (
+    select skip_step.step_slug as step_slug, skip_step.skip_reason as reason
+    union
+    select d.step_slug, 'dependency_skipped'
+      from targets as tg
+      join pgflow.step_states as ss on ss.run_id = skip_step.run_id and ss.step_slug = tg.step_slug
+      join pgflow.deps as d on d.flow_slug = ss.flow_slug and d.dep_slug = tg.step_slug
+     where skip_step.cascade
+  ), skipped as (
+    update pgflow.step_states as ss
+       set status = 'skipped', skip_reason = tg.reason, skipped_at = now(), remaining_tasks = null
+      from (select distinct on (t.step_slug) t.step_slug, t.reason
+              from targets as t
+             order by t.step_slug, (t.reason = 'dependency_skipped')) as tg
+     where ss.run_id = skip_step.run_id and ss.step_slug = tg.step_slug
+       and ss.status in ('created', 'started')
+    returning ss.step_slug
+  ), tasks as (
+    update pgflow.step_tasks as t
+       set status = 'skipped'
+      from skipped as s
+     where t.run_id = skip_step.run_id and t.step_slug = s.step_slug and t.status in ('queued', 'started')
+    returning t.flow_slug, t.message_id
+  )
+  select array_agg(t.flow_slug), array_agg(t.message_id) into v_flows, v_msgs from tasks as t;
+
+  perform pgflow.archive_task_messages(v_flows, v_msgs);
+end;
+$$;

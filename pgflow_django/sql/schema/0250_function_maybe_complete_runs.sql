@@ -1,0 +1,32 @@
+-- Recounts each started run's unfinished steps and completes the runs that have none left. The run
+-- output maps each completed leaf step (a step nothing depends on) to its output; skipped leaves
+-- are absent.
+create or replace function pgflow.maybe_complete_runs(run_ids uuid[])
+returns void
+language plpgsql
+as $$
+begin
+  with counts as (
+    select r.run_id,
+           count(ss.step_slug) filter (where ss.status not in ('completed', 'skipped')) as open_steps
+      from pgflow.runs as r
+      left join pgflow.step_states as ss on ss.run_id = r.run_id
+     where r.run_id = any(run_ids) and r.status = 'started'
+     group by r.run_id
+  )
+  update pgflow.runs as r
+     set remaining_steps = c.open_steps,
+         status = case when c.open_steps = 0 then 'completed' else r.status end,
+         completed_at = case when c.open_steps = 0 then now() end,
+         output = case when c.open_steps = 0 then (
+           select coalesce(jsonb_object_agg(ss.step_slug, ss.output), '{}'::jsonb)
+             from pgflow.step_states as ss
+            where ss.run_id = r.run_id and ss.status = 'completed'
+              and not exists (select 1 from pgflow.deps as d
+                               where d.flow_slug = ss.flow_slug and d.dep_slug = ss.step_slug)
+         ) end
+    from counts as c
+   where r.run_id = c.run_id
+     and (r.remaining_steps <> c.open_steps or c.open_steps = 0);
+end;
+$$;

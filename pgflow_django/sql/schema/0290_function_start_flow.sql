@@ -1,0 +1,13 @@
+create or replace function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid default null)
+returns setof pgflow.runs
+language plpgsql
+as $$
+begin
+  if input is null then
+    raise exception 'start_flow(%): input must not be NULL (use a JSON value, e.g. {})', flow_slug
+      using errcode = '22023';
+  end if;
+  return query select * from pgflow.start_flows(flow_slug, jsonb_build_array(input),
+                                                case when run_id is null then null else array[run_id] end);
+end;
+$$;

@@ -1,0 +1,85 @@
+-- Recovers tasks whose worker vanished: started tasks of started runs and steps whose claim is older
+-- than the step's effective timeout + 30 s. Each is requeued (visible now) while it has been
+-- requeued fewer than 3 times and has attempts left; otherwise it is marked permanently stalled and
+-- exhausted like a task out of attempts, so its run still ends. Runs locked by another writer are
+-- left for the next pass.
+create or replace function pgflow.requeue_stalled_tasks()
+returns table (outcome text, task_count integer)
+language plpgsql
+as $$
+#variable_conflict use_column
+declare
+  v_candidates uuid[];
+  v_locked uuid[];
+  v_requeued integer := 0;
+  v_stalled record;
+  v_exhausted integer := 0;
+  v_visible integer;
+  v_marked integer;
+begin
+  select array_agg(distinct t.run_id) into v_candidates
+    from pgflow.step_tasks as t
+    join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+    join pgflow.flows as f on f.flow_slug = t.flow_slug
+   where t.status = 'started'
+     and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30);
+  if v_candidates is null then
+    return query select 'requeued'::text, 0 union all select 'permanently_stalled', 0;
+    return;
+  end if;
+
+  select array_agg(l.run_id) into v_locked
+    from (select r.run_id from pgflow.runs as r
+           where r.run_id = any(v_candidates) and r.status = 'started'
+           order by r.run_id
+             for update skip locked) as l;
+  v_locked := coalesce(v_locked, '{}');
+
+  with stalled as (
+    select t.run_id, t.step_slug, t.task_index, t.flow_slug, t.message_id,
+           t.requeued_count < 3 and t.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts) as can_requeue
+      from pgflow.step_tasks as t
+      join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
+      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+      join pgflow.flows as f on f.flow_slug = t.flow_slug
+     where t.run_id = any(v_locked) and t.status = 'started'
+       and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
+  ), requeued as (
+    update pgflow.step_tasks as t
+       set status = 'queued', requeued_count = t.requeued_count + 1, last_requeued_at = now(), queued_at = now()
+      from stalled as st
+     where st.can_requeue
+       and t.run_id = st.run_id and t.step_slug = st.step_slug and t.task_index = st.task_index
+    returning t.flow_slug, t.message_id
+  ), visible as (
+    select pgflow.set_vt_batch(g.flow_slug, g.ids, array_fill(0, array[cardinality(g.ids)]))
+      from (select rq.flow_slug, array_agg(rq.message_id) as ids
+              from requeued as rq where rq.message_id is not null group by rq.flow_slug) as g
+  ), marked as (
+    update pgflow.step_tasks as t
+       set permanently_stalled_at = now()
+      from stalled as st
+     where not st.can_requeue
+       and t.run_id = st.run_id and t.step_slug = st.step_slug and t.task_index = st.task_index
+    returning t.run_id, t.step_slug, t.task_index
+  )
+  select (select count(*) from requeued)::integer, (select count(*) from visible)::integer,
+         (select count(*) from marked)::integer
+    into v_requeued, v_visible, v_marked;
+
+  for v_stalled in
+    select t.run_id, t.step_slug, t.task_index
+      from pgflow.step_tasks as t
+     where t.run_id = any(v_locked) and t.status = 'started' and t.permanently_stalled_at is not null
+     order by t.run_id, t.step_slug, t.task_index
+  loop
+    if exists (select 1 from pgflow.runs as r where r.run_id = v_stalled.run_id and r.status = 'started') then
+      perform pgflow.exhaust_task(v_stalled.run_id, v_stalled.step_slug, v_stalled.task_index,
+                                  'permanently stalled: the task was requeued 3 times or ran out of attempts');
+      v_exhausted := v_exhausted + 1;
+    end if;
+  end loop;
+
+  return query select 'requeued'::text, v_requeued union all select 'permanently_stalled', v_exhausted;
+end;
+$$;

@@ -1,0 +1,49 @@
+-- Deletes finished runs (completed or failed before now - retention) with their step states and
+-- tasks, archived messages older than the retention, and workers silent for that long.
+create or replace function pgflow.prune_data_older_than(retention interval)
+returns jsonb
+language plpgsql
+as $$
+declare
+  v_cutoff timestamptz := now() - retention;
+  v_runs uuid[];
+  v_tasks integer;
+  v_states integer;
+  v_workers integer;
+  v_archived bigint := 0;
+  v_queue text;
+  v_count bigint;
+begin
+  if retention is null or retention < interval '0' then
+    raise exception 'prune_data_older_than: retention must be a non-negative interval' using errcode = '22023';
+  end if;
+
+  select array_agg(r.run_id) into v_runs
+    from pgflow.runs as r
+   where r.status in ('completed', 'failed') and coalesce(r.completed_at, r.failed_at) < v_cutoff;
+  v_runs := coalesce(v_runs, '{}');
+
+  delete from pgflow.step_tasks as t where t.run_id = any(v_runs);
+  get diagnostics v_tasks = row_count;
+  delete from pgflow.step_states as ss where ss.run_id = any(v_runs);
+  get diagnostics v_states = row_count;
+  delete from pgflow.runs as r where r.run_id = any(v_runs);
+
+  delete from pgflow.workers as w where w.last_heartbeat_at < v_cutoff;
+  get diagnostics v_workers = row_count;
+
+  for v_queue in
+    select f.flow_slug from pgflow.flows as f
+     where exists (select 1 from pgmq.meta as m where m.queue_name = f.flow_slug)
+     order by f.flow_slug
+  loop
+    execute format('delete from pgmq.%I where archived_at < $1', pgmq.format_table_name(v_queue, 'a'))
+      using v_cutoff;
+    get diagnostics v_count = row_count;
+    v_archived := v_archived + v_count;
+  end loop;
+
+  return jsonb_build_object('runs', cardinality(v_runs), 'step_states', v_states, 'step_tasks', v_tasks,
+                            'workers', v_workers, 'archived_messages', v_archived);
+end;
+$$;
