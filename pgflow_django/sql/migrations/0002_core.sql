@@ -19,6 +19,20 @@ as $$
      and lower(slug) <> all (array['run'])
 $$;
 
+-- 0020_function_notify_queue_insert.sql
+-- Statement-level wake-up for workers: one NOTIFY per inserting statement on a queue table, on the
+-- channel PGMQ's own notify-on-insert uses ('pgmq.q_<queue>.INSERT'). PGMQ's row-level trigger
+-- updates a throttle row for every message, which costs more than the send itself in batches.
+create or replace function pgflow.notify_queue_insert()
+returns trigger
+language plpgsql
+as $$
+begin
+  perform pg_notify('pgmq.' || tg_table_name || '.INSERT', null);
+  return null;
+end;
+$$;
+
 -- 0100_table_flows.sql
 create table pgflow.flows (
   flow_slug text primary key check (pgflow.is_valid_slug(flow_slug)),
@@ -200,7 +214,7 @@ $$;
 
 -- 0210_function_create_flow.sql
 -- Idempotent: the flow row is created once (options of an existing flow are left as they are; the
--- compiler updates them), and the flow's queue is created with immediate insert notifications.
+-- compiler updates them), and the flow's queue is created with a statement-level insert notification.
 create or replace function pgflow.create_flow(
   flow_slug text,
   max_attempts integer default null,
@@ -236,7 +250,9 @@ begin
 
   if not exists (select 1 from pgmq.meta as m where m.queue_name = create_flow.flow_slug) then
     perform pgmq.create(flow_slug);
-    perform pgmq.enable_notify_insert(flow_slug, 0);
+    execute format(
+      'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
+      pgmq.format_table_name(flow_slug, 'q'));
   end if;
   return v_flow;
 end;

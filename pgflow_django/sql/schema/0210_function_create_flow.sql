@@ -1,5 +1,5 @@
 -- Idempotent: the flow row is created once (options of an existing flow are left as they are; the
--- compiler updates them), and the flow's queue is created with immediate insert notifications.
+-- compiler updates them), and the flow's queue is created with a statement-level insert notification.
 create or replace function pgflow.create_flow(
   flow_slug text,
   max_attempts integer default null,
@@ -35,7 +35,9 @@ begin
 
   if not exists (select 1 from pgmq.meta as m where m.queue_name = create_flow.flow_slug) then
     perform pgmq.create(flow_slug);
-    perform pgmq.enable_notify_insert(flow_slug, 0);
+    execute format(
+      'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
+      pgmq.format_table_name(flow_slug, 'q'));
   end if;
   return v_flow;
 end;
