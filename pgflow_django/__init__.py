@@ -1,0 +1,67 @@
+"""Durable DAG workflows for Django, running inside PostgreSQL on PGMQ.
+
+Importing the package needs no Django settings: the DSL is pure Python, and the client functions (which
+use Django's database connection) load on first access.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from pgflow_django.dsl import Flow, FlowDefinitionError, FlowOptions, Retry, StepDefinition, StepOptions
+from pgflow_django.slugs import InvalidSlug
+
+if TYPE_CHECKING:
+    from pgflow_django.client import (
+        RunNotFound,
+        RunView,
+        StepStateView,
+        get_run,
+        start_flow,
+        start_flows,
+        wait_for_run,
+    )
+    from pgflow_django.compiler import CompileResult, FlowMismatch, compile_flow
+
+_LAZY = {
+    "start_flow": "pgflow_django.client",
+    "start_flows": "pgflow_django.client",
+    "get_run": "pgflow_django.client",
+    "wait_for_run": "pgflow_django.client",
+    "RunView": "pgflow_django.client",
+    "StepStateView": "pgflow_django.client",
+    "RunNotFound": "pgflow_django.client",
+    "compile_flow": "pgflow_django.compiler",
+    "CompileResult": "pgflow_django.compiler",
+    "FlowMismatch": "pgflow_django.compiler",
+}
+
+__all__ = [
+    "CompileResult",
+    "Flow",
+    "FlowDefinitionError",
+    "FlowMismatch",
+    "FlowOptions",
+    "InvalidSlug",
+    "Retry",
+    "RunNotFound",
+    "RunView",
+    "StepDefinition",
+    "StepOptions",
+    "StepStateView",
+    "compile_flow",
+    "get_run",
+    "start_flow",
+    "start_flows",
+    "wait_for_run",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pgflow_django' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,464 @@
+"""The Flow DSL: decorators that record a DAG of steps.
+
+Pure Python (no Django import), so flow modules load anywhere, and every mistake is reported when the flow
+is defined, before the compiler or the database sees it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final, Literal, TypeAlias, TypeVar, cast, get_args, overload
+
+from pgflow_django.slugs import validate_flow_slug, validate_slug
+
+StepType: TypeAlias = Literal["single", "map"]
+WhenMode: TypeAlias = Literal["fail", "skip", "skip-cascade"]
+"""What happens to a step whose condition is unmet (``when_unmet``) or whose attempts ran out."""
+JsonObject: TypeAlias = dict[str, Any]
+Handler: TypeAlias = Callable[..., Any]
+StepRef: TypeAlias = Callable[..., Any] | str
+"""A step named by its decorated function or by its slug."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+WHEN_MODES: Final[tuple[str, ...]] = get_args(WhenMode)
+MAX_INT: Final = 2**31 - 1
+"""Options are PostgreSQL ``integer`` columns."""
+
+
+class FlowDefinitionError(ValueError):
+    """A flow or step definition the engine would refuse; raised when the decorator runs."""
+
+
+@dataclass(frozen=True)
+class FlowOptions:
+    """Runtime defaults of every step of a flow; not part of the compiled shape, updated in place."""
+
+    max_attempts: int = 3
+    base_delay: int = 1
+    timeout: int = 60
+
+    def as_dict(self) -> dict[str, int]:
+        return {"max_attempts": self.max_attempts, "base_delay": self.base_delay, "timeout": self.timeout}
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """A step's runtime options; None falls back to the flow's value (``start_delay``: to 0)."""
+
+    max_attempts: int | None = None
+    base_delay: int | None = None
+    timeout: int | None = None
+    start_delay: int | None = None
+
+    def as_dict(self) -> dict[str, int | None]:
+        return {
+            "max_attempts": self.max_attempts,
+            "base_delay": self.base_delay,
+            "timeout": self.timeout,
+            "start_delay": self.start_delay,
+        }
+
+
+@dataclass(frozen=True)
+class StepDefinition:
+    """One step as recorded by ``@flow.step`` / ``@flow.map``; shared unchanged by ``flow.copy``."""
+
+    slug: str
+    step_type: StepType
+    deps: tuple[str, ...]
+    handler: Handler = field(compare=False)
+    index: int
+    options: StepOptions = field(default_factory=StepOptions)
+    required_input_pattern: JsonObject | None = field(default=None, hash=False)
+    forbidden_input_pattern: JsonObject | None = field(default=None, hash=False)
+    when_unmet: WhenMode = "skip"
+    when_exhausted: WhenMode = "fail"
+    atomic: bool = False
+    accepts_context: bool = True
+    """Whether the handler takes ``(input, ctx)``; otherwise it is called with the input alone."""
+
+    @property
+    def is_root(self) -> bool:
+        return not self.deps
+
+    @property
+    def is_map(self) -> bool:
+        return self.step_type == "map"
+
+    def shape(self) -> dict[str, Any]:
+        """This step's entry in the compiler's shape (docs/sql-api.md)."""
+        return {
+            "slug": self.slug,
+            "step_type": self.step_type,
+            "deps": list(self.deps),
+            "when_unmet": self.when_unmet,
+            "when_exhausted": self.when_exhausted,
+            "required_input_pattern": self.required_input_pattern,
+            "forbidden_input_pattern": self.forbidden_input_pattern,
+            "options": self.options.as_dict(),
+        }
+
+
+class Retry(Exception):
+    """Raised by a handler to choose the delay before its next attempt.
+
+    The attempt still counts as failed (``max_attempts`` applies as for any error); only the
+    ``base_delay * 2**attempts`` back-off is replaced by ``delay`` seconds.
+    """
+
+    def __init__(self, delay: int, message: str | None = None) -> None:
+        if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= MAX_INT:
+            raise ValueError(f"Retry delay must be whole seconds from 0 to {MAX_INT}, got {delay!r}")
+        self.delay = delay
+        self.message = message or f"retry requested in {delay}s"
+        super().__init__(self.message)
+
+
+_FLOWS: weakref.WeakSet[Flow] = weakref.WeakSet()
+"""Every live flow, to tell "a step of another flow" from "not a step at all" in errors."""
+
+
+class Flow:
+    """A named DAG of steps; ``@flow.step()`` and ``@flow.map()`` add steps in definition order."""
+
+    def __init__(self, slug: str, *, max_attempts: int = 3, base_delay: int = 1, timeout: int = 60) -> None:
+        self._slug = validate_flow_slug(slug)
+        owner = f"flow {slug!r}"
+        self._options = FlowOptions(
+            max_attempts=_int_option(owner, "max_attempts", max_attempts, 1),
+            base_delay=_int_option(owner, "base_delay", base_delay, 0),
+            timeout=_int_option(owner, "timeout", timeout, 1),
+        )
+        self._steps: dict[str, StepDefinition] = {}
+        _FLOWS.add(self)
+
+    @property
+    def slug(self) -> str:
+        return self._slug
+
+    @property
+    def options(self) -> FlowOptions:
+        return self._options
+
+    @property
+    def steps(self) -> Mapping[str, StepDefinition]:
+        """Steps by slug, in definition order (read-only)."""
+        return MappingProxyType(self._steps)
+
+    def __repr__(self) -> str:
+        return f"<Flow {self._slug!r}: {', '.join(self._steps) or 'no steps'}>"
+
+    @overload
+    def step(self, fn: F, /) -> F: ...
+
+    @overload
+    def step(
+        self,
+        fn: None = None,
+        /,
+        *,
+        slug: str | None = None,
+        depends_on: Iterable[StepRef] | StepRef = (),
+        max_attempts: int | None = None,
+        base_delay: int | None = None,
+        timeout: int | None = None,
+        start_delay: int | None = None,
+        if_: Mapping[str, Any] | None = None,
+        if_not: Mapping[str, Any] | None = None,
+        when_unmet: WhenMode = "skip",
+        when_exhausted: WhenMode = "fail",
+        atomic: bool = False,
+    ) -> Callable[[F], F]: ...
+
+    def step(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        slug: str | None = None,
+        depends_on: Iterable[StepRef] | StepRef = (),
+        max_attempts: int | None = None,
+        base_delay: int | None = None,
+        timeout: int | None = None,
+        start_delay: int | None = None,
+        if_: Mapping[str, Any] | None = None,
+        if_not: Mapping[str, Any] | None = None,
+        when_unmet: WhenMode = "skip",
+        when_exhausted: WhenMode = "fail",
+        atomic: bool = False,
+    ) -> F | Callable[[F], F]:
+        """Add a step that runs once per run: a root step receives the flow input, a dependent one
+        ``{dep_slug: output}``. Returns the function unchanged."""
+        if fn is not None and not callable(fn):
+            raise FlowDefinitionError(
+                f"flow {self._slug!r}: step() takes its options by keyword, e.g. @flow.step(slug={fn!r})"
+            )
+
+        def decorate(handler: F) -> F:
+            self._add(
+                handler,
+                step_type="single",
+                slug=slug,
+                refs=_refs(depends_on),
+                options=(max_attempts, base_delay, timeout, start_delay),
+                if_=if_,
+                if_not=if_not,
+                when_unmet=when_unmet,
+                when_exhausted=when_exhausted,
+                atomic=atomic,
+            )
+            return handler
+
+        return decorate if fn is None else decorate(fn)
+
+    def map(
+        self,
+        *,
+        array: StepRef | None = None,
+        slug: str | None = None,
+        depends_on: Iterable[StepRef] | StepRef = (),
+        max_attempts: int | None = None,
+        base_delay: int | None = None,
+        timeout: int | None = None,
+        start_delay: int | None = None,
+        if_: Mapping[str, Any] | None = None,
+        if_not: Mapping[str, Any] | None = None,
+        when_unmet: WhenMode = "skip",
+        when_exhausted: WhenMode = "fail",
+        atomic: bool = False,
+    ) -> Callable[[F], F]:
+        """Add a step that runs one task per element of an array: the output of ``array`` (its only
+        dependency), or the flow input when ``array`` is None. Its output is the list of task outputs."""
+
+        def decorate(handler: F) -> F:
+            self._add(
+                handler,
+                step_type="map",
+                slug=slug,
+                refs=_refs(depends_on) + (() if array is None else (array,)),
+                options=(max_attempts, base_delay, timeout, start_delay),
+                if_=if_,
+                if_not=if_not,
+                when_unmet=when_unmet,
+                when_exhausted=when_exhausted,
+                atomic=atomic,
+            )
+            return handler
+
+        return decorate
+
+    def copy(self, *, slug: str) -> Flow:
+        """The same DAG and options under another slug: a new version, or a side-by-side deployment."""
+        twin = Flow(slug, **self._options.as_dict())
+        twin._steps = dict(self._steps)
+        return twin
+
+    def shape(self) -> dict[str, Any]:
+        """The complete ordered definition that ``pgflow.ensure_flow_compiled`` compares (docs/sql-api.md)."""
+        return {
+            "options": self._options.as_dict(),
+            "steps": [definition.shape() for definition in self._steps.values()],
+        }
+
+    def get_step(self, ref: StepRef) -> StepDefinition:
+        """The step named by its function or slug; the error lists the valid slugs."""
+        return self._steps[self._resolve(ref, None)]
+
+    def step_slug(self, ref: StepRef) -> str:
+        """The slug of the step named by its function or slug."""
+        return self._resolve(ref, None)
+
+    def effective_options(self, ref: StepRef) -> StepOptions:
+        """A step's options with the flow's defaults filled in, as the engine applies them."""
+        own = self.get_step(ref).options
+        return StepOptions(
+            max_attempts=self._options.max_attempts if own.max_attempts is None else own.max_attempts,
+            base_delay=self._options.base_delay if own.base_delay is None else own.base_delay,
+            timeout=self._options.timeout if own.timeout is None else own.timeout,
+            start_delay=0 if own.start_delay is None else own.start_delay,
+        )
+
+    def _add(
+        self,
+        handler: Handler,
+        *,
+        step_type: StepType,
+        slug: str | None,
+        refs: tuple[StepRef, ...],
+        options: tuple[int | None, int | None, int | None, int | None],
+        if_: Mapping[str, Any] | None,
+        if_not: Mapping[str, Any] | None,
+        when_unmet: str,
+        when_exhausted: str,
+        atomic: bool,
+    ) -> None:
+        """Validate everything first, then record the step, so a refused step leaves the flow unchanged."""
+        if not callable(handler):
+            raise FlowDefinitionError(
+                f"flow {self._slug!r}: a step handler must be a function, got {type(handler).__name__}"
+            )
+        if slug is None:
+            step_slug = validate_slug(
+                getattr(handler, "__name__", None),
+                f"flow {self._slug!r}: step slug (the function's name)",
+                "pass slug='...' to the decorator",
+            )
+        else:
+            step_slug = validate_slug(slug, f"flow {self._slug!r}: step slug")
+        owner = f"step {step_slug!r} of flow {self._slug!r}"
+        if step_slug in self._steps:
+            raise FlowDefinitionError(f"{owner} is defined twice; give the second one another slug=")
+        deps = tuple(sorted({self._resolve(ref, step_slug) for ref in refs}))
+        if step_type == "map" and len(deps) > 1:
+            raise FlowDefinitionError(
+                f"{owner} is a map with {len(deps)} dependencies ({', '.join(deps)}); a map has at most "
+                "one: pass array=<step> to map over that step's output, or nothing to map over the flow input"
+            )
+        max_attempts, base_delay, timeout, start_delay = options
+        step_options = StepOptions(
+            max_attempts=_int_option(owner, "max_attempts", max_attempts, 1, optional=True),
+            base_delay=_int_option(owner, "base_delay", base_delay, 0, optional=True),
+            timeout=_int_option(owner, "timeout", timeout, 1, optional=True),
+            start_delay=_int_option(owner, "start_delay", start_delay, 0, optional=True),
+        )
+        definition = StepDefinition(
+            slug=step_slug,
+            step_type=step_type,
+            deps=deps,
+            handler=handler,
+            index=len(self._steps),
+            options=step_options,
+            required_input_pattern=_pattern(owner, "if_", if_, deps),
+            forbidden_input_pattern=_pattern(owner, "if_not", if_not, deps),
+            when_unmet=_when(owner, "when_unmet", when_unmet),
+            when_exhausted=_when(owner, "when_exhausted", when_exhausted),
+            atomic=_flag(owner, "atomic", atomic),
+            accepts_context=_accepts_context(owner, handler),
+        )
+        self._steps[step_slug] = definition
+
+    def _resolve(self, ref: object, dependent: str | None) -> str:
+        """Turn a step function or slug into this flow's slug; ``dependent`` names who asks, for errors."""
+        asker = f"step {dependent!r} of flow {self._slug!r}" if dependent else f"flow {self._slug!r}"
+        known = ", ".join(self._steps) or "none yet"
+        if isinstance(ref, str):
+            if ref in self._steps:
+                return ref
+            if ref == dependent:
+                raise FlowDefinitionError(
+                    f"{asker} depends on itself; a step can only depend on earlier steps"
+                )
+            raise FlowDefinitionError(
+                f"{asker}: {ref!r} is not a step of this flow; define it before the steps that depend on it "
+                f"(steps: {known})"
+            )
+        if not callable(ref):
+            raise FlowDefinitionError(
+                f"{asker}: a step is named by its function or its slug, got {type(ref).__name__}"
+            )
+        name = getattr(ref, "__name__", repr(ref))
+        mine = [definition.slug for definition in self._steps.values() if definition.handler is ref]
+        if len(mine) == 1:
+            return mine[0]
+        if mine:
+            raise FlowDefinitionError(
+                f"{asker}: function {name!r} is used by steps {', '.join(mine)}; name the step by its slug"
+            )
+        others = sorted(
+            flow.slug
+            for flow in list(_FLOWS)
+            if flow is not self and any(definition.handler is ref for definition in flow._steps.values())
+        )
+        if others:
+            raise FlowDefinitionError(
+                f"{asker}: function {name!r} is a step of flow {', '.join(map(repr, others))}, not of this "
+                f"flow; depend on a step of flow {self._slug!r} (steps: {known})"
+            )
+        raise FlowDefinitionError(
+            f"{asker}: function {name!r} is not a step of this flow; decorate it with "
+            f"@{self._slug}.step() before the steps that depend on it (steps: {known})"
+        )
+
+
+def _refs(depends_on: Iterable[StepRef] | StepRef) -> tuple[StepRef, ...]:
+    """``depends_on=validate`` and ``depends_on="validate"`` mean a one-element list, not its characters."""
+    if isinstance(depends_on, str) or callable(depends_on):
+        return (depends_on,)
+    return tuple(depends_on)
+
+
+@overload
+def _int_option(owner: str, name: str, value: object, minimum: int) -> int: ...
+
+
+@overload
+def _int_option(owner: str, name: str, value: object, minimum: int, *, optional: bool) -> int | None: ...
+
+
+def _int_option(owner: str, name: str, value: object, minimum: int, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_INT:
+        raise FlowDefinitionError(
+            f"{owner}: {name} must be a whole number from {minimum} to {MAX_INT}"
+            f"{' (or None for the default)' if optional else ''}, got {value!r}"
+        )
+    return value
+
+
+def _when(owner: str, name: str, value: object) -> WhenMode:
+    if value not in WHEN_MODES:
+        raise FlowDefinitionError(f"{owner}: {name} must be one of {', '.join(WHEN_MODES)}, got {value!r}")
+    return cast(WhenMode, value)
+
+
+def _flag(owner: str, name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise FlowDefinitionError(f"{owner}: {name} must be True or False, got {value!r}")
+    return value
+
+
+def _pattern(owner: str, name: str, value: object, deps: tuple[str, ...]) -> JsonObject | None:
+    """A JSON-containment condition on the step input; a dependent step's input is ``{dep_slug: output}``."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise FlowDefinitionError(
+            f"{owner}: {name} must be a JSON object (a dict) matched against the step input, "
+            f"got {type(value).__name__}"
+        )
+    try:
+        pattern: JsonObject = json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise FlowDefinitionError(f"{owner}: {name} is not JSON-serialisable: {exc}") from None
+    unknown = sorted(set(pattern) - set(deps)) if deps else []
+    if unknown:
+        raise FlowDefinitionError(
+            f"{owner}: {name} names {', '.join(map(repr, unknown))}, which this step does not depend on; "
+            f"its input is {{dep_slug: output}}, so use keys among: {', '.join(deps)}"
+        )
+    return pattern
+
+
+def _accepts_context(owner: str, handler: Handler) -> bool:
+    """Whether to call ``handler(input, ctx)`` or ``handler(input)``; refuse handlers that fit neither."""
+    try:
+        parameters = list(inspect.signature(handler).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    required = [p.name for p in positional if p.default is p.empty]
+    required += [p.name for p in parameters if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+    if len(required) > 2 or not (positional or variadic) or len(required) > len(positional):
+        raise FlowDefinitionError(
+            f"{owner}: the handler must take (input) or (input, ctx), but its parameters are "
+            f"({', '.join(p.name for p in parameters)})"
+        )
+    return variadic or len(positional) >= 2

@@ -1,0 +1,72 @@
+"""Slug rules of the baseline release, mirroring SQL ``pgflow.is_valid_slug`` (a parity test keeps them so).
+
+Checking in Python first gives a definition-time error that names the offending flow or step, instead of a
+check-constraint violation at compile time.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+MAX_SLUG_LENGTH: Final = 128
+MAX_FLOW_SLUG_LENGTH: Final = 47
+"""PGMQ refuses queue names longer than this, and a flow's queue is named after its slug."""
+RESERVED_SLUGS: Final = frozenset({"run"})
+
+_SLUG_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BAD_CHAR_RE: Final = re.compile(r"[^A-Za-z0-9_]")
+RULE: Final = (
+    f"1..{MAX_SLUG_LENGTH} ASCII letters, digits or underscores, not starting with a digit, "
+    f"and not {' or '.join(repr(word) for word in sorted(RESERVED_SLUGS))}"
+)
+
+
+class InvalidSlug(ValueError):
+    """A flow or step slug that the database would refuse."""
+
+
+def _show(value: object) -> str:
+    """``repr`` of a slug, shortened so a pasted paragraph still gives a one-line error."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:50]}...{text[-7:]}"
+
+
+def slug_problem(value: object) -> str | None:
+    """Why ``value`` is not a valid slug, or None when it is (the same answer as ``pgflow.is_valid_slug``)."""
+    if not isinstance(value, str):
+        return f"is a {type(value).__name__}, not a string"
+    if not value:
+        return "is empty"
+    if len(value) > MAX_SLUG_LENGTH:
+        return f"is {len(value)} characters long (at most {MAX_SLUG_LENGTH})"
+    if _SLUG_RE.fullmatch(value) is None:
+        bad = _BAD_CHAR_RE.search(value)
+        return "starts with a digit" if bad is None else f"contains {bad.group()!r}"
+    if value.lower() in RESERVED_SLUGS:
+        return "is a reserved word"
+    return None
+
+
+def is_valid_slug(value: object) -> bool:
+    """True when SQL ``pgflow.is_valid_slug`` accepts ``value``."""
+    return slug_problem(value) is None
+
+
+def validate_slug(value: object, what: str = "slug", fix: str = "rename it") -> str:
+    """Return ``value`` when it is a valid slug; else raise ``InvalidSlug`` naming ``what`` and the fix."""
+    problem = slug_problem(value)
+    if problem is None and isinstance(value, str):
+        return value
+    raise InvalidSlug(f"{what} {_show(value)} {problem}; {fix} ({RULE})")
+
+
+def validate_flow_slug(value: object, what: str = "flow slug") -> str:
+    """A step slug's rules plus PGMQ's queue-name limit, since the flow's queue carries its slug."""
+    slug = validate_slug(value, what)
+    if len(slug) > MAX_FLOW_SLUG_LENGTH:
+        raise InvalidSlug(
+            f"{what} {_show(slug)} is {len(slug)} characters long, but its PGMQ queue name allows at most "
+            f"{MAX_FLOW_SLUG_LENGTH}; choose a shorter slug"
+        )
+    return slug

@@ -1,0 +1,1 @@
+"""An installed app whose ``flows`` module the registry discovers."""
