@@ -1,0 +1,40 @@
+"""Fixtures of the SQL tests. Every test here runs on the real PostgreSQL + PGMQ, inside pytest-django's
+per-test transaction (so ``now()`` is fixed during a test: time is simulated by back-dating timestamps).
+
+The helpers themselves live in ``tests/sql/support.py``; these fixtures expose the two most used ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.sql import support
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the SQL tests ``django_db`` at collection time.
+
+    pytest-django creates the test database only for tests it sees needing one at collection
+    (``django_db`` marker or ``db`` in the fixture names); the autouse fixture of tests/conftest.py
+    requests ``db`` dynamically, which it cannot see, so without this marker the suite would run
+    on the DATABASE_URL database itself instead of ``test_<name>``.
+    """
+    here = str(__file__).rsplit("/", 1)[0]
+    for item in items:
+        if str(item.path).startswith(here) and item.get_closest_marker("django_db") is None:
+            item.add_marker(pytest.mark.django_db)
+
+
+@pytest.fixture
+def make_flow() -> Callable[..., str]:
+    """``make_flow("f", step("a"), step("b", "a"), max_attempts=2)``: create_flow + add_step in order."""
+    return support.make_flow
+
+
+@pytest.fixture
+def claim() -> Callable[..., list[dict[str, Any]]]:
+    """``claim("f")``: pgmq.read on the flow's queue, then pgflow.start_tasks on the messages read."""
+    return support.claim

@@ -1,0 +1,38 @@
+from tests.sql.support import claim, make_flow, q, start, start_tasks, step, task, tasks, vt_in
+
+
+def test_visibility_is_step_timeout_plus_2_seconds() -> None:
+    make_flow("f", step("a", timeout=50), timeout=20)
+    run_id = start("f")
+    rec = claim("f", vt=1)[0]
+    assert 50.5 <= vt_in("f", rec["message_id"]) <= 52.1
+    assert task(run_id, "a")["status"] == "started"
+
+
+def test_visibility_falls_back_to_flow_timeout() -> None:
+    make_flow("f", step("a"), timeout=33)
+    start("f")
+    rec = claim("f", vt=1)[0]
+    assert 33.5 <= vt_in("f", rec["message_id"]) <= 35.1
+
+
+def test_visibility_set_before_returning_even_without_read() -> None:
+    """start_tasks alone (no pgmq.read before it) must push every claimed message out of sight."""
+    make_flow("f", step("m", step_type="map", timeout=70))
+    run_id = start("f", [1, 2, 3])
+    ids = [t["message_id"] for t in tasks(run_id, "m")]
+    records = start_tasks("f", ids)
+    assert len(records) == 3
+    for msg_id in ids:
+        assert 70.5 <= vt_in("f", msg_id) <= 72.1
+    assert q("select * from pgmq.read('f', 1, 10)") == []
+
+
+def test_unclaimed_messages_keep_their_visibility() -> None:
+    make_flow("f", step("a", timeout=50))
+    run_id = start("f")
+    msg = task(run_id, "a")["message_id"]
+    claim("f")
+    q("update pgmq.q_f set vt = clock_timestamp() + interval '7 seconds' where msg_id = %s", [msg])
+    assert start_tasks("f", [msg]) == []
+    assert 5.5 <= vt_in("f", msg) <= 7.1

@@ -1,0 +1,376 @@
+"""Helpers for the SQL tests: build flows, start runs, claim, complete and inspect rows and queues.
+
+Everything goes through the real ``pgflow`` SQL API and the real PGMQ tables on Django's connection.
+jsonb values are decoded (Django's psycopg loader leaves them as text).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+JSONB_OID = 3802
+_ABSENT = object()
+
+
+def jb(value: Any) -> str:
+    """A Python value as a jsonb literal parameter (use with ``%s::jsonb``)."""
+    return json.dumps(value)
+
+
+def q(query: str, params: Any = None) -> list[dict[str, Any]]:
+    """Rows as dicts, jsonb columns decoded."""
+    with connection.cursor() as cursor:
+        cursor.execute(query, params)
+        if cursor.description is None:
+            return []
+        cols = [(col.name, col.type_code == JSONB_OID) for col in cursor.description]
+        return [
+            {
+                name: (json.loads(v) if is_json and isinstance(v, str) else v)
+                for (name, is_json), v in zip(cols, row, strict=True)
+            }
+            for row in cursor.fetchall()
+        ]
+
+
+def q1(query: str, params: Any = None) -> dict[str, Any]:
+    result = q(query, params)
+    assert len(result) == 1, f"expected one row, got {len(result)}: {result}"
+    return result[0]
+
+
+def val(query: str, params: Any = None) -> Any:
+    result = q(query, params)
+    assert len(result) == 1, f"expected one row, got {len(result)}"
+    return next(iter(result[0].values()))
+
+
+def db_error(query: str, params: Any = None) -> str:
+    """Run a statement that must fail; the test's transaction survives (savepoint). Returns the message."""
+    with pytest.raises(DatabaseError) as info, transaction.atomic():
+        q(query, params)
+    return str(info.value)
+
+
+@contextmanager
+def savepoint() -> Iterator[None]:
+    with transaction.atomic():
+        yield
+
+
+# ---------------------------------------------------------------- definitions
+
+
+def step(slug: str, *deps: str, **options: Any) -> dict[str, Any]:
+    """A step definition for make_flow: ``step("b", "a", step_type="map", timeout=5)``."""
+    return {"slug": slug, "deps": list(deps), **options}
+
+
+_JSON_OPTS = {"required_input_pattern", "forbidden_input_pattern"}
+
+
+def add_step(flow_slug: str, slug: str, deps: list[str] | None = None, **options: Any) -> dict[str, Any]:
+    args = ["flow_slug => %s", "step_slug => %s"]
+    params: list[Any] = [flow_slug, slug]
+    if deps is not None:
+        args.append("deps_slugs => %s::text[]")
+        params.append(list(deps))
+    for name, value in options.items():
+        if name in _JSON_OPTS:
+            args.append(f"{name} => %s::jsonb")
+            params.append(None if value is None else jb(value))
+        elif name in {"step_type", "when_unmet", "when_exhausted"}:
+            args.append(f"{name} => %s::text")
+            params.append(value)
+        else:
+            args.append(f"{name} => %s::int")
+            params.append(value)
+    return q1(f"select * from pgflow.add_step({', '.join(args)})", params)
+
+
+def create_flow(flow_slug: str, **options: Any) -> dict[str, Any]:
+    args = ["flow_slug => %s"]
+    params: list[Any] = [flow_slug]
+    for name, value in options.items():
+        args.append(f"{name} => %s::int")
+        params.append(value)
+    return q1(f"select * from pgflow.create_flow({', '.join(args)})", params)
+
+
+def make_flow(flow_slug: str, *steps: dict[str, Any], **flow_options: Any) -> str:
+    """Create a flow and its steps in order; returns the slug."""
+    create_flow(flow_slug, **flow_options)
+    for definition in steps:
+        opts = {k: v for k, v in definition.items() if k not in {"slug", "deps"}}
+        add_step(flow_slug, definition["slug"], definition["deps"], **opts)
+    return flow_slug
+
+
+# ---------------------------------------------------------------- runs
+
+
+def start(flow_slug: str, input: Any = None, run_id: uuid.UUID | None = None) -> uuid.UUID:
+    """start_flow; returns the run id."""
+    payload = {} if input is None else input
+    row = q1(
+        "select * from pgflow.start_flow(%s, %s::jsonb, %s::uuid)",
+        [flow_slug, jb(payload), run_id],
+    )
+    return row["run_id"]
+
+
+def run(run_id: uuid.UUID) -> dict[str, Any]:
+    return q1("select * from pgflow.runs where run_id = %s", [run_id])
+
+
+def state(run_id: uuid.UUID, step_slug: str) -> dict[str, Any]:
+    return q1("select * from pgflow.step_states where run_id = %s and step_slug = %s", [run_id, step_slug])
+
+
+def states(run_id: uuid.UUID) -> dict[str, dict[str, Any]]:
+    return {r["step_slug"]: r for r in q("select * from pgflow.step_states where run_id = %s", [run_id])}
+
+
+def tasks(run_id: uuid.UUID, step_slug: str | None = None) -> list[dict[str, Any]]:
+    if step_slug is None:
+        return q(
+            "select * from pgflow.step_tasks where run_id = %s order by step_slug, task_index",
+            [run_id],
+        )
+    return q(
+        "select * from pgflow.step_tasks where run_id = %s and step_slug = %s order by task_index",
+        [run_id, step_slug],
+    )
+
+
+def task(run_id: uuid.UUID, step_slug: str, task_index: int = 0) -> dict[str, Any]:
+    return q1(
+        "select * from pgflow.step_tasks where run_id = %s and step_slug = %s and task_index = %s",
+        [run_id, step_slug, task_index],
+    )
+
+
+# ---------------------------------------------------------------- queue
+
+
+def qtable(flow_slug: str, prefix: str = "q") -> str:
+    return str(val("select pgmq.format_table_name(%s, %s) as t", [flow_slug, prefix]))
+
+
+def queue_messages(flow_slug: str) -> list[dict[str, Any]]:
+    """Live messages of the flow's queue (any visibility), with vt offset from now in seconds."""
+    table = qtable(flow_slug, "q")
+    return q(
+        f"select msg_id, vt, read_ct, message, "
+        f"extract(epoch from vt - clock_timestamp())::float8 as vt_in "
+        f'from pgmq."{table}" order by msg_id'
+    )
+
+
+def archived_messages(flow_slug: str) -> list[dict[str, Any]]:
+    table = qtable(flow_slug, "a")
+    return q(f'select msg_id, message, archived_at from pgmq."{table}" order by msg_id')
+
+
+def live_ids(flow_slug: str) -> set[int]:
+    return {m["msg_id"] for m in queue_messages(flow_slug)}
+
+
+def archived_ids(flow_slug: str) -> set[int]:
+    return {m["msg_id"] for m in archived_messages(flow_slug)}
+
+
+def vt_in(flow_slug: str, msg_id: int) -> float:
+    """Seconds until the message becomes visible (negative: visible now)."""
+    table = qtable(flow_slug, "q")
+    return float(
+        val(
+            f'select extract(epoch from vt - clock_timestamp())::float8 as s from pgmq."{table}" '
+            f"where msg_id = %s",
+            [msg_id],
+        )
+    )
+
+
+def make_visible(flow_slug: str) -> None:
+    table = qtable(flow_slug, "q")
+    q(f"update pgmq.\"{table}\" set vt = clock_timestamp() - interval '1 second'")
+
+
+def queue_exists(flow_slug: str) -> bool:
+    return bool(
+        val("select exists (select 1 from pgmq.list_queues() where queue_name = %s) as e", [flow_slug])
+    )
+
+
+# ---------------------------------------------------------------- tasks
+
+
+def new_worker(flow_slug: str) -> uuid.UUID:
+    worker_id = uuid.uuid4()
+    q(
+        "insert into pgflow.workers (worker_id, queue_name, function_name) values (%s, %s, 'tests')",
+        [worker_id, flow_slug],
+    )
+    return worker_id
+
+
+def start_tasks(
+    flow_slug: str, msg_ids: list[int], worker_id: uuid.UUID | None = None
+) -> list[dict[str, Any]]:
+    worker = worker_id or new_worker(flow_slug)
+    return q(
+        "select * from pgflow.start_tasks(%s, %s::bigint[], %s::uuid)",
+        [flow_slug, list(msg_ids), worker],
+    )
+
+
+def claim(
+    flow_slug: str,
+    worker_id: uuid.UUID | None = None,
+    qty: int = 100,
+    vt: int = 5,
+    step_slug: str | None = None,
+) -> list[dict[str, Any]]:
+    """What a worker does: read visible messages with pgmq.read, then claim them with start_tasks.
+
+    ``step_slug`` reads only that step's messages (pgmq.read's conditional filter on the body).
+    Returns the claimed task records ordered by (step_slug, run_id, task_index)."""
+    condition = {} if step_slug is None else {"step_slug": step_slug}
+    msgs = q("select msg_id from pgmq.read(%s, %s, %s, %s::jsonb)", [flow_slug, vt, qty, jb(condition)])
+    if not msgs:
+        return []
+    records = start_tasks(flow_slug, [m["msg_id"] for m in msgs], worker_id)
+    return sorted(records, key=lambda r: (r["step_slug"], str(r["run_id"]), r["task_index"]))
+
+
+def claim_one(flow_slug: str, step_slug: str | None = None) -> dict[str, Any]:
+    records = claim(flow_slug, step_slug=step_slug)
+    assert len(records) == 1, f"expected one claimed task, got {records}"
+    return records[0]
+
+
+def complete(rec: dict[str, Any], output: Any, attempt: int | None = None) -> str:
+    return str(
+        val(
+            "select pgflow.complete_task(%s::uuid, %s, %s, %s, %s::jsonb) as outcome",
+            [
+                rec["run_id"],
+                rec["step_slug"],
+                rec["task_index"],
+                rec["attempt"] if attempt is None else attempt,
+                jb(output),
+            ],
+        )
+    )
+
+
+def fail(
+    rec: dict[str, Any], error: str = "boom", attempt: int | None = None, retry_delay: int | None = None
+) -> str:
+    return str(
+        val(
+            "select pgflow.fail_task(%s::uuid, %s, %s, %s, %s, %s::int) as outcome",
+            [
+                rec["run_id"],
+                rec["step_slug"],
+                rec["task_index"],
+                rec["attempt"] if attempt is None else attempt,
+                error,
+                retry_delay,
+            ],
+        )
+    )
+
+
+def run_step(flow_slug: str, step_slug: str, output: Any) -> None:
+    """Claim every visible task of one step and complete each with ``output`` (callable(index) or value)."""
+    records = claim(flow_slug, step_slug=step_slug)
+    assert records, f"no claimable task for {step_slug}"
+    for rec in records:
+        value = output(rec["task_index"]) if callable(output) else output
+        assert complete(rec, value) == "completed"
+
+
+def backdate_started(run_id: uuid.UUID, step_slug: str, seconds: float, task_index: int = 0) -> None:
+    q(
+        "update pgflow.step_tasks set started_at = now() - make_interval(secs => %s) "
+        "where run_id = %s and step_slug = %s and task_index = %s",
+        [seconds, run_id, step_slug, task_index],
+    )
+
+
+def active_tasks(run_id: uuid.UUID) -> list[dict[str, Any]]:
+    return q(
+        "select * from pgflow.step_tasks where run_id = %s and status in ('queued', 'started')",
+        [run_id],
+    )
+
+
+def other_connection() -> Any:
+    """A separate autocommit psycopg connection to the test database (for LISTEN/NOTIFY checks)."""
+    import psycopg
+
+    settings = connection.settings_dict
+    return psycopg.connect(
+        dbname=settings["NAME"],
+        user=settings["USER"] or None,
+        password=settings["PASSWORD"] or None,
+        host=settings["HOST"] or None,
+        port=settings["PORT"] or None,
+        autocommit=True,
+    )
+
+
+def execute_ok(query: str, params: Any = None) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(query, params)
+
+
+def shape_step(
+    slug: str,
+    *deps: str,
+    step_type: str = "single",
+    when_unmet: str = "skip",
+    when_exhausted: str = "fail",
+    required_input_pattern: Any = None,
+    forbidden_input_pattern: Any = None,
+    **options: Any,
+) -> dict[str, Any]:
+    opts = {"max_attempts": None, "base_delay": None, "timeout": None, "start_delay": None}
+    opts.update(options)
+    return {
+        "slug": slug,
+        "step_type": step_type,
+        "deps": sorted(deps),
+        "when_unmet": when_unmet,
+        "when_exhausted": when_exhausted,
+        "required_input_pattern": required_input_pattern,
+        "forbidden_input_pattern": forbidden_input_pattern,
+        "options": opts,
+    }
+
+
+def shape(
+    *steps: dict[str, Any], max_attempts: int = 3, base_delay: int = 1, timeout: int = 60
+) -> dict[str, Any]:
+    return {
+        "options": {"max_attempts": max_attempts, "base_delay": base_delay, "timeout": timeout},
+        "steps": list(steps),
+    }
+
+
+def compile_flow(flow_slug: str, flow_shape: dict[str, Any], allow_recompile: bool = False) -> dict[str, Any]:
+    return dict(
+        val(
+            "select pgflow.ensure_flow_compiled(%s, %s::jsonb, %s) as r",
+            [flow_slug, jb(flow_shape), allow_recompile],
+        )
+    )
