@@ -278,7 +278,7 @@ class StepState(ReadOnlyModel):
             models.Index(
                 fields=["run"],
                 name="step_states_ready_idx",
-                condition=Q(status="created", remaining_deps=0),
+                condition=Q(status="created") & Q(remaining_deps=0),
             ),
             models.Index(fields=["flow"], name="step_states_flow_idx"),
         ]
