@@ -19,6 +19,18 @@ as $$
      and lower(slug) <> all (array['run'])
 $$;
 
+-- 0015_function_protocol_version.sql
+-- The worker/database protocol this schema speaks. Workers refuse to start unless it equals theirs:
+-- an older worker on a newer database is told to deploy the new worker, a newer worker on an older
+-- database is told to migrate (upgrades are coordinated, never rolling).
+create or replace function pgflow.protocol_version()
+returns integer
+language sql
+immutable
+as $$
+  select 1
+$$;
+
 -- 0020_function_notify_queue_insert.sql
 -- Statement-level wake-up for workers: one NOTIFY per inserting statement on a queue table, on the
 -- channel PGMQ's own notify-on-insert uses ('pgmq.q_<queue>.INSERT'). PGMQ's row-level trigger
