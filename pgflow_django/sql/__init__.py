@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from importlib.resources import files
 from pathlib import Path
 
-SQL_ROOT = Path(str(files("pgflow_django"))) / "sql"
+SQL_ROOT = Path(__file__).resolve().parent
 SCHEMA_DIR = SQL_ROOT / "schema"
 MIGRATIONS_DIR = SQL_ROOT / "migrations"
 
