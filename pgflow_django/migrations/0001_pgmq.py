@@ -14,5 +14,5 @@ def install(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     initial = True
-    dependencies: list[tuple[str, str]] = []
+    dependencies: list[tuple[str, str]] = []  # type: ignore[misc]
     operations = [migrations.RunPython(install, migrations.RunPython.noop, elidable=False)]
