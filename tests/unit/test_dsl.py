@@ -494,7 +494,7 @@ def test_step_option_out_of_range(option: str, value: object) -> None:
     with pytest.raises(
         FlowDefinitionError, match=rf"step 'x' of flow 'bad_option': {option} must be a whole"
     ):
-        flow.step(slug="x", **{option: value})(lambda flow_input: None)
+        flow.step(slug="x", **{option: value})(lambda flow_input: None)  # type: ignore[call-overload]
     assert not flow.steps
 
 
@@ -512,7 +512,7 @@ def test_flow_option_out_of_range(option: str, value: object) -> None:
 def test_when_modes(name: str, value: object) -> None:
     flow = Flow("bad_mode")
     with pytest.raises(FlowDefinitionError, match=rf"{name} must be one of fail, skip, skip-cascade"):
-        flow.step(slug="x", **{name: value})(lambda flow_input: None)
+        flow.step(slug="x", **{name: value})(lambda flow_input: None)  # type: ignore[call-overload]
 
 
 @pytest.mark.parametrize("name", ["if_", "if_not"])
@@ -520,7 +520,7 @@ def test_when_modes(name: str, value: object) -> None:
 def test_condition_must_be_a_json_object(name: str, value: object) -> None:
     flow = Flow("bad_condition")
     with pytest.raises(FlowDefinitionError, match=rf"{name} must be a JSON object"):
-        flow.step(slug="x", **{name: value})(lambda flow_input: None)
+        flow.step(slug="x", **{name: value})(lambda flow_input: None)  # type: ignore[call-overload]
 
 
 def test_condition_must_be_serialisable() -> None:
@@ -548,7 +548,7 @@ def test_root_condition_may_use_any_input_key() -> None:
 def test_atomic_must_be_a_bool() -> None:
     flow = Flow("bad_atomic")
     with pytest.raises(FlowDefinitionError, match="atomic must be True or False"):
-        flow.step(slug="x", atomic="yes")(lambda flow_input: None)  # type: ignore[arg-type]
+        flow.step(slug="x", atomic="yes")(lambda flow_input: None)  # type: ignore[call-overload]
 
 
 def test_handler_must_be_callable_with_the_input() -> None:

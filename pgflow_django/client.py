@@ -1,0 +1,255 @@
+"""Start and observe runs on Django's own database connection.
+
+Using Django's connection (not a private one) is the point: ``start_flow`` inside ``transaction.atomic()``
+commits or rolls back with the caller's writes, so a run never starts for an order that was not saved.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Literal, TypeAlias
+
+from django.db import connections
+
+from pgflow_django.dsl import Flow, StepType
+from pgflow_django.slugs import validate_flow_slug
+
+RunStatus: TypeAlias = Literal["started", "completed", "failed"]
+StepStatus: TypeAlias = Literal["created", "started", "completed", "failed", "skipped"]
+TERMINAL_RUN_STATUSES: Final = frozenset({"completed", "failed"})
+
+_NUL_ESCAPE: Final = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+class InvalidInput(ValueError):
+    """A run input the database cannot store as jsonb (or that the flow's first step cannot take)."""
+
+
+class RunNotFound(LookupError):
+    """No run has this id (yet: it may belong to a transaction that has not committed)."""
+
+
+@dataclass(frozen=True)
+class StepStateView:
+    """One step of one run, as ``pgflow.step_states`` records it."""
+
+    step_slug: str
+    step_type: StepType
+    step_index: int
+    status: StepStatus
+    output: Any
+    error_message: str | None
+    skip_reason: str | None
+    remaining_tasks: int | None
+    initial_tasks: int | None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    failed_at: datetime | None
+    skipped_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A run and its step states, read in one statement (one consistent snapshot)."""
+
+    run_id: uuid.UUID
+    flow_slug: str
+    status: RunStatus
+    input: Any
+    output: Any
+    error_message: str | None
+    remaining_steps: int
+    started_at: datetime
+    completed_at: datetime | None
+    failed_at: datetime | None
+    steps: tuple[StepStateView, ...]
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_RUN_STATUSES
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """Outputs of the completed steps, by slug."""
+        return {state.step_slug: state.output for state in self.steps if state.status == "completed"}
+
+    def step(self, slug: str) -> StepStateView:
+        for state in self.steps:
+            if state.step_slug == slug:
+                return state
+        known = ", ".join(state.step_slug for state in self.steps) or "none"
+        raise KeyError(f"run {self.run_id} of flow {self.flow_slug!r} has no step {slug!r} (steps: {known})")
+
+
+def start_flow(
+    flow_or_slug: Flow | str, input: Any, *, run_id: uuid.UUID | str | None = None, using: str = "default"
+) -> uuid.UUID:
+    """Start one run and return its id; inside ``transaction.atomic()`` it commits with the caller."""
+    slug = _flow_slug(flow_or_slug)
+    body = _input_json(flow_or_slug, input, f"input of flow {slug!r}")
+    chosen = None if run_id is None else _as_uuid(run_id)
+    with connections[using].cursor() as cursor:
+        cursor.execute("select run_id from pgflow.start_flow(%s, %s::jsonb, %s::uuid)", [slug, body, chosen])
+        row = cursor.fetchone()
+    return _as_uuid(row[0])
+
+
+def start_flows(
+    flow_or_slug: Flow | str,
+    inputs: Iterable[Any],
+    *,
+    run_ids: Sequence[uuid.UUID | str] | None = None,
+    using: str = "default",
+) -> list[uuid.UUID]:
+    """Start one run per input in a single database call; returns the run ids in input order."""
+    slug = _flow_slug(flow_or_slug)
+    bodies = [
+        _input_json(flow_or_slug, item, f"input #{index} of flow {slug!r}")
+        for index, item in enumerate(inputs)
+    ]
+    if run_ids is None:
+        ids = [uuid.uuid4() for _ in bodies]
+    elif len(run_ids) != len(bodies):
+        raise ValueError(
+            f"start_flows got {len(bodies)} inputs but {len(run_ids)} run_ids; pass one id per input"
+        )
+    else:
+        ids = [_as_uuid(value) for value in run_ids]
+    if not bodies:
+        return []
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "select count(*) from pgflow.start_flows(%s, %s::jsonb, %s::uuid[])",
+            [slug, f"[{','.join(bodies)}]", ids],
+        )
+    return ids
+
+
+def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
+    """The run with its step states (in step order) and outputs; ``RunNotFound`` for an unknown id."""
+    key = _as_uuid(run_id)
+    with connections[using].cursor() as cursor:
+        cursor.execute(_GET_RUN_SQL, [key])
+        rows = cursor.fetchall()
+    if not rows:
+        raise RunNotFound(
+            f"no run {key}: check the id, or commit the transaction that started it (it may also be pruned)"
+        )
+    first = rows[0]
+    steps = tuple(
+        StepStateView(
+            step_slug=row[10],
+            step_type=row[11],
+            step_index=row[12],
+            status=row[13],
+            output=_loads(row[14]),
+            error_message=row[15],
+            skip_reason=row[16],
+            remaining_tasks=row[17],
+            initial_tasks=row[18],
+            created_at=row[19],
+            started_at=row[20],
+            completed_at=row[21],
+            failed_at=row[22],
+            skipped_at=row[23],
+        )
+        for row in rows
+        if row[10] is not None
+    )
+    return RunView(
+        run_id=_as_uuid(first[0]),
+        flow_slug=first[1],
+        status=first[2],
+        input=_loads(first[3]),
+        output=_loads(first[4]),
+        error_message=first[5],
+        remaining_steps=first[6],
+        started_at=first[7],
+        completed_at=first[8],
+        failed_at=first[9],
+        steps=steps,
+    )
+
+
+def wait_for_run(
+    run_id: uuid.UUID | str, *, timeout: float = 60.0, poll: float = 0.2, using: str = "default"
+) -> RunView:
+    """Poll until the run is completed or failed; ``TimeoutError`` after ``timeout`` seconds."""
+    if timeout < 0 or poll <= 0:
+        raise ValueError(f"wait_for_run needs timeout >= 0 and poll > 0, got timeout={timeout}, poll={poll}")
+    deadline = time.monotonic() + timeout
+    while True:
+        view = get_run(run_id, using=using)
+        if view.is_terminal:
+            return view
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            pending = [state.step_slug for state in view.steps if state.status in ("created", "started")]
+            raise TimeoutError(
+                f"run {view.run_id} of flow {view.flow_slug!r} is still {view.status} after {timeout}s "
+                f"(unfinished steps: {', '.join(pending) or 'none'}); is a worker running for this flow?"
+            )
+        time.sleep(min(poll, remaining))
+
+
+_GET_RUN_SQL: Final = """
+select r.run_id, r.flow_slug, r.status, r.input::text, r.output::text, r.error_message, r.remaining_steps,
+       r.started_at, r.completed_at, r.failed_at,
+       s.step_slug, st.step_type, st.step_index, s.status, s.output::text, s.error_message, s.skip_reason,
+       s.remaining_tasks, s.initial_tasks, s.created_at, s.started_at, s.completed_at, s.failed_at,
+       s.skipped_at
+  from pgflow.runs r
+  left join pgflow.step_states s on s.run_id = r.run_id
+  left join pgflow.steps st on st.flow_slug = s.flow_slug and st.step_slug = s.step_slug
+ where r.run_id = %s
+ order by st.step_index
+"""
+
+
+def _flow_slug(flow_or_slug: Flow | str) -> str:
+    if isinstance(flow_or_slug, Flow):
+        return flow_or_slug.slug
+    return validate_flow_slug(flow_or_slug)
+
+
+def _input_json(flow_or_slug: Flow | str, value: Any, what: str) -> str:
+    """Serialise before any SQL runs, so bad input is one clear error and nothing is written."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(
+            f"{what} is not JSON-serialisable ({exc}); pass dicts, lists, strings, finite numbers, "
+            "booleans and None"
+        ) from None
+    if _NUL_ESCAPE.search(text):
+        raise InvalidInput(
+            f"{what} contains a NUL character (\\u0000), which PostgreSQL cannot store; remove it"
+        )
+    if isinstance(flow_or_slug, Flow) and not isinstance(value, list | tuple):
+        root_maps = [step.slug for step in flow_or_slug.steps.values() if step.is_map and step.is_root]
+        if root_maps:
+            raise InvalidInput(
+                f"{what} must be a JSON array, because root map step {root_maps[0]!r} runs one task per "
+                f"element; got {type(value).__name__}"
+            )
+    return text
+
+
+def _as_uuid(value: object) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise ValueError(f"run id {value!r} is not a UUID; pass a uuid.UUID or its string form") from None
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
