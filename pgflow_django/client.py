@@ -179,7 +179,7 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
 
 
 def wait_for_run(
-    run_id: uuid.UUID | str, *, timeout: float = 60.0, poll: float = 0.2, using: str = "default"
+    run_id: uuid.UUID | str, timeout: float = 60.0, poll: float = 0.2, *, using: str = "default"
 ) -> RunView:
     """Poll until the run is completed or failed; ``TimeoutError`` after ``timeout`` seconds."""
     if timeout < 0 or poll <= 0:
