@@ -374,3 +374,41 @@ def compile_flow(flow_slug: str, flow_shape: dict[str, Any], allow_recompile: bo
             [flow_slug, jb(flow_shape), allow_recompile],
         )
     )
+
+
+def complete_many(
+    items: list[tuple[dict[str, Any], Any]], attempts: dict[int, int] | None = None
+) -> list[dict[str, Any]]:
+    """complete_tasks over (record, output) pairs; returns its rows."""
+    payload = [
+        {
+            "run_id": str(rec["run_id"]),
+            "step_slug": rec["step_slug"],
+            "task_index": rec["task_index"],
+            "attempt": rec["attempt"] if attempts is None else attempts.get(i, rec["attempt"]),
+            "output": output,
+        }
+        for i, (rec, output) in enumerate(items)
+    ]
+    return q("select * from pgflow.complete_tasks(%s::jsonb)", [jb(payload)])
+
+
+def requeue_stalled() -> dict[str, int]:
+    """requeue_stalled_tasks() as {outcome: count} (columns read by position)."""
+    result: dict[str, int] = {}
+    for row in q("select * from pgflow.requeue_stalled_tasks()"):
+        outcome, count = list(row.values())[:2]
+        result[str(outcome)] = int(count)
+    return result
+
+
+def requeued_total(result: dict[str, int]) -> int:
+    return sum(v for k, v in result.items() if "requeue" in k)
+
+
+def assert_visible_in(flow_slug: str, msg_id: int, seconds: float) -> None:
+    """The message's visibility is ``seconds`` from now (set moments ago: allow 0.6 s of elapsed time)."""
+    actual = vt_in(flow_slug, msg_id)
+    assert seconds - 0.6 <= actual <= seconds + 0.05, (
+        f"message {msg_id} visible in {actual:.2f}s, want {seconds}s"
+    )

@@ -29,3 +29,23 @@ def test_unknown_task_is_stale() -> None:
     run_id = start("f")
     assert complete({"run_id": run_id, "step_slug": "a", "task_index": 5, "attempt": 1}, 1) == "stale"
     assert complete({"run_id": run_id, "step_slug": "zz", "task_index": 0, "attempt": 1}, 1) == "stale"
+
+
+def test_late_completion_of_task_whose_step_was_skipped() -> None:
+    from tests.sql.support import archived_ids, live_ids
+    from tests.sql.support import make_flow as mk
+
+    mk("g", step("m", step_type="map", when_exhausted="skip", max_attempts=1), step("after", "m"))
+    run_id = start("g", [1, 2])
+    from tests.sql.support import claim as claim_g
+
+    recs = claim_g("g")
+    assert fail(recs[0]) == "skipped"
+    assert complete(recs[1], "late") == "stale"
+    late = task(run_id, "m", recs[1]["task_index"])
+    assert late["status"] == "skipped"
+    assert late["output"] is None
+    assert state(run_id, "m")["status"] == "skipped"
+    assert state(run_id, "m")["output"] is None
+    assert recs[1]["message_id"] in archived_ids("g")
+    assert recs[1]["message_id"] not in live_ids("g")

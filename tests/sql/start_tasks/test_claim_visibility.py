@@ -1,11 +1,21 @@
-from tests.sql.support import claim, make_flow, q, start, start_tasks, step, task, tasks, vt_in
+from tests.sql.support import (
+    assert_visible_in,
+    claim,
+    make_flow,
+    q,
+    start,
+    start_tasks,
+    step,
+    task,
+    tasks,
+)
 
 
 def test_visibility_is_step_timeout_plus_2_seconds() -> None:
     make_flow("f", step("a", timeout=50), timeout=20)
     run_id = start("f")
     rec = claim("f", vt=1)[0]
-    assert 50.5 <= vt_in("f", rec["message_id"]) <= 52.1
+    assert_visible_in("f", rec["message_id"], 52)
     assert task(run_id, "a")["status"] == "started"
 
 
@@ -13,7 +23,7 @@ def test_visibility_falls_back_to_flow_timeout() -> None:
     make_flow("f", step("a"), timeout=33)
     start("f")
     rec = claim("f", vt=1)[0]
-    assert 33.5 <= vt_in("f", rec["message_id"]) <= 35.1
+    assert_visible_in("f", rec["message_id"], 35)
 
 
 def test_visibility_set_before_returning_even_without_read() -> None:
@@ -24,7 +34,7 @@ def test_visibility_set_before_returning_even_without_read() -> None:
     records = start_tasks("f", ids)
     assert len(records) == 3
     for msg_id in ids:
-        assert 70.5 <= vt_in("f", msg_id) <= 72.1
+        assert_visible_in("f", msg_id, 72)
     assert q("select * from pgmq.read('f', 1, 10)") == []
 
 
@@ -35,4 +45,4 @@ def test_unclaimed_messages_keep_their_visibility() -> None:
     claim("f")
     q("update pgmq.q_f set vt = clock_timestamp() + interval '7 seconds' where msg_id = %s", [msg])
     assert start_tasks("f", [msg]) == []
-    assert 5.5 <= vt_in("f", msg) <= 7.1
+    assert_visible_in("f", msg, 7)

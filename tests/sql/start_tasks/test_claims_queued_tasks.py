@@ -49,3 +49,10 @@ def test_second_claim_counts_second_attempt() -> None:
     second = claim("f")[0]
     assert second["attempt"] == 2
     assert task(run_id, "a")["attempts_count"] == 2
+
+
+def test_record_shape() -> None:
+    make_flow("f", step("a"))
+    start("f", {"x": 1})
+    rec = claim("f")[0]
+    assert {"flow_slug", "run_id", "step_slug", "task_index", "message_id", "attempt", "input"} <= set(rec)
