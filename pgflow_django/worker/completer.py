@@ -1,0 +1,203 @@
+"""Record handler results in batches: many completions per ``pgflow.complete_tasks`` call, so commit cost
+is shared. A batch closes when it is full, when ``flush_ms`` has passed, or at once when no handler is
+running (an idle worker adds no latency). A batch that raises is retried item by item, so one bad item
+never undoes the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pgflow_django.worker.backoff import Backoff
+from pgflow_django.worker.engine import ClaimedTask, Engine, completion_item, first_line
+from pgflow_django.worker.state import WorkerState
+
+logger = logging.getLogger("pgflow_django.worker")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Completion:
+    task: ClaimedTask
+    output_json: str
+
+
+@dataclass(frozen=True)
+class Failure:
+    task: ClaimedTask
+    error_message: str
+    retry_delay: int | None = None
+
+
+class Abandoned(Exception):
+    """The worker gave up waiting for the database while shutting down."""
+
+
+class Completer(threading.Thread):
+    def __init__(self, engine: Engine, state: WorkerState, batch_size: int, flush_ms: float) -> None:
+        super().__init__(name="pgflow-completer", daemon=True)
+        self.engine = engine
+        self.state = state
+        self.batch_size = batch_size
+        self.flush_seconds = flush_ms / 1000.0
+        self._queue: queue.SimpleQueue[Completion | Failure] = queue.SimpleQueue()
+        self._stop_event = threading.Event()
+
+    # -- called from handler threads -----------------------------------------------------------
+
+    def complete(self, task: ClaimedTask, output_json: str) -> None:
+        self._queue.put(Completion(task, output_json))
+
+    def fail(self, task: ClaimedTask, error_message: str, retry_delay: int | None = None) -> None:
+        self._queue.put(Failure(task, error_message, retry_delay))
+
+    def stop(self) -> None:
+        """Finish what is queued, then exit."""
+        self._stop_event.set()
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    # -- completer thread ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        while True:
+            try:
+                first = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if self._stop_event.is_set() or self.state.aborted.is_set():
+                    break
+                continue
+            batch = self._collect(first)
+            try:
+                self.flush(batch)
+            except Abandoned:
+                logger.warning(
+                    "shutdown: %d task result(s) not recorded; recovery will run them again", len(batch)
+                )
+            except Exception:
+                logger.exception(
+                    "could not record %d task result(s); recovery will run them again", len(batch)
+                )
+        self.engine.close()
+
+    def _collect(self, first: Completion | Failure) -> list[Completion | Failure]:
+        batch = [first]
+        deadline = time.monotonic() + self.flush_seconds
+        while len(batch) < self.batch_size:
+            try:
+                batch.append(self._queue.get_nowait())
+                continue
+            except queue.Empty:
+                pass
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.state.executing == 0 or self._stop_event.is_set():
+                break
+            try:
+                batch.append(self._queue.get(timeout=remaining))
+            except queue.Empty:
+                break
+        return batch
+
+    def flush(self, batch: list[Completion | Failure]) -> None:
+        completions = [item for item in batch if isinstance(item, Completion)]
+        if completions:
+            self._complete_batch(completions)
+        for item in batch:
+            if isinstance(item, Failure):
+                self._fail(item)
+
+    def _retrying(self, call: Callable[[], T]) -> T:
+        """Run ``call``, retrying transient database errors with back-off until it works or we abort."""
+        backoff = Backoff()
+        while True:
+            try:
+                return call()
+            except Exception as exc:
+                if not self.engine.recover(exc):
+                    raise
+                if self.state.aborted.is_set():
+                    raise Abandoned() from exc
+                delay = backoff.next()
+                logger.warning("recording results failed (%s); retrying in %.1fs", first_line(exc), delay)
+                if self.state.aborted.wait(delay):
+                    raise Abandoned() from exc
+
+    def _complete_batch(self, items: list[Completion]) -> None:
+        if len(items) == 1:
+            self._complete_one(items[0])
+            return
+        payload = "[" + ",".join(completion_item(item.task, item.output_json) for item in items) + "]"
+        try:
+            rows = self._retrying(lambda: self.engine.complete_tasks(payload))
+        except Abandoned:
+            raise
+        except Exception as exc:
+            logger.warning(
+                "batched completion of %d tasks failed (%s); completing them one by one",
+                len(items),
+                first_line(exc),
+            )
+            for item in items:
+                self._complete_one(item)
+            return
+        by_key = {item.task.key: item for item in items}
+        for run_id, step_slug, task_index, outcome in rows:
+            done = by_key.pop((run_id, step_slug, task_index), None)
+            if done is not None:
+                _log_completion(done.task, outcome)
+        for missing in by_key.values():
+            logger.warning("completion of %s returned no outcome", missing.task.describe())
+
+    def _complete_one(self, item: Completion) -> None:
+        try:
+            outcome = self._retrying(lambda: self.engine.complete_task(item.task, item.output_json))
+        except Abandoned:
+            raise
+        except Exception as exc:
+            message = f"could not record the task's output: {first_line(exc)}"
+            logger.error("%s %s", message, item.task.describe())
+            self._fail(Failure(item.task, message))
+            return
+        _log_completion(item.task, outcome)
+
+    def _fail(self, item: Failure) -> None:
+        try:
+            outcome = self._retrying(
+                lambda: self.engine.fail_task(item.task, item.error_message, item.retry_delay)
+            )
+        except Abandoned:
+            raise
+        except Exception as exc:
+            logger.error(
+                "could not record the failure of %s (%s); recovery will run it again",
+                item.task.describe(),
+                first_line(exc),
+            )
+            return
+        if outcome == "retrying":
+            logger.info("task will be retried %s", item.task.describe())
+            # A retry delays an existing message, which notifies no one: wake the loop so its next
+            # read learns when the message becomes visible and schedules a timed read.
+            self.state.notify_messages()
+        elif outcome == "stale":
+            logger.info("late failure ignored (the claim is no longer current) %s", item.task.describe())
+        else:
+            logger.warning("task attempts exhausted (%s) %s", outcome, item.task.describe())
+
+
+def _log_completion(task: ClaimedTask, outcome: str) -> None:
+    if outcome == "completed":
+        logger.debug("task completed %s", task.describe())
+    elif outcome == "stale":
+        logger.info("late completion ignored (the claim is no longer current) %s", task.describe())
+    else:
+        logger.warning("completion %s: the output cannot feed the next step %s", outcome, task.describe())

@@ -1,0 +1,296 @@
+"""The worker's own SQL, each caller on its own dedicated psycopg connection.
+
+Claims, completions and heartbeats never share Django's per-thread connections, so they never wait
+behind a handler's transaction, and the worker's connection count stays fixed (docs: concurrency + 3).
+A connection that breaks is dropped and reopened on next use; the caller decides when to retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+DJANGO_ONLY_OPTIONS = frozenset(
+    {"isolation_level", "server_side_binding", "assume_role", "pool", "cursor_factory", "context"}
+)
+"""Keys of ``DATABASES[...]["OPTIONS"]`` that Django consumes itself and libpq would reject."""
+
+STALLED_LOCK_KEY = "pgflow:requeue_stalled"
+"""Advisory-lock name that lets one worker at a time run stalled-task recovery."""
+
+
+def connection_params(using: str = "default") -> dict[str, Any]:
+    """psycopg connection keywords built from Django's ``settings_dict`` for ``using``."""
+    from django.db import connections
+
+    settings_dict = connections[using].settings_dict
+    params: dict[str, Any] = {
+        key: value
+        for key, value in (settings_dict.get("OPTIONS") or {}).items()
+        if key not in DJANGO_ONLY_OPTIONS
+    }
+    if settings_dict.get("NAME"):
+        params["dbname"] = settings_dict["NAME"]
+    for key, name in (("USER", "user"), ("PASSWORD", "password"), ("HOST", "host"), ("PORT", "port")):
+        if settings_dict.get(key):
+            params[name] = str(settings_dict[key])
+    return params
+
+
+def connect(params: dict[str, Any], role: str) -> psycopg.Connection[Any]:
+    """An autocommit connection named after its role, so operators can tell them apart in pg_stat_activity."""
+    keywords = dict(params)
+    keywords.setdefault("application_name", f"pgflow_worker {role}")
+    keywords.setdefault("connect_timeout", 10)
+    return psycopg.connect(autocommit=True, **keywords)
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's first line: database errors carry multi-line details (and sometimes values) after it."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors worth retrying unchanged (lost connection, restart, deadlock, serialization),
+    False when the statement itself is wrong and would fail again."""
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+@dataclass(frozen=True)
+class ClaimedTask:
+    """One row of ``pgflow.start_tasks``: a task this worker now holds, fenced by ``attempt``."""
+
+    flow_slug: str
+    run_id: uuid.UUID
+    step_slug: str
+    task_index: int
+    message_id: int
+    attempt: int
+    input: Any
+
+    @property
+    def key(self) -> tuple[uuid.UUID, str, int]:
+        return (self.run_id, self.step_slug, self.task_index)
+
+    def describe(self) -> str:
+        """Identity for logs: never the input, message ids as decimal strings."""
+        return (
+            f"queue={self.flow_slug} msg_id={self.message_id} run={self.run_id} "
+            f"step={self.step_slug}[{self.task_index}] attempt={self.attempt}"
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    read_count: int
+    tasks: list[ClaimedTask]
+    next_visible: float | None
+    """Seconds until the earliest message this read left behind becomes visible (None: queue empty)."""
+
+
+_CLAIM = """
+with msgs as materialized (
+  select msg_id from pgmq.read(%(queue)s, %(vt)s, %(qty)s)
+), ids as (
+  select coalesce(array_agg(msg_id order by msg_id), '{{}}'::bigint[]) as arr, count(*) as n from msgs
+), next_visible as (
+  select extract(epoch from min(q.vt) - clock_timestamp())::float8 as seconds
+    from pgmq.{table} as q, ids
+   where q.msg_id <> all(ids.arr)
+)
+select ids.n, next_visible.seconds,
+       t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input
+from ids cross join next_visible
+left join lateral pgflow.start_tasks(%(flow)s, ids.arr, %(worker)s) as t on cardinality(ids.arr) > 0
+"""
+"""Read and claim in one statement: one round trip, and a crash in between leaves nothing hidden.
+
+``next_visible`` (seen from the statement's snapshot, so without the messages it just read) says when
+the earliest hidden message (a retry or start delay) becomes visible: notifications fire on insert
+only, so a delayed message needs a timed read to be picked up on time.
+"""
+
+
+class Engine:
+    """One dedicated connection and the statements of one role (supervisor or completer)."""
+
+    def __init__(self, params: dict[str, Any], role: str) -> None:
+        self.params = params
+        self.role = role
+        self._conn: psycopg.Connection[Any] | None = None
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.params, self.role)
+        return self._conn
+
+    @property
+    def connection(self) -> psycopg.Connection[Any] | None:
+        """The current connection, if any, without opening one."""
+        return self._conn
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+    def recover(self, exc: BaseException) -> bool:
+        """Drop a broken connection (the next call reconnects); True when ``exc`` is worth retrying."""
+        conn = self._conn
+        if conn is not None and (conn.closed or conn.broken):
+            self.close()
+        return is_transient(exc)
+
+    def _rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
+        with self.conn.cursor() as cursor:
+            cursor.execute(query, params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+    def _scalar(self, query: str | sql.Composed, params: Any = None) -> Any:
+        rows = self._rows(query, params)
+        return rows[0][0] if rows else None
+
+    # -- supervisor ----------------------------------------------------------------------------
+
+    def claim(
+        self, flow_slug: str, queue: str, queue_table: str, worker_id: uuid.UUID, vt: int, qty: int
+    ) -> Claim:
+        query = sql.SQL(_CLAIM).format(table=sql.Identifier(queue_table))
+        rows = self._rows(
+            query, {"queue": queue, "vt": vt, "qty": qty, "flow": flow_slug, "worker": worker_id}
+        )
+        tasks = [
+            ClaimedTask(
+                flow_slug=row[2],
+                run_id=row[3],
+                step_slug=row[4],
+                task_index=row[5],
+                message_id=row[6],
+                attempt=row[7],
+                input=row[8],
+            )
+            for row in rows
+            if row[3] is not None
+        ]
+        if not rows:
+            return Claim(read_count=0, tasks=tasks, next_visible=None)
+        next_visible = None if rows[0][1] is None else float(rows[0][1])
+        return Claim(read_count=int(rows[0][0]), tasks=tasks, next_visible=next_visible)
+
+    def queue_table(self, queue: str) -> str:
+        """PGMQ's table name for ``queue`` (lower-cased), which also names its insert channel."""
+        return str(self._scalar("select pgmq.format_table_name(%s, 'q')", [queue]))
+
+    def insert_notifications(self, queue: str, queue_table: str) -> tuple[bool, int]:
+        """Whether inserts into the queue notify listeners, and PGMQ's throttle in ms (0: immediate).
+
+        The engine installs a statement-level trigger of its own; PGMQ's row trigger may be there too.
+        """
+        rows = self._rows(
+            """
+            select exists (
+                     select 1 from pg_trigger
+                      where tgrelid = to_regclass(format('pgmq.%%I', %s::text))
+                        and tgname in ('pgflow_notify_insert', 'trigger_notify_queue_insert_listeners')
+                        and not tgisinternal),
+                   coalesce((select throttle_interval_ms from pgmq.notify_insert_throttle
+                              where queue_name = %s), 0)
+            """,
+            [queue_table, queue],
+        )
+        return bool(rows[0][0]), int(rows[0][1])
+
+    def register(self, worker_id: uuid.UUID, queue: str, function_name: str) -> None:
+        self._rows(
+            "insert into pgflow.workers (worker_id, queue_name, function_name) values (%s, %s, %s)",
+            [worker_id, queue, function_name],
+        )
+
+    def heartbeat(self, worker_id: uuid.UUID, queue: str, function_name: str) -> bool:
+        """Refresh the heartbeat (re-registering after a prune); True when an operator deprecated us."""
+        return bool(
+            self._scalar(
+                """
+                insert into pgflow.workers (worker_id, queue_name, function_name) values (%s, %s, %s)
+                on conflict (worker_id) do update set last_heartbeat_at = now()
+                returning deprecated_at is not null
+                """,
+                [worker_id, queue, function_name],
+            )
+        )
+
+    def mark_stopped(self, worker_id: uuid.UUID) -> None:
+        self._rows(
+            "update pgflow.workers set stopped_at = now(), last_heartbeat_at = now() where worker_id = %s",
+            [worker_id],
+        )
+
+    def requeue_stalled(self) -> list[tuple[Any, ...]] | None:
+        """Run stalled-task recovery unless another worker is running it (then None)."""
+        conn = self.conn
+        with conn.transaction(), conn.cursor() as cursor:
+            cursor.execute("select pg_try_advisory_xact_lock(hashtext(%s))", [STALLED_LOCK_KEY])
+            row = cursor.fetchone()
+            if not (row and row[0]):
+                return None
+            cursor.execute("select * from pgflow.requeue_stalled_tasks()")
+            return cursor.fetchall()
+
+    def release(self, queue: str, message_ids: Sequence[int]) -> int:
+        """Make messages visible now, so another worker can take them without waiting for their timeout."""
+        if not message_ids:
+            return 0
+        return int(
+            self._scalar(
+                "select count(*) from pgflow.set_vt_batch(%s, %s::bigint[], %s::integer[])",
+                [queue, list(message_ids), [0] * len(message_ids)],
+            )
+        )
+
+    # -- completer -----------------------------------------------------------------------------
+
+    def complete_tasks(self, items_json: str) -> list[tuple[uuid.UUID, str, int, str]]:
+        rows = self._rows(
+            "select run_id, step_slug, task_index, outcome from pgflow.complete_tasks(%s::jsonb)",
+            [items_json],
+        )
+        return [(row[0], row[1], row[2], row[3]) for row in rows]
+
+    def complete_task(self, task: ClaimedTask, output_json: str) -> str:
+        return str(
+            self._scalar(
+                "select pgflow.complete_task(%s, %s, %s, %s, %s::jsonb)",
+                [task.run_id, task.step_slug, task.task_index, task.attempt, output_json],
+            )
+        )
+
+    def fail_task(self, task: ClaimedTask, error_message: str, retry_delay: int | None) -> str:
+        return str(
+            self._scalar(
+                "select pgflow.fail_task(%s, %s, %s, %s, %s, %s::integer)",
+                [task.run_id, task.step_slug, task.task_index, task.attempt, error_message, retry_delay],
+            )
+        )
+
+
+def completion_item(task: ClaimedTask, output_json: str) -> str:
+    """One element of ``complete_tasks``' JSON array, embedding the already-encoded output verbatim."""
+    head = json.dumps(
+        {
+            "run_id": str(task.run_id),
+            "step_slug": task.step_slug,
+            "task_index": task.task_index,
+            "attempt": task.attempt,
+        }
+    )
+    return f'{head[:-1]}, "output": {output_json}}}'

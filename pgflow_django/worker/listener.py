@@ -1,0 +1,73 @@
+"""LISTEN on the queue's PGMQ insert channel and wake the supervisor, so an idle worker reacts in
+milliseconds without busy polling. Polling stays as the fallback for lost notifications.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgflow_django.worker.backoff import Backoff
+from pgflow_django.worker.engine import connect, first_line
+from pgflow_django.worker.state import WorkerState
+
+logger = logging.getLogger("pgflow_django.worker")
+
+
+def insert_channel(queue_table: str) -> str:
+    """PGMQ's notify-on-insert channel: ``pgmq.<table>.INSERT`` (the trigger uses TG_TABLE_NAME)."""
+    return f"pgmq.{queue_table}.INSERT"
+
+
+class Listener(threading.Thread):
+    """Owns the third dedicated connection; reconnects with back-off and wakes the loop after each
+    (re)connect, since notifications sent while it was away are lost."""
+
+    def __init__(self, params: dict[str, Any], channel: str, state: WorkerState) -> None:
+        super().__init__(name="pgflow-listener", daemon=True)
+        self.params = params
+        self.channel = channel
+        self.state = state
+        self.listening = threading.Event()
+        """Set while LISTEN is active: the supervisor may then back off its fallback polling."""
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        backoff = Backoff()
+        while not self._stop_event.is_set():
+            conn: psycopg.Connection[Any] | None = None
+            try:
+                conn = connect(self.params, "listener")
+                conn.execute(sql.SQL("listen {}").format(sql.Identifier(self.channel)))
+                self.listening.set()
+                backoff.reset()
+                self.state.notify_messages()
+                while not self._stop_event.is_set():
+                    for _ in conn.notifies(timeout=0.5):
+                        self.state.notify_messages()
+                        if self._stop_event.is_set():
+                            break
+            except psycopg.Error as exc:
+                self.listening.clear()
+                if self._stop_event.is_set():
+                    break
+                delay = backoff.next()
+                logger.warning(
+                    "listener lost its connection (%s); polling continues, reconnecting in %.1fs",
+                    first_line(exc),
+                    delay,
+                )
+                self._stop_event.wait(delay)
+            finally:
+                self.listening.clear()
+                if conn is not None:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.close()

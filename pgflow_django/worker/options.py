@@ -1,0 +1,71 @@
+"""What one worker process does and how hard it pushes: command-line values over ``PGFLOW`` settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from pgflow_django.conf import get_settings
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """Validated once at startup so a bad value is one clear error, never a crash mid-loop."""
+
+    flow_slug: str
+    concurrency: int = 10
+    batch_size: int = 10
+    poll_interval: float = 1.0
+    max_poll_seconds: float = 5.0
+    shutdown_timeout: float = 30.0
+    heartbeat_seconds: float = 5.0
+    stalled_check_seconds: float = 15.0
+    completion_flush_ms: float = 2.0
+    completion_batch_size: int = 100
+    read_visibility_seconds: int = 5
+    """How long a read message stays hidden before the claim sets its real visibility (timeout + 2 s)."""
+    using: str = "default"
+
+    @classmethod
+    def from_settings(cls, flow_slug: str, **overrides: Any) -> WorkerOptions:
+        """Settings fill every value the caller leaves as None."""
+        conf = get_settings()
+        values: dict[str, Any] = {
+            "concurrency": conf.worker_concurrency,
+            "batch_size": conf.worker_batch_size,
+            "poll_interval": conf.worker_poll_interval,
+            "max_poll_seconds": conf.worker_max_poll_seconds,
+            "shutdown_timeout": conf.worker_shutdown_timeout,
+            "heartbeat_seconds": conf.worker_heartbeat_seconds,
+            "stalled_check_seconds": conf.stalled_check_seconds,
+            "completion_flush_ms": conf.completion_flush_ms,
+            "completion_batch_size": conf.completion_batch_size,
+        }
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise TypeError(f"unknown worker option(s): {', '.join(unknown)}")
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        options = cls(flow_slug=flow_slug, **values)
+        options.validate()
+        return options
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first option out of range."""
+        positive_ints = ("concurrency", "batch_size", "completion_batch_size", "read_visibility_seconds")
+        for name in positive_ints:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be a whole number >= 1, got {value!r}")
+        positive = ("poll_interval", "max_poll_seconds", "heartbeat_seconds", "stalled_check_seconds")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name.replace('_', '-')} must be > 0, got {getattr(self, name)!r}")
+        for name in ("shutdown_timeout", "completion_flush_ms"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name.replace('_', '-')} must be >= 0, got {getattr(self, name)!r}")
+
+    @property
+    def max_connections(self) -> int:
+        """Engine + completer + listener, plus one Django connection per handler thread."""
+        return self.concurrency + 3

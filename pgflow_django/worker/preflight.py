@@ -1,0 +1,88 @@
+"""Checks that run before a worker registers or polls, each failing with one actionable line."""
+
+from __future__ import annotations
+
+from django.db import DatabaseError, connections
+
+from pgflow_django.dsl import Flow
+from pgflow_django.worker.engine import first_line
+
+PROTOCOL_VERSION = 1
+"""The worker/database protocol this worker speaks; ``pgflow.protocol_version()`` must return the same."""
+
+REQUIRED_FUNCTIONS: tuple[str, ...] = (
+    "pgflow.protocol_version()",
+    "pgflow.ensure_flow_compiled(text,jsonb,boolean)",
+    "pgflow.start_tasks(text,bigint[],uuid)",
+    "pgflow.complete_tasks(jsonb)",
+    "pgflow.complete_task(uuid,text,integer,integer,jsonb)",
+    "pgflow.fail_task(uuid,text,integer,integer,text,integer)",
+    "pgflow.requeue_stalled_tasks()",
+    "pgflow.set_vt_batch(text,bigint[],integer[])",
+    "pgmq.read(text,integer,integer,jsonb)",
+)
+"""Every SQL entry point the worker calls; probing them tells "not migrated" apart from a bug."""
+
+
+class PreflightError(Exception):
+    """The worker cannot start; the message says why and what to do."""
+
+
+def resolve_flow(slug: str) -> Flow:
+    from pgflow_django.registry import FlowNotRegistered, get_flow
+
+    try:
+        return get_flow(slug)
+    except FlowNotRegistered as exc:
+        raise PreflightError(str(exc)) from None
+
+
+def check_database(using: str = "default") -> None:
+    """The database answers and is migrated far enough for this worker."""
+    try:
+        with connections[using].cursor() as cursor:
+            cursor.execute(
+                "select sig from unnest(%s::text[]) as sig where to_regprocedure(sig) is null",
+                [list(REQUIRED_FUNCTIONS)],
+            )
+            missing = [row[0] for row in cursor.fetchall()]
+            protocol = None
+            if "pgflow.protocol_version()" not in missing:
+                cursor.execute("select pgflow.protocol_version()")
+                version_row = cursor.fetchone()
+                protocol = None if version_row is None else int(version_row[0])
+            cursor.execute("select to_regclass('pgflow.workers') is not null")
+            row = cursor.fetchone()
+            has_workers = bool(row and row[0])
+    except DatabaseError as exc:
+        raise PreflightError(f"cannot reach the database {using!r}: {first_line(exc)}") from None
+    if missing or not has_workers:
+        absent = missing + ([] if has_workers else ["pgflow.workers"])
+        raise PreflightError(
+            f"the database is not migrated for pgflow (missing {', '.join(absent)}); run manage.py migrate"
+        )
+    if protocol is not None and protocol < PROTOCOL_VERSION:
+        raise PreflightError(
+            f"the database speaks pgflow protocol {protocol}, this worker needs {PROTOCOL_VERSION}; "
+            "run manage.py migrate"
+        )
+    if protocol is not None and protocol > PROTOCOL_VERSION:
+        raise PreflightError(
+            f"the database speaks pgflow protocol {protocol}, this worker only {PROTOCOL_VERSION}; "
+            "deploy the new worker code (upgrades are coordinated, not rolling)"
+        )
+    pending = pending_migrations(using)
+    if pending:
+        raise PreflightError(
+            f"the database is not migrated for pgflow (pending: {', '.join(pending)}); run manage.py migrate"
+        )
+
+
+def pending_migrations(using: str = "default") -> list[str]:
+    """Unapplied migrations of this app: newer worker code may rely on any of them."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connections[using])
+    targets = [key for key in executor.loader.graph.leaf_nodes() if key[0] == "pgflow"]
+    plan = executor.migration_plan(targets)
+    return [f"{migration.app_label}.{migration.name}" for migration, backwards in plan if not backwards]

@@ -1,0 +1,170 @@
+"""Run one claimed task's handler on a pool thread and hand its result on.
+
+Plain handlers queue their result for the batched completer and free their slot at once. ``atomic=True``
+handlers complete inside their own ``transaction.atomic()`` on Django's connection, so their database
+writes commit together with the completion, or roll back when the claim turned out to be stale.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import close_old_connections, connections, transaction
+
+from pgflow_django.dsl import Flow, Retry, StepDefinition
+from pgflow_django.worker.completer import Completer
+from pgflow_django.worker.context import TaskContext
+from pgflow_django.worker.engine import ClaimedTask
+from pgflow_django.worker.state import WorkerState
+
+logger = logging.getLogger("pgflow_django.worker")
+
+MAX_ERROR_LENGTH = 10_000
+
+
+class OutputNotSerialisable(TypeError):
+    pass
+
+
+class _Discard(Exception):
+    """Leaves an atomic block so the handler's writes roll back, carrying the completion outcome."""
+
+    def __init__(self, outcome: str) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
+
+
+def encode_output(output: Any) -> str:
+    """JSON text of a handler output; falsy values stay themselves, NaN and unknown types are refused."""
+    try:
+        return json.dumps(output, cls=DjangoJSONEncoder, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise OutputNotSerialisable(f"the handler's output is not JSON-serialisable: {exc}") from None
+
+
+def error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text[:MAX_ERROR_LENGTH]
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+class Runner:
+    def __init__(self, flow: Flow, state: WorkerState, completer: Completer, using: str = "default") -> None:
+        self.flow = flow
+        self.state = state
+        self.completer = completer
+        self.using = using
+        self._async = {slug: inspect.iscoroutinefunction(step.handler) for slug, step in flow.steps.items()}
+
+    def run(self, task: ClaimedTask) -> None:
+        """Pool-thread entry point: whatever happens, the task's slot is given back."""
+        try:
+            step = self.flow.steps.get(task.step_slug)
+            if step is None:
+                self.completer.fail(
+                    task, f"step {task.step_slug!r} is not defined in flow {self.flow.slug!r} of this worker"
+                )
+            elif step.atomic:
+                self._run_atomic(task, step)
+            else:
+                self._run_plain(task, step)
+        except Exception:
+            logger.exception("worker error while running %s", task.describe())
+        finally:
+            self.state.release(task)
+
+    def _context(self, task: ClaimedTask, step: StepDefinition) -> TaskContext:
+        extra: dict[str, Any] = {}
+        if step.is_root and not step.is_map:
+            extra["flow_input"] = task.input
+        return TaskContext(
+            flow_slug=task.flow_slug,
+            run_id=task.run_id,
+            step_slug=task.step_slug,
+            task_index=task.task_index,
+            attempt=task.attempt,
+            queue_name=self.flow.slug,
+            message_id=task.message_id,
+            shutdown_event=self.state.stopping,
+            using=self.using,
+            **extra,
+        )
+
+    def _call(self, task: ClaimedTask, step: StepDefinition) -> str:
+        """Run the handler (sync, or async on its own event loop) and return its encoded output."""
+        from asgiref.sync import async_to_sync
+
+        args: tuple[Any, ...] = (
+            (task.input, self._context(task, step)) if step.accepts_context else (task.input,)
+        )
+        self.state.started()
+        try:
+            if self._async.get(step.slug):
+                output = async_to_sync(step.handler)(*args)
+            else:
+                output = step.handler(*args)
+                if inspect.isawaitable(output):
+                    output = async_to_sync(_await)(output)
+        finally:
+            self.state.finished()
+        return encode_output(output)
+
+    def _run_plain(self, task: ClaimedTask, step: StepDefinition) -> None:
+        close_old_connections()
+        try:
+            output_json = self._call(task, step)
+        except Retry as exc:
+            logger.info("handler asked for a retry in %ss %s", exc.delay, task.describe())
+            self.completer.fail(task, exc.message, exc.delay)
+        except Exception as exc:
+            logger.warning("handler failed %s: %s", task.describe(), error_text(exc), exc_info=exc)
+            self.completer.fail(task, error_text(exc))
+        else:
+            self.completer.complete(task, output_json)
+        finally:
+            close_old_connections()
+
+    def _run_atomic(self, task: ClaimedTask, step: StepDefinition) -> None:
+        close_old_connections()
+        outcome: str | None = None
+        output_json = ""
+        try:
+            with transaction.atomic(using=self.using):
+                output_json = self._call(task, step)
+                with connections[self.using].cursor() as cursor:
+                    cursor.execute(
+                        "select pgflow.complete_task(%s, %s, %s, %s, %s::jsonb)",
+                        [task.run_id, task.step_slug, task.task_index, task.attempt, output_json],
+                    )
+                    row = cursor.fetchone()
+                outcome = None if row is None else str(row[0])
+                if outcome != "completed":
+                    raise _Discard(str(outcome))
+        except _Discard:
+            if outcome == "stale":
+                logger.info(
+                    "late completion ignored, the handler's writes were rolled back %s", task.describe()
+                )
+            else:
+                logger.warning(
+                    "completion %s, the handler's writes were rolled back %s", outcome, task.describe()
+                )
+                self.completer.complete(task, output_json)
+        except Retry as exc:
+            logger.info("handler asked for a retry in %ss %s", exc.delay, task.describe())
+            self.completer.fail(task, exc.message, exc.delay)
+        except Exception as exc:
+            logger.warning("handler failed %s: %s", task.describe(), error_text(exc), exc_info=exc)
+            self.completer.fail(task, error_text(exc))
+        else:
+            logger.debug("task completed %s", task.describe())
+        finally:
+            close_old_connections()

@@ -1,0 +1,114 @@
+"""What the supervisor waits on: free handler slots, new-message notifications, a stop request.
+
+One condition variable covers all three, so the main loop sleeps in a single place and any of them
+wakes it at once (the pipeline refills the moment a slot frees, not when a whole batch is done).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from pgflow_django.worker.engine import ClaimedTask
+
+TaskKey = tuple[uuid.UUID, str, int]
+
+
+class WorkerState:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._cond = threading.Condition()
+        self._in_flight: dict[TaskKey, ClaimedTask] = {}
+        self._executing = 0
+        self._notified = False
+        self.stopping = threading.Event()
+        """Set by the first signal (or a deprecation): stop polling, drain. Handlers see it as ctx."""
+        self.aborted = threading.Event()
+        """Set when draining is over (timeout or second signal): pending work is abandoned."""
+
+    # -- slots -----------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        with self._cond:
+            return len(self._in_flight)
+
+    @property
+    def executing(self) -> int:
+        """Handlers running right now; the completer flushes at once when none are."""
+        return self._executing
+
+    def free_slots(self) -> int:
+        with self._cond:
+            return self.capacity - len(self._in_flight)
+
+    def take(self, task: ClaimedTask) -> None:
+        with self._cond:
+            self._in_flight[task.key] = task
+
+    def started(self) -> None:
+        with self._cond:
+            self._executing += 1
+
+    def finished(self) -> None:
+        """The handler returned; its result is queued or recorded, but the slot is still held."""
+        with self._cond:
+            self._executing -= 1
+
+    def release(self, task: ClaimedTask) -> None:
+        with self._cond:
+            self._in_flight.pop(task.key, None)
+            self._cond.notify_all()
+
+    def held_tasks(self) -> list[ClaimedTask]:
+        with self._cond:
+            return list(self._in_flight.values())
+
+    # -- wake-ups ------------------------------------------------------------------------------
+
+    def notify_messages(self) -> None:
+        """A new message may be waiting (LISTEN notification, or the listener just reconnected)."""
+        with self._cond:
+            self._notified = True
+            self._cond.notify_all()
+
+    def take_notification(self) -> bool:
+        """Clear and return the notification flag, before a read, so a later insert sets it again."""
+        with self._cond:
+            notified, self._notified = self._notified, False
+            return notified
+
+    def request_stop(self) -> None:
+        with self._cond:
+            self.stopping.set()
+            self._cond.notify_all()
+
+    def wait(self, timeout: float, until: Callable[[], bool]) -> bool:
+        """Sleep up to ``timeout`` s, or until stopping or ``until()`` holds (checked under the lock)."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            while not (self.stopping.is_set() or until()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def wait_for_slot(self, timeout: float) -> bool:
+        return self.wait(timeout, lambda: len(self._in_flight) < self.capacity)
+
+    def wait_for_messages(self, timeout: float) -> bool:
+        return self.wait(timeout, lambda: self._notified)
+
+    def wait_for_drain(self, timeout: float) -> bool:
+        """Used after stopping: returns True once no task is held."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            while self._in_flight:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.aborted.is_set():
+                    return False
+                self._cond.wait(min(remaining, 0.2))
+            return True

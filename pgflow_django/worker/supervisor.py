@@ -1,0 +1,295 @@
+"""The worker process: start-up checks, the claim loop, maintenance, and a graceful stop.
+
+Threads: the main thread claims (engine connection), one listener thread (LISTEN connection), one
+completer thread (completion connection), and ``concurrency`` handler threads, each with at most one
+Django connection. That is at most ``concurrency + 3`` database connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from types import FrameType
+from typing import Any
+
+from pgflow_django.dsl import Flow
+from pgflow_django.worker.backoff import Backoff
+from pgflow_django.worker.completer import Completer
+from pgflow_django.worker.engine import ClaimedTask, Engine, connection_params, first_line, is_transient
+from pgflow_django.worker.listener import Listener, insert_channel
+from pgflow_django.worker.options import WorkerOptions
+from pgflow_django.worker.preflight import check_database
+from pgflow_django.worker.runner import Runner
+from pgflow_django.worker.state import WorkerState
+
+logger = logging.getLogger("pgflow_django.worker")
+
+DELAYED_MESSAGE_SLACK = 0.005
+"""Read a delayed message this long after it becomes visible, not a hair before."""
+
+
+class Worker:
+    def __init__(self, flow: Flow, options: WorkerOptions) -> None:
+        self.flow = flow
+        self.options = options
+        self.worker_id = uuid.uuid4()
+        self.queue = flow.slug
+        """One flow, one queue in this release: the queue is named after the flow."""
+        self.function_name = flow.slug
+        self.state = WorkerState(options.concurrency)
+        self._params: dict[str, Any] = {}
+        self.engine: Engine | None = None
+        self.completer: Completer | None = None
+        self.listener: Listener | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.queue_table = ""
+        self._registered = False
+
+    # -- start-up ------------------------------------------------------------------------------
+
+    def prepare(self) -> str:
+        """Check the database and compile (or verify) the flow; returns the compile status.
+
+        Raises PreflightError or FlowMismatch before anything is registered or polled.
+        """
+        from django.db import connections
+
+        from pgflow_django.compiler import compile_flow
+
+        check_database(self.options.using)
+        result = compile_flow(self.flow, using=self.options.using)
+        self._params = connection_params(self.options.using)
+        self.engine = Engine(self._params, "supervisor")
+        self.queue_table = self.engine.queue_table(self.queue)
+        notifies, throttle_ms = self.engine.insert_notifications(self.queue, self.queue_table)
+        if not notifies:
+            logger.warning("queue=%s sends no insert notifications: the worker relies on polling", self.queue)
+        elif throttle_ms > 0:
+            logger.warning(
+                "queue=%s throttles insert notifications to one per %d ms", self.queue, throttle_ms
+            )
+        connections[self.options.using].close()
+        return result.status
+
+    def start(self) -> None:
+        """Register, then start the listener, completer and handler threads."""
+        assert self.engine is not None, "call prepare() first"
+        opts = self.options
+        self.engine.register(self.worker_id, self.queue, self.function_name)
+        self._registered = True
+        self.completer = Completer(
+            Engine(self._params, "completer"),
+            self.state,
+            opts.completion_batch_size,
+            opts.completion_flush_ms,
+        )
+        self.completer.start()
+        self.listener = Listener(self._params, insert_channel(self.queue_table), self.state)
+        self.listener.start()
+        self.pool = ThreadPoolExecutor(max_workers=opts.concurrency, thread_name_prefix="pgflow-handler")
+        self.runner = Runner(self.flow, self.state, self.completer, opts.using)
+        logger.info(
+            "worker %s started queue=%s concurrency=%d batch=%d (at most %d database connections)",
+            self.worker_id,
+            self.queue,
+            opts.concurrency,
+            opts.batch_size,
+            opts.max_connections,
+        )
+
+    def run(self) -> int:
+        """Start, loop until stopped, shut down; returns the process exit code."""
+        self.install_signal_handlers()
+        self.start()
+        try:
+            self.loop()
+        finally:
+            self.shutdown()
+        return 0
+
+    def install_signal_handlers(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.state.stopping.is_set():
+            logger.warning("second %s: exiting now; stalled-task recovery will take over", name)
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            os._exit(128 + signum)
+        logger.info(
+            "%s: stopped polling; finishing %d in-flight task(s) within %.0fs",
+            name,
+            self.state.in_flight,
+            self.options.shutdown_timeout,
+        )
+        self.state.request_stop()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def loop(self) -> None:
+        assert self.engine is not None and self.listener is not None
+        opts = self.options
+        engine = self.engine
+        backoff = Backoff()
+        need_read = True
+        idle_wait = opts.poll_interval
+        next_poll = 0.0
+        now = time.monotonic()
+        next_heartbeat = now + opts.heartbeat_seconds
+        next_stalled = now
+        while not self.state.stopping.is_set():
+            try:
+                now = time.monotonic()
+                if now >= next_heartbeat:
+                    if engine.heartbeat(self.worker_id, self.queue, self.function_name):
+                        logger.warning("worker %s was deprecated: stopping", self.worker_id)
+                        self.state.request_stop()
+                        break
+                    next_heartbeat = now + opts.heartbeat_seconds
+                if now >= next_stalled:
+                    self._requeue_stalled(engine)
+                    next_stalled = now + opts.stalled_check_seconds
+                maintenance_at = min(next_heartbeat, next_stalled)
+
+                free = self.state.free_slots()
+                if free <= 0:
+                    self.state.wait_for_slot(maintenance_at - time.monotonic())
+                    continue
+                notified = self.state.take_notification()
+                if not (need_read or notified or time.monotonic() >= next_poll):
+                    self.state.wait_for_messages(min(next_poll, maintenance_at) - time.monotonic())
+                    continue
+
+                qty = min(opts.batch_size, free)
+                claim = engine.claim(
+                    self.flow.slug,
+                    self.queue,
+                    self.queue_table,
+                    self.worker_id,
+                    opts.read_visibility_seconds,
+                    qty,
+                )
+                backoff.reset()
+                if claim.read_count:
+                    logger.debug(
+                        "claimed %d of %d message(s) queue=%s msg_ids=%s",
+                        len(claim.tasks),
+                        claim.read_count,
+                        self.queue,
+                        ",".join(str(task.message_id) for task in claim.tasks),
+                    )
+                for task in claim.tasks:
+                    self._dispatch(task)
+                if claim.read_count >= qty:
+                    need_read = True
+                    idle_wait = opts.poll_interval
+                    continue
+                need_read = False
+                listening = self.listener.listening.is_set()
+                if claim.read_count or not listening:
+                    idle_wait = opts.poll_interval
+                wait = idle_wait
+                if claim.next_visible is not None:
+                    wait = min(wait, max(claim.next_visible, 0.0) + DELAYED_MESSAGE_SLACK)
+                next_poll = time.monotonic() + wait
+                if listening and not claim.read_count:
+                    idle_wait = min(idle_wait * 2, max(opts.poll_interval, opts.max_poll_seconds))
+            except Exception as exc:
+                delay = backoff.next()
+                transient = engine.recover(exc)
+                if transient:
+                    logger.warning("database unavailable (%s); retrying in %.1fs", first_line(exc), delay)
+                else:
+                    logger.error("worker loop error; retrying in %.1fs", delay, exc_info=exc)
+                self.state.stopping.wait(delay)
+                need_read = True
+
+    def _dispatch(self, task: ClaimedTask) -> None:
+        assert self.pool is not None
+        self.state.take(task)
+        try:
+            self.pool.submit(self.runner.run, task)
+        except RuntimeError:
+            self.state.release(task)
+            raise
+
+    def _requeue_stalled(self, engine: Engine) -> None:
+        rows = engine.requeue_stalled()
+        if rows is None:
+            logger.debug("stalled-task recovery is running in another worker")
+            return
+        counts = [f"{row[0]}={row[1]}" for row in rows if len(row) > 1 and row[1]]
+        if counts:
+            logger.warning("stalled-task recovery: %s", ", ".join(counts))
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Drain within the timeout, record finished results, release the rest, mark the worker stopped."""
+        opts = self.options
+        self.state.request_stop()
+        deadline = time.monotonic() + opts.shutdown_timeout
+        drained = self.state.wait_for_drain(opts.shutdown_timeout)
+        if self.listener is not None:
+            self.listener.stop()
+        if self.completer is not None:
+            self.completer.stop()
+            self.completer.join(max(1.0, deadline - time.monotonic()))
+        self.state.aborted.set()
+        if self.completer is not None and self.completer.is_alive():
+            self.completer.join(2.0)
+        left = self.state.held_tasks()
+        if self.engine is not None:
+            if left:
+                self._release(left)
+            if self._registered:
+                self._bounded(lambda engine: engine.mark_stopped(self.worker_id), "mark the worker stopped")
+            self.engine.close()
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+        logger.info(
+            "worker %s stopped queue=%s%s",
+            self.worker_id,
+            self.queue,
+            "" if drained else f" ({len(left)} unfinished task(s) released)",
+        )
+
+    @property
+    def abandoned_handlers(self) -> bool:
+        """Handlers still running after shutdown: the process must exit without joining them."""
+        return self.state.in_flight > 0 or self.state.executing > 0
+
+    def _release(self, tasks: list[ClaimedTask]) -> None:
+        ids = sorted(task.message_id for task in tasks)
+        released = self._bounded(lambda engine: engine.release(self.queue, ids), "release unfinished tasks")
+        if released is not None:
+            logger.warning(
+                "released %d unfinished task(s) queue=%s msg_ids=%s",
+                len(ids),
+                self.queue,
+                ",".join(map(str, ids)),
+            )
+
+    def _bounded(self, call: Any, what: str, attempts: int = 3) -> Any:
+        """A few quick retries at shutdown; afterwards heartbeats and recovery cover what was missed."""
+        assert self.engine is not None
+        backoff = Backoff(initial=0.2, cap=1.0)
+        for attempt in range(attempts):
+            try:
+                return call(self.engine)
+            except Exception as exc:
+                self.engine.recover(exc)
+                if attempt == attempts - 1 or not is_transient(exc):
+                    logger.warning("could not %s: %s", what, first_line(exc))
+                    return None
+                time.sleep(backoff.next())
+        return None

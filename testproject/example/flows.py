@@ -1,0 +1,118 @@
+"""Example flows: the demo runs them and the worker tests drive them through real worker processes.
+
+Handlers that record effects write ``LedgerEntry`` rows, so a test can count what really happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from pgflow_django import Flow, Retry
+from pgflow_django.worker import TaskContext
+
+chain = Flow("example_chain", timeout=10)
+
+
+@chain.step()
+def first(flow_input: Any) -> Any:
+    return {"n": flow_input["n"] + 1}
+
+
+@chain.step(depends_on=[first])
+async def second(deps: Any, ctx: TaskContext) -> Any:
+    await asyncio.sleep(0)
+    flow_input = await ctx.aflow_input()
+    return {"n": deps["first"]["n"] * 2, "flow_n": flow_input["n"]}
+
+
+@chain.step(depends_on=[second])
+def third(deps: Any, ctx: TaskContext) -> Any:
+    return {"n": deps["second"]["n"] - 3, "flow_n": ctx.flow_input["n"]}
+
+
+fanout = Flow("example_map", timeout=10)
+
+
+@fanout.step()
+def numbers(flow_input: Any) -> Any:
+    return list(range(flow_input["count"]))
+
+
+@fanout.map(array=numbers)
+def square(item: Any) -> Any:
+    return item * item
+
+
+@fanout.step(depends_on=[square])
+def total(deps: Any) -> Any:
+    return sum(deps["square"])
+
+
+condition = Flow("example_condition", timeout=10)
+
+
+@condition.step()
+def classify(flow_input: Any) -> Any:
+    return {"big": flow_input["n"] > 10}
+
+
+@condition.step(depends_on=[classify], if_={"classify": {"big": True}})
+def big(deps: Any) -> Any:
+    return "big"
+
+
+@condition.step(depends_on=[classify], if_not={"classify": {"big": True}})
+def small(deps: Any) -> Any:
+    return "small"
+
+
+flaky = Flow("example_flaky", base_delay=1, timeout=10)
+
+
+@flaky.step()
+def wobble(flow_input: Any, ctx: TaskContext) -> Any:
+    """Fails on its first call for each run (counted in the ledger), then succeeds."""
+    from testproject.example.models import LedgerEntry
+
+    key = str(ctx.run_id)
+    LedgerEntry.objects.create(flow=ctx.flow_slug, key=key, attempt=ctx.attempt)
+    calls = LedgerEntry.objects.filter(flow=ctx.flow_slug, key=key).count()
+    if calls == 1:
+        raise RuntimeError("the first call fails on purpose")
+    return {"calls": calls}
+
+
+@flaky.step(depends_on=[wobble])
+def patient(deps: Any, ctx: TaskContext) -> Any:
+    """Asks for its own retry delay once."""
+    if ctx.attempt == 1:
+        raise Retry(delay=1)
+    return {"attempt": ctx.attempt, "calls": deps["wobble"]["calls"]}
+
+
+ledger = Flow("example_ledger", timeout=10)
+
+
+@ledger.map(atomic=True)
+def record(item: Any, ctx: TaskContext) -> Any:
+    """Writes one ledger row per call inside the completion's transaction; an item
+    ``{"sleep": s, "on_attempt": n}`` sleeps after writing, on attempt n only (default 1)."""
+    from testproject.example.models import LedgerEntry
+
+    LedgerEntry.objects.create(flow=ctx.flow_slug, key=f"{ctx.run_id}:{ctx.task_index}", attempt=ctx.attempt)
+    if isinstance(item, dict) and item.get("sleep") and item.get("on_attempt", 1) == ctx.attempt:
+        time.sleep(item["sleep"])
+    return {"attempt": ctx.attempt}
+
+
+sleepy = Flow("example_sleepy", timeout=10)
+
+
+@sleepy.map()
+def nap(item: Any, ctx: TaskContext) -> Any:
+    """A plain (non-atomic) handler: sleeps ``item["sleep"]`` s on attempt ``item["on_attempt"]``."""
+    if item.get("on_attempt", 1) == ctx.attempt:
+        time.sleep(item.get("sleep", 0))
+    return {"attempt": ctx.attempt}

@@ -1,0 +1,84 @@
+"""Each example flow runs to completion on a real worker process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pgflow_django import start_flow, start_flows, wait_for_run
+from tests.sql.support import q, val
+from tests.workers import WorkerProcess
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_chain_with_async_step_and_flow_input(spawn_worker: Callable[..., WorkerProcess]) -> None:
+    spawn_worker("example_chain")
+    run = wait_for_run(start_flow("example_chain", {"n": 5}), timeout=30)
+    assert run.status == "completed"
+    assert run.output == {"third": {"n": 9, "flow_n": 5}}
+    assert run.step("second").output == {"n": 12, "flow_n": 5}
+
+
+def test_map_flow_including_an_empty_map(spawn_worker: Callable[..., WorkerProcess]) -> None:
+    spawn_worker("example_map", "--concurrency", "4")
+    ten, empty = start_flows("example_map", [{"count": 10}, {"count": 0}])
+    assert wait_for_run(ten, timeout=30).output == {"total": sum(i * i for i in range(10))}
+    assert wait_for_run(empty, timeout=30).output == {"total": 0}
+
+
+def test_condition_takes_one_branch(spawn_worker: Callable[..., WorkerProcess]) -> None:
+    spawn_worker("example_condition")
+    big, small = start_flows("example_condition", [{"n": 50}, {"n": 1}])
+    big_run, small_run = wait_for_run(big, timeout=30), wait_for_run(small, timeout=30)
+    assert big_run.output == {"big": "big"}
+    assert small_run.output == {"small": "small"}
+    assert small_run.step("big").status == "skipped"
+    assert big_run.step("small").status == "skipped"
+
+
+def test_failure_then_success_and_handler_chosen_retry(spawn_worker: Callable[..., WorkerProcess]) -> None:
+    """The retries' messages are delayed (2 s, then 1 s): a timed read picks them up, not the 60 s poll."""
+    worker = spawn_worker("example_flaky", "--poll-interval", "60", "--max-poll-seconds", "60")
+    run_id = start_flow("example_flaky", {})
+    run = wait_for_run(run_id, timeout=20)
+    assert run.status == "completed", run
+    assert run.output == {"patient": {"attempt": 2, "calls": 2}}
+    calls = q(
+        "select attempt from example_ledgerentry where flow = 'example_flaky' and key = %s order by id",
+        [str(run_id)],
+    )
+    assert [row["attempt"] for row in calls] == [1, 2]
+    errors = q(
+        "select step_slug, error_message from pgflow.step_tasks where run_id = %s order by step_slug",
+        [run_id],
+    )
+    assert errors == [
+        {"step_slug": "patient", "error_message": "retry requested in 1s"},
+        {"step_slug": "wobble", "error_message": "RuntimeError: the first call fails on purpose"},
+    ]
+    assert "the first call fails on purpose" in worker.log()
+
+
+def test_atomic_handler_writes_once_per_task(spawn_worker: Callable[..., WorkerProcess]) -> None:
+    spawn_worker("example_ledger", "--concurrency", "4")
+    run_id = start_flow("example_ledger", list(range(25)))
+    run = wait_for_run(run_id, timeout=30)
+    assert run.status == "completed"
+    assert run.output == {"record": [{"attempt": 1}] * 25}
+    assert val("select count(distinct key) from example_ledgerentry where flow = 'example_ledger'") == 25
+    assert val("select count(*) from example_ledgerentry where flow = 'example_ledger'") == 25
+
+
+def test_logs_name_message_ids_but_never_inputs(spawn_worker: Callable[..., WorkerProcess]) -> None:
+    worker = spawn_worker("example_chain")
+    secret = 918273645546372819
+    run_id = start_flow("example_chain", {"n": secret})
+    assert wait_for_run(run_id, timeout=30).status == "completed"
+    worker.terminate()
+    worker.wait(15)
+    log = worker.log()
+    assert "queue=example_chain" in log
+    assert str(secret) not in log
+    assert str(secret + 1) not in log

@@ -1,0 +1,122 @@
+"""Real ``manage.py pgflow_worker`` processes for the worker tests, and small polling helpers.
+
+Workers reach the test database through ``DATABASE_URL``, exactly as a deployment would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+REPO = Path(__file__).resolve().parent.parent
+MANAGE = REPO / "testproject" / "manage.py"
+
+T = TypeVar("T")
+
+
+def url_from_settings(settings_dict: dict[str, Any]) -> str:
+    """A libpq URL for a Django ``DATABASES`` entry (the test database's, under pytest-django)."""
+    user = quote(settings_dict.get("USER") or "", safe="")
+    password = quote(settings_dict.get("PASSWORD") or "", safe="")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = settings_dict.get("HOST") or ""
+    port = settings_dict.get("PORT") or ""
+    name = quote(settings_dict["NAME"], safe="")
+    if host.startswith("/"):
+        return f"postgresql://{auth}/{name}?host={quote(host, safe='')}" + (f"&port={port}" if port else "")
+    return f"postgresql://{auth}{host}{':' + str(port) if port else ''}/{name}"
+
+
+def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class WorkerProcess:
+    """One ``pgflow_worker`` subprocess with its combined output in a log file."""
+
+    def __init__(self, database_url: str, flow: str, args: list[str], log_path: Path) -> None:
+        self.flow = flow
+        self.log_path = log_path
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "PYTHONUNBUFFERED": "1",
+            "PGFLOW_LOG_LEVEL": os.environ.get("PGFLOW_TEST_WORKER_LOG_LEVEL", "INFO"),
+        }
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, str(MANAGE), "pgflow_worker", "--flow", flow, *args],
+            cwd=REPO,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 30.0) -> WorkerProcess:
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited with {self.process.returncode}:\n{self.log()}")
+            return " started queue=" in self.log()
+
+        wait_until(ready, timeout, f"worker for {self.flow} to start")
+        return self
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def terminate(self) -> None:
+        self.signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker still running after {timeout}s:\n{self.log()}") from None
+
+    def stop(self) -> None:
+        """Teardown: ask nicely, then kill."""
+        if self.process.poll() is None:
+            self.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()
+
+
+def run_manage(database_url: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(MANAGE), *args],
+        cwd=REPO,
+        env={**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
