@@ -13,3 +13,18 @@ def test_message_ids_match_within_the_named_flow_only() -> None:
     assert [r["run_id"] for r in records] == [run_g]
     assert task(run_f, "a")["status"] == "queued"
     assert task(run_g, "a")["status"] == "started"
+
+
+def test_forged_message_body_does_not_authorize_a_claim() -> None:
+    """Claims match the persisted (queue, message id); a message that merely names a task claims nothing."""
+    from tests.sql.support import jb, val
+
+    make_flow("f", step("a"))
+    run_id = start("f")
+    body = {"flow_slug": "f", "run_id": str(run_id), "step_slug": "a", "task_index": 0}
+    forged = val("select pgmq.send('f', %s::jsonb) as id", [jb(body)])
+    assert forged != task(run_id, "a")["message_id"]
+    assert start_tasks("f", [forged]) == []
+    row = task(run_id, "a")
+    assert row["status"] == "queued"
+    assert row["attempts_count"] == 0
