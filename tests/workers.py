@@ -111,11 +111,13 @@ class WorkerProcess:
         self._log.close()
 
 
-def run_manage(database_url: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_manage(
+    database_url: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(MANAGE), *args],
         cwd=REPO,
-        env={**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1", **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

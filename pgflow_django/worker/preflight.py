@@ -58,9 +58,14 @@ def check_database(using: str = "default") -> None:
         raise PreflightError(f"cannot reach the database {using!r}: {first_line(exc)}") from None
     if missing or not has_workers:
         absent = missing + ([] if has_workers else ["pgflow.workers"])
-        raise PreflightError(
-            f"the database is not migrated for pgflow (missing {', '.join(absent)}); run manage.py migrate"
+        what = (
+            "no pgflow schema"
+            if len(absent) == len(REQUIRED_FUNCTIONS) + 1
+            else "missing "
+            + ", ".join(absent[:3])
+            + (f" and {len(absent) - 3} more" if len(absent) > 3 else "")
         )
+        raise PreflightError(f"the database is not migrated for pgflow ({what}); run manage.py migrate")
     if protocol is not None and protocol < PROTOCOL_VERSION:
         raise PreflightError(
             f"the database speaks pgflow protocol {protocol}, this worker needs {PROTOCOL_VERSION}; "
