@@ -14,20 +14,6 @@ import pytest
 from tests.sql import support
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the SQL tests ``django_db`` at collection time.
-
-    pytest-django creates the test database only for tests it sees needing one at collection
-    (``django_db`` marker or ``db`` in the fixture names); the autouse fixture of tests/conftest.py
-    requests ``db`` dynamically, which it cannot see, so without this marker the suite would run
-    on the DATABASE_URL database itself instead of ``test_<name>``.
-    """
-    here = str(__file__).rsplit("/", 1)[0]
-    for item in items:
-        if str(item.path).startswith(here) and item.get_closest_marker("django_db") is None:
-            item.add_marker(pytest.mark.django_db)
-
-
 @pytest.fixture
 def make_flow() -> Callable[..., str]:
     """``make_flow("f", step("a"), step("b", "a"), max_attempts=2)``: create_flow + add_step in order."""
