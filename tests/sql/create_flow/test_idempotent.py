@@ -14,3 +14,12 @@ def test_second_call_keeps_messages() -> None:
     val("select pgmq.send('orders', '{}'::jsonb) as id")
     create_flow("orders")
     assert val("select count(*) as n from pgmq.q_orders") == 1
+
+
+def test_second_call_with_other_options_keeps_the_existing_row() -> None:
+    """Runtime options change through ensure_flow_compiled; create_flow on an existing slug returns the
+    stored row unchanged (pgflow's behaviour; the contract's "idempotent upsert" does not say more)."""
+    create_flow("orders", max_attempts=4, timeout=30)
+    returned = create_flow("orders", max_attempts=9, timeout=99)
+    assert (returned["opt_max_attempts"], returned["opt_timeout"]) == (4, 30)
+    assert val("select opt_max_attempts from pgflow.flows where flow_slug = 'orders'") == 4
