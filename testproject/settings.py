@@ -26,6 +26,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "pgactivity",
+    "pglock",
     "pgmigrate",
     "pgflow_django",
     "testproject.example",
@@ -61,7 +63,7 @@ DATABASES = {"default": django_database(_url)}
 PGMIGRATE_LOCK_TIMEOUT = 10
 
 PGFLOW = {
-    "FLOWS": [],
+    "FLOWS": ["testproject.example.demo_flows"],
 }
 
 LOGGING = {

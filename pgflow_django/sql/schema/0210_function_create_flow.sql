@@ -27,6 +27,14 @@ begin
       using errcode = '22023';
   end if;
 
+  if exists (select 1 from pgmq.meta as m
+              where lower(m.queue_name) = lower(create_flow.flow_slug) and m.queue_name <> create_flow.flow_slug) then
+    raise exception 'flow slug % differs only in case from the existing PGMQ queue %, whose tables it would share: choose another slug',
+      quote_literal(flow_slug),
+      quote_literal((select m.queue_name from pgmq.meta as m where lower(m.queue_name) = lower(create_flow.flow_slug) limit 1))
+      using errcode = '23505';
+  end if;
+
   insert into pgflow.flows (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout)
   values (flow_slug, coalesce(max_attempts, 3), coalesce(base_delay, 1), coalesce(timeout, 60))
   on conflict on constraint flows_pkey do nothing;
