@@ -1,0 +1,133 @@
+"""The figures of one bench run: the table printed at the end and the JSON written under bench/results/."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+REFERENCE = "raw_2_clients"
+"""The figure every rate is divided by: raw PGMQ send_batch+read+archive, batches of 100, 2 clients."""
+
+
+@dataclass
+class Figure:
+    key: str
+    section: str
+    label: str
+    value: float
+    unit: str
+    is_rate: bool = True
+    """Rates get a ratio to the reference; latencies and memory do not."""
+    runs_per_second: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    meta: dict[str, Any]
+    figures: list[Figure] = field(default_factory=list)
+    sync_off: dict[str, float] = field(default_factory=dict)
+    """The same figures measured again with synchronous_commit off, shown beside, never instead."""
+    profiles: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, figure: Figure) -> Figure:
+        self.figures.append(figure)
+        return figure
+
+    def get(self, key: str) -> Figure | None:
+        return next((figure for figure in self.figures if figure.key == key), None)
+
+    def ratio(self, value: float, is_rate: bool) -> float | None:
+        reference = self.get(REFERENCE)
+        if not is_rate or reference is None or reference.value <= 0:
+            return None
+        return value / reference.value
+
+    def as_dict(self) -> dict[str, Any]:
+        figures = []
+        for figure in self.figures:
+            item = asdict(figure)
+            item["ratio_to_raw"] = self.ratio(figure.value, figure.is_rate)
+            if figure.key in self.sync_off:
+                item["sync_commit_off"] = self.sync_off[figure.key]
+            figures.append(item)
+        return {
+            "meta": self.meta,
+            "reference": REFERENCE,
+            "figures": figures,
+            "profiles": self.profiles,
+            "notes": self.notes,
+        }
+
+    def write(self, directory: Path, stamp: str) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{stamp}.json"
+        path.write_text(json.dumps(self.as_dict(), indent=2, default=str) + "\n")
+        return path
+
+    def print(self, console: Console) -> None:
+        meta = self.meta
+        server = meta.get("server", {})
+        console.print(
+            f"[bold]pgflow-django bench[/] {meta.get('started_at', '')}  "
+            f"PostgreSQL {server.get('version', '?')}  cores={server.get('cpu_count', '?')}  "
+            f"mode={'quick' if meta.get('quick') else 'full'}"
+        )
+        console.print(
+            "synchronous_commit: server default "
+            f"[bold]{meta.get('server_default_synchronous_commit', '?')}[/], "
+            f"bench database [bold]{server.get('synchronous_commit', '?')}[/] (headline figures); "
+            f"fsync {server.get('fsync', '?')}"
+        )
+        table = Table(title="figures (ratio = figure / raw PGMQ 2-client batched cycle rate)")
+        table.add_column("section")
+        table.add_column("figure")
+        table.add_column("value", justify="right")
+        table.add_column("unit")
+        table.add_column("ratio", justify="right")
+        table.add_column("runs/s", justify="right")
+        if self.sync_off:
+            table.add_column("sync_commit off (beside)", justify="right")
+        order = {name: index for index, name in reversed(list(enumerate(f.section for f in self.figures)))}
+        section = None
+        for figure in sorted(self.figures, key=lambda f: order[f.section]):
+            ratio = self.ratio(figure.value, figure.is_rate)
+            row = [
+                figure.section if figure.section != section else "",
+                figure.label,
+                _number(figure.value),
+                figure.unit,
+                "—" if ratio is None else f"{ratio:.1%}",
+                "" if figure.runs_per_second is None else _number(figure.runs_per_second),
+            ]
+            if self.sync_off:
+                off = self.sync_off.get(figure.key)
+                row.append("" if off is None else _number(off))
+            if figure.section != section and section is not None:
+                table.add_section()
+            section = figure.section
+            table.add_row(*row)
+        console.print(table)
+        for name, rows in self.profiles.items():
+            profile = Table(title=f"pg_stat_user_functions during {name} (self time, ms)")
+            for column in ("function", "calls", "total_ms", "self_ms", "self_ms_per_call"):
+                profile.add_column(column, justify="left" if column == "function" else "right")
+            for item in rows:
+                profile.add_row(*(str(item[column]) for column in item))
+            console.print(profile)
+        for note in self.notes:
+            console.print(f"note: {note}")
+
+
+def _number(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"

@@ -1,0 +1,420 @@
+"""``python -m bench.run`` (``make bench``): every figure from one run on one fresh database.
+
+Order: raw PGMQ limit (1 and 2 clients), the SQL-only engine loop, then real ``pgflow_worker`` processes
+(1 and 2 per flow) for drain and end-to-end throughput, the chain's latency with an idle worker, and
+the workers' peak RSS. ``--quick`` is a smoke run with tiny counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from bench import pgmq_raw, sqlonly
+from bench.db import (
+    DEFAULT_DATABASE,
+    REPO_DIR,
+    Window,
+    connect,
+    drop_database,
+    recreate_database,
+    server_info,
+    server_url,
+    set_database_option,
+    vacuum_analyze,
+    with_database,
+)
+from bench.flows import MAP_SIZE
+from bench.phases import (
+    BenchFlow,
+    drain_window,
+    end_to_end,
+    function_profile,
+    latency,
+    reset_stats,
+    start_runs,
+    wait_finished,
+)
+from bench.report import Figure, Report
+from bench.workers import RssSampler, WorkerGroup
+
+FLOWS = (
+    BenchFlow("bench_one", "1-step", {}, tasks_per_run=1, root_tasks=1),
+    BenchFlow("bench_chain", "3-step chain", {}, tasks_per_run=3, root_tasks=1),
+    BenchFlow("bench_map", f"{MAP_SIZE}-element map", list(range(MAP_SIZE)), MAP_SIZE, MAP_SIZE),
+)
+RAW_BATCH = 100
+
+
+@dataclass(frozen=True)
+class Sizes:
+    raw_seconds: float
+    raw_warmup: float
+    runs: dict[str, int]
+    """Runs per measurement, by flow slug (the map's runs are 100 tasks each)."""
+    latency_runs: int
+    timeout: float
+    counts: dict[str, tuple[int, ...]]
+    """Worker (and SQL-only) process counts measured, by flow slug."""
+
+    def plan(self, flows: Sequence[BenchFlow] = ()) -> list[tuple[BenchFlow, int]]:
+        """Every (flow, process count) pair to measure, flows in order."""
+        return [(flow, count) for flow in flows or FLOWS for count in self.counts[flow.slug]]
+
+
+FULL = Sizes(
+    raw_seconds=5.0,
+    raw_warmup=1.0,
+    runs={"bench_one": 3000, "bench_chain": 1000, "bench_map": 30},
+    latency_runs=200,
+    timeout=600.0,
+    counts={"bench_one": (1, 2), "bench_chain": (1, 2), "bench_map": (1, 2)},
+)
+QUICK = Sizes(
+    raw_seconds=0.2,
+    raw_warmup=0.05,
+    runs={"bench_one": 20, "bench_chain": 10, "bench_map": 2},
+    latency_runs=5,
+    timeout=120.0,
+    counts={"bench_one": (1, 2), "bench_chain": (1,), "bench_map": (1,)},
+)
+"""A smoke run: every code path once (2 processes only for the 1-step flow), figures meaningless."""
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny counts, seconds")
+    parser.add_argument(
+        "--database",
+        default=DEFAULT_DATABASE,
+        help=f"database to (re)create on the server (default {DEFAULT_DATABASE}; dropped first if present)",
+    )
+    parser.add_argument(
+        "--results-dir", type=Path, default=REPO_DIR / "bench" / "results", help="where the JSON goes"
+    )
+    parser.add_argument(
+        "--worker-args",
+        default="",
+        help="extra pgflow_worker arguments, e.g. '--concurrency 10 --batch-size 10' (default: its defaults)",
+    )
+    parser.add_argument(
+        "--sql-batch", type=int, default=10, help="messages per read in the SQL-only loop (default 10)"
+    )
+    parser.add_argument("--no-workers", action="store_true", help="only the raw and SQL-only figures")
+    parser.add_argument(
+        "--sync-off",
+        action="store_true",
+        help="also measure the raw 2-client and 1-step figures with synchronous_commit off, shown beside",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="track_functions=pl on the bench database; print pg_stat_user_functions per worker phase",
+    )
+    parser.add_argument("--drop", action="store_true", help="drop the bench database at the end")
+    return parser.parse_args(argv)
+
+
+def setup_django(url: str) -> bool:
+    """Point Django at the bench database, migrate it and compile the bench flows; True if a worker exists."""
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    import django
+    from django.core.management import call_command, get_commands
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    from bench.flows import chain, fanout, one
+    from pgflow_django.compiler import compile_flow
+
+    for flow in (one, chain, fanout):
+        compile_flow(flow)
+    return "pgflow_worker" in get_commands()
+
+
+def engine_figure(key: str, section: str, label: str, found: Window, **detail: Any) -> Figure:
+    if found.failed_runs:
+        raise RuntimeError(f"{label}: {found.failed_runs} of {found.runs} no-op runs failed")
+    return Figure(
+        key=key,
+        section=section,
+        label=label,
+        value=found.tasks_per_second,
+        unit="tasks/s",
+        runs_per_second=found.runs_per_second,
+        detail={"runs": found.runs, "tasks": found.tasks, "seconds": round(found.seconds, 4), **detail},
+    )
+
+
+def raw_key(clients: int) -> str:
+    return f"raw_{clients}_client{'s' if clients > 1 else ''}"
+
+
+class Bench:
+    """One bench run on one database: each measure_* method adds its figures to ``report``."""
+
+    def __init__(
+        self, *, url: str, sizes: Sizes, report: Report, console: Console, worker_args: Sequence[str]
+    ) -> None:
+        self.url = url
+        self.sizes = sizes
+        self.report = report
+        self.console = console
+        self.worker_args = list(worker_args)
+        self.began = time.monotonic()
+
+    def say(self, text: str) -> None:
+        self.console.print(f"[dim]{time.monotonic() - self.began:6.1f}s[/] {text}", highlight=False)
+
+    def add(self, figure: Figure) -> None:
+        self.report.add(figure)
+        rate = "" if figure.runs_per_second is None else f", {figure.runs_per_second:,.1f} runs/s"
+        self.say(f"  {figure.section} | {figure.label}: {figure.value:,.1f} {figure.unit}{rate}")
+
+    def measure_raw(self, clients_list: Sequence[int]) -> None:
+        for clients in clients_list:
+            result = pgmq_raw.measure(
+                self.url,
+                clients=clients,
+                batch=RAW_BATCH,
+                seconds=self.sizes.raw_seconds,
+                warmup=self.sizes.raw_warmup,
+            )
+            self.add(
+                Figure(
+                    key=raw_key(clients),
+                    section="raw PGMQ",
+                    label=f"send_batch+read+archive, batch {RAW_BATCH}, {clients} client(s)",
+                    value=result.rate,
+                    unit="msgs/s",
+                    detail={"messages": result.messages, "seconds": result.seconds},
+                )
+            )
+
+    def measure_sql_only(self, batch: int, plan: Sequence[tuple[BenchFlow, int]]) -> None:
+        for flow, clients in plan:
+            vacuum_analyze(self.url)
+            ids = start_runs(self.url, flow, self.sizes.runs[flow.slug])
+            sqlonly.drain(self.url, flow.slug, clients=clients, batch=batch, timeout=self.sizes.timeout)
+            self.add(
+                engine_figure(
+                    f"sql_{flow.slug}_{clients}",
+                    "SQL-only engine loop (no worker)",
+                    f"{flow.label}, {clients} process(es), drain",
+                    drain_window(self.url, ids),
+                    batch=batch,
+                )
+            )
+
+    def measure_workers(
+        self,
+        sampler: RssSampler,
+        log_dir: Path,
+        plan: Sequence[tuple[BenchFlow, int]],
+        *,
+        profile: bool = False,
+        end_to_end_too: bool = True,
+    ) -> None:
+        for flow, count in plan:
+            vacuum_analyze(self.url)
+            if profile:
+                reset_stats(self.url)
+            self.worker_phase(flow, count, sampler, log_dir, end_to_end_too=end_to_end_too)
+            if profile:
+                time.sleep(1.0)
+                self.report.profiles[f"{flow.slug}, {count} worker(s)"] = function_profile(self.url)
+
+    def worker_phase(
+        self, flow: BenchFlow, count: int, sampler: RssSampler, log_dir: Path, *, end_to_end_too: bool
+    ) -> None:
+        """Drain runs started beforehand, then (workers idle) end to end, then the chain's latency."""
+        runs = self.sizes.runs[flow.slug]
+        timeout = self.sizes.timeout
+        ids = start_runs(self.url, flow, runs)
+        spawned = time.monotonic()
+        with WorkerGroup(
+            url=self.url,
+            flow_slug=flow.slug,
+            count=count,
+            log_dir=log_dir,
+            sampler=sampler,
+            extra_args=self.worker_args,
+        ) as group:
+            wait_finished(self.url, flow.slug, timeout=timeout, check=group.check_alive)
+            wall = time.monotonic() - spawned
+            drained = drain_window(self.url, ids)
+            self.add(
+                engine_figure(
+                    f"drain_{flow.slug}_{count}",
+                    "worker drain (runs started beforehand)",
+                    f"{flow.label}, {count} worker(s)",
+                    drained,
+                    worker_start_spread_s=worker_start_spread(self.url, flow.slug),
+                    spawn_to_drained_s=round(wall, 3),
+                )
+            )
+            if end_to_end_too:
+                group.wait_registered(timeout=60)
+                time.sleep(0.2)
+                found = end_to_end(self.url, flow, runs, timeout=timeout, check=group.check_alive)
+                self.add(
+                    engine_figure(
+                        f"e2e_{flow.slug}_{count}",
+                        "worker end to end (starts included)",
+                        f"{flow.label}, {count} worker(s)",
+                        found,
+                    )
+                )
+                if flow.slug == "bench_chain" and count == 1:
+                    time.sleep(0.2)
+                    self.measure_latency(flow)
+            pids = group.pids
+        rss = sampler.peak_mb(pids)
+        drain = self.report.get(f"drain_{flow.slug}_{count}")
+        if drain is not None:
+            drain.detail["peak_rss_mib"] = round(rss, 1)
+
+    def measure_latency(self, flow: BenchFlow) -> None:
+        runs = self.sizes.latency_runs
+        measured = latency(self.url, flow, runs).summary()
+        for name, label in (
+            ("client_p50_ms", "p50, seen by the client"),
+            ("client_p95_ms", "p95, seen by the client"),
+            ("server_p50_ms", "p50, run row timestamps"),
+            ("server_p95_ms", "p95, run row timestamps"),
+            ("hop_pickup_p50_ms", "per step, p50 queued -> claimed"),
+            ("hop_execute_p50_ms", "per step, p50 claimed -> completing"),
+        ):
+            self.add(
+                Figure(
+                    key=f"latency_{name}",
+                    section=f"{flow.label} start->complete, idle worker, {runs} runs",
+                    label=label,
+                    value=measured[name],
+                    unit="ms",
+                    is_rate=False,
+                )
+            )
+
+
+def worker_start_spread(url: str, flow_slug: str) -> float:
+    """Seconds between the first and last live worker of ``flow_slug`` registering."""
+    with connect(url) as conn:
+        row = conn.execute(
+            "select extract(epoch from max(started_at) - min(started_at)) from pgflow.workers"
+            " where queue_name = %s and stopped_at is null",
+            [flow_slug],
+        ).fetchone()
+    return round(float(row[0]), 3) if row and row[0] is not None else 0.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    sizes = QUICK if args.quick else FULL
+    started = datetime.now(UTC)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+
+    embedded = not os.environ.get("DATABASE_URL")
+    server = server_url()
+    url = with_database(server, args.database)
+    default_sync = server_info(server).synchronous_commit
+    console.print(f"bench database {args.database}: creating and migrating")
+    recreate_database(server, args.database)
+    set_database_option(server, args.database, "synchronous_commit", "on")
+    if args.profile:
+        set_database_option(server, args.database, "track_functions", "pl")
+    has_worker = setup_django(url)
+    pgmq_raw.create_queue(url)
+
+    report = Report(
+        meta={
+            "started_at": started.isoformat(timespec="seconds"),
+            "quick": args.quick,
+            "server": server_info(url).as_dict(),
+            "server_default_synchronous_commit": default_sync,
+            "database": args.database,
+            "embedded": embedded,
+            "sizes": sizes.__dict__,
+            "worker_args": args.worker_args,
+            "sql_batch": args.sql_batch,
+            "python": sys.version.split()[0],
+            "load_average_at_start": os.getloadavg(),
+        }
+    )
+    bench = Bench(
+        url=url, sizes=sizes, report=report, console=console, worker_args=shlex.split(args.worker_args)
+    )
+    try:
+        bench.say("raw PGMQ cycles")
+        bench.measure_raw((1, 2))
+        bench.say("SQL-only engine loop")
+        bench.measure_sql_only(args.sql_batch, sizes.plan())
+        if args.no_workers:
+            report.notes.append("worker figures skipped (--no-workers)")
+        elif not has_worker:
+            report.notes.append("worker figures skipped: no pgflow_worker command in this checkout")
+        else:
+            bench.say("worker processes")
+            with tempfile.TemporaryDirectory(prefix="pgflow-bench-") as logs, RssSampler() as sampler:
+                bench.measure_workers(sampler, Path(logs), sizes.plan(), profile=args.profile)
+                report.add(
+                    Figure(
+                        key="rss_peak",
+                        section="worker peak RSS",
+                        label="largest worker process, all phases",
+                        value=sampler.peak_mb(),
+                        unit="MiB",
+                        is_rate=False,
+                    )
+                )
+        if args.sync_off:
+            bench.say("again with synchronous_commit off (shown beside, never instead)")
+            set_database_option(server, args.database, "synchronous_commit", "off")
+            try:
+                measure_sync_off(bench, args, has_worker)
+            finally:
+                set_database_option(server, args.database, "synchronous_commit", "on")
+        report.meta["load_average_at_end"] = os.getloadavg()
+    finally:
+        if args.drop:
+            from django.db import connections
+
+            connections.close_all()
+            drop_database(server, args.database)
+    report.print(console)
+    path = report.write(args.results_dir, stamp)
+    console.print(f"results: {path}")
+    return 0
+
+
+def measure_sync_off(bench: Bench, args: argparse.Namespace, has_worker: bool) -> None:
+    """The reference and the 1-step figures again, into ``report.sync_off`` (headline stays untouched)."""
+    side = Bench(
+        url=bench.url,
+        sizes=bench.sizes,
+        report=Report(meta={}),
+        console=bench.console,
+        worker_args=bench.worker_args,
+    )
+    side.measure_raw((2,))
+    side.measure_sql_only(args.sql_batch, [(FLOWS[0], 2)])
+    if has_worker and not args.no_workers:
+        with tempfile.TemporaryDirectory(prefix="pgflow-bench-") as logs, RssSampler() as sampler:
+            side.measure_workers(sampler, Path(logs), [(FLOWS[0], 2)], end_to_end_too=False)
+    bench.report.sync_off.update({figure.key: figure.value for figure in side.report.figures})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
