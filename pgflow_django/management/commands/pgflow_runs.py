@@ -1,0 +1,185 @@
+"""``manage.py pgflow_runs``: list recent runs, or show one run with its steps and tasks."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+from django.utils import timezone
+from rich.table import Table
+
+from pgflow_django.client import RunView, get_run
+from pgflow_django.management.cli import PgflowCommand, positive_int, run_id
+from pgflow_django.management.progress import format_seconds, run_dict, run_title, status_text, steps_table
+from pgflow_django.models import Run, StepTask
+
+DEFAULT_LIMIT = 20
+
+
+class Command(PgflowCommand):
+    help = (
+        "List runs (newest first), or show one run with its step states and tasks.\n\n"
+        "JSON output carries run ids as strings and PGMQ message ids as decimal strings."
+    )
+    examples = """
+  manage.py pgflow_runs                                   the 20 newest runs
+  manage.py pgflow_runs --flow process_order --status failed --limit 100
+  manage.py pgflow_runs 5f1c...-...                        one run: steps, then its tasks with --tasks
+  manage.py pgflow_runs 5f1c...-... --format json          run, steps and tasks as JSON
+
+exit codes: 0 shown; 1 no such run, or another error; 2 bad arguments
+"""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "run_id", nargs="?", type=run_id, metavar="RUN_ID", help="show this run in detail"
+        )
+        parser.add_argument("--flow", metavar="FLOW", help="only runs of this flow")
+        parser.add_argument(
+            "--status", choices=["started", "completed", "failed"], help="only runs in this status"
+        )
+        parser.add_argument(
+            "--limit", type=positive_int, metavar="N", help=f"at most N runs (default {DEFAULT_LIMIT})"
+        )
+        parser.add_argument(
+            "--tasks", action="store_true", help="with RUN_ID, also list its tasks (text format)"
+        )
+        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+
+    def run(self, *args: Any, **options: Any) -> None:
+        as_json = options["format"] == "json"
+        key: uuid.UUID | None = options["run_id"]
+        if key is None:
+            if options["tasks"]:
+                raise CommandError("--tasks needs a RUN_ID")
+            self._list(
+                options["flow"], options["status"], options["limit"] or DEFAULT_LIMIT, as_json, options
+            )
+            return
+        given = [name for name in ("flow", "status", "limit") if options[name] is not None]
+        if given:
+            flags = ", ".join(f"--{name}" for name in given)
+            raise CommandError(f"{flags} only filter the list of runs; leave them out when showing run {key}")
+        self._show(get_run(key), as_json, options)
+
+    def _list(self, flow: str | None, status: str | None, limit: int, as_json: bool, options: Any) -> None:
+        runs = Run.objects.all()
+        if flow:
+            runs = runs.filter(flow_id=flow)
+        if status:
+            runs = runs.filter(status=status)
+        rows = list(
+            runs.order_by("-started_at", "run_id").values(
+                "run_id",
+                "flow_id",
+                "status",
+                "remaining_steps",
+                "error_message",
+                "started_at",
+                "completed_at",
+                "failed_at",
+            )[:limit]
+        )
+        if as_json:
+            self.write_json([_run_row(row) for row in rows])
+            return
+        console = self.console(no_color=options["no_color"])
+        if not rows:
+            console.print("no runs" + (" matching the filters" if flow or status else ""))
+            return
+        table = Table()
+        for column in ("run id", "flow", "status", "started", "duration", "steps left", "error"):
+            table.add_column(column, overflow="fold", max_width=60 if column == "error" else None)
+        for row in rows:
+            finished = row["completed_at"] or row["failed_at"]
+            table.add_row(
+                str(row["run_id"]),
+                row["flow_id"],
+                status_text(row["status"]),
+                _when(row["started_at"]),
+                format_seconds((finished - row["started_at"]).total_seconds()) if finished else "",
+                str(row["remaining_steps"]),
+                row["error_message"] or "",
+            )
+        console.print(table)
+        if len(rows) == limit:
+            console.print(f"showing the newest {limit}; use --limit for more", style="dim")
+
+    def _show(self, view: RunView, as_json: bool, options: Any) -> None:
+        tasks = list(
+            StepTask.objects.filter(run_id=view.run_id)
+            .order_by("step_slug", "task_index")
+            .values(
+                "step_slug",
+                "task_index",
+                "status",
+                "attempts_count",
+                "message_id",
+                "error_message",
+                "last_worker_id",
+                "requeued_count",
+                "queued_at",
+                "started_at",
+                "completed_at",
+                "failed_at",
+            )
+        )
+        order = {state.step_slug: state.step_index for state in view.steps}
+        tasks.sort(key=lambda task: (order.get(task["step_slug"], 0), task["task_index"]))
+        if as_json:
+            self.write_json({**run_dict(view), "tasks": [_task_row(task) for task in tasks]})
+            return
+        console = self.console(no_color=options["no_color"])
+        console.print(run_title(view))
+        console.print(steps_table(view))
+        if view.error_message:
+            console.print(f"error: {view.error_message}", style="red")
+        if view.status == "completed":
+            console.print("output:")
+            console.print_json(data=view.output)
+        if options["tasks"]:
+            console.print(_tasks_table(tasks))
+
+
+def _run_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": str(row["run_id"]),
+        "flow_slug": row["flow_id"],
+        "status": row["status"],
+        "remaining_steps": row["remaining_steps"],
+        "error_message": row["error_message"],
+        "started_at": row["started_at"],
+        "completed_at": row["completed_at"],
+        "failed_at": row["failed_at"],
+    }
+
+
+def _task_row(task: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **task,
+        "message_id": None if task["message_id"] is None else str(task["message_id"]),
+        "last_worker_id": None if task["last_worker_id"] is None else str(task["last_worker_id"]),
+    }
+
+
+def _tasks_table(tasks: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="tasks", title_justify="left")
+    for column in ("step", "index", "status", "attempts", "message id", "error"):
+        table.add_column(column, overflow="fold", max_width=60 if column == "error" else None)
+    for task in tasks:
+        table.add_row(
+            task["step_slug"],
+            str(task["task_index"]),
+            status_text(task["status"]),
+            str(task["attempts_count"]),
+            "" if task["message_id"] is None else str(task["message_id"]),
+            task["error_message"] or "",
+        )
+    return table
+
+
+def _when(moment: datetime) -> str:
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")

@@ -1,0 +1,128 @@
+"""``manage.py pgflow_start FLOW --input JSON``: start one run, and optionally wait for it."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+from rich.console import Group
+from rich.live import Live
+
+from pgflow_django.client import RunView, get_run, start_flow
+from pgflow_django.dsl import Flow
+from pgflow_django.management.cli import (
+    PgflowCommand,
+    interrupted_as,
+    load_json_argument,
+    positive_float,
+    run_id,
+)
+from pgflow_django.management.progress import format_seconds, run_dict, run_title, steps_table
+from pgflow_django.registry import get_flows
+
+TIMED_OUT = 3
+"""Exit code when --wait gives up while the run is still going."""
+POLL_SECONDS = 0.2
+
+
+class Command(PgflowCommand):
+    help = (
+        "Start a run of a compiled flow.\n\n"
+        "Prints the run id. With --wait it follows the run (a live table of its steps on a terminal)\n"
+        "until it completes or fails, then prints its steps and output."
+    )
+    examples = """
+  manage.py pgflow_start process_order --input '{"order_id": 42}'
+  manage.py pgflow_start process_order --input @order.json --wait
+  echo '[1, 2, 3]' | manage.py pgflow_start squares --input - --wait --timeout 60 --format json
+  RUN=$(manage.py pgflow_start process_order --input '{}')   # the run id alone, for scripts
+
+exit codes: 0 started (with --wait: completed); 1 the run failed, or an error (unknown flow, bad
+input); 2 bad arguments; 3 --timeout passed before the run finished (it keeps running); 130 Ctrl-C
+"""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("flow", metavar="FLOW", help="slug of a compiled flow")
+        parser.add_argument(
+            "--input",
+            required=True,
+            metavar="JSON",
+            help="the run input: a JSON document, @path to read a file, or - to read standard input",
+        )
+        parser.add_argument(
+            "--run-id", type=run_id, metavar="UUID", help="choose the run id (default: random)"
+        )
+        parser.add_argument("--wait", action="store_true", help="wait until the run completes or fails")
+        parser.add_argument(
+            "--timeout",
+            type=positive_float,
+            metavar="SECONDS",
+            help="with --wait, give up after this many seconds (exit 3; the run goes on); default: no limit",
+        )
+        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+
+    def run(self, *args: Any, **options: Any) -> None:
+        if options["timeout"] is not None and not options["wait"]:
+            raise CommandError("--timeout only applies with --wait")
+        flow_input = load_json_argument(options["input"])
+        flow: Flow | str = get_flows().get(options["flow"]) or options["flow"]
+        started = start_flow(flow, flow_input, run_id=options["run_id"])
+        as_json = options["format"] == "json"
+        if not options["wait"]:
+            if as_json:
+                self.write_json({"run_id": str(started), "flow_slug": options["flow"], "status": "started"})
+            else:
+                self.stdout.write(str(started))
+            return
+        with interrupted_as(f"stopped waiting; run {started} continues (follow it: pgflow_runs {started})"):
+            view = self._wait(started, options["timeout"], no_color=options["no_color"])
+        self._report(view, as_json=as_json, verbosity=options["verbosity"], no_color=options["no_color"])
+        if not view.is_terminal:
+            raise CommandError(
+                f"run {started} is still {view.status} after {format_seconds(options['timeout'])}; it keeps "
+                f"running (follow it: pgflow_runs {started})",
+                returncode=TIMED_OUT,
+            )
+        if view.status == "failed":
+            raise CommandError(f"run {started} failed: {view.error_message or 'no error message'}")
+
+    def _wait(self, key: uuid.UUID, timeout: float | None, *, no_color: bool) -> RunView:
+        """Poll the run; on a terminal, redraw its step table in place (on stderr, keeping stdout clean)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        console = self.console(stderr=True, no_color=no_color)
+        view = get_run(key)
+        with contextlib.ExitStack() as stack:
+            live = None
+            if console.is_terminal:
+                live = stack.enter_context(
+                    Live(_live(view), console=console, transient=True, auto_refresh=False)
+                )
+            while not view.is_terminal:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                time.sleep(POLL_SECONDS if left is None else min(POLL_SECONDS, left))
+                view = get_run(key)
+                if live is not None:
+                    live.update(_live(view), refresh=True)
+        return view
+
+    def _report(self, view: RunView, *, as_json: bool, verbosity: int, no_color: bool) -> None:
+        if as_json:
+            self.write_json(run_dict(view))
+            return
+        console = self.console(no_color=no_color)
+        if verbosity > 0:
+            console.print(run_title(view))
+            console.print(steps_table(view))
+        if view.status == "completed":
+            if verbosity > 0:
+                console.print("output:")
+            console.print_json(data=view.output)
+
+
+def _live(view: RunView) -> Group:
+    return Group(run_title(view), steps_table(view))

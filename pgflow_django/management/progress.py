@@ -1,0 +1,119 @@
+"""Rich renderings of runs and steps, shared by ``pgflow_start --wait`` and ``pgflow_runs``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from pgflow_django.client import RunView, StepStateView
+
+STATUS_STYLES = {
+    "created": "dim",
+    "queued": "dim",
+    "started": "cyan",
+    "completed": "green",
+    "failed": "bold red",
+    "skipped": "yellow",
+    "cancelled": "yellow",
+}
+
+
+def status_text(status: str) -> Text:
+    return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def tasks_done(state: StepStateView) -> str:
+    """``done/total`` tasks of a step; ``-`` while a map's size is not known yet."""
+    if state.initial_tasks is None:
+        return "-"
+    if state.status in {"created", "skipped"}:
+        return f"0/{state.initial_tasks}"
+    return f"{state.initial_tasks - (state.remaining_tasks or 0)}/{state.initial_tasks}"
+
+
+def steps_table(view: RunView, *, title: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left", expand=False)
+    table.add_column("step")
+    table.add_column("type")
+    table.add_column("status")
+    table.add_column("tasks", justify="right")
+    table.add_column("note", overflow="fold", max_width=70)
+    for state in view.steps:
+        table.add_row(
+            state.step_slug,
+            state.step_type,
+            status_text(state.status),
+            tasks_done(state),
+            _note(state),
+        )
+    return table
+
+
+def run_title(view: RunView) -> Text:
+    title = Text()
+    title.append(f"run {view.run_id} ", style="bold")
+    title.append(f"of {view.flow_slug}: ")
+    title.append_text(status_text(view.status))
+    elapsed = _elapsed(view.started_at, view.completed_at or view.failed_at)
+    if elapsed:
+        title.append(f" ({elapsed})")
+    return title
+
+
+def _note(state: StepStateView) -> str:
+    if state.error_message:
+        return state.error_message
+    if state.skip_reason:
+        return state.skip_reason.replace("_", " ")
+    return ""
+
+
+def _elapsed(start: datetime | None, end: datetime | None) -> str:
+    if start is None or end is None:
+        return ""
+    return format_seconds((end - start).total_seconds())
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes} min {rest} s"
+
+
+def run_dict(view: RunView) -> dict[str, Any]:
+    """A run as JSON-ready data (ids as strings; times ISO 8601)."""
+    return {
+        "run_id": str(view.run_id),
+        "flow_slug": view.flow_slug,
+        "status": view.status,
+        "input": view.input,
+        "output": view.output,
+        "error_message": view.error_message,
+        "remaining_steps": view.remaining_steps,
+        "started_at": view.started_at,
+        "completed_at": view.completed_at,
+        "failed_at": view.failed_at,
+        "steps": [
+            {
+                "step_slug": state.step_slug,
+                "step_type": state.step_type,
+                "status": state.status,
+                "tasks_total": state.initial_tasks,
+                "tasks_remaining": state.remaining_tasks,
+                "output": state.output,
+                "error_message": state.error_message,
+                "skip_reason": state.skip_reason,
+                "started_at": state.started_at,
+                "completed_at": state.completed_at,
+                "failed_at": state.failed_at,
+                "skipped_at": state.skipped_at,
+            }
+            for state in view.steps
+        ],
+    }
