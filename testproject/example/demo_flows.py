@@ -10,7 +10,7 @@ from typing import Any
 
 from pgflow_django import Flow
 
-VIP_THRESHOLD_CENTS = 20_000
+VIP_THRESHOLD_CENTS = 35_000
 FLAKY_EVERY = 5
 """One charge in five fails on its first attempt, then succeeds when retried."""
 
