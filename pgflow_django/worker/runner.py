@@ -14,7 +14,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import close_old_connections, connections, transaction
+from django.db import InterfaceError, OperationalError, close_old_connections, connections, transaction
 
 from pgflow_django.dsl import Flow, Retry, StepDefinition
 from pgflow_django.worker.completer import Completer
@@ -50,6 +50,11 @@ def encode_output(output: Any) -> str:
 def error_text(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return text[:MAX_ERROR_LENGTH]
+
+
+def _traceback(exc: BaseException) -> BaseException | None:
+    """A lost database connection needs no traceback in the log: the message says it all."""
+    return None if isinstance(exc, OperationalError | InterfaceError) else exc
 
 
 async def _await(awaitable: Awaitable[Any]) -> Any:
@@ -125,7 +130,9 @@ class Runner:
             logger.info("handler asked for a retry in %ss %s", exc.delay, task.describe())
             self.completer.fail(task, exc.message, exc.delay)
         except Exception as exc:
-            logger.warning("handler failed %s: %s", task.describe(), error_text(exc), exc_info=exc)
+            logger.warning(
+                "handler failed %s: %s", task.describe(), error_text(exc), exc_info=_traceback(exc)
+            )
             self.completer.fail(task, error_text(exc))
         else:
             self.completer.complete(task, output_json)
@@ -162,7 +169,9 @@ class Runner:
             logger.info("handler asked for a retry in %ss %s", exc.delay, task.describe())
             self.completer.fail(task, exc.message, exc.delay)
         except Exception as exc:
-            logger.warning("handler failed %s: %s", task.describe(), error_text(exc), exc_info=exc)
+            logger.warning(
+                "handler failed %s: %s", task.describe(), error_text(exc), exc_info=_traceback(exc)
+            )
             self.completer.fail(task, error_text(exc))
         else:
             logger.debug("task completed %s", task.describe())

@@ -2,57 +2,88 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
-from argparse import ArgumentParser
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError, CommandParser
+
+from pgflow_django.management.cli import PgflowCommand, positive_float, positive_int
 
 logger = logging.getLogger("pgflow_django.worker")
 
 
-class Command(BaseCommand):
-    help = (
-        "Run a pgflow worker for one flow: compile or verify the flow, register, then claim and run its "
-        "tasks until SIGTERM/SIGINT (a second signal exits at once). Uses at most --concurrency + 3 "
-        "database connections. Defaults come from settings.PGFLOW."
-    )
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
 
-    def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("--flow", required=True, help="slug of the flow whose queue to work (required)")
-        parser.add_argument("--concurrency", type=int, help="handler threads (PGFLOW WORKER_CONCURRENCY)")
+
+class Command(PgflowCommand):
+    help = (
+        "Run a worker for one flow: check the database, compile or verify the flow (the pgflow_compile\n"
+        "code path), register in pgflow.workers, then claim and run its tasks until SIGTERM or SIGINT.\n"
+        "The first signal stops polling and lets in-flight tasks finish within --shutdown-timeout\n"
+        "(the rest are released); a second one exits at once and leaves them to stalled-task recovery.\n"
+        "A worker holds at most --concurrency + 3 database connections. Defaults come from\n"
+        "settings.PGFLOW (WORKER_* keys)."
+    )
+    examples = """
+  manage.py pgflow_worker --flow process_order
+  manage.py pgflow_worker --flow process_order --concurrency 20 --batch-size 20
+  manage.py pgflow_worker --flow process_order --shutdown-timeout 120
+
+exit codes: 0 stopped by a signal after draining; 1 could not start (unknown flow, database not
+migrated, changed flow definition); 2 bad arguments; 128 + signal number after a second signal
+"""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--flow", required=True, help="slug of the flow whose queue to work")
         parser.add_argument(
-            "--batch-size", type=int, help="messages read per claim, at most (PGFLOW WORKER_BATCH_SIZE)"
+            "--concurrency", type=positive_int, help="handler threads (default: PGFLOW WORKER_CONCURRENCY)"
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            help="messages read per claim, at most (default: PGFLOW WORKER_BATCH_SIZE)",
         )
         parser.add_argument(
             "--poll-interval",
-            type=float,
-            help="seconds between fallback reads of an idle queue (PGFLOW WORKER_POLL_INTERVAL)",
+            type=positive_float,
+            help="seconds between fallback reads of an idle queue, for lost notifications "
+            "(default: PGFLOW WORKER_POLL_INTERVAL)",
         )
         parser.add_argument(
             "--max-poll-seconds",
-            type=float,
-            help="while notifications work, idle fallback reads back off up to this many seconds "
-            "(PGFLOW WORKER_MAX_POLL_SECONDS)",
+            type=positive_float,
+            help="while notifications arrive, idle fallback reads back off up to this many seconds "
+            "(default: PGFLOW WORKER_MAX_POLL_SECONDS)",
         )
         parser.add_argument(
             "--shutdown-timeout",
-            type=float,
-            help="seconds in-flight tasks get to finish after SIGTERM (PGFLOW WORKER_SHUTDOWN_TIMEOUT)",
+            type=non_negative_float,
+            help="seconds in-flight tasks get to finish after a signal "
+            "(default: PGFLOW WORKER_SHUTDOWN_TIMEOUT)",
         )
         parser.add_argument(
-            "--heartbeat-seconds", type=float, help="heartbeat period (PGFLOW WORKER_HEARTBEAT_SECONDS)"
+            "--heartbeat-seconds",
+            type=positive_float,
+            help="heartbeat period (default: PGFLOW WORKER_HEARTBEAT_SECONDS)",
         )
         parser.add_argument(
             "--stalled-check-seconds",
-            type=float,
-            help="period of stalled-task recovery, one worker at a time (PGFLOW STALLED_CHECK_SECONDS)",
+            type=positive_float,
+            help="period of stalled-task recovery, one worker at a time "
+            "(default: PGFLOW STALLED_CHECK_SECONDS)",
         )
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def run(self, *args: Any, **options: Any) -> None:
         from pgflow_django.compiler import FlowMismatch
         from pgflow_django.worker import PreflightError, Worker, WorkerOptions
         from pgflow_django.worker.preflight import resolve_flow
@@ -71,14 +102,13 @@ class Command(BaseCommand):
             )
             worker = Worker(flow, worker_options)
             status = worker.prepare()
-        except (PreflightError, FlowMismatch, ImproperlyConfigured, ValueError) as exc:
+        except (PreflightError, FlowMismatch, ValueError) as exc:
             raise CommandError(str(exc)) from None
         logger.info("flow %s %s", flow.slug, status)
-        try:
-            code = worker.run()
-        except Exception as exc:
-            raise CommandError(f"worker stopped: {exc}") from exc
+        code = worker.run()
         if worker.abandoned_handlers:
+            # Handler threads still running past the shutdown timeout cannot be joined; their tasks
+            # were released, so leave without waiting for them.
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)

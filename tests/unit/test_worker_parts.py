@@ -1,0 +1,122 @@
+"""The worker's pure pieces: options, back-off, output encoding, completion items, channel names."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import threading
+import time
+import uuid
+
+import pytest
+
+from pgflow_django.worker.backoff import Backoff
+from pgflow_django.worker.engine import ClaimedTask, completion_item
+from pgflow_django.worker.listener import insert_channel
+from pgflow_django.worker.options import WorkerOptions
+from pgflow_django.worker.runner import OutputNotSerialisable, encode_output, error_text
+from pgflow_django.worker.state import WorkerState
+from tests.workers import url_from_settings
+
+TASK = ClaimedTask("f", uuid.UUID(int=1), "step", 3, 12345678901234, 2, {"secret": 1})
+
+
+def test_options_take_settings_defaults_and_overrides() -> None:
+    options = WorkerOptions.from_settings("f", concurrency=3, batch_size=None)
+    assert (options.concurrency, options.batch_size) == (3, 10)
+    assert options.max_connections == 6
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("concurrency", 0), ("batch_size", True), ("poll_interval", 0.0), ("shutdown_timeout", -1.0)],
+)
+def test_options_out_of_range(name: str, value: object) -> None:
+    with pytest.raises(ValueError, match=name.replace("_", "-")):
+        WorkerOptions.from_settings("f", **{name: value})
+
+
+def test_backoff_grows_to_its_cap_and_resets() -> None:
+    backoff = Backoff(initial=0.1, cap=1.0)
+    delays = [backoff.next() for _ in range(8)]
+    assert delays[0] <= 0.12
+    assert max(delays) <= 1.0
+    assert delays[-1] >= 0.8
+    backoff.reset()
+    assert backoff.next() <= 0.12
+
+
+@pytest.mark.parametrize("value", [0, "", False, [], {}, None])
+def test_falsy_outputs_stay_themselves(value: object) -> None:
+    assert json.loads(encode_output(value)) == value
+
+
+def test_outputs_use_djangos_encoder() -> None:
+    encoded = encode_output({"at": datetime.date(2026, 1, 2), "amount": decimal.Decimal("1.50")})
+    assert json.loads(encoded) == {"at": "2026-01-02", "amount": "1.50"}
+
+
+@pytest.mark.parametrize("value", [float("nan"), object(), {1, 2}])
+def test_unserialisable_outputs_are_refused(value: object) -> None:
+    with pytest.raises(OutputNotSerialisable, match="not JSON-serialisable"):
+        encode_output(value)
+
+
+def test_completion_item_embeds_the_encoded_output_verbatim() -> None:
+    item = json.loads(completion_item(TASK, '{"a":[1,2]}'))
+    assert item == {
+        "run_id": str(TASK.run_id),
+        "step_slug": "step",
+        "task_index": 3,
+        "attempt": 2,
+        "output": {"a": [1, 2]},
+    }
+
+
+def test_task_description_names_ids_but_not_the_input() -> None:
+    text = TASK.describe()
+    assert "msg_id=12345678901234" in text
+    assert "queue=f" in text
+    assert "secret" not in text
+
+
+def test_error_text() -> None:
+    assert error_text(ValueError("bad")) == "ValueError: bad"
+    assert error_text(KeyError()) == "KeyError"
+
+
+def test_insert_channel_is_pgmqs() -> None:
+    assert insert_channel("q_orders") == "pgmq.q_orders.INSERT"
+
+
+def test_freed_slot_wakes_the_waiting_loop() -> None:
+    state = WorkerState(capacity=1)
+    state.take(TASK)
+    threading.Timer(0.05, state.release, args=[TASK]).start()
+    started = time.monotonic()
+    assert state.wait_for_slot(5.0)
+    assert time.monotonic() - started < 2
+
+
+def test_stop_request_wakes_every_wait() -> None:
+    state = WorkerState(capacity=1)
+    threading.Timer(0.05, state.request_stop).start()
+    assert state.wait_for_messages(5.0)
+
+
+@pytest.mark.parametrize(
+    ("settings_dict", "url"),
+    [
+        (
+            {"NAME": "db", "USER": "u", "PASSWORD": "", "HOST": "127.0.0.1", "PORT": "5432"},
+            "postgresql://u@127.0.0.1:5432/db",
+        ),
+        (
+            {"NAME": "db", "USER": "u", "PASSWORD": "p w", "HOST": "/tmp/s", "PORT": ""},
+            "postgresql://u:p%20w@/db?host=%2Ftmp%2Fs",
+        ),
+    ],
+)
+def test_test_database_urls(settings_dict: dict[str, str], url: str) -> None:
+    assert url_from_settings(settings_dict) == url
