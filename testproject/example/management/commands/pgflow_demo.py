@@ -84,9 +84,11 @@ class Command(PgflowCommand):
         console = self.console(no_color=options["no_color"])
         console.rule("[bold]pgflow-django demo")
         where = connection.settings_dict
-        console.print(
-            f"database: {where['NAME']} on {where['HOST'] or 'local socket'}:{where['PORT'] or '5432'}"
+        host = str(where["HOST"] or "")
+        place = (
+            f"{host}:{where['PORT'] or 5432}" if host and not host.startswith("/") else f"socket in {host}"
         )
+        console.print(f"database: {where['NAME']} ({place})")
         with console.status("migrating"):
             call_command("migrate", verbosity=0, interactive=False)
         console.print("migrated")

@@ -1,0 +1,105 @@
+"""The contract every ``pgflow_*`` command keeps as a real process: ``--help`` explains and exits 0,
+a bad argument is one line on stderr and exit 2, a database problem is one line and exit 1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+
+from tests import workers
+from tests.integration.commands_support import manage, stderr_lines
+
+COMMANDS = [
+    "pgflow_compile",
+    "pgflow_start",
+    "pgflow_runs",
+    "pgflow_requeue_stalled",
+    "pgflow_prune",
+    "pgflow_delete_flow",
+    "pgflow_demo",
+]
+
+
+@pytest.fixture(scope="module")
+def test_database_url(django_db_setup: None, django_db_blocker: Any) -> str:
+    """The test database's URL, for processes that must not need a committed transaction."""
+    with django_db_blocker.unblock():
+        return workers.url_from_settings(connection.settings_dict)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_explains_with_examples(test_database_url: str, command: str) -> None:
+    result = manage(test_database_url, command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "examples:" in result.stdout
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["pgflow_compile", "--format", "xml"], "argument --format: invalid choice: 'xml'"),
+        (["pgflow_start"], "the following arguments are required: FLOW, --input"),
+        (["pgflow_start", "cmd_greet", "--input", "{}", "--run-id", "42"], "'42' is not a UUID"),
+        (["pgflow_start", "cmd_greet", "--input", "{}", "--wait", "--timeout", "0"], "seconds > 0"),
+        (["pgflow_runs", "--limit", "0"], "argument --limit: expected a whole number >= 1"),
+        (["pgflow_runs", "--status", "done"], "argument --status: invalid choice: 'done'"),
+        (["pgflow_requeue_stalled", "--now"], "unrecognized arguments: --now"),
+        (["pgflow_prune", "--older-than", "7x"], "invalid duration '7x'"),
+        (["pgflow_prune"], "the following arguments are required: --older-than"),
+        (["pgflow_delete_flow"], "the following arguments are required: FLOW"),
+        (["pgflow_demo", "--runs", "0"], "argument --runs: expected a whole number >= 1"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(test_database_url: str, args: list[str], message: str) -> None:
+    result = manage(test_database_url, *args)
+    assert result.returncode == 2
+    lines = stderr_lines(result)
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"manage.py {args[0]}: error: ")
+    assert message in lines[0]
+    assert lines[0].endswith("(see --help)")
+
+
+def test_an_unreachable_database_is_one_line(tmp_path: Any) -> None:
+    result = workers.run_manage("postgresql://postgres@127.0.0.1:1/nowhere", "pgflow_runs", timeout=60)
+    assert result.returncode == 1
+    lines = stderr_lines(result)
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("CommandError: cannot connect to the database: ")
+
+
+@pytest.fixture
+def empty_database_url(test_database_url: str) -> Iterator[str]:
+    """A database of its own with nothing migrated (created and dropped outside the test transaction)."""
+    name = f"{connection.settings_dict['NAME']}_empty"
+    admin = psycopg.connect(test_database_url, autocommit=True)
+    try:
+        admin.execute(f'drop database if exists "{name}"')
+        admin.execute(f'create database "{name}"')
+        yield workers.url_from_settings({**connection.settings_dict, "NAME": name})
+    finally:
+        admin.execute(f'drop database if exists "{name}" with (force)')
+        admin.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["pgflow_runs"],
+        ["pgflow_requeue_stalled"],
+        ["pgflow_prune", "--older-than", "7d"],
+        ["pgflow_start", "cmd_greet", "--input", "{}"],
+    ],
+)
+def test_an_unmigrated_database_says_migrate(empty_database_url: str, args: list[str]) -> None:
+    result = manage(empty_database_url, *args)
+    assert result.returncode == 1
+    lines = stderr_lines(result)
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("CommandError: the database is not migrated for pgflow")
+    assert lines[0].endswith("run `manage.py migrate`")

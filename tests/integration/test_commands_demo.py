@@ -1,0 +1,62 @@
+"""``pgflow_demo`` (``make demo``) end to end on the test database, with real worker processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+
+from tests import workers
+from tests.integration.commands_support import scalar
+
+
+@pytest.fixture
+def no_demo_flow(database_url: str) -> Iterator[None]:
+    def drop() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows "
+                "where flow_slug = 'demo_orders'"
+            )
+            cursor.execute("delete from pgflow.workers where queue_name = 'demo_orders'")
+
+    drop()
+    yield
+    drop()
+
+
+@pytest.mark.usefixtures("no_demo_flow")
+def test_demo_runs_the_batch_and_stops_its_workers(database_url: str) -> None:
+    result = workers.run_manage(
+        database_url, "pgflow_demo", "--runs", "30", "--workers", "2", "--concurrency", "4", timeout=120
+    )
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    out = result.stdout
+    assert "flow demo_orders: compiled" in out
+    assert "2 worker(s) ready" in out
+    assert "30 (30 completed, 0 failed)" in out
+    assert "retried after a failure" in out
+    assert "VIP gifts added" in out
+    assert "tasks/s" in out
+    assert "stopped 2 worker(s)" in out
+
+    assert (
+        scalar("select count(*) from pgflow.runs where flow_slug = 'demo_orders' and status = 'completed'")
+        == 30
+    )
+    assert (
+        scalar(
+            "select count(*) from pgflow.step_tasks where flow_slug = 'demo_orders' and attempts_count > 1"
+        )
+        > 0
+    )
+    assert (
+        scalar("select count(*) from pgflow.step_states where step_slug = 'add_gift' and status = 'skipped'")
+        > 0
+    )
+    assert scalar("select count(*) from pgflow.workers where queue_name = 'demo_orders'") == 2
+    assert (
+        scalar("select count(*) from pgflow.workers where queue_name = 'demo_orders' and stopped_at is null")
+        == 0
+    )

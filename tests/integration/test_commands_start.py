@@ -1,0 +1,145 @@
+"""``pgflow_start``: starting runs, input sources and errors; ``--wait`` against real worker processes."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management.base import CommandError
+
+from pgflow_django.compiler import compile_flow
+from tests import workers
+from tests.integration import commands_flows
+from tests.integration.commands_support import (
+    SETTINGS_ENV,
+    call,
+    drop_command_flows,
+    manage,
+    run_status,
+    scalar,
+    stderr_lines,
+)
+
+
+@pytest.fixture
+def compiled(settings: Any) -> None:
+    settings.PGFLOW = {"FLOWS": list(commands_flows.REGISTERED)}
+    for flow in (commands_flows.greet, commands_flows.squares, commands_flows.boom):
+        compile_flow(flow)
+
+
+@pytest.mark.usefixtures("compiled")
+class TestStart:
+    def test_prints_the_run_id(self) -> None:
+        out, _ = call("pgflow_start", "cmd_greet", "--input", '{"name": "ada"}')
+        run_id = uuid.UUID(out.strip())
+        assert run_status(run_id) == "started"
+        stored = scalar("select input::text from pgflow.runs where run_id = %s", [run_id])
+        assert json.loads(stored) == {"name": "ada"}
+
+    def test_chosen_run_id_and_json_output(self) -> None:
+        chosen = uuid.uuid4()
+        out, _ = call(
+            "pgflow_start", "cmd_greet", "--input", "{}", "--run-id", str(chosen), "--format", "json"
+        )
+        assert json.loads(out) == {"run_id": str(chosen), "flow_slug": "cmd_greet", "status": "started"}
+        assert run_status(chosen) == "started"
+
+    def test_input_from_a_file(self, tmp_path: Path) -> None:
+        path = tmp_path / "input.json"
+        path.write_text('{"name": "file"}')
+        out, _ = call("pgflow_start", "cmd_greet", "--input", f"@{path}")
+        assert json.loads(scalar("select input::text from pgflow.runs where run_id = %s", [out.strip()])) == {
+            "name": "file"
+        }
+
+    def test_input_from_standard_input(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr("sys.stdin", io.StringIO("[1, 2, 3]"))
+        out, _ = call("pgflow_start", "cmd_squares", "--input", "-")
+        assert scalar("select count(*) from pgflow.step_tasks where run_id = %s", [out.strip()]) == 3
+
+    def test_invalid_json(self) -> None:
+        with pytest.raises(CommandError, match="--input is not valid JSON"):
+            call("pgflow_start", "cmd_greet", "--input", "{oops")
+
+    def test_missing_input_file(self, tmp_path: Path) -> None:
+        with pytest.raises(CommandError, match="cannot read"):
+            call("pgflow_start", "cmd_greet", "--input", f"@{tmp_path / 'absent.json'}")
+
+    def test_root_map_needs_an_array(self) -> None:
+        with pytest.raises(CommandError, match="must be a JSON array"):
+            call("pgflow_start", "cmd_squares", "--input", '{"n": 1}')
+
+    def test_flow_not_compiled(self) -> None:
+        with pytest.raises(CommandError, match="flow 'cmd_ghost' does not exist: compile it first"):
+            call("pgflow_start", "cmd_ghost", "--input", "{}")
+
+    def test_invalid_slug(self) -> None:
+        with pytest.raises(CommandError, match="flow slug 'no way'"):
+            call("pgflow_start", "no way", "--input", "{}")
+
+    def test_timeout_needs_wait(self) -> None:
+        with pytest.raises(CommandError, match="--timeout only applies with --wait"):
+            call("pgflow_start", "cmd_greet", "--input", "{}", "--timeout", "1")
+
+    def test_wait_times_out_with_exit_code_3(self) -> None:
+        with pytest.raises(CommandError, match=r"is still started after .*; it keeps running") as info:
+            call("pgflow_start", "cmd_greet", "--input", "{}", "--wait", "--timeout", "0.3")
+        assert info.value.returncode == 3
+
+
+@pytest.fixture
+def worker_for(database_url: str, spawn_worker: workers.Spawner, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Real worker processes that know the command tests' flows."""
+    drop_command_flows()
+    for key, value in SETTINGS_ENV.items():
+        monkeypatch.setenv(key, value)
+    yield spawn_worker
+    drop_command_flows()
+
+
+def test_wait_shows_the_output_of_a_completed_run(database_url: str, worker_for: workers.Spawner) -> None:
+    worker_for("cmd_greet")
+    result = manage(
+        database_url, "pgflow_start", "cmd_greet", "--input", '{"name": "ada"}', "--wait", "--timeout", "60"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "completed" in result.stdout
+    assert '"shout": "HELLO ADA"' in result.stdout
+    assert result.stderr.strip() == ""
+
+
+def test_wait_json_output(database_url: str, worker_for: workers.Spawner) -> None:
+    worker_for("cmd_squares")
+    result = manage(
+        database_url,
+        "pgflow_start",
+        "cmd_squares",
+        "--input",
+        "[2, 3]",
+        "--wait",
+        "--timeout",
+        "60",
+        "--format",
+        "json",
+    )
+    assert result.returncode == 0, result.stderr
+    view = json.loads(result.stdout)
+    assert view["status"] == "completed"
+    assert view["output"] == {"square": [4, 9]}
+    assert view["steps"][0]["tasks_total"] == 2
+
+
+def test_wait_exits_1_when_the_run_fails(database_url: str, worker_for: workers.Spawner) -> None:
+    worker_for("cmd_boom")
+    result = manage(database_url, "pgflow_start", "cmd_boom", "--input", "{}", "--wait", "--timeout", "60")
+    assert result.returncode == 1
+    lines = stderr_lines(result)
+    assert len(lines) == 1
+    assert lines[0].startswith("CommandError: run ")
+    assert "failed" in lines[0] and "boom on purpose" in lines[0]
+    assert "explode" in result.stdout
