@@ -103,14 +103,18 @@ class Command(PgflowCommand):
             return
         logs = Path(tempfile.mkdtemp(prefix="pgflow-demo-"))
         workers: list[tuple[subprocess.Popen[bytes], Path]] = []
+        previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
-            workers = self._start_workers(console, logs, options["workers"], options["concurrency"])
+            self._start_workers(console, workers, logs, options["workers"], options["concurrency"])
             ids = start_flows(demo_orders, _orders(options["runs"]))
             started = time.monotonic()
             counts = self._follow(console, ids, workers, options["timeout"])
             elapsed = time.monotonic() - started
+        except KeyboardInterrupt:
+            raise CommandError("interrupted; the demo's workers were stopped", returncode=130) from None
         finally:
             self._stop_workers(console, workers)
+            signal.signal(signal.SIGTERM, previous)
         self._summary(console, ids, counts, elapsed, options, logs)
         if counts.runs_finished < len(ids):
             raise CommandError(
@@ -123,9 +127,16 @@ class Command(PgflowCommand):
             )
 
     def _start_workers(
-        self, console: Console, logs: Path, count: int, concurrency: int
-    ) -> list[tuple[subprocess.Popen[bytes], Path]]:
-        workers = []
+        self,
+        console: Console,
+        workers: list[tuple[subprocess.Popen[bytes], Path]],
+        logs: Path,
+        count: int,
+        concurrency: int,
+    ) -> None:
+        """Appends each process to ``workers`` as soon as it exists, so the caller stops it whatever
+        happens next. Each runs in its own session: Ctrl-C reaches only the demo, which then sends
+        the workers one SIGTERM (a second signal would make them skip their drain)."""
         since = _db_now()
         for index in range(count):
             log = logs / f"worker-{index + 1}.log"
@@ -143,6 +154,7 @@ class Command(PgflowCommand):
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                    start_new_session=True,
                 )
             workers.append((process, log))
         with console.status(f"starting {count} worker process(es) for {demo_orders.slug}"):
@@ -155,7 +167,6 @@ class Command(PgflowCommand):
                     )
                 time.sleep(0.1)
         console.print(f"{count} worker(s) ready, {concurrency} handler threads each")
-        return workers
 
     def _follow(
         self,
@@ -228,6 +239,11 @@ class Command(PgflowCommand):
         sample = _sample_run(ids)
         if sample is not None:
             console.print(f"inspect a run that retried: testproject/manage.py pgflow_runs {sample} --tasks")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM to the demo stops it like Ctrl-C, so its workers are stopped too."""
+    raise KeyboardInterrupt
 
 
 def _orders(count: int) -> list[dict[str, Any]]:
