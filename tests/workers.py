@@ -143,13 +143,14 @@ EXAMPLE_FLOWS = (
 
 
 def clean_example_flows(cursor: Any) -> None:
-    """Drop what earlier tests left of the example flows (runs, queues, ledger) and their workers."""
+    """Drop the example flows with their runs, queues, ledger and worker rows: worker tests commit
+    (other processes must see their data), so they clean up before and after themselves."""
     cursor.execute(
         "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where flow_slug = any(%s)",
         [list(EXAMPLE_FLOWS)],
     )
     cursor.execute("delete from example_ledgerentry")
-    cursor.execute("update pgflow.workers set stopped_at = now() where stopped_at is null")
+    cursor.execute("delete from pgflow.workers where queue_name = any(%s)", [list(EXAMPLE_FLOWS)])
 
 
 class Spawner:

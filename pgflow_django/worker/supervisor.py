@@ -256,7 +256,15 @@ class Worker:
         opts = self.options
         self.state.request_stop()
         deadline = time.monotonic() + opts.shutdown_timeout
-        drained = self.state.wait_for_drain(opts.shutdown_timeout)
+        drained = self.state.wait_for_drain(min(opts.shutdown_timeout, opts.heartbeat_seconds))
+        while not drained and time.monotonic() < deadline:
+            if self.engine is not None and self._registered:
+                self._bounded(
+                    lambda engine: engine.heartbeat(self.worker_id, self.queue, self.function_name),
+                    "heartbeat while draining",
+                    attempts=1,
+                )
+            drained = self.state.wait_for_drain(min(deadline - time.monotonic(), opts.heartbeat_seconds))
         if self.listener is not None:
             self.listener.stop()
         if self.completer is not None:

@@ -22,7 +22,10 @@ def database_url(transactional_db: None) -> str:
 
 
 @pytest.fixture
-def clean_example_flows(transactional_db: None) -> None:
+def clean_example_flows(transactional_db: None) -> Iterator[None]:
+    with connection.cursor() as cursor:
+        workers.clean_example_flows(cursor)
+    yield
     with connection.cursor() as cursor:
         workers.clean_example_flows(cursor)
 
