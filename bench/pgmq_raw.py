@@ -14,6 +14,7 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from typing import Any
 
+from bench.cpu import CpuMeter, own_backend_pid
 from bench.db import connect
 
 QUEUE = "bench_raw"
@@ -25,6 +26,9 @@ class RawResult:
     batch: int
     seconds: float
     messages: int
+    server_cpu: float | None
+    """CPU seconds of the clients' PostgreSQL backends in the window (None: server not measurable)."""
+    client_cpu: float
 
     @property
     def rate(self) -> float:
@@ -52,13 +56,16 @@ def _client(url: str, batch: int, seconds: float, warmup: float, ready: Queue[An
         until = time.monotonic() + warmup
         while time.monotonic() < until:
             _cycle(conn, payload, batch)
+        backend = own_backend_pid(conn)
         ready.put("ready")
         go.wait()
         messages = 0
+        meter = CpuMeter([] if backend is None else [backend]).start()
+        own = time.process_time()
         until = time.monotonic() + seconds
         while time.monotonic() < until:
             messages += _cycle(conn, payload, batch)
-        ready.put(messages)
+        ready.put((messages, meter.stop(), time.process_time() - own))
 
 
 def measure(url: str, *, clients: int, batch: int, seconds: float, warmup: float) -> RawResult:
@@ -76,10 +83,18 @@ def measure(url: str, *, clients: int, batch: int, seconds: float, warmup: float
         for _ in procs:
             ready.get(timeout=120)
         go.set()
-        messages = sum(int(ready.get(timeout=seconds + 120)) for _ in procs)
+        results = [ready.get(timeout=seconds + 120) for _ in procs]
     finally:
         for proc in procs:
             proc.join(timeout=10)
             if proc.is_alive():
                 proc.kill()
-    return RawResult(clients=clients, batch=batch, seconds=seconds, messages=messages)
+    server = [cpu for _, cpu, _ in results]
+    return RawResult(
+        clients=clients,
+        batch=batch,
+        seconds=seconds,
+        messages=sum(count for count, _, _ in results),
+        server_cpu=None if None in server else sum(cpu for cpu in server if cpu is not None),
+        client_cpu=sum(cpu for _, _, cpu in results),
+    )

@@ -27,6 +27,17 @@ class Figure:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Target:
+    """A goal for one figure (or its ratio to the reference); checked and printed, never asserted."""
+
+    name: str
+    key: str
+    comparison: str
+    limit: float
+    ratio: bool = False
+
+
 @dataclass
 class Report:
     meta: dict[str, Any]
@@ -35,6 +46,7 @@ class Report:
     """The same figures measured again with synchronous_commit off, shown beside, never instead."""
     profiles: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    targets: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, figure: Figure) -> Figure:
         self.figures.append(figure)
@@ -49,6 +61,26 @@ class Report:
             return None
         return value / reference.value
 
+    def check_targets(self, targets: tuple[Target, ...]) -> None:
+        for target in targets:
+            figure = self.get(target.key)
+            if figure is None:
+                continue
+            value = self.ratio(figure.value, True) if target.ratio else figure.value
+            if value is None:
+                continue
+            met = value >= target.limit if target.comparison == ">=" else value <= target.limit
+            self.targets.append(
+                {
+                    "name": target.name,
+                    "value": value,
+                    "comparison": target.comparison,
+                    "limit": target.limit,
+                    "ratio": target.ratio,
+                    "met": met,
+                }
+            )
+
     def as_dict(self) -> dict[str, Any]:
         figures = []
         for figure in self.figures:
@@ -61,6 +93,7 @@ class Report:
             "meta": self.meta,
             "reference": REFERENCE,
             "figures": figures,
+            "targets": self.targets,
             "profiles": self.profiles,
             "notes": self.notes,
         }
@@ -77,7 +110,8 @@ class Report:
         console.print(
             f"[bold]pgflow-django bench[/] {meta.get('started_at', '')}  "
             f"PostgreSQL {server.get('version', '?')}  cores={server.get('cpu_count', '?')}  "
-            f"mode={'quick' if meta.get('quick') else 'full'}"
+            f"mode={'quick' if meta.get('quick') else 'full'}  "
+            f"load average at start {_load(meta.get('load_average_at_start'))}"
         )
         console.print(
             "synchronous_commit: server default "
@@ -114,6 +148,7 @@ class Report:
             section = figure.section
             table.add_row(*row)
         console.print(table)
+        self._print_cpu(console)
         for name, rows in self.profiles.items():
             profile = Table(title=f"pg_stat_user_functions during {name} (self time, ms)")
             for column in ("function", "calls", "total_ms", "self_ms", "self_ms_per_call"):
@@ -121,8 +156,38 @@ class Report:
             for item in rows:
                 profile.add_row(*(str(item[column]) for column in item))
             console.print(profile)
+        if self.targets:
+            caveat = " (quick mode: tiny counts, not meaningful)" if meta.get("quick") else ""
+            console.print(f"targets of issue 3, reported, never asserted{caveat}:")
+        for target in self.targets:
+            if target["ratio"]:
+                shown = f"{target['value']:.1%}, needs {target['comparison']} {target['limit']:.0%}"
+            else:
+                shown = f"{target['value']:.1f}, needs {target['comparison']} {target['limit']:g}"
+            verdict = "[green]met[/]" if target["met"] else "[red]missed[/]"
+            console.print(f"  {target['name']}: {shown}: {verdict}")
         for note in self.notes:
             console.print(f"note: {note}")
+
+    def _print_cpu(self, console: Console) -> None:
+        """CPU per message or task, where measured: PostgreSQL backends versus the Python processes."""
+        rows = [f for f in self.figures if "python_cpu_ms_per_item" in f.detail]
+        if not rows:
+            return
+        table = Table(title="CPU per message/task (ms): where the time goes")
+        table.add_column("section")
+        table.add_column("figure")
+        table.add_column("PostgreSQL", justify="right")
+        table.add_column("Python (client/worker)", justify="right")
+        for figure in rows:
+            server = figure.detail.get("postgres_cpu_ms_per_item")
+            table.add_row(
+                figure.section,
+                figure.label,
+                "n/a" if server is None else f"{server:.3f}",
+                f"{figure.detail['python_cpu_ms_per_item']:.3f}",
+            )
+        console.print(table)
 
 
 def _number(value: float) -> str:
@@ -131,3 +196,7 @@ def _number(value: float) -> str:
     if value >= 10:
         return f"{value:.1f}"
     return f"{value:.2f}"
+
+
+def _load(value: Any) -> str:
+    return f"{value[0]:.2f}" if value else "?"

@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from bench import pgmq_raw, sqlonly
+from bench.cpu import CpuMeter, local_backend_pids
 from bench.db import (
     DEFAULT_DATABASE,
     REPO_DIR,
@@ -46,7 +47,7 @@ from bench.phases import (
     start_runs,
     wait_finished,
 )
-from bench.report import Figure, Report
+from bench.report import Figure, Report, Target
 from bench.workers import RssSampler, WorkerGroup
 
 FLOWS = (
@@ -55,6 +56,16 @@ FLOWS = (
     BenchFlow("bench_map", f"{MAP_SIZE}-element map", list(range(MAP_SIZE)), MAP_SIZE, MAP_SIZE),
 )
 RAW_BATCH = 100
+
+
+TARGETS = (
+    Target(
+        "1-step no-op drain, 2 workers, vs raw 2-client cycle", "drain_bench_one_2", ">=", 0.25, ratio=True
+    ),
+    Target("3-step chain start->complete p50 (client)", "latency_client_p50_ms", "<=", 10.0),
+    Target("worker peak RSS (MB)", "rss_peak", "<=", 100.0),
+)
+"""Issue 3's targets; reported, never asserted."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +168,16 @@ def engine_figure(key: str, section: str, label: str, found: Window, **detail: A
     )
 
 
+def cpu_detail(server: float | None, client: float, items: int) -> dict[str, float | None]:
+    """CPU milliseconds per message or task: PostgreSQL backends (None: not measurable) and Python."""
+    if items <= 0:
+        return {}
+    return {
+        "postgres_cpu_ms_per_item": None if server is None else round(server * 1000 / items, 4),
+        "python_cpu_ms_per_item": round(client * 1000 / items, 4),
+    }
+
+
 def raw_key(clients: int) -> str:
     return f"raw_{clients}_client{'s' if clients > 1 else ''}"
 
@@ -198,7 +219,11 @@ class Bench:
                     label=f"send_batch+read+archive, batch {RAW_BATCH}, {clients} client(s)",
                     value=result.rate,
                     unit="msgs/s",
-                    detail={"messages": result.messages, "seconds": result.seconds},
+                    detail={
+                        "messages": result.messages,
+                        "seconds": result.seconds,
+                        **cpu_detail(result.server_cpu, result.client_cpu, result.messages),
+                    },
                 )
             )
 
@@ -206,7 +231,7 @@ class Bench:
         for flow, clients in plan:
             vacuum_analyze(self.url)
             ids = start_runs(self.url, flow, self.sizes.runs[flow.slug])
-            sqlonly.drain(self.url, flow.slug, clients=clients, batch=batch, timeout=self.sizes.timeout)
+            cpu = sqlonly.drain(self.url, flow.slug, clients=clients, batch=batch, timeout=self.sizes.timeout)
             self.add(
                 engine_figure(
                     f"sql_{flow.slug}_{clients}",
@@ -214,6 +239,7 @@ class Bench:
                     f"{flow.label}, {clients} process(es), drain",
                     drain_window(self.url, ids),
                     batch=batch,
+                    **cpu_detail(cpu.server, cpu.client, cpu.tasks),
                 )
             )
 
@@ -267,13 +293,20 @@ class Bench:
             if end_to_end_too:
                 group.wait_registered(timeout=60)
                 time.sleep(0.2)
+                with connect(self.url) as conn:
+                    backends = local_backend_pids(conn, "application_name not like %s", ["pgflow bench%"])
+                server_meter = CpuMeter(backends or []).start()
+                worker_meter = CpuMeter(group.pids).start()
                 found = end_to_end(self.url, flow, runs, timeout=timeout, check=group.check_alive)
+                server_cpu = server_meter.stop() if backends is not None else None
+                worker_cpu = worker_meter.stop() or 0.0
                 self.add(
                     engine_figure(
                         f"e2e_{flow.slug}_{count}",
                         "worker end to end (starts included)",
                         f"{flow.label}, {count} worker(s)",
                         found,
+                        **cpu_detail(server_cpu, worker_cpu, found.tasks),
                     )
                 )
                 if flow.slug == "bench_chain" and count == 1:
@@ -283,7 +316,7 @@ class Bench:
         rss = sampler.peak_mb(pids)
         drain = self.report.get(f"drain_{flow.slug}_{count}")
         if drain is not None:
-            drain.detail["peak_rss_mib"] = round(rss, 1)
+            drain.detail["peak_rss_mb"] = round(rss, 1)
 
     def measure_latency(self, flow: BenchFlow) -> None:
         runs = self.sizes.latency_runs
@@ -375,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         section="worker peak RSS",
                         label="largest worker process, all phases",
                         value=sampler.peak_mb(),
-                        unit="MiB",
+                        unit="MB",
                         is_rate=False,
                     )
                 )
@@ -387,6 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 set_database_option(server, args.database, "synchronous_commit", "on")
         report.meta["load_average_at_end"] = os.getloadavg()
+        report.check_targets(TARGETS)
     finally:
         if args.drop:
             from django.db import connections

@@ -10,10 +10,12 @@ import json
 import multiprocessing as mp
 import time
 import uuid
+from dataclasses import dataclass
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from typing import Any
 
+from bench.cpu import CpuMeter, own_backend_pid
 from bench.db import connect
 
 _READ = "select msg_id from pgmq.read(%s, 5, %s)"
@@ -24,9 +26,13 @@ _LEFT = "select exists(select 1 from pgflow.runs where flow_slug = %s and status
 
 def _client(url: str, flow_slug: str, batch: int, ready: Queue[Any], go: Event) -> None:
     worker_id = uuid.uuid4()
+    tasks = 0
     with connect(url, "pgflow bench sql-only") as conn:
+        backend = own_backend_pid(conn)
         ready.put("ready")
         go.wait()
+        meter = CpuMeter([] if backend is None else [backend]).start()
+        own = time.process_time()
         while True:
             ids = [row[0] for row in conn.execute(_READ, [flow_slug, batch])]
             if not ids:
@@ -49,10 +55,20 @@ def _client(url: str, flow_slug: str, batch: int, ready: Queue[Any], go: Event) 
                 for run_id, step, index, attempt in claimed
             ]
             conn.execute(_COMPLETE, [json.dumps(items)])
-        ready.put("done")
+            tasks += len(items)
+        ready.put((tasks, meter.stop(), time.process_time() - own))
 
 
-def drain(url: str, flow_slug: str, *, clients: int, batch: int, timeout: float) -> None:
+@dataclass(frozen=True)
+class Cpu:
+    """CPU seconds over a drain: the loop's PostgreSQL backends (None: not measurable) and its processes."""
+
+    tasks: int
+    server: float | None
+    client: float
+
+
+def drain(url: str, flow_slug: str, *, clients: int, batch: int, timeout: float) -> Cpu:
     """Run ``clients`` processes until no run of ``flow_slug`` is left running."""
     ctx = mp.get_context("spawn")
     ready: Queue[Any] = ctx.Queue()
@@ -67,10 +83,15 @@ def drain(url: str, flow_slug: str, *, clients: int, batch: int, timeout: float)
         for _ in procs:
             ready.get(timeout=120)
         go.set()
-        for _ in procs:
-            ready.get(timeout=timeout)
+        results = [ready.get(timeout=timeout) for _ in procs]
     finally:
         for proc in procs:
             proc.join(timeout=10)
             if proc.is_alive():
                 proc.kill()
+    server = [cpu for _, cpu, _ in results]
+    return Cpu(
+        tasks=sum(count for count, _, _ in results),
+        server=None if None in server else sum(cpu for cpu in server if cpu is not None),
+        client=sum(cpu for _, _, cpu in results),
+    )

@@ -64,10 +64,10 @@ class RssSampler:
                 self.peak_bytes[pid] = max(self.peak_bytes.get(pid, 0), rss)
 
     def peak_mb(self, pids: Sequence[int] | None = None) -> float:
-        """The largest RSS seen, in MiB, over ``pids`` (all watched processes when None)."""
+        """The largest RSS seen, in MB (10^6 bytes), over ``pids`` (all watched processes when None)."""
         with self._lock:
             values = [v for pid, v in self.peak_bytes.items() if pids is None or pid in pids]
-        return max(values, default=0) / (1024 * 1024)
+        return max(values, default=0) / 1_000_000
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
