@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -56,6 +60,35 @@ def test_demo_runs_the_batch_and_stops_its_workers(database_url: str) -> None:
         > 0
     )
     assert scalar("select count(*) from pgflow.workers where queue_name = 'demo_orders'") == 2
+    assert (
+        scalar("select count(*) from pgflow.workers where queue_name = 'demo_orders' and stopped_at is null")
+        == 0
+    )
+
+
+@pytest.mark.usefixtures("no_demo_flow")
+def test_sigterm_stops_the_demo_and_the_workers_it_started(database_url: str) -> None:
+    demo = subprocess.Popen(
+        [sys.executable, str(workers.MANAGE), "pgflow_demo", "--runs", "3000", "--workers", "1"],
+        cwd=workers.REPO,
+        env={**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert demo.stdout is not None
+    seen = []
+    for line in demo.stdout:
+        seen.append(line)
+        if "worker(s) ready" in line:
+            break
+    else:
+        pytest.fail("".join(seen))
+    demo.send_signal(signal.SIGTERM)
+    rest, _ = demo.communicate(timeout=60)
+    assert demo.returncode == 130, "".join(seen) + rest
+    assert "stopped 1 worker(s)" in rest
+    assert "CommandError: interrupted; the demo's workers were stopped" in rest
     assert (
         scalar("select count(*) from pgflow.workers where queue_name = 'demo_orders' and stopped_at is null")
         == 0

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.core.management import call_command, get_commands
+from django.core.management import call_command
 from django.core.management.base import CommandError, CommandParser
 from django.db import connection
 from rich.console import Console
@@ -94,13 +94,6 @@ class Command(PgflowCommand):
         console.print("migrated")
         result = compile_flow(demo_orders, allow_recompile=True)
         console.print(f"flow {demo_orders.slug}: {result.status}")
-        if "pgflow_worker" not in get_commands():
-            ids = start_flows(demo_orders, _orders(options["runs"]))
-            console.print(
-                f"started {len(ids)} runs; the worker (manage.py pgflow_worker) is still to come, so they "
-                "stay queued until one runs"
-            )
-            return
         logs = Path(tempfile.mkdtemp(prefix="pgflow-demo-"))
         workers: list[tuple[subprocess.Popen[bytes], Path]] = []
         previous = signal.signal(signal.SIGTERM, _interrupt)
