@@ -51,6 +51,7 @@ class Worker:
         self.completer: Completer | None = None
         self.listener: Listener | None = None
         self.pool: ThreadPoolExecutor | None = None
+        self.runner: Runner | None = None
         self.queue_table = ""
         self._registered = False
 
@@ -232,7 +233,7 @@ class Worker:
                 need_read = True
 
     def _dispatch(self, task: ClaimedTask) -> None:
-        assert self.pool is not None
+        assert self.pool is not None and self.runner is not None
         self.state.take(task)
         try:
             self.pool.submit(self.runner.run, task)
@@ -245,9 +246,15 @@ class Worker:
         if rows is None:
             logger.debug("stalled-task recovery is running in another worker")
             return
-        counts = [f"{row[0]}={row[1]}" for row in rows if len(row) > 1 and row[1]]
+        counts = {str(row[0]): int(row[1]) for row in rows if len(row) > 1 and row[1]}
         if counts:
-            logger.warning("stalled-task recovery: %s", ", ".join(counts))
+            logger.warning(
+                "stalled-task recovery: %s",
+                ", ".join(f"{outcome}={count}" for outcome, count in counts.items()),
+            )
+        if counts.get("requeued"):
+            # Requeued messages became visible without an insert: read now rather than at the next poll.
+            self.state.notify_messages()
 
     # -- stopping ------------------------------------------------------------------------------
 
