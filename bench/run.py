@@ -85,9 +85,9 @@ class Sizes:
 
 
 FULL = Sizes(
-    raw_seconds=5.0,
+    raw_seconds=4.0,
     raw_warmup=1.0,
-    runs={"bench_one": 3000, "bench_chain": 1000, "bench_map": 30},
+    runs={"bench_one": 6000, "bench_chain": 2000, "bench_map": 60},
     latency_runs=200,
     timeout=600.0,
     counts={"bench_one": (1, 2), "bench_chain": (1, 2), "bench_map": (1, 2)},
@@ -203,8 +203,10 @@ class Bench:
         rate = "" if figure.runs_per_second is None else f", {figure.runs_per_second:,.1f} runs/s"
         self.say(f"  {figure.section} | {figure.label}: {figure.value:,.1f} {figure.unit}{rate}")
 
-    def measure_raw(self, clients_list: Sequence[int]) -> None:
+    def measure_raw(self, clients_list: Sequence[int], when: str) -> None:
+        """One timed window per client count; measured again later, the figure keeps the best window."""
         for clients in clients_list:
+            vacuum_analyze(self.url)
             result = pgmq_raw.measure(
                 self.url,
                 clients=clients,
@@ -212,19 +214,40 @@ class Bench:
                 seconds=self.sizes.raw_seconds,
                 warmup=self.sizes.raw_warmup,
             )
-            self.add(
-                Figure(
-                    key=raw_key(clients),
-                    section="raw PGMQ",
-                    label=f"send_batch+read+archive, batch {RAW_BATCH}, {clients} client(s)",
-                    value=result.rate,
-                    unit="msgs/s",
-                    detail={
-                        "messages": result.messages,
-                        "seconds": result.seconds,
-                        **cpu_detail(result.server_cpu, result.client_cpu, result.messages),
-                    },
+            cpu = cpu_detail(result.server_cpu, result.client_cpu, result.messages)
+            sample = {"when": when, "rate": round(result.rate, 1), "messages": result.messages, **cpu}
+            figure = self.report.get(raw_key(clients))
+            if figure is None:
+                self.add(
+                    Figure(
+                        key=raw_key(clients),
+                        section="raw PGMQ",
+                        label=f"send_batch+read+archive, batch {RAW_BATCH}, {clients} client(s)",
+                        value=result.rate,
+                        unit="msgs/s",
+                        detail={"seconds_per_window": result.seconds, "samples": [sample], **cpu},
+                    )
                 )
+                continue
+            figure.detail["samples"].append(sample)
+            if result.rate > figure.value:
+                figure.value = result.rate
+                figure.detail.update(cpu)
+            self.say(
+                f"  raw PGMQ | {clients} client(s), {when}: {result.rate:,.1f} msgs/s "
+                f"(kept: {figure.value:,.1f})"
+            )
+
+    def note_raw_spread(self) -> None:
+        """Say so when the reference moved between its windows: the machine was busy with something else."""
+        figure = self.report.get(raw_key(2))
+        if figure is None:
+            return
+        rates = [sample["rate"] for sample in figure.detail["samples"]]
+        if len(rates) > 1 and min(rates) < 0.8 * max(rates):
+            self.report.notes.append(
+                f"the raw 2-client reference varied from {min(rates):,.0f} to {max(rates):,.0f} msgs/s "
+                "between its windows (other load on the machine?); ratios use the highest (conservative)"
             )
 
     def measure_sql_only(self, batch: int, plan: Sequence[tuple[BenchFlow, int]]) -> None:
@@ -391,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         bench.say("raw PGMQ cycles")
-        bench.measure_raw((1, 2))
+        bench.measure_raw((1, 2), "first")
         bench.say("SQL-only engine loop")
         bench.measure_sql_only(args.sql_batch, sizes.plan())
         if args.no_workers:
@@ -419,6 +442,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 measure_sync_off(bench, args, has_worker)
             finally:
                 set_database_option(server, args.database, "synchronous_commit", "on")
+        bench.say("raw PGMQ cycles again (the reference keeps the best window)")
+        bench.measure_raw((1, 2), "last")
+        bench.note_raw_spread()
         report.meta["load_average_at_end"] = os.getloadavg()
         report.check_targets(TARGETS)
     finally:
@@ -442,7 +468,8 @@ def measure_sync_off(bench: Bench, args: argparse.Namespace, has_worker: bool) -
         console=bench.console,
         worker_args=bench.worker_args,
     )
-    side.measure_raw((2,))
+    side.began = bench.began
+    side.measure_raw((2,), "synchronous_commit off")
     side.measure_sql_only(args.sql_batch, [(FLOWS[0], 2)])
     if has_worker and not args.no_workers:
         with tempfile.TemporaryDirectory(prefix="pgflow-bench-") as logs, RssSampler() as sampler:
