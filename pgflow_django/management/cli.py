@@ -13,7 +13,7 @@ import re
 import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, ClassVar, Final, TextIO
@@ -94,6 +94,11 @@ class PgflowCommand(BaseCommand):
 
     def console(self, *, stderr: bool = False, no_color: bool = False) -> Console:
         return make_console(self.stderr if stderr else self.stdout, no_color=no_color)
+
+    def working(self, message: str, *, no_color: bool = False) -> AbstractContextManager[object]:
+        """A spinner on stderr while one long statement runs; nothing when stderr is not a terminal."""
+        console = self.console(stderr=True, no_color=no_color)
+        return console.status(message) if console.is_terminal else nullcontext()
 
     def write_json(self, value: Any) -> None:
         self.stdout.write(to_json(value))

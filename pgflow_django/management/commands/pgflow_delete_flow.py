@@ -41,7 +41,8 @@ exit codes: 0 deleted; 1 not confirmed, no such flow, or another error; 2 bad ar
             )
         if not options["yes"]:
             self._confirm(summary, options.get("stdin") or sys.stdin)
-        deleted = delete_flow(slug)
+        with self.working(f"deleting flow {slug!r}", no_color=options["no_color"]):
+            deleted = delete_flow(slug)
         if options["verbosity"] > 0:
             self.stdout.write(f"deleted flow {slug!r}: {deleted.runs} run(s) and its queue")
 

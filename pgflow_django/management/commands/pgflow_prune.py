@@ -37,7 +37,8 @@ exit codes: 0 done; 1 error; 2 bad arguments
         parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
 
     def run(self, *args: Any, **options: Any) -> None:
-        result = prune(options["older_than"])
+        with self.working("pruning", no_color=options["no_color"]):
+            result = prune(options["older_than"])
         if options["format"] == "json":
             self.write_json(asdict(result))
         elif options["verbosity"] > 0:

@@ -29,7 +29,8 @@ exit codes: 0 done (also when nothing was stalled); 1 error; 2 bad arguments
         parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
 
     def run(self, *args: Any, **options: Any) -> None:
-        result = requeue_stalled()
+        with self.working("looking for stalled tasks", no_color=options["no_color"]):
+            result = requeue_stalled()
         if options["format"] == "json":
             self.write_json(asdict(result))
         elif options["verbosity"] > 0:
