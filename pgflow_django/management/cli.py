@@ -37,7 +37,7 @@ _DURATION_PART: Final = re.compile(r"(\d+)\s*([smhdw])")
 _DURATION_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _UNDEFINED_OBJECT_STATES: Final = frozenset({"42883", "42P01", "3F000", "42704"})
 """undefined_function, undefined_table, invalid_schema_name, undefined_object: not migrated (far enough)."""
-_USER_ERROR_STATES: Final = frozenset({"P0001", "22023", "22P02", "23505"})
+_USER_ERROR_STATES: Final = frozenset({"P0001", "22023", "22P02"})
 """Errors the SQL API raises on purpose, whose message already says what to do."""
 
 _EXPECTED_ERRORS: Final = (
@@ -112,10 +112,7 @@ def make_console(stream: Any, *, no_color: bool = False) -> Console:
 
 
 def one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    if isinstance(exc, KeyError) and exc.args:
-        text = str(exc.args[0])
-    return " ".join(text.split()) or type(exc).__name__
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def describe_database_error(exc: BaseException) -> str:
@@ -128,6 +125,9 @@ def describe_database_error(exc: BaseException) -> str:
     sqlstate = getattr(cause, "sqlstate", None)
     if sqlstate in _UNDEFINED_OBJECT_STATES:
         return f"the database is not migrated for pgflow ({first}); run `manage.py migrate`"
+    if sqlstate == "23505":
+        detail = getattr(getattr(cause, "diag", None), "message_detail", None)
+        return f"{first}: {detail}" if detail else first
     if sqlstate in _USER_ERROR_STATES:
         return first
     if (sqlstate is None and isinstance(cause, psycopg.OperationalError)) or (sqlstate or "").startswith(

@@ -49,6 +49,12 @@ class TestStart:
         assert json.loads(out) == {"run_id": str(chosen), "flow_slug": "cmd_greet", "status": "started"}
         assert run_status(chosen) == "started"
 
+    def test_a_run_id_that_is_taken(self) -> None:
+        chosen = str(uuid.uuid4())
+        call("pgflow_start", "cmd_greet", "--input", "{}", "--run-id", chosen)
+        with pytest.raises(CommandError, match=rf"Key \(run_id\)=\({chosen}\) already exists"):
+            call("pgflow_start", "cmd_greet", "--input", "{}", "--run-id", chosen)
+
     def test_input_from_a_file(self, tmp_path: Path) -> None:
         path = tmp_path / "input.json"
         path.write_text('{"name": "file"}')
