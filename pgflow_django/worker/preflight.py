@@ -18,7 +18,7 @@ REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "pgflow.complete_task(uuid,text,integer,integer,jsonb)",
     "pgflow.fail_task(uuid,text,integer,integer,text,integer)",
     "pgflow.requeue_stalled_tasks()",
-    "pgflow.set_vt_batch(text,bigint[],integer[])",
+    "pgflow.release_tasks(jsonb)",
     "pgmq.read(text,integer,integer,jsonb)",
 )
 """Every SQL entry point the worker calls; probing them tells "not migrated" apart from a bug."""

@@ -303,10 +303,11 @@ class Worker:
 
     def _release(self, tasks: list[ClaimedTask]) -> None:
         ids = sorted(task.message_id for task in tasks)
-        released = self._bounded(lambda engine: engine.release(self.queue, ids), "release unfinished tasks")
+        released = self._bounded(lambda engine: engine.release(tasks), "release unfinished tasks")
         if released is not None:
             logger.warning(
-                "released %d unfinished task(s) queue=%s msg_ids=%s",
+                "released %d of %d unfinished task(s) queue=%s msg_ids=%s",
+                released,
                 len(ids),
                 self.queue,
                 ",".join(map(str, ids)),

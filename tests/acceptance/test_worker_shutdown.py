@@ -49,7 +49,12 @@ def test_tasks_still_running_at_the_timeout_are_released(spawn_worker: Callable[
     worker.terminate()
     assert worker.wait(15) == 0
     assert time.monotonic() - started < 10
-    assert "released 2 unfinished task(s) queue=example_sleepy" in worker.log()
+    assert "released 2 of 2 unfinished task(s) queue=example_sleepy" in worker.log()
+    assert task_statuses(run_id) == ["queued"] * 2, "released claims are queued again for any worker"
+    assert val("select array_agg(attempts_count) from pgflow.step_tasks where run_id = %s", [run_id]) == [
+        1,
+        1,
+    ], "a released claim stays counted, so its attempt number stays fenced off"
     hidden = val(
         "select count(*) from pgmq.q_example_sleepy as m join pgflow.step_tasks as t "
         "on t.message_id = m.msg_id where t.run_id = %s and m.vt > clock_timestamp()",
