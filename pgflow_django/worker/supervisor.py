@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any
 
+import psycopg
+
 from pgflow_django.dsl import Flow
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.completer import Completer
@@ -222,6 +224,16 @@ class Worker:
                 next_poll = time.monotonic() + wait
                 if listening and not claim.read_count:
                     idle_wait = min(idle_wait * 2, max(opts.poll_interval, opts.max_poll_seconds))
+            except psycopg.errors.UndefinedTable as exc:
+                engine.recover(exc)
+                logger.error(
+                    "queue %s no longer exists (was flow %s deleted?): stopping; %s",
+                    self.queue,
+                    self.flow.slug,
+                    first_line(exc),
+                )
+                self.state.request_stop()
+                break
             except Exception as exc:
                 delay = backoff.next()
                 transient = engine.recover(exc)

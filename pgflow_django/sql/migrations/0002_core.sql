@@ -1232,7 +1232,8 @@ $$;
 
 -- 0360_function_prune_data_older_than.sql
 -- Deletes finished runs (completed or failed before now - retention) with their step states and
--- tasks, archived messages older than the retention, and workers silent for that long.
+-- tasks, archived messages older than the retention, and workers stopped or silent for that long
+-- (a worker that sent a heartbeat in the last 10 minutes is never pruned, whatever the retention).
 create or replace function pgflow.prune_data_older_than(retention interval)
 returns jsonb
 language plpgsql
@@ -1262,7 +1263,9 @@ begin
   get diagnostics v_states = row_count;
   delete from pgflow.runs as r where r.run_id = any(v_runs);
 
-  delete from pgflow.workers as w where w.last_heartbeat_at < v_cutoff;
+  delete from pgflow.workers as w
+   where coalesce(w.stopped_at, w.last_heartbeat_at) < v_cutoff
+     and (w.stopped_at is not null or w.last_heartbeat_at < now() - interval '10 minutes');
   get diagnostics v_workers = row_count;
 
   for v_queue in
