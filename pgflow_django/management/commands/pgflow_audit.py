@@ -1,0 +1,79 @@
+"""``manage.py pgflow_audit``: the upgrade preflight's checks, read-only, before migrating.
+
+It runs the same shipped SQL as migration 0003's preflight, so a clean audit means the migration's
+own check will pass unless the data changes in between (the migration checks again under its locks).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+from django.db import connection, transaction
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pgflow_django.management.cli import PgflowCommand
+from pgflow_django.upgrade import AuditCheck, Finding, format_report, load_audit_checks, run_audit
+
+
+class Command(PgflowCommand):
+    help = (
+        "Check, read-only, that the database can be upgraded to the persisted-queue-identity schema\n"
+        "(migration 0003): queue aliases, missing PGMQ objects, duplicate or unmatched messages, flows\n"
+        "without one default queue, and slugs the new rules reject. Each problem is reported with a\n"
+        "count, at most 5 sample keys and a repair hint (see docs/upgrading.md). Nothing is changed:\n"
+        "the checks run in a read-only transaction. JSON output carries message ids as strings."
+    )
+    examples = """
+  manage.py pgflow_audit                      the report; exit 1 when something blocks the upgrade
+  manage.py pgflow_audit --format json        every check with its count, samples and hint
+
+exit codes: 0 every check passed; 1 a check found problems, or another error; 2 bad arguments
+"""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+
+    def run(self, *args: Any, **options: Any) -> None:
+        checks = load_audit_checks()
+        findings = self._audit(checks, no_color=options["no_color"])
+        if options["format"] == "json":
+            self.write_json(
+                {
+                    "ok": all(finding.ok for finding in findings),
+                    "checks": [finding.as_dict() for finding in findings],
+                }
+            )
+        elif options["verbosity"] > 0 or any(not finding.ok for finding in findings):
+            self.stdout.write(format_report(findings))
+        failing = [finding.check for finding in findings if not finding.ok]
+        if failing:
+            raise CommandError(
+                f"{len(failing)} of {len(findings)} checks found problems ({', '.join(failing)}); "
+                "repair them before migrating (docs/upgrading.md)"
+            )
+
+    def _audit(self, checks: list[AuditCheck], *, no_color: bool) -> list[Finding]:
+        """Run the checks in a read-only transaction (a savepoint inside a caller's), then roll it back."""
+        console = self.console(stderr=True, no_color=no_color)
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        with (
+            Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar,
+            transaction.atomic(),
+            connection.cursor() as cursor,
+        ):
+            task = bar.add_task("auditing", total=len(checks))
+
+            def progress(check: AuditCheck, index: int, total: int) -> None:
+                bar.update(task, description=f"checking {check.name}", completed=index)
+
+            cursor.execute("set transaction read only")
+            findings = run_audit(cursor, progress, checks)
+            bar.update(task, completed=len(checks))
+            transaction.set_rollback(True)
+        return findings
