@@ -174,17 +174,23 @@ class Report:
         rows = [f for f in self.figures if "python_cpu_ms_per_item" in f.detail]
         if not rows:
             return
-        table = Table(title="CPU per message/task (ms): where the time goes")
+        table = Table(
+            title="CPU per message/task (ms): where the time goes (x raw = PostgreSQL CPU / the reference's)"
+        )
         table.add_column("section")
         table.add_column("figure")
         table.add_column("PostgreSQL", justify="right")
+        table.add_column("x raw", justify="right")
         table.add_column("Python (client/worker)", justify="right")
+        reference = self.get(REFERENCE)
+        raw = reference.detail.get("postgres_cpu_ms_per_item") if reference is not None else None
         for figure in rows:
             server = figure.detail.get("postgres_cpu_ms_per_item")
             table.add_row(
                 figure.section,
                 figure.label,
                 "n/a" if server is None else f"{server:.3f}",
+                "" if server is None or not raw else f"{server / raw:.1f}",
                 f"{figure.detail['python_cpu_ms_per_item']:.3f}",
             )
         console.print(table)
