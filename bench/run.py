@@ -1,8 +1,9 @@
 """``python -m bench.run`` (``make bench``): every figure from one run on one fresh database.
 
-Order: raw PGMQ limit (1 and 2 clients), the SQL-only engine loop, then real ``pgflow_worker`` processes
-(1 and 2 per flow) for drain and end-to-end throughput, the chain's latency with an idle worker, and
-the workers' peak RSS. ``--quick`` is a smoke run with tiny counts.
+Order: raw PGMQ limit (1 and 2 clients), the SQL-only engine loop, then real ``pgflow_worker``
+processes (1 and 2 per flow) for drain and end-to-end throughput, the chain's latency with an idle
+worker and the workers' peak RSS, and the raw limit again (the better window is the reference).
+``--quick`` is a smoke run with tiny counts.
 """
 
 from __future__ import annotations
