@@ -8,8 +8,12 @@
 -- where samples is an array of at most 5 sample keys (JSON objects, message ids as strings) and
 -- problem_count = 0 means the check passed. Only objects of the baseline release are used (pgflow
 -- tables of migration 0002, pgmq.meta and the queue tables it names, pg_catalog), so the audit runs
--- on a database that does not have 0003's functions yet. Per-queue counts are read-only dynamic
--- SQL through query_to_xml. Loaded by pgflow_django.upgrade; never edit it once released.
+-- on a database that does not have 0003's functions yet. Reading each flow's queue table needs
+-- dynamic SQL inside a plain SELECT: ts_stat(query) runs a read-only query returning one tsvector
+-- column and counts its lexemes, so a query yielding one lexeme per unmatched message gives their
+-- count (ndoc) and, with the message id as the lexeme, sample ids. (query_to_xml would do the same
+-- but needs a server built with libxml, which the embedded PostgreSQL lacks.)
+-- Loaded by pgflow_django.upgrade; never edit it once released.
 
 -- check: case_alias_queues
 -- pgmq.meta rows whose names differ only in case: PGMQ lowercases table names, so both spellings
@@ -147,21 +151,19 @@ with queues as (
     join pg_class as c on c.relnamespace = 'pgmq'::regnamespace and c.relname = 'q_' || q.queue_name
                       and c.relkind in ('r', 'p')
     join pg_attribute as a on a.attrelid = c.oid and a.attname = 'msg_id' and not a.attisdropped
-), counted as (
+), unmatched as (
   select r.queue_name,
-         query_to_xml(format(
-           'with unmatched as (select m.msg_id from pgmq.%1$I as m where not exists ('
-           'select 1 from pgflow.step_tasks as t where %2$s and t.message_id = m.msg_id)) '
-           'select (select count(*) from unmatched) as n, '
-           '(select string_agg(s.msg_id::text, '' '' order by s.msg_id) '
-           'from (select u.msg_id from unmatched as u order by u.msg_id limit 5) as s) as ids',
-           'q_' || r.queue_name, r.task_of_queue), false, true, '') as doc
+         format(' from pgmq.%I as m where not exists ('
+                'select 1 from pgflow.step_tasks as t where %s and t.message_id = m.msg_id)',
+                'q_' || r.queue_name, r.task_of_queue) as from_clause
     from readable as r
 ), per_queue as (
-  select c.queue_name,
-         (xpath('/row/n/text()', c.doc))[1]::text::bigint as unmatched,
-         string_to_array((xpath('/row/ids/text()', c.doc))[1]::text, ' ') as ids
-    from counted as c
+  select u.queue_name,
+         (select coalesce(sum(w.ndoc), 0)
+            from ts_stat('select ''unmatched''::tsvector' || u.from_clause) as w) as unmatched,
+         (select array_agg(w.word order by w.word::bigint)
+            from ts_stat('select m.msg_id::text::tsvector' || u.from_clause || ' order by m.msg_id limit 5') as w) as ids
+    from unmatched as u
 ), sample as (
   select p.queue_name, i.id
     from per_queue as p
