@@ -21,6 +21,7 @@ from django.db.migrations.loader import MigrationLoader
 from psycopg import errors
 
 from pgflow_django.upgrade import UpgradeBlocked
+from tests import workers
 from tests.migration import upgrade_support as fx
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -190,5 +191,23 @@ def test_the_migration_waits_for_locks_only_until_the_lock_timeout(baseline: Any
             migrate(LATEST)
         worker.rollback()
     assert isinstance(failure.value.__cause__, errors.LockNotAvailable)
+    assert fx.state(cursor) == before
+    assert applied()[-1] == BASELINE
+
+
+@requires_0003
+def test_manage_py_migrate_prints_the_report_and_exits_1(baseline: Any) -> None:
+    """The operator's path: django-pgmigrate's ``migrate`` in a process of its own."""
+    cursor = baseline
+    fx.load_normal(cursor)
+    fx.HAZARDS[-1].load(cursor)
+    before = fx.state(cursor)
+
+    result = workers.run_manage(workers.url_from_settings(connection.settings_dict), "migrate", APP)
+
+    assert result.returncode == 1
+    assert "UpgradeBlocked: pgflow migration 0003 stopped before changing anything" in result.stderr
+    assert "\ncase_duplicate_flow_slugs: 1 problem(s)\n" in result.stderr
+    assert "  - flow_slugs=UpgCase, upgcase\n" in result.stderr
     assert fx.state(cursor) == before
     assert applied()[-1] == BASELINE
