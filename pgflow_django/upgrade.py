@@ -14,8 +14,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
+from pgflow_django.catalog import Cursor
 from pgflow_django.sql import MIGRATIONS_DIR
 
 AUDIT_FILE: Final = "0003_queue_identity_audit.sql"
@@ -43,14 +44,6 @@ _KEY_ORDER: Final = {
     )
 }
 """Sample keys are shown in this order (jsonb sorts keys by length)."""
-
-
-class Cursor(Protocol):
-    """A DB-API cursor (psycopg's or Django's)."""
-
-    def execute(self, query: str, params: Any = ..., /) -> Any: ...
-
-    def fetchall(self) -> Any: ...
 
 
 class AuditFileError(RuntimeError):
