@@ -314,6 +314,12 @@ class Flow:
         owner = f"step {step_slug!r} of flow {self._slug!r}"
         if step_slug in self._steps:
             raise FlowDefinitionError(f"{owner} is defined twice; give the second one another slug=")
+        twin = next((slug for slug in self._steps if slug.lower() == step_slug.lower()), None)
+        if twin is not None:
+            raise FlowDefinitionError(
+                f"{owner} differs only in case from step {twin!r}; queue names are lowercase, so give it "
+                "another slug="
+            )
         deps = tuple(sorted({self._resolve(ref, step_slug) for ref in refs}))
         if step_type == "map" and len(deps) > 1:
             raise FlowDefinitionError(

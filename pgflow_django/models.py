@@ -12,6 +12,7 @@ from typing import Any, NoReturn, TypeVar
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Lower
 
 _M = TypeVar("_M", bound=models.Model)
 
@@ -71,6 +72,11 @@ class ReadOnlyModel(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
         _refuse(type(self).__name__, "delete")
+
+
+class PauseReason(models.TextChoices):
+    FATAL = "fatal"
+    OPERATOR = "operator"
 
 
 class StepType(models.TextChoices):
@@ -149,6 +155,7 @@ class Flow(ReadOnlyModel):
     class Meta:
         managed = False
         db_table = 'pgflow"."flows'
+        constraints = [models.UniqueConstraint(Lower("flow_slug"), name="flows_slug_lower_key")]
 
     def __str__(self) -> str:
         return self.flow_slug
@@ -172,6 +179,7 @@ class Step(ReadOnlyModel):
     when_unmet = models.TextField(choices=WhenPolicy.choices)
     when_exhausted = models.TextField(choices=WhenPolicy.choices)
     created_at = models.DateTimeField()
+    queue_name = models.TextField()
 
     class Meta:
         managed = False
@@ -179,6 +187,7 @@ class Step(ReadOnlyModel):
         ordering = ["flow_id", "step_index"]
         constraints = [
             models.UniqueConstraint(fields=["flow", "step_index"], name="steps_flow_slug_step_index_key"),
+            models.UniqueConstraint("flow", Lower("step_slug"), name="steps_slug_lower_key"),
         ]
 
     def __str__(self) -> str:
@@ -308,15 +317,41 @@ class StepTask(ReadOnlyModel):
     started_at = models.DateTimeField(null=True)
     completed_at = models.DateTimeField(null=True)
     failed_at = models.DateTimeField(null=True)
+    queue_name = models.TextField()
 
     class Meta:
         managed = False
         db_table = 'pgflow"."step_tasks'
         indexes = [
-            models.Index(fields=["flow", "message_id"], name="step_tasks_message_idx"),
             models.Index(fields=["started_at"], name="step_tasks_started_idx", condition=Q(status="started")),
             models.Index(fields=["flow"], name="step_tasks_flow_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue_name", "message_id"],
+                name="step_tasks_queue_message_key",
+                condition=Q(message_id__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.run_id}.{self.step_slug}[{self.task_index}]"
+
+
+class WorkerPause(ReadOnlyModel):
+    """``pgflow.worker_pauses``: a paused worker subscription (``step_slug`` '' for a whole flow)."""
+
+    pk = models.CompositePrimaryKey("flow_slug", "step_slug")
+    flow_slug = models.TextField()
+    step_slug = models.TextField()
+    queue_name = models.TextField()
+    reason = models.TextField(choices=PauseReason.choices)
+    detail = models.TextField(null=True)
+    paused_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."worker_pauses'
+
+    def __str__(self) -> str:
+        return f"{self.flow_slug}/{self.step_slug or '*'}: {self.reason}"

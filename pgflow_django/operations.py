@@ -113,3 +113,51 @@ def _not_found(slug: str, using: str) -> str:
         cursor.execute("select flow_slug from pgflow.flows order by flow_slug")
         known = [row[0] for row in cursor.fetchall()]
     return f"no flow {slug!r} in the database (compiled flows: {', '.join(known) or 'none'})"
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A paused worker subscription (``step_slug`` is '' for a whole flow)."""
+
+    flow_slug: str
+    step_slug: str
+    queue_name: str
+    reason: str
+    detail: str | None
+
+
+def pause(flow_slug: str, step_slug: str = "", *, detail: str | None = None, using: str = "default") -> Pause:
+    """Set an operator pause: the subscription's workers stop at their next heartbeat and new ones
+    refuse to start until :func:`resume`. A fatal pause already there is kept (its detail matters)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "select flow_slug, step_slug, queue_name, reason, detail "
+            "from pgflow.pause_subscription(%s, %s, 'operator', %s)",
+            [flow_slug, step_slug, detail],
+        )
+        row = cursor.fetchone()
+    assert row is not None
+    return Pause(*row)
+
+
+def resume(flow_slug: str, step_slug: str = "", *, using: str = "default") -> Pause | None:
+    """Clear a subscription's pause (fatal or operator); returns the pause that was cleared, if any."""
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        cursor.execute(
+            "select flow_slug, step_slug, queue_name, reason, detail from pgflow.worker_pauses "
+            "where flow_slug = %s and step_slug = %s for update",
+            [flow_slug, step_slug],
+        )
+        row = cursor.fetchone()
+        cursor.execute("select pgflow.resume_subscription(%s, %s)", [flow_slug, step_slug])
+    return None if row is None else Pause(*row)
+
+
+def pauses(*, using: str = "default") -> list[Pause]:
+    """Every paused subscription, oldest first."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "select flow_slug, step_slug, queue_name, reason, detail "
+            "from pgflow.worker_pauses order by paused_at"
+        )
+        return [Pause(*row) for row in cursor.fetchall()]

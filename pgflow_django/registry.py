@@ -50,6 +50,12 @@ def get_flow(slug: str) -> Flow:
 
 def _register(found: dict[str, tuple[Flow, str]], flow: Flow, source: str) -> None:
     previous = found.get(flow.slug)
+    twin = next((slug for slug in found if slug != flow.slug and slug.lower() == flow.slug.lower()), None)
+    if twin is not None:
+        raise ImproperlyConfigured(
+            f"flows {twin!r} ({found[twin][1]}) and {flow.slug!r} ({source}) differ only in case and would "
+            "share one queue; give one of them another slug"
+        )
     if previous is None:
         found[flow.slug] = (flow, source)
     elif previous[0] is not flow:

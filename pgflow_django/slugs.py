@@ -1,4 +1,8 @@
-"""Slug rules of the baseline release, mirroring SQL ``pgflow.is_valid_slug`` (a parity test keeps them so).
+"""Slug rules, mirroring SQL ``pgflow.is_valid_slug`` (a parity test keeps them so).
+
+``__`` is reserved for generated queue names (``flow__step``), so no slug may contain it, start or end
+with ``_``; queue names are lowercase, so slugs differing only in case are refused where they would
+collide (flows, and steps within one flow).
 
 Checking in Python first gives a definition-time error that names the offending flow or step, instead of a
 check-constraint violation at compile time.
@@ -14,11 +18,11 @@ MAX_FLOW_SLUG_LENGTH: Final = 47
 """PGMQ refuses queue names longer than this, and a flow's queue is named after its slug."""
 RESERVED_SLUGS: Final = frozenset({"run"})
 
-_SLUG_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SLUG_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _BAD_CHAR_RE: Final = re.compile(r"[^A-Za-z0-9_]")
 RULE: Final = (
-    f"1..{MAX_SLUG_LENGTH} ASCII letters, digits or underscores, not starting with a digit, "
-    f"and not {' or '.join(repr(word) for word in sorted(RESERVED_SLUGS))}"
+    f"1..{MAX_SLUG_LENGTH} ASCII letters, digits or single underscores, starting with a letter, "
+    f"not ending with '_', and not {' or '.join(repr(word) for word in sorted(RESERVED_SLUGS))}"
 )
 
 
@@ -40,9 +44,15 @@ def slug_problem(value: object) -> str | None:
         return "is empty"
     if len(value) > MAX_SLUG_LENGTH:
         return f"is {len(value)} characters long (at most {MAX_SLUG_LENGTH})"
+    bad = _BAD_CHAR_RE.search(value)
+    if bad is not None:
+        return f"contains {bad.group()!r}"
     if _SLUG_RE.fullmatch(value) is None:
-        bad = _BAD_CHAR_RE.search(value)
-        return "starts with a digit" if bad is None else f"contains {bad.group()!r}"
+        return "starts with a digit" if value[0].isdigit() else "starts with '_'"
+    if value.endswith("_"):
+        return "ends with '_'"
+    if "__" in value:
+        return "contains '__' (reserved for generated queue names)"
     if value.lower() in RESERVED_SLUGS:
         return "is a reserved word"
     return None
@@ -70,3 +80,8 @@ def validate_flow_slug(value: object, what: str = "flow slug") -> str:
             f"{MAX_FLOW_SLUG_LENGTH}; choose a shorter slug"
         )
     return slug
+
+
+def default_queue_name(flow_slug: str) -> str:
+    """A plain flow's queue: its canonical lowercase slug (PGMQ addresses tables in lowercase)."""
+    return flow_slug.lower()

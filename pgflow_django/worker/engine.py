@@ -11,7 +11,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -94,6 +94,12 @@ class Claim:
     tasks: list[ClaimedTask]
     next_visible: float | None
     """Seconds until the earliest message this read left behind becomes visible (None: queue empty)."""
+    unclaimed: dict[str, list[int]] = field(default_factory=dict)
+    """Message ids the claim did not turn into tasks, by outcome (foreign, fatal, started, ...)."""
+
+    @property
+    def fatal(self) -> list[int]:
+        return self.unclaimed.get("fatal", [])
 
 
 _CLAIM = """
@@ -107,9 +113,10 @@ with msgs as materialized (
    where q.msg_id <> all(ids.arr)
 )
 select ids.n, next_visible.seconds,
-       t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input
+       t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input, t.outcome
 from ids cross join next_visible
-left join lateral pgflow.start_tasks(%(flow)s, ids.arr, %(worker)s) as t on cardinality(ids.arr) > 0
+left join lateral pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s) as t
+       on cardinality(ids.arr) > 0
 """
 """Read and claim in one statement: one round trip, and a crash in between leaves nothing hidden.
 
@@ -180,12 +187,16 @@ class Engine:
                 input=row[8],
             )
             for row in rows
-            if row[3] is not None
+            if row[9] == "claimed"
         ]
+        unclaimed: dict[str, list[int]] = {}
+        for row in rows:
+            if row[9] is not None and row[9] != "claimed":
+                unclaimed.setdefault(row[9], []).append(int(row[6]))
         if not rows:
             return Claim(read_count=0, tasks=tasks, next_visible=None)
         next_visible = None if rows[0][1] is None else float(rows[0][1])
-        return Claim(read_count=int(rows[0][0]), tasks=tasks, next_visible=next_visible)
+        return Claim(read_count=int(rows[0][0]), tasks=tasks, next_visible=next_visible, unclaimed=unclaimed)
 
     def queue_table(self, queue: str) -> str:
         """PGMQ's table name for ``queue`` (lower-cased), which also names its insert channel."""
@@ -215,6 +226,13 @@ class Engine:
             "insert into pgflow.workers (worker_id, queue_name, function_name) values (%s, %s, %s)",
             [worker_id, queue, function_name],
         )
+
+    def pause(self, flow_slug: str) -> tuple[str, str | None] | None:
+        """The (reason, detail) of the pause on this worker's subscription, or None."""
+        rows = self._rows(
+            "select reason, detail from pgflow.subscription_pause(%s) where reason is not null", [flow_slug]
+        )
+        return None if not rows else (str(rows[0][0]), rows[0][1])
 
     def heartbeat(self, worker_id: uuid.UUID, queue: str, function_name: str) -> bool:
         """Refresh the heartbeat (re-registering after a prune); True when an operator deprecated us."""

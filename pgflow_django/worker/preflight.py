@@ -7,13 +7,14 @@ from django.db import DatabaseError, connections
 from pgflow_django.dsl import Flow
 from pgflow_django.worker.engine import first_line
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 """The worker/database protocol this worker speaks; ``pgflow.protocol_version()`` must return the same."""
 
 REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "pgflow.protocol_version()",
     "pgflow.ensure_flow_compiled(text,jsonb,boolean)",
-    "pgflow.start_tasks(text,bigint[],uuid)",
+    "pgflow.start_tasks(text,text,bigint[],uuid)",
+    "pgflow.subscription_pause(text,text)",
     "pgflow.complete_tasks(jsonb)",
     "pgflow.complete_task(uuid,text,integer,integer,jsonb)",
     "pgflow.fail_task(uuid,text,integer,integer,text,integer)",

@@ -26,7 +26,7 @@ from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.engine import ClaimedTask, Engine, connection_params, first_line, is_transient
 from pgflow_django.worker.listener import Listener, insert_channel
 from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.preflight import check_database
+from pgflow_django.worker.preflight import PreflightError, check_database
 from pgflow_django.worker.runner import Runner
 from pgflow_django.worker.state import WorkerState
 
@@ -44,8 +44,8 @@ class Worker:
         self.flow = flow
         self.options = options
         self.worker_id = uuid.uuid4()
-        self.queue = flow.slug
-        """One flow, one queue in this release: the queue is named after the flow."""
+        self.queue = flow.slug.lower()
+        """A plain flow's queue: its canonical default queue, lower(flow_slug)."""
         self.function_name = flow.slug
         self.state = WorkerState(options.concurrency)
         self._params: dict[str, Any] = {}
@@ -56,6 +56,8 @@ class Worker:
         self.runner: Runner | None = None
         self.queue_table = ""
         self._registered = False
+        self.fatal = False
+        """Set when a claim met unsupported work: the process exits non-zero."""
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -72,6 +74,13 @@ class Worker:
         result = compile_flow(self.flow, using=self.options.using)
         self._params = connection_params(self.options.using)
         self.engine = Engine(self._params, "supervisor")
+        paused = self.engine.pause(self.flow.slug)
+        if paused is not None:
+            reason, detail = paused
+            raise PreflightError(
+                f"flow {self.flow.slug} is paused ({reason}{': ' + detail if detail else ''}); "
+                f"clear it with manage.py pgflow_resume {self.flow.slug} once it is safe to run"
+            )
         self.queue_table = self.engine.queue_table(self.queue)
         notifies, throttle_ms = self.engine.insert_notifications(self.queue, self.queue_table)
         if not notifies:
@@ -128,7 +137,7 @@ class Worker:
             self.loop()
         finally:
             self.shutdown()
-        return 0
+        return 1 if self.fatal else 0
 
     def install_signal_handlers(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -171,6 +180,16 @@ class Worker:
                         logger.warning("worker %s was deprecated: stopping", self.worker_id)
                         self.state.request_stop()
                         break
+                    paused = engine.pause(self.flow.slug)
+                    if paused is not None:
+                        logger.warning(
+                            "flow %s was paused (%s): stopping queue=%s",
+                            self.flow.slug,
+                            paused[0],
+                            self.queue,
+                        )
+                        self.state.request_stop()
+                        break
                     next_heartbeat = now + opts.heartbeat_seconds
                 if now >= next_stalled:
                     self._requeue_stalled(engine)
@@ -200,6 +219,28 @@ class Worker:
                     qty,
                 )
                 backoff.reset()
+                if claim.fatal:
+                    logger.error(
+                        "unsupported work on queue=%s msg_ids=%s: claimed nothing, made the batch "
+                        "visible and paused flow %s; stopping (inspect the messages, then "
+                        "manage.py pgflow_resume %s)",
+                        self.queue,
+                        ",".join(map(str, claim.fatal)),
+                        self.flow.slug,
+                        self.flow.slug,
+                    )
+                    self.fatal = True
+                    self.state.request_stop()
+                    break
+                foreign = claim.unclaimed.get("foreign", [])
+                if foreign:
+                    logger.warning(
+                        "archived %d foreign message(s) queue=%s msg_ids=%s (not pgflow work: applications "
+                        "must not send to queues pgflow owns)",
+                        len(foreign),
+                        self.queue,
+                        ",".join(map(str, foreign)),
+                    )
                 if claim.read_count:
                     logger.debug(
                         "claimed %d of %d message(s) queue=%s msg_ids=%s",

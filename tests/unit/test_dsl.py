@@ -601,3 +601,17 @@ def test_package_imports_without_django_settings() -> None:
         "assert callable(p.start_flow) and callable(p.wait_for_run)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_step_slugs_differing_only_in_case_are_refused() -> None:
+    flow = Flow("case_flow")
+
+    @flow.step(slug="Fetch")
+    def fetch_one(data: object) -> object:
+        return data
+
+    with pytest.raises(FlowDefinitionError, match="differs only in case from step 'Fetch'"):
+
+        @flow.step(slug="fetch")
+        def fetch_two(data: object) -> object:
+            return data

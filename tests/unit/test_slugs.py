@@ -16,15 +16,14 @@ from pgflow_django.slugs import (
     "slug",
     [
         "a",
-        "_",
-        "_private",
         "Validate",
+        "a_b_c",
         "step_1",
         "CamelCase_2",
         "x" * MAX_SLUG_LENGTH,
         "runs",
         "rerun",
-        "run_",
+        "run_it",
     ],
 )
 def test_valid_slugs(slug: str) -> None:
@@ -45,6 +44,11 @@ def test_valid_slugs(slug: str) -> None:
         ("run", "reserved word"),
         ("RUN", "reserved word"),
         ("Run", "reserved word"),
+        ("_", "starts with '_'"),
+        ("_private", "starts with '_'"),
+        ("run_", "ends with '_'"),
+        ("flow__step", "contains '__'"),
+        ("a___b", "contains '__'"),
     ],
 )
 def test_invalid_slugs_name_the_thing_and_the_rule(slug: str, reason: str) -> None:
@@ -54,7 +58,9 @@ def test_invalid_slugs_name_the_thing_and_the_rule(slug: str, reason: str) -> No
     message = str(caught.value)
     assert message.startswith("step slug ")
     assert reason in message
-    assert "; rename it (1..128 ASCII letters, digits or underscores, not starting with a digit" in message
+    assert (
+        "; rename it (1..128 ASCII letters, digits or single underscores, starting with a letter" in message
+    )
     assert "\n" not in message.replace("\\n", "")
 
 

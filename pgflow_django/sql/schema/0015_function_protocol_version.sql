@@ -6,5 +6,5 @@ returns integer
 language sql
 immutable
 as $$
-  select 1
+  select 2
 $$;

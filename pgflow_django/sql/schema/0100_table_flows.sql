@@ -5,3 +5,6 @@ create table pgflow.flows (
   opt_timeout integer not null default 60 check (opt_timeout >= 1),
   created_at timestamptz not null default now()
 );
+
+-- PGMQ lowercases table names: flows differing only in case would share a queue.
+create unique index flows_slug_lower_key on pgflow.flows (lower(flow_slug));

@@ -13,7 +13,10 @@ create table pgflow.steps (
   when_unmet text not null default 'skip' check (when_unmet in ('fail', 'skip', 'skip-cascade')),
   when_exhausted text not null default 'fail' check (when_exhausted in ('fail', 'skip', 'skip-cascade')),
   created_at timestamptz not null default now(),
+  queue_name text not null constraint steps_queue_name_check check (pgflow.is_valid_queue_name(queue_name)),
   primary key (flow_slug, step_slug),
   unique (flow_slug, step_index),
   check (step_type <> 'map' or deps_count <= 1)
 );
+
+create unique index steps_slug_lower_key on pgflow.steps (flow_slug, lower(step_slug));

@@ -17,11 +17,14 @@ create table pgflow.step_tasks (
   started_at timestamptz,
   completed_at timestamptz,
   failed_at timestamptz,
+  queue_name text not null constraint step_tasks_queue_name_check check (pgflow.is_valid_queue_name(queue_name)),
   primary key (run_id, step_slug, task_index),
   foreign key (run_id, step_slug) references pgflow.step_states (run_id, step_slug),
   check (status <> 'started' or started_at is not null)
 );
 
-create index step_tasks_message_idx on pgflow.step_tasks (flow_slug, message_id);
+-- PGMQ message ids are queue-scoped: (queue_name, message_id) is a message's identity.
+create unique index step_tasks_queue_message_key on pgflow.step_tasks (queue_name, message_id)
+  where message_id is not null;
 create index step_tasks_started_idx on pgflow.step_tasks (started_at) where status = 'started';
 create index step_tasks_flow_idx on pgflow.step_tasks (flow_slug);

@@ -1,5 +1,7 @@
 -- Idempotent: the flow row is created once (options of an existing flow are left as they are; the
--- compiler updates them), and the flow's queue is created with a statement-level insert notification.
+-- compiler updates them). No queue DDL here: add_step and the compiler provision the flow's queue
+-- through pgflow.provision_generated_queue. A new flow whose default queue lower(flow_slug) already
+-- exists in PGMQ, or that differs only in case from an existing flow, is refused.
 create or replace function pgflow.create_flow(
   flow_slug text,
   max_attempts integer default null,
@@ -27,12 +29,19 @@ begin
       using errcode = '22023';
   end if;
 
-  if exists (select 1 from pgmq.meta as m
-              where lower(m.queue_name) = lower(create_flow.flow_slug) and m.queue_name <> create_flow.flow_slug) then
-    raise exception 'flow slug % differs only in case from the existing PGMQ queue %, whose tables it would share: choose another slug',
-      quote_literal(flow_slug),
-      quote_literal((select m.queue_name from pgmq.meta as m where lower(m.queue_name) = lower(create_flow.flow_slug) limit 1))
-      using errcode = '23505';
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = create_flow.flow_slug) then
+    if exists (select 1 from pgflow.flows as f where lower(f.flow_slug) = lower(create_flow.flow_slug)) then
+      raise exception 'flow slug % differs only in case from the existing flow %, whose queue it would share: choose another slug',
+        quote_literal(flow_slug),
+        quote_literal((select f.flow_slug from pgflow.flows as f where lower(f.flow_slug) = lower(create_flow.flow_slug) limit 1))
+        using errcode = '23505';
+    end if;
+    if exists (select 1 from pgmq.meta as m where lower(m.queue_name) = lower(create_flow.flow_slug)) then
+      raise exception 'PGMQ queue % already exists, so new flow % would silently adopt it: drop the queue if it is unused (pgmq.drop_queue), or choose another slug',
+        quote_literal((select m.queue_name from pgmq.meta as m where lower(m.queue_name) = lower(create_flow.flow_slug) limit 1)),
+        quote_literal(flow_slug)
+        using errcode = '23505';
+    end if;
   end if;
 
   insert into pgflow.flows (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout)
@@ -41,12 +50,6 @@ begin
 
   select * into v_flow from pgflow.flows as f where f.flow_slug = create_flow.flow_slug;
 
-  if not exists (select 1 from pgmq.meta as m where m.queue_name = create_flow.flow_slug) then
-    perform pgmq.create(flow_slug);
-    execute format(
-      'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
-      pgmq.format_table_name(flow_slug, 'q'));
-  end if;
   return v_flow;
 end;
 $$;

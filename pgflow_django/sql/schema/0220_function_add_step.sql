@@ -1,5 +1,7 @@
 -- Appends a step in definition order. Idempotent for an identical definition; any other change to an
--- existing step is refused (a concrete flow's shape is fixed: compile a new slug instead).
+-- existing step is refused (a concrete flow's shape is fixed: compile a new slug instead). The
+-- step's queue (omitted: the flow's default queue lower(flow_slug), the only route of a plain flow)
+-- is checked and provisioned through pgflow.provision_generated_queue.
 create or replace function pgflow.add_step(
   flow_slug text,
   step_slug text,
@@ -12,7 +14,8 @@ create or replace function pgflow.add_step(
   required_input_pattern jsonb default null,
   forbidden_input_pattern jsonb default null,
   when_unmet text default 'skip',
-  when_exhausted text default 'fail'
+  when_exhausted text default 'fail',
+  queue_name text default null
 )
 returns pgflow.steps
 language plpgsql
@@ -22,6 +25,7 @@ declare
   v_existing pgflow.steps;
   v_missing text[];
   v_step pgflow.steps;
+  v_queue text := coalesce(queue_name, lower(flow_slug));
 begin
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = add_step.flow_slug) then
     raise exception 'flow % does not exist: create it with pgflow.create_flow first', quote_literal(flow_slug)
@@ -59,6 +63,21 @@ begin
       using errcode = '22023';
   end if;
 
+  if v_queue <> lower(flow_slug) then
+    raise exception 'step %.%: queue % is not a route of flow %; a plain flow routes every step to its default queue %',
+      flow_slug, step_slug, quote_literal(v_queue), quote_literal(flow_slug), quote_literal(lower(flow_slug))
+      using errcode = '22023';
+  end if;
+  if exists (select 1 from pgflow.steps as s
+              where s.flow_slug = add_step.flow_slug and lower(s.step_slug) = lower(add_step.step_slug)
+                and s.step_slug <> add_step.step_slug) then
+    raise exception 'step slug % of flow % differs only in case from an existing step: choose another slug',
+      quote_literal(step_slug), quote_literal(flow_slug)
+      using errcode = '23505';
+  end if;
+
+  perform pgflow.provision_generated_queue(flow_slug, v_queue);
+
   select * into v_existing from pgflow.steps as s
    where s.flow_slug = add_step.flow_slug and s.step_slug = add_step.step_slug;
   if found then
@@ -67,6 +86,7 @@ begin
        and v_existing.when_exhausted = add_step.when_exhausted
        and v_existing.required_input_pattern is not distinct from add_step.required_input_pattern
        and v_existing.forbidden_input_pattern is not distinct from add_step.forbidden_input_pattern
+       and v_existing.queue_name = v_queue
        and v_deps = coalesce((select array_agg(d.dep_slug order by d.dep_slug) from pgflow.deps as d
                                where d.flow_slug = add_step.flow_slug and d.step_slug = add_step.step_slug), '{}') then
       return v_existing;
@@ -88,14 +108,14 @@ begin
   insert into pgflow.steps (
     flow_slug, step_slug, step_type, step_index, deps_count,
     opt_max_attempts, opt_base_delay, opt_timeout, opt_start_delay,
-    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted
+    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted, queue_name
   )
   values (
     flow_slug, step_slug, step_type,
     coalesce((select max(s.step_index) + 1 from pgflow.steps as s where s.flow_slug = add_step.flow_slug), 0),
     cardinality(v_deps),
     max_attempts, base_delay, timeout, start_delay,
-    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted
+    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted, v_queue
   )
   returning * into v_step;
 

@@ -5,7 +5,7 @@ returns void
 language plpgsql
 as $$
 declare
-  v_flows text[];
+  v_queues text[];
   v_msgs bigint[];
 begin
   update pgflow.runs as r
@@ -19,10 +19,10 @@ begin
     update pgflow.step_tasks as t
        set status = 'cancelled', error_message = coalesce(t.error_message, 'run failed: ' || fail_run.error_message)
      where t.run_id = fail_run.run_id and t.status in ('queued', 'started')
-    returning t.flow_slug, t.message_id
+    returning t.queue_name, t.message_id
   )
-  select array_agg(c.flow_slug), array_agg(c.message_id) into v_flows, v_msgs from cancelled as c;
+  select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_msgs from cancelled as c;
 
-  perform pgflow.archive_task_messages(v_flows, v_msgs);
+  perform pgflow.archive_task_messages(v_queues, v_msgs);
 end;
 $$;

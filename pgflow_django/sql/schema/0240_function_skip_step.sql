@@ -6,7 +6,7 @@ returns void
 language plpgsql
 as $$
 declare
-  v_flows text[];
+  v_queues text[];
   v_msgs bigint[];
 begin
   with recursive targets as (
@@ -31,10 +31,10 @@ begin
        set status = 'skipped'
       from skipped as s
      where t.run_id = skip_step.run_id and t.step_slug = s.step_slug and t.status in ('queued', 'started')
-    returning t.flow_slug, t.message_id
+    returning t.queue_name, t.message_id
   )
-  select array_agg(t.flow_slug), array_agg(t.message_id) into v_flows, v_msgs from tasks as t;
+  select array_agg(t.queue_name), array_agg(t.message_id) into v_queues, v_msgs from tasks as t;
 
-  perform pgflow.archive_task_messages(v_flows, v_msgs);
+  perform pgflow.archive_task_messages(v_queues, v_msgs);
 end;
 $$;

@@ -1,6 +1,7 @@
 -- Starts every ready step (created, no open dependencies, at least one task) of the given started
--- runs: creates its tasks and sends their messages, one PGMQ batch per queue and start delay. The
--- n-th id returned by send_batch belongs to the n-th message sent.
+-- runs: creates its tasks and sends their messages to the step's persisted queue, one PGMQ batch per
+-- queue and start delay; each task stores that queue as its immutable snapshot. No queue DDL here.
+-- The n-th id returned by send_batch belongs to the n-th message sent.
 create or replace function pgflow.start_ready_steps(run_ids uuid[])
 returns void
 language plpgsql
@@ -17,18 +18,19 @@ begin
        and ss.initial_tasks > 0
        and r.run_id = ss.run_id and r.status = 'started'
        and s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
-    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks, coalesce(s.opt_start_delay, 0) as start_delay
+    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks, coalesce(s.opt_start_delay, 0) as start_delay,
+              s.queue_name
   ), messages as (
-    select st.flow_slug, st.start_delay,
+    select st.queue_name, st.start_delay,
            jsonb_build_object('flow_slug', st.flow_slug, 'run_id', st.run_id,
                               'step_slug', st.step_slug, 'task_index', i) as message
       from started as st
      cross join lateral generate_series(0, st.initial_tasks - 1) as i
   )
-  select jsonb_agg(jsonb_build_object('queue_name', m.flow_slug, 'start_delay', m.start_delay, 'messages', m.messages))
+  select jsonb_agg(jsonb_build_object('queue_name', m.queue_name, 'start_delay', m.start_delay, 'messages', m.messages))
     into v_batches
-    from (select flow_slug, start_delay, jsonb_agg(message) as messages
-            from messages group by flow_slug, start_delay) as m;
+    from (select queue_name, start_delay, jsonb_agg(message) as messages
+            from messages group by queue_name, start_delay) as m;
 
   if v_batches is null then
     return;
@@ -38,9 +40,9 @@ begin
     select b->>'queue_name' as queue_name, (b->>'start_delay')::integer as start_delay, b->'messages' as messages
       from jsonb_array_elements(v_batches) as b
   loop
-    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id)
+    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
     select m.message->>'flow_slug', (m.message->>'run_id')::uuid, m.message->>'step_slug',
-           (m.message->>'task_index')::integer, sent.msg_id
+           (m.message->>'task_index')::integer, sent.msg_id, v_batch.queue_name
       from jsonb_array_elements(v_batch.messages) with ordinality as m(message, n)
       join pgmq.send_batch(
              v_batch.queue_name,

@@ -1,38 +1,120 @@
--- The claim. Queued tasks of started runs and steps whose messages were read become started, with
--- one more attempt; their messages get the claim visibility (effective timeout + 2 s) before the
--- rows are returned, so no handler runs while its message could be read again. Messages whose
--- task is not claimable are left alone.
-create or replace function pgflow.start_tasks(flow_slug text, msg_ids bigint[], worker_id uuid)
-returns setof pgflow.step_task_record
+-- The claim. The whole batch is classified before anything changes, by persisted identity first
+-- ((queue_name, message_id) -> task), by body only for messages that match no task:
+--   claimed     queued task of this flow in a started run and step: started, one more attempt,
+--               visibility = effective timeout + 2 s applied before the rows are returned
+--   started     already running elsewhere: untouched, no attempt consumed, visibility deferred to
+--               the task's stalled-recovery deadline
+--   terminal    the task is finished: message archived (idempotent)
+--   ineligible  a queued task whose run or step is not started: untouched
+--   missing     the message is no longer in the queue: nothing to do
+--   foreign     no task and the body is not pgflow-shaped: archived (the worker warns)
+--   fatal       no task but a pgflow-shaped body, or the task belongs to another flow's route
+-- If any message is fatal, nothing is claimed or archived: every message of the batch is made
+-- visible now (outcome 'released' for the others), the subscription (flow_slug, '') is paused with
+-- reason 'fatal', and the rows are returned rather than an error raised, so the reset and the pause
+-- commit. The worker then stops with one error naming the queue and message ids.
+create or replace function pgflow.start_tasks(queue_name text, flow_slug text, msg_ids bigint[], worker_id uuid)
+returns setof pgflow.claim_record
 language plpgsql
 as $$
 declare
+  v_queue text := lower(queue_name);
+  v_classified jsonb;
+  v_unmatched bigint[];
+  v_bodies jsonb := '{}'::jsonb;
+  v_fatal bigint[];
   v_claimed pgflow.step_tasks[];
 begin
+  if msg_ids is null or cardinality(msg_ids) = 0 then
+    return;
+  end if;
+
+  select array_agg(i.id) into v_unmatched
+    from (select distinct unnest(msg_ids) as id) as i
+   where not exists (select 1 from pgflow.step_tasks as t where t.queue_name = v_queue and t.message_id = i.id);
+  if v_unmatched is not null then
+    execute format('select coalesce(jsonb_object_agg(m.msg_id::text, coalesce(m.message, ''null''::jsonb)), ''{}'') from pgmq.%I as m where m.msg_id = any($1)',
+                   pgmq.format_table_name(v_queue, 'q'))
+      into v_bodies using v_unmatched;
+  end if;
+
+  select jsonb_object_agg(c.id::text, c.outcome) into v_classified
+    from (
+      select i.id,
+             case
+               when t.message_id is null and not (v_bodies ? i.id::text) then 'missing'
+               when t.message_id is null and pgflow.is_pgflow_message(v_bodies->(i.id::text)) then 'fatal'
+               when t.message_id is null then 'foreign'
+               when t.flow_slug <> start_tasks.flow_slug then 'fatal'
+               when t.status in ('completed', 'failed', 'skipped', 'cancelled') then 'terminal'
+               when t.status = 'started' then 'started'
+               when r.status = 'started' and ss.status = 'started' then 'claimed'
+               else 'ineligible'
+             end as outcome
+        from (select distinct unnest(msg_ids) as id) as i
+        left join pgflow.step_tasks as t on t.queue_name = v_queue and t.message_id = i.id
+        left join pgflow.runs as r on r.run_id = t.run_id
+        left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+    ) as c;
+
+  select array_agg(e.key::bigint) into v_fatal
+    from jsonb_each_text(v_classified) as e where e.value = 'fatal';
+
+  if v_fatal is not null then
+    perform pgflow.set_vt_batch(v_queue, array_agg(e.key::bigint), array_agg(0))
+       from jsonb_each_text(v_classified) as e where e.value <> 'missing';
+    insert into pgflow.worker_pauses (flow_slug, step_slug, queue_name, reason, detail)
+    values (start_tasks.flow_slug, '', v_queue, 'fatal',
+            format('unsupported work on queue %s: message ids %s', v_queue,
+                   (select string_agg(f::text, ',' order by f) from unnest(v_fatal) as f)))
+    on conflict on constraint worker_pauses_pkey do update
+      set reason = excluded.reason, detail = excluded.detail, queue_name = excluded.queue_name, paused_at = now();
+    return query
+      select case when e.value in ('fatal', 'missing') then e.value else 'released' end,
+             e.key::bigint, null::text, null::uuid, null::text, null::integer, null::integer, null::jsonb
+        from jsonb_each_text(v_classified) as e
+       order by e.key::bigint;
+    return;
+  end if;
+
   with claimed as (
     update pgflow.step_tasks as t
        set status = 'started', attempts_count = t.attempts_count + 1, started_at = now(),
            last_worker_id = start_tasks.worker_id
       from pgflow.runs as r, pgflow.step_states as ss
-     where t.flow_slug = start_tasks.flow_slug and t.message_id = any(start_tasks.msg_ids)
-       and t.status = 'queued'
+     where t.queue_name = v_queue
+       and t.message_id in (select e.key::bigint from jsonb_each_text(v_classified) as e where e.value = 'claimed')
+       and t.flow_slug = start_tasks.flow_slug and t.status = 'queued'
        and r.run_id = t.run_id and r.status = 'started'
        and ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
     returning t.*
   )
   select array_agg(c) into v_claimed from claimed as c;
 
-  if v_claimed is null then
-    return;
-  end if;
-
-  perform pgflow.set_vt_batch(start_tasks.flow_slug, array_agg(c.message_id), array_agg(coalesce(s.opt_timeout, f.opt_timeout) + 2))
+  perform pgflow.set_vt_batch(v_queue, array_agg(c.message_id), array_agg(coalesce(s.opt_timeout, f.opt_timeout) + 2))
      from unnest(v_claimed) as c
      join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
-     join pgflow.flows as f on f.flow_slug = c.flow_slug;
+     join pgflow.flows as f on f.flow_slug = c.flow_slug
+   having count(*) > 0;
+
+  perform pgflow.set_vt_batch(v_queue, array_agg(t.message_id),
+                              array_agg(greatest(2, ceil(extract(epoch from
+                                t.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
+                                - clock_timestamp())))::integer))
+     from jsonb_each_text(v_classified) as e
+     join pgflow.step_tasks as t on t.queue_name = v_queue and t.message_id = e.key::bigint
+     join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+     join pgflow.flows as f on f.flow_slug = t.flow_slug
+    where e.value = 'started'
+   having count(*) > 0;
+
+  perform pgflow.archive_task_messages(array_agg(v_queue), array_agg(e.key::bigint))
+     from jsonb_each_text(v_classified) as e
+    where e.value in ('terminal', 'foreign')
+   having count(*) > 0;
 
   return query
-    select c.flow_slug, c.run_id, c.step_slug, c.task_index, c.message_id, c.attempts_count,
+    select 'claimed'::text, c.message_id, c.flow_slug, c.run_id, c.step_slug, c.task_index, c.attempts_count,
            case
              when s.step_type = 'map' and s.deps_count = 0 then r.input -> c.task_index
              when s.step_type = 'map' then (
@@ -48,9 +130,15 @@ begin
                 where d.flow_slug = c.flow_slug and d.step_slug = c.step_slug and dst.status = 'completed'),
                '{}'::jsonb)
            end
-      from unnest(v_claimed) as c
+      from unnest(coalesce(v_claimed, '{}')) as c
       join pgflow.runs as r on r.run_id = c.run_id
       join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
-     order by c.message_id;
+    union all
+    select case when e.value = 'claimed' then 'started' else e.value end,
+           e.key::bigint, null, null, null, null, null, null
+      from jsonb_each_text(v_classified) as e
+     where e.value <> 'claimed'
+        or not exists (select 1 from unnest(coalesce(v_claimed, '{}')) as c where c.message_id = e.key::bigint)
+     order by 2;
 end;
 $$;

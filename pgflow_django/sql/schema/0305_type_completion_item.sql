@@ -8,5 +8,6 @@ create type pgflow.completion_item as (
   outcome text,
   flow_slug text,
   message_id bigint,
-  step_type text
+  step_type text,
+  queue_name text
 );

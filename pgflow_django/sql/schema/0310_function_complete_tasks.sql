@@ -11,7 +11,7 @@ declare
   v_items pgflow.completion_item[];
   v_run_ids uuid[];
   v_bad record;
-  v_flows text[];
+  v_queues text[];
   v_msgs bigint[];
 begin
   if items is null or jsonb_typeof(items) <> 'array' then
@@ -35,7 +35,7 @@ begin
          case when t.status = 'started' and t.attempts_count = x.attempt
                    and r.status = 'started' and ss.status = 'started'
               then 'completed' else 'stale' end as outcome,
-         t.flow_slug, t.message_id, s.step_type
+         t.flow_slug, t.message_id, s.step_type, t.queue_name
     from (select (i->>'run_id')::uuid as run_id, i->>'step_slug' as step_slug,
                  (i->>'task_index')::integer as task_index, (i->>'attempt')::integer as attempt,
                  coalesce(i->'output', 'null'::jsonb) as output
@@ -74,7 +74,7 @@ begin
                       when c.step_slug = v_bad.step_slug and c.task_index = v_bad.task_index then 'failed'
                       when c.outcome = 'completed' then 'stale'
                       else c.outcome end,
-                 c.flow_slug, c.message_id, c.step_type)::pgflow.completion_item
+                 c.flow_slug, c.message_id, c.step_type, c.queue_name)::pgflow.completion_item
         from unnest(v_items) as c);
   end loop;
 
@@ -85,13 +85,13 @@ begin
      and t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index;
 
   -- completed tasks, late callbacks on terminal tasks and the failed ones all leave the queue
-  select array_agg(c.flow_slug), array_agg(c.message_id) into v_flows, v_msgs
+  select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_msgs
     from unnest(v_items) as c
     left join pgflow.step_tasks as t
       on t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
    where c.outcome in ('completed', 'failed')
       or t.status in ('completed', 'failed', 'skipped', 'cancelled');
-  perform pgflow.archive_task_messages(v_flows, v_msgs);
+  perform pgflow.archive_task_messages(v_queues, v_msgs);
 
   with done as (
     select c.run_id, c.step_slug, count(*) as n

@@ -38,7 +38,7 @@ begin
 
   if not coalesce(v_current, false) then
     if v_task.status in ('completed', 'failed', 'skipped', 'cancelled') then
-      perform pgflow.archive_task_messages(array[v_task.flow_slug], array[v_task.message_id]);
+      perform pgflow.archive_task_messages(array[v_task.queue_name], array[v_task.message_id]);
     end if;
     return 'stale';
   end if;
@@ -54,7 +54,7 @@ begin
     update pgflow.step_tasks as t
        set status = 'queued', error_message = fail_task.error_message, queued_at = now()
      where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index;
-    perform pgflow.set_vt_batch(v_task.flow_slug, array[v_task.message_id], array[v_delay]);
+    perform pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id], array[v_delay]);
     return 'retrying';
   end if;
 

@@ -35,19 +35,19 @@ begin
        and ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
        and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug and f.flow_slug = t.flow_slug
        and t.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts)
-    returning t.flow_slug, t.message_id, t.run_id, t.step_slug, t.task_index
+    returning t.queue_name, t.message_id, t.run_id, t.step_slug, t.task_index
   )
-  select coalesce(jsonb_agg(jsonb_build_object('flow_slug', rl.flow_slug, 'message_id', rl.message_id,
+  select coalesce(jsonb_agg(jsonb_build_object('queue_name', rl.queue_name, 'message_id', rl.message_id,
                                                'run_id', rl.run_id, 'step_slug', rl.step_slug,
                                                'task_index', rl.task_index)), '[]'::jsonb)
     into v_released
     from released as rl;
 
-  perform pgflow.set_vt_batch(g.flow_slug, g.ids, array_fill(0, array[cardinality(g.ids)]))
-     from (select rl->>'flow_slug' as flow_slug, array_agg((rl->>'message_id')::bigint) as ids
+  perform pgflow.set_vt_batch(g.queue_name, g.ids, array_fill(0, array[cardinality(g.ids)]))
+     from (select rl->>'queue_name' as queue_name, array_agg((rl->>'message_id')::bigint) as ids
              from jsonb_array_elements(v_released) as rl
             where rl->>'message_id' is not null
-            group by rl->>'flow_slug') as g;
+            group by rl->>'queue_name') as g;
 
   return query
     select (i->>'run_id')::uuid, i->>'step_slug', (i->>'task_index')::integer,

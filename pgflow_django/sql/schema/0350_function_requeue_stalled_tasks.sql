@@ -36,7 +36,7 @@ begin
   v_locked := coalesce(v_locked, '{}');
 
   with stalled as (
-    select t.run_id, t.step_slug, t.task_index, t.flow_slug, t.message_id,
+    select t.run_id, t.step_slug, t.task_index, t.queue_name, t.message_id,
            t.requeued_count < 3 and t.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts) as can_requeue
       from pgflow.step_tasks as t
       join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
@@ -50,11 +50,11 @@ begin
       from stalled as st
      where st.can_requeue
        and t.run_id = st.run_id and t.step_slug = st.step_slug and t.task_index = st.task_index
-    returning t.flow_slug, t.message_id
+    returning t.queue_name, t.message_id
   ), visible as (
-    select pgflow.set_vt_batch(g.flow_slug, g.ids, array_fill(0, array[cardinality(g.ids)]))
-      from (select rq.flow_slug, array_agg(rq.message_id) as ids
-              from requeued as rq where rq.message_id is not null group by rq.flow_slug) as g
+    select pgflow.set_vt_batch(g.queue_name, g.ids, array_fill(0, array[cardinality(g.ids)]))
+      from (select rq.queue_name, array_agg(rq.message_id) as ids
+              from requeued as rq where rq.message_id is not null group by rq.queue_name) as g
   ), marked as (
     update pgflow.step_tasks as t
        set permanently_stalled_at = now()

@@ -1,5 +1,6 @@
 -- Deletes finished runs (completed or failed before now - retention) with their step states and
--- tasks, archived messages older than the retention, and workers stopped or silent for that long
+-- tasks, archived messages older than the retention in every queue a step routes to, and workers
+-- stopped or silent for that long
 -- (a worker that sent a heartbeat in the last 10 minutes is never pruned, whatever the retention).
 create or replace function pgflow.prune_data_older_than(retention interval)
 returns jsonb
@@ -36,9 +37,9 @@ begin
   get diagnostics v_workers = row_count;
 
   for v_queue in
-    select f.flow_slug from pgflow.flows as f
-     where exists (select 1 from pgmq.meta as m where m.queue_name = f.flow_slug)
-     order by f.flow_slug
+    select distinct s.queue_name from pgflow.steps as s
+     where to_regclass(format('pgmq.%I', pgmq.format_table_name(s.queue_name, 'a'))) is not null
+     order by s.queue_name
   loop
     execute format('delete from pgmq.%I where archived_at < $1', pgmq.format_table_name(v_queue, 'a'))
       using v_cutoff;

@@ -1,25 +1,69 @@
--- Deletes one flow with all its runs, states, tasks, steps and dependencies, then drops its queue
--- (live messages go with it). Serialised with compilation by the same per-flow advisory lock.
+-- Deletes one concrete flow: runs, states, tasks, steps and dependencies, then drops the queues
+-- generated for it, then the flow row last. Every queue of the flow's persisted route is validated
+-- first (exactly one pgmq.meta spelling, its objects present, referenced by no other flow): a
+-- missing, ambiguous, malformed or shared queue fails the whole call and drops nothing. Runtime rows
+-- are locked before the queues (the order every writer uses). Messages are not archived one by one:
+-- dropping a queue drops its table and archive together. Serialised with compilation by the
+-- per-flow advisory lock.
 create or replace function pgflow.delete_flow_and_data(flow_slug text)
 returns void
 language plpgsql
 as $$
+declare
+  v_queues text[];
+  v_queue text;
+  v_spellings text[] := '{}';
+  v_problem text;
+  v_other text;
 begin
+  perform pg_advisory_xact_lock_shared(hashtextextended('pgflow:migrate', 0));
   perform pg_advisory_xact_lock(hashtextextended('pgflow:compile:' || flow_slug, 0));
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug) then
     raise exception 'flow % does not exist', quote_literal(coalesce(flow_slug, 'NULL')) using errcode = '22023';
   end if;
   perform 1 from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug order by r.run_id for update;
 
+  select array_agg(distinct q order by q) into v_queues
+    from (select lower(delete_flow_and_data.flow_slug) as q
+          union
+          select s.queue_name from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug) as route;
+
+  foreach v_queue in array v_queues loop
+    select s.flow_slug into v_other from pgflow.steps as s
+     where s.queue_name = v_queue and s.flow_slug <> delete_flow_and_data.flow_slug limit 1;
+    if v_other is not null then
+      raise exception 'cannot delete flow %: its queue % is also used by flow %; nothing was deleted',
+        quote_literal(flow_slug), quote_literal(v_queue), quote_literal(v_other) using errcode = '55000';
+    end if;
+    if not exists (select 1 from pgmq.meta as m where lower(m.queue_name) = v_queue)
+       and not exists (select 1 from pgflow.steps as s
+                        where s.flow_slug = delete_flow_and_data.flow_slug and s.queue_name = v_queue) then
+      continue;
+    end if;
+    begin
+      v_spellings := v_spellings || pgflow.resolve_queue_spelling(v_queue);
+    exception when others then
+      raise exception 'cannot delete flow %: %; nothing was deleted', quote_literal(flow_slug), sqlerrm
+        using errcode = '55000';
+    end;
+    v_problem := pgflow.queue_objects_problem(v_queue);
+    if v_problem is not null then
+      raise exception 'cannot delete flow %: queue % is malformed (%); repair or drop it by hand, nothing was deleted',
+        quote_literal(flow_slug), quote_literal(v_queue), v_problem using errcode = '55000';
+    end if;
+  end loop;
+
   delete from pgflow.step_tasks as t where t.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.step_states as ss where ss.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.deps as d where d.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
-  delete from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.worker_pauses as p where p.flow_slug = delete_flow_and_data.flow_slug;
 
-  if exists (select 1 from pgmq.meta as m where m.queue_name = delete_flow_and_data.flow_slug) then
-    perform pgmq.drop_queue(flow_slug);
-  end if;
+  foreach v_queue in array v_spellings loop
+    perform pgmq.drop_queue(v_queue);
+  end loop;
+
+  delete from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
 end;
 $$;

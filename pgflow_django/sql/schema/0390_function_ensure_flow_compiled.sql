@@ -1,7 +1,10 @@
 -- The startup compiler: one entry point that takes a flow's complete ordered definition under a
 -- per-flow advisory lock and answers compiled (created now), verified (same shape; runtime options
 -- updated in place and listed), mismatch (nothing changed; differences listed) or recompiled (a
--- mismatch replaced because allow_recompile is set: the flow's data is deleted first).
+-- mismatch replaced because allow_recompile is set: the flow's data is deleted first). Every queue
+-- of the route is checked before anything changes: a new flow never adopts an existing queue, a
+-- verified flow's queues must exist with all their objects. Takes the migration lock in shared mode,
+-- so compilations never interleave with a pgflow migration.
 create or replace function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_recompile boolean default false)
 returns jsonb
 language plpgsql
@@ -19,6 +22,7 @@ begin
     raise exception 'ensure_flow_compiled(%): shape must be a JSON object with a "steps" array', quote_literal(coalesce(flow_slug, 'NULL'))
       using errcode = '22023';
   end if;
+  perform pg_advisory_xact_lock_shared(hashtextextended('pgflow:migrate', 0));
   perform pg_advisory_xact_lock(hashtextextended('pgflow:compile:' || flow_slug, 0));
 
   if exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then
@@ -36,6 +40,7 @@ begin
 
     if v_expected = v_found then
       v_status := 'verified';
+      perform pgflow.check_flow_queues(flow_slug);
     else
       select array_agg(diff order by ord) into v_differences
         from (
@@ -110,6 +115,7 @@ begin
 
   perform pgflow.create_flow(flow_slug, (v_options->>'max_attempts')::integer,
                              (v_options->>'base_delay')::integer, (v_options->>'timeout')::integer);
+  perform pgflow.provision_generated_queue(flow_slug, lower(flow_slug));
   for v_step in select e from jsonb_array_elements(shape->'steps') as x(e)
   loop
     perform pgflow.add_step(

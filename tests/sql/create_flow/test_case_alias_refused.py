@@ -11,4 +11,4 @@ def test_slug_differing_only_in_case_from_a_queue_is_refused_clearly() -> None:
 def test_external_queue_differing_in_case_is_refused() -> None:
     val("select pgmq.create('Invoices') is null as created")
     message = db_error("select pgflow.create_flow(%s)", ["invoices"])
-    assert "differs only in case" in message
+    assert "'Invoices' already exists" in message and "silently adopt" in message

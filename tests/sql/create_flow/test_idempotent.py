@@ -5,12 +5,13 @@ def test_second_call_is_a_no_op() -> None:
     create_flow("orders", max_attempts=4)
     create_flow("orders", max_attempts=4)
     assert val("select count(*) as n from pgflow.flows where flow_slug = 'orders'") == 1
-    assert val("select count(*) as n from pgmq.list_queues() where queue_name = 'orders'") == 1
+    assert val("select count(*) as n from pgmq.list_queues() where queue_name = 'orders'") == 0
     assert val("select opt_max_attempts from pgflow.flows where flow_slug = 'orders'") == 4
 
 
 def test_second_call_keeps_messages() -> None:
     create_flow("orders")
+    val("select pgflow.add_step('orders', 'a') is not null as ok")
     val("select pgmq.send('orders', '{}'::jsonb) as id")
     create_flow("orders")
     assert val("select count(*) as n from pgmq.q_orders") == 1

@@ -12,4 +12,5 @@ def test_48_characters_refused_with_clear_error() -> None:
 def test_47_characters_accepted() -> None:
     slug = "f" * 47
     create_flow(slug)
+    val("select pgflow.add_step(%s, 'a') is not null as ok", [slug])
     assert queue_exists(slug)

@@ -11,7 +11,7 @@ from tests.sql.support import val
         "ABC",
         "MixedCase",
         "with_underscore",
-        "_leading_underscore",
+        "single_inner_underscores_ok",
         "a1",
         "x" * 128,
         "runs",

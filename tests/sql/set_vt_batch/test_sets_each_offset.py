@@ -1,4 +1,4 @@
-from tests.sql.support import assert_visible_in, create_flow, db_error, q, vt_in
+from tests.sql.support import assert_visible_in, db_error, q, vt_in
 
 
 def _send(n: int) -> list[int]:
@@ -6,7 +6,7 @@ def _send(n: int) -> list[int]:
 
 
 def test_each_message_gets_its_own_offset() -> None:
-    create_flow("f")
+    q("select pgmq.create('f')")
     ids = _send(3)
     returned = q("select * from pgflow.set_vt_batch('f', %s::bigint[], array[10, 200, 0])", [ids])
     assert sorted(r["msg_id"] for r in returned) == sorted(ids)
@@ -16,7 +16,7 @@ def test_each_message_gets_its_own_offset() -> None:
 
 
 def test_unknown_ids_ignored_and_others_untouched() -> None:
-    create_flow("f")
+    q("select pgmq.create('f')")
     ids = _send(2)
     returned = q("select * from pgflow.set_vt_batch('f', %s::bigint[], array[30, 30])", [[ids[0], 99999]])
     assert [r["msg_id"] for r in returned] == [ids[0]]
@@ -25,12 +25,12 @@ def test_unknown_ids_ignored_and_others_untouched() -> None:
 
 
 def test_mismatched_lengths_refused() -> None:
-    create_flow("f")
+    q("select pgmq.create('f')")
     ids = _send(2)
     db_error("select * from pgflow.set_vt_batch('f', %s::bigint[], array[5])", [ids])
     assert vt_in("f", ids[0]) <= 0.1
 
 
 def test_empty_batch() -> None:
-    create_flow("f")
+    q("select pgmq.create('f')")
     assert q("select * from pgflow.set_vt_batch('f', '{}'::bigint[], '{}'::int[])") == []

@@ -38,11 +38,15 @@ def test_visibility_set_before_returning_even_without_read() -> None:
     assert q("select * from pgmq.read('f', 1, 10)") == []
 
 
-def test_unclaimed_messages_keep_their_visibility() -> None:
+def test_started_task_message_is_deferred_to_its_recovery_deadline() -> None:
+    """A started task's message read again is benign: no attempt consumed, and it stays hidden until the
+    task's stalled-recovery deadline (effective timeout + 30 s after its claim), not a fresh timeout."""
     make_flow("f", step("a", timeout=50))
     run_id = start("f")
     msg = task(run_id, "a")["message_id"]
     claim("f")
+    q("update pgflow.step_tasks set started_at = now() - interval '20 seconds' where run_id = %s", [run_id])
     q("update pgmq.q_f set vt = clock_timestamp() + interval '7 seconds' where msg_id = %s", [msg])
     assert start_tasks("f", [msg]) == []
-    assert_visible_in("f", msg, 7)
+    assert task(run_id, "a")["attempts_count"] == 1
+    assert_visible_in("f", msg, 60)

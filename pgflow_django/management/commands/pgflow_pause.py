@@ -1,0 +1,59 @@
+"""``manage.py pgflow_pause``: the deployment fence: stop a flow's workers and keep new ones from starting."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from pgflow_django.management.cli import PgflowCommand
+from pgflow_django.operations import pause, pauses
+
+
+class Command(PgflowCommand):
+    help = (
+        "Pause a worker subscription (a flow): its running workers stop polling at their next heartbeat\n"
+        "and new workers refuse to start, until pgflow_resume. Queued work stays in the queue.\n\n"
+        "With no FLOW, lists the paused subscriptions (operator pauses, and fatal ones set by a worker\n"
+        "that met unsupported messages)."
+    )
+    examples = """
+  manage.py pgflow_pause process_order --detail "deploying v42"
+  manage.py pgflow_pause                      # list paused subscriptions
+
+exit codes: 0 done; 1 error (e.g. unknown flow); 2 bad arguments
+"""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("flow", nargs="?", help="flow slug to pause (omit to list pauses)")
+        parser.add_argument("--detail", help="a note stored with the pause (why, who, until when)")
+        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+
+    def run(self, *args: Any, **options: Any) -> None:
+        if options["flow"] is None:
+            found = pauses()
+            if options["format"] == "json":
+                self.write_json([asdict(p) for p in found])
+                return
+            if not found:
+                self.stdout.write("no paused subscriptions")
+            for item in found:
+                self.stdout.write(
+                    f"{item.flow_slug} queue={item.queue_name} {item.reason}"
+                    + (f": {item.detail}" if item.detail else "")
+                )
+            return
+        result = pause(options["flow"], detail=options["detail"])
+        if options["format"] == "json":
+            self.write_json(asdict(result))
+        elif result.reason == "fatal":
+            self.stdout.write(
+                f"{result.flow_slug} already has a fatal pause ({result.detail}); kept it. Resolve it, then "
+                f"run pgflow_resume {result.flow_slug}"
+            )
+        else:
+            self.stdout.write(
+                f"paused {result.flow_slug} (queue {result.queue_name}): its workers stop at their next "
+                "heartbeat; pgflow_resume to undo"
+            )

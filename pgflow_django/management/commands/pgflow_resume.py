@@ -1,0 +1,41 @@
+"""``manage.py pgflow_resume``: clear a subscription's pause (operator or fatal) so workers may run again."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from pgflow_django.management.cli import PgflowCommand
+from pgflow_django.operations import resume
+
+
+class Command(PgflowCommand):
+    help = (
+        "Clear the pause of a worker subscription (a flow), whether an operator set it (pgflow_pause)\n"
+        "or a worker did when it met unsupported messages (reason fatal: inspect those messages first).\n"
+        "Workers started afterwards run normally."
+    )
+    examples = """
+  manage.py pgflow_resume process_order
+
+exit codes: 0 cleared, or nothing was paused; 1 error; 2 bad arguments
+"""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("flow", help="flow slug whose pause to clear")
+        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+
+    def run(self, *args: Any, **options: Any) -> None:
+        cleared = resume(options["flow"])
+        if options["format"] == "json":
+            self.write_json({"cleared": None if cleared is None else asdict(cleared)})
+        elif cleared is None:
+            self.stdout.write(f"{options['flow']} was not paused")
+        else:
+            self.stdout.write(
+                f"resumed {cleared.flow_slug} (was paused: {cleared.reason}"
+                + (f", {cleared.detail}" if cleared.detail else "")
+                + ")"
+            )
