@@ -618,7 +618,8 @@ language plpgsql
 as $$
 declare
   v_queue text := lower(queue_name);
-  v_classified jsonb;
+  v_ids bigint[];
+  v_outcomes text[];
   v_unmatched bigint[];
   v_bodies jsonb := '{}'::jsonb;
   v_fatal bigint[];
@@ -637,7 +638,7 @@ begin
       into v_bodies using v_unmatched;
   end if;
 
-  select jsonb_object_agg(c.id::text, c.outcome) into v_classified
+  select array_agg(c.id order by c.id), array_agg(c.outcome order by c.id) into v_ids, v_outcomes
     from (
       select i.id,
              case
@@ -656,12 +657,12 @@ begin
         left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
     ) as c;
 
-  select array_agg(e.key::bigint) into v_fatal
-    from jsonb_each_text(v_classified) as e where e.value = 'fatal';
+  select array_agg(e.id) into v_fatal
+    from unnest(v_ids, v_outcomes) as e(id, outcome) where e.outcome = 'fatal';
 
   if v_fatal is not null then
-    perform pgflow.set_vt_batch(v_queue, array_agg(e.key::bigint), array_agg(0))
-       from jsonb_each_text(v_classified) as e where e.value <> 'missing';
+    perform pgflow.set_vt_batch(v_queue, array_agg(e.id), array_agg(0))
+       from unnest(v_ids, v_outcomes) as e(id, outcome) where e.outcome <> 'missing';
     insert into pgflow.worker_pauses (flow_slug, step_slug, queue_name, reason, detail)
     values (start_tasks.flow_slug, '', v_queue, 'fatal',
             format('unsupported work on queue %s: message ids %s', v_queue,
@@ -669,10 +670,10 @@ begin
     on conflict on constraint worker_pauses_pkey do update
       set reason = excluded.reason, detail = excluded.detail, queue_name = excluded.queue_name, paused_at = now();
     return query
-      select case when e.value in ('fatal', 'missing') then e.value else 'released' end,
-             e.key::bigint, null::text, null::uuid, null::text, null::integer, null::integer, null::jsonb
-        from jsonb_each_text(v_classified) as e
-       order by e.key::bigint;
+      select case when e.outcome in ('fatal', 'missing') then e.outcome else 'released' end,
+             e.id, null::text, null::uuid, null::text, null::integer, null::integer, null::jsonb
+        from unnest(v_ids, v_outcomes) as e(id, outcome)
+       order by e.id;
     return;
   end if;
 
@@ -682,7 +683,7 @@ begin
            last_worker_id = start_tasks.worker_id
       from pgflow.runs as r, pgflow.step_states as ss
      where t.queue_name = v_queue
-       and t.message_id in (select e.key::bigint from jsonb_each_text(v_classified) as e where e.value = 'claimed')
+       and t.message_id in (select e.id from unnest(v_ids, v_outcomes) as e(id, outcome) where e.outcome = 'claimed')
        and t.flow_slug = start_tasks.flow_slug and t.status = 'queued'
        and r.run_id = t.run_id and r.status = 'started'
        and ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
@@ -700,16 +701,16 @@ begin
                               array_agg(greatest(2, ceil(extract(epoch from
                                 t.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
                                 - clock_timestamp())))::integer))
-     from jsonb_each_text(v_classified) as e
-     join pgflow.step_tasks as t on t.queue_name = v_queue and t.message_id = e.key::bigint
+     from unnest(v_ids, v_outcomes) as e(id, outcome)
+     join pgflow.step_tasks as t on t.queue_name = v_queue and t.message_id = e.id
      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
      join pgflow.flows as f on f.flow_slug = t.flow_slug
-    where e.value = 'started'
+    where e.outcome = 'started'
    having count(*) > 0;
 
-  perform pgflow.archive_task_messages(array_agg(v_queue), array_agg(e.key::bigint))
-     from jsonb_each_text(v_classified) as e
-    where e.value in ('terminal', 'foreign')
+  perform pgflow.archive_task_messages(array_agg(v_queue), array_agg(e.id))
+     from unnest(v_ids, v_outcomes) as e(id, outcome)
+    where e.outcome in ('terminal', 'foreign')
    having count(*) > 0;
 
   return query
@@ -733,11 +734,11 @@ begin
       join pgflow.runs as r on r.run_id = c.run_id
       join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
     union all
-    select case when e.value = 'claimed' then 'started' else e.value end,
-           e.key::bigint, null, null, null, null, null, null
-      from jsonb_each_text(v_classified) as e
-     where e.value <> 'claimed'
-        or not exists (select 1 from unnest(coalesce(v_claimed, '{}')) as c where c.message_id = e.key::bigint)
+    select case when e.outcome = 'claimed' then 'started' else e.outcome end,
+           e.id, null, null, null, null, null, null
+      from unnest(v_ids, v_outcomes) as e(id, outcome)
+     where e.outcome <> 'claimed'
+        or not exists (select 1 from unnest(coalesce(v_claimed, '{}')) as c where c.message_id = e.id)
      order by 2;
 end;
 $$;
@@ -777,11 +778,18 @@ begin
       using errcode = '22023';
   end if;
 
-  select array_agg(distinct (i->>'run_id')::uuid order by (i->>'run_id')::uuid) into v_run_ids
-    from jsonb_array_elements(items) as i;
-  if v_run_ids is null then
+  -- parse into an array first: joins then run over unnest() of a variable, which the planner sizes
+  -- as a handful of rows (index lookups), not jsonb_array_elements' default of 100 (hash joins that
+  -- scan every run)
+  select array_agg(row(x.run_id, x.step_slug, x.task_index, x.attempt, coalesce(x.output, 'null'::jsonb),
+                       null, null, null, null, null)::pgflow.completion_item
+                   order by x.run_id, x.step_slug, x.task_index)
+    into v_items
+    from jsonb_to_recordset(items) as x(run_id uuid, step_slug text, task_index integer, attempt integer, output jsonb);
+  if v_items is null then
     return;
   end if;
+  select array_agg(distinct c.run_id order by c.run_id) into v_run_ids from unnest(v_items) as c;
 
   -- one lock order for every writer of a run: the run row first
   perform 1 from pgflow.runs as r where r.run_id = any(v_run_ids) order by r.run_id for update;
@@ -794,10 +802,7 @@ begin
                    and r.status = 'started' and ss.status = 'started'
               then 'completed' else 'stale' end as outcome,
          t.flow_slug, t.message_id, s.step_type, t.queue_name
-    from (select (i->>'run_id')::uuid as run_id, i->>'step_slug' as step_slug,
-                 (i->>'task_index')::integer as task_index, (i->>'attempt')::integer as attempt,
-                 coalesce(i->'output', 'null'::jsonb) as output
-            from jsonb_array_elements(items) as i) as x
+    from unnest(v_items) as x
     left join pgflow.step_tasks as t
       on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
     left join pgflow.runs as r on r.run_id = x.run_id

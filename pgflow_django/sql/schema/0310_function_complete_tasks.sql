@@ -19,11 +19,18 @@ begin
       using errcode = '22023';
   end if;
 
-  select array_agg(distinct (i->>'run_id')::uuid order by (i->>'run_id')::uuid) into v_run_ids
-    from jsonb_array_elements(items) as i;
-  if v_run_ids is null then
+  -- parse into an array first: joins then run over unnest() of a variable, which the planner sizes
+  -- as a handful of rows (index lookups), not jsonb_array_elements' default of 100 (hash joins that
+  -- scan every run)
+  select array_agg(row(x.run_id, x.step_slug, x.task_index, x.attempt, coalesce(x.output, 'null'::jsonb),
+                       null, null, null, null, null)::pgflow.completion_item
+                   order by x.run_id, x.step_slug, x.task_index)
+    into v_items
+    from jsonb_to_recordset(items) as x(run_id uuid, step_slug text, task_index integer, attempt integer, output jsonb);
+  if v_items is null then
     return;
   end if;
+  select array_agg(distinct c.run_id order by c.run_id) into v_run_ids from unnest(v_items) as c;
 
   -- one lock order for every writer of a run: the run row first
   perform 1 from pgflow.runs as r where r.run_id = any(v_run_ids) order by r.run_id for update;
@@ -36,10 +43,7 @@ begin
                    and r.status = 'started' and ss.status = 'started'
               then 'completed' else 'stale' end as outcome,
          t.flow_slug, t.message_id, s.step_type, t.queue_name
-    from (select (i->>'run_id')::uuid as run_id, i->>'step_slug' as step_slug,
-                 (i->>'task_index')::integer as task_index, (i->>'attempt')::integer as attempt,
-                 coalesce(i->'output', 'null'::jsonb) as output
-            from jsonb_array_elements(items) as i) as x
+    from unnest(v_items) as x
     left join pgflow.step_tasks as t
       on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
     left join pgflow.runs as r on r.run_id = x.run_id
