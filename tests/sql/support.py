@@ -10,6 +10,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -412,3 +413,149 @@ def assert_visible_in(flow_slug: str, msg_id: int, seconds: float) -> None:
     assert seconds - 0.6 <= actual <= seconds + 0.05, (
         f"message {msg_id} visible in {actual:.2f}s, want {seconds}s"
     )
+
+
+# ---------------------------------------------------------------- queue identity (issue 4)
+
+
+def claim_at(
+    queue_name: str, flow_slug: str, msg_ids: list[int], worker_id: uuid.UUID | None = None
+) -> list[dict[str, Any]]:
+    """The queue-aware claim ``pgflow.start_tasks(queue_name, flow_slug, msg_ids, worker_id)``: its
+    claim_record rows (one per distinct message id), ordered by message id."""
+    worker = worker_id or new_worker(queue_name)
+    return sorted(
+        q(
+            "select * from pgflow.start_tasks(%s, %s, %s::bigint[], %s::uuid)",
+            [queue_name, flow_slug, list(msg_ids), worker],
+        ),
+        key=lambda r: r["message_id"],
+    )
+
+
+def read_ids(queue_name: str, qty: int = 100, vt: int = 5) -> list[int]:
+    """What a worker reads first: ``pgmq.read`` of the visible messages (their ids, in order)."""
+    return sorted(m["msg_id"] for m in q("select msg_id from pgmq.read(%s, %s, %s)", [queue_name, vt, qty]))
+
+
+def send_raw(queue_name: str, body: Any, *, raw_json: bool = False) -> int:
+    """Send a message straight to a PGMQ queue (as an application would); ``body=None`` sends SQL NULL,
+    ``raw_json=True`` takes ``body`` as JSON text. Returns its message id."""
+    if body is None:
+        return int(val("select pgmq.send(%s, null::jsonb) as id", [queue_name]))
+    text = body if raw_json else jb(body)
+    return int(val("select pgmq.send(%s, %s::jsonb) as id", [queue_name, text]))
+
+
+def message_row(queue_name: str, msg_id: int) -> dict[str, Any] | None:
+    """The live message (with ``vt_in`` seconds until visible), or None when it is not in the queue."""
+    table = qtable(queue_name, "q")
+    found = q(
+        f"select msg_id, read_ct, vt, message, "
+        f"extract(epoch from vt - clock_timestamp())::float8 as vt_in "
+        f'from pgmq."{table}" where msg_id = %s',
+        [msg_id],
+    )
+    return found[0] if found else None
+
+
+def queue_snapshot(queue_name: str) -> dict[str, Any]:
+    """Everything a queue operation can change: live messages (id, vt, read count) and archived ids."""
+    return {
+        "live": {m["msg_id"]: (m["vt"], m["read_ct"]) for m in queue_messages(queue_name)},
+        "archived": archived_ids(queue_name),
+    }
+
+
+def pause_row(flow_slug: str, step_slug: str = "") -> dict[str, Any] | None:
+    found = q(
+        "select * from pgflow.worker_pauses where flow_slug = %s and step_slug = %s", [flow_slug, step_slug]
+    )
+    return found[0] if found else None
+
+
+def table_counts() -> dict[str, int]:
+    """Row counts of every pgflow and pgmq table (queues, archives and pgmq.meta included)."""
+    names = [
+        r["name"]
+        for r in q(
+            "select format('%I.%I', n.nspname, c.relname) as name from pg_class c "
+            "join pg_namespace n on n.oid = c.relnamespace "
+            "where n.nspname in ('pgflow', 'pgmq') and c.relkind in ('r', 'p') order by 1"
+        )
+    ]
+    return {name: int(val(f"select count(*) as n from {name}")) for name in names}
+
+
+def pgmq_relations() -> set[str]:
+    """Names of the tables and sequences in schema pgmq (queue, archive and message id sequences)."""
+    return {
+        r["relname"]
+        for r in q(
+            "select c.relname from pg_class c where c.relnamespace = 'pgmq'::regnamespace "
+            "and c.relkind in ('r', 'p', 'S')"
+        )
+    }
+
+
+def meta_names(queue_name: str) -> list[str]:
+    """pgmq.meta spellings that address ``queue_name``'s tables (case-insensitive match)."""
+    return [
+        r["queue_name"]
+        for r in q(
+            "select queue_name from pgmq.meta where lower(queue_name) = lower(%s) order by queue_name",
+            [queue_name],
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class Twins:
+    """Runs of two flows ``f`` and ``g`` with the same steps, whose first messages carry the same ids."""
+
+    f: uuid.UUID
+    g: uuid.UUID
+    ids: list[int]
+    """The message ids of each run's first tasks: the same in both queues (both start at 1)."""
+
+
+def start_twins(*steps: dict[str, Any], input: Any = None, **flow_options: Any) -> Twins:
+    """Flows ``f`` and ``g`` with these steps and one run each; asserts their queues hold the same ids."""
+    make_flow("f", *steps, **flow_options)
+    make_flow("g", *steps, **flow_options)
+    run_f = start("f", input)
+    run_g = start("g", input)
+    ids_f = sorted(t["message_id"] for t in tasks(run_f))
+    ids_g = sorted(t["message_id"] for t in tasks(run_g))
+    assert ids_f, "the twins must have queued tasks"
+    assert ids_f == ids_g == list(range(1, len(ids_f) + 1)), (
+        f"both queues number their messages from 1: f has {ids_f}, g has {ids_g}"
+    )
+    assert sorted(live_ids("f")) == sorted(live_ids("g")) == ids_f
+    return Twins(run_f, run_g, ids_f)
+
+
+def task_by_message(run_id: uuid.UUID, msg_id: int) -> dict[str, Any]:
+    return q1("select * from pgflow.step_tasks where run_id = %s and message_id = %s", [run_id, msg_id])
+
+
+def claim_all(flow_slug: str, vt: int = 5) -> list[dict[str, Any]]:
+    """Read the flow's queue and claim what was read through the queue-aware claim (all must be
+    claimed); the claim records ordered by message id."""
+    ids = read_ids(flow_slug.lower(), vt=vt)
+    records = claim_at(flow_slug.lower(), flow_slug, ids)
+    assert [r["outcome"] for r in records] == ["claimed"] * len(ids), records
+    return records
+
+
+def unarchive(queue_name: str, msg_id: int) -> None:
+    """Put an archived message back into its queue, visible now (a message a terminal task left behind)."""
+    qt, at = qtable(queue_name, "q"), qtable(queue_name, "a")
+    q(
+        f'insert into pgmq."{qt}" (msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers) '
+        f"overriding system value "
+        f"select msg_id, read_ct, enqueued_at, last_read_at, clock_timestamp(), message, headers "
+        f'from pgmq."{at}" where msg_id = %s',
+        [msg_id],
+    )
+    q(f'delete from pgmq."{at}" where msg_id = %s', [msg_id])

@@ -1,0 +1,33 @@
+"""Fixtures of the deletion tests: a "nothing changed" probe over rows, PGMQ metadata and relations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.sql import support
+
+
+def _state() -> dict[str, Any]:
+    return {
+        "rows": support.table_counts(),
+        "relations": support.pgmq_relations(),
+        "meta": support.q("select queue_name from pgmq.meta order by queue_name"),
+    }
+
+
+@pytest.fixture
+def unchanged() -> Callable[[], Callable[[], None]]:
+    """``check = unchanged()`` snapshots the state; ``check()`` asserts nothing changed since."""
+
+    def take() -> Callable[[], None]:
+        before = _state()
+
+        def check() -> None:
+            assert _state() == before
+
+        return check
+
+    return take
