@@ -21,6 +21,9 @@ declare
   v_queue text := lower(queue_name);
   v_ids bigint[];
   v_outcomes text[];
+  v_runs uuid[];
+  v_steps text[];
+  v_indexes integer[];
   v_unmatched bigint[];
   v_bodies jsonb := '{}'::jsonb;
   v_fatal bigint[];
@@ -30,33 +33,46 @@ begin
     return;
   end if;
 
-  select array_agg(i.id) into v_unmatched
+  -- each message's task, looked up by its unique (queue_name, message_id) one at a time (a lateral
+  -- LIMIT 1 keeps the plan an index probe per message whatever the table statistics say)
+  select array_agg(i.id order by i.id), array_agg(t.run_id order by i.id),
+         array_agg(t.step_slug order by i.id), array_agg(t.task_index order by i.id),
+         array_agg(case
+                     when t.run_id is null then null
+                     when t.flow_slug <> start_tasks.flow_slug then 'fatal'
+                     when t.status in ('completed', 'failed', 'skipped', 'cancelled') then 'terminal'
+                     when t.status = 'started' then 'started'
+                     when r.status = 'started' and ss.status = 'started' then 'claimed'
+                     else 'ineligible'
+                   end order by i.id)
+    into v_ids, v_runs, v_steps, v_indexes, v_outcomes
     from (select distinct unnest(msg_ids) as id) as i
-   where not exists (select 1 from pgflow.step_tasks as t where t.queue_name = v_queue and t.message_id = i.id);
+    left join lateral (
+      select t.run_id, t.step_slug, t.task_index, t.flow_slug, t.status
+        from pgflow.step_tasks as t
+       where t.queue_name = v_queue and t.message_id = i.id
+       limit 1
+    ) as t on true
+    left join pgflow.runs as r on r.run_id = t.run_id
+    left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug;
+
+  -- only messages without a task are judged by their body
+  select array_agg(e.id) into v_unmatched
+    from unnest(v_ids, v_outcomes) as e(id, outcome) where e.outcome is null;
   if v_unmatched is not null then
     execute format('select coalesce(jsonb_object_agg(m.msg_id::text, coalesce(m.message, ''null''::jsonb)), ''{}'') from pgmq.%I as m where m.msg_id = any($1)',
                    pgmq.format_table_name(v_queue, 'q'))
       into v_bodies using v_unmatched;
+    v_outcomes := array(
+      select case
+               when e.outcome is not null then e.outcome
+               when not (v_bodies ? e.id::text) then 'missing'
+               when pgflow.is_pgflow_message(v_bodies->(e.id::text)) then 'fatal'
+               else 'foreign'
+             end
+        from unnest(v_ids, v_outcomes) with ordinality as e(id, outcome, n)
+       order by e.n);
   end if;
-
-  select array_agg(c.id order by c.id), array_agg(c.outcome order by c.id) into v_ids, v_outcomes
-    from (
-      select i.id,
-             case
-               when t.message_id is null and not (v_bodies ? i.id::text) then 'missing'
-               when t.message_id is null and pgflow.is_pgflow_message(v_bodies->(i.id::text)) then 'fatal'
-               when t.message_id is null then 'foreign'
-               when t.flow_slug <> start_tasks.flow_slug then 'fatal'
-               when t.status in ('completed', 'failed', 'skipped', 'cancelled') then 'terminal'
-               when t.status = 'started' then 'started'
-               when r.status = 'started' and ss.status = 'started' then 'claimed'
-               else 'ineligible'
-             end as outcome
-        from (select distinct unnest(msg_ids) as id) as i
-        left join pgflow.step_tasks as t on t.queue_name = v_queue and t.message_id = i.id
-        left join pgflow.runs as r on r.run_id = t.run_id
-        left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
-    ) as c;
 
   select array_agg(e.id) into v_fatal
     from unnest(v_ids, v_outcomes) as e(id, outcome) where e.outcome = 'fatal';
@@ -82,10 +98,11 @@ begin
     update pgflow.step_tasks as t
        set status = 'started', attempts_count = t.attempts_count + 1, started_at = now(),
            last_worker_id = start_tasks.worker_id
-      from pgflow.runs as r, pgflow.step_states as ss
-     where t.queue_name = v_queue
-       and t.message_id in (select e.id from unnest(v_ids, v_outcomes) as e(id, outcome) where e.outcome = 'claimed')
-       and t.flow_slug = start_tasks.flow_slug and t.status = 'queued'
+      from unnest(v_runs, v_steps, v_indexes, v_outcomes) as k(run_id, step_slug, task_index, outcome),
+           pgflow.runs as r, pgflow.step_states as ss
+     where k.outcome = 'claimed'
+       and t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+       and t.status = 'queued'
        and r.run_id = t.run_id and r.status = 'started'
        and ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
     returning t.*
@@ -102,11 +119,12 @@ begin
                               array_agg(greatest(2, ceil(extract(epoch from
                                 t.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
                                 - clock_timestamp())))::integer))
-     from unnest(v_ids, v_outcomes) as e(id, outcome)
-     join pgflow.step_tasks as t on t.queue_name = v_queue and t.message_id = e.id
+     from unnest(v_runs, v_steps, v_indexes, v_outcomes) as k(run_id, step_slug, task_index, outcome)
+     join pgflow.step_tasks as t
+       on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
      join pgflow.flows as f on f.flow_slug = t.flow_slug
-    where e.outcome = 'started'
+    where k.outcome = 'started'
    having count(*) > 0;
 
   perform pgflow.archive_task_messages(array_agg(v_queue), array_agg(e.id))
