@@ -128,7 +128,7 @@ begin
       using errcode = 'P0002';
   end if;
   if cardinality(v_matches) > 1 then
-    raise exception 'PGMQ queue % is ambiguous: pgmq.meta rows % address the same tables; drop the aliases you do not use (pgmq.drop_queue) after draining them',
+    raise exception 'PGMQ queue % is ambiguous: pgmq.meta rows % address the same tables; remove the pgmq.meta row of each alias you do not use (delete from pgmq.meta where queue_name = ...; dropping an alias queue would drop the shared tables)',
       quote_literal(queue_name), array_to_string(v_matches, ', ')
       using errcode = '21000';
   end if;
@@ -207,7 +207,7 @@ begin
     from pgmq.meta as m where lower(m.queue_name) = provision_generated_queue.queue_name;
 
   if cardinality(v_matches) > 1 then
-    raise exception 'queue % of flow % is ambiguous: pgmq.meta rows % address the same tables; drop the aliases you do not use after draining them',
+    raise exception 'queue % of flow % is ambiguous: pgmq.meta rows % address the same tables; remove the pgmq.meta row of each alias you do not use (delete from pgmq.meta where queue_name = ...; dropping an alias queue would drop the shared tables)',
       quote_literal(queue_name), quote_literal(flow_slug), array_to_string(v_matches, ', ')
       using errcode = '21000';
   end if;

@@ -16,7 +16,7 @@ begin
       using errcode = 'P0002';
   end if;
   if cardinality(v_matches) > 1 then
-    raise exception 'PGMQ queue % is ambiguous: pgmq.meta rows % address the same tables; drop the aliases you do not use (pgmq.drop_queue) after draining them',
+    raise exception 'PGMQ queue % is ambiguous: pgmq.meta rows % address the same tables; remove the pgmq.meta row of each alias you do not use (delete from pgmq.meta where queue_name = ...; dropping an alias queue would drop the shared tables)',
       quote_literal(queue_name), array_to_string(v_matches, ', ')
       using errcode = '21000';
   end if;
