@@ -254,6 +254,7 @@ class Run(ReadOnlyModel):
         indexes = [
             models.Index(fields=["flow", "status"], name="runs_flow_status_idx"),
             models.Index(fields=["started_at"], name="runs_started_at_idx"),
+            models.Index(fields=["run_id"], name="runs_active_idx", condition=Q(status="started")),
         ]
 
     def __str__(self) -> str:
@@ -283,14 +284,6 @@ class StepState(ReadOnlyModel):
     class Meta:
         managed = False
         db_table = 'pgflow"."step_states'
-        indexes = [
-            models.Index(
-                fields=["run"],
-                name="step_states_ready_idx",
-                condition=Q(status="created") & Q(remaining_deps=0),
-            ),
-            models.Index(fields=["flow"], name="step_states_flow_idx"),
-        ]
 
     def __str__(self) -> str:
         return f"{self.run_id}.{self.step_slug}"
@@ -322,10 +315,6 @@ class StepTask(ReadOnlyModel):
     class Meta:
         managed = False
         db_table = 'pgflow"."step_tasks'
-        indexes = [
-            models.Index(fields=["started_at"], name="step_tasks_started_idx", condition=Q(status="started")),
-            models.Index(fields=["flow"], name="step_tasks_flow_idx"),
-        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["queue_name", "message_id"],

@@ -83,7 +83,7 @@ class ClaimedTask:
     def describe(self) -> str:
         """Identity for logs: never the input, message ids as decimal strings."""
         return (
-            f"queue={self.flow_slug} msg_id={self.message_id} run={self.run_id} "
+            f"queue={self.flow_slug.lower()} msg_id={self.message_id} run={self.run_id} "
             f"step={self.step_slug}[{self.task_index}] attempt={self.attempt}"
         )
 

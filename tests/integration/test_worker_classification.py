@@ -12,11 +12,14 @@ Logs never contain message bodies: every body sent here carries a marker that mu
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import pytest
 
 from pgflow_django import start_flow, wait_for_run
+from pgflow_django.compiler import compile_flow
+from pgflow_django.registry import get_flow
 from tests.sql.support import jb, q, val
 from tests.workers import WorkerProcess, run_manage, wait_until
 
@@ -74,6 +77,78 @@ def test_foreign_message_is_archived_with_a_warning_and_work_goes_on(
     worker.terminate()
     assert worker.wait(15) == 0
     _assert_no_bodies(worker.log())
+
+
+def test_fatal_message_stops_the_worker_and_pauses_until_resumed(
+    spawn_worker: Callable[..., WorkerProcess], database_url: str
+) -> None:
+    worker = spawn_worker(FLOW, *FAST)
+    worker_id = worker.worker_id
+    hidden_run = str(uuid.uuid4())
+    fatal = _send(
+        {"flow_slug": FLOW, "run_id": hidden_run, "step_slug": "first", "task_index": 0, "note": MARKER}
+    )
+
+    assert worker.wait(30) == 1
+    log = worker.log()
+    errors = [line for line in log.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, log
+    assert f"queue={FLOW}" in errors[0]
+    assert f"msg_ids={fatal}" in errors[0]
+    assert "pgflow_resume" in errors[0]
+    assert "Traceback" not in log
+    _assert_no_bodies(log, extra=(hidden_run,))
+
+    pause = _pause()
+    assert pause is not None
+    assert (pause["reason"], pause["queue_name"]) == ("fatal", FLOW)
+    assert str(fatal) in str(pause["detail"])
+    assert val("select count(*) from pgmq.q_example_chain where msg_id = %s", [fatal]) == 1, (
+        "a fatal message is left in the queue for inspection"
+    )
+    assert val("select stopped_at is not null from pgflow.workers where worker_id = %s", [worker_id])
+
+    # A new worker refuses to start while the flow is paused, and does not register.
+    registered = val("select count(*) from pgflow.workers")
+    refused = run_manage(database_url, "pgflow_worker", "--flow", FLOW, *FAST, timeout=60)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, refused.stderr
+    assert "paused" in lines[0] and "fatal" in lines[0]
+    assert f"pgflow_resume {FLOW}" in lines[0]
+    assert val("select count(*) from pgflow.workers") == registered
+    _assert_no_bodies(refused.stdout, refused.stderr, extra=(hidden_run,))
+
+    # The operator inspects and removes the culprit, then resumes: a new worker starts and runs work.
+    q("select pgmq.archive(%s, %s::bigint)", [FLOW, fatal])
+    resumed = run_manage(database_url, "pgflow_resume", FLOW)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resumed" in resumed.stdout and "fatal" in resumed.stdout
+    assert _pause() is None
+    again = spawn_worker(FLOW, *FAST)
+    run = wait_for_run(start_flow(FLOW, {"n": 2}), timeout=30)
+    assert run.status == "completed"
+    assert again.process.poll() is None
+    _assert_no_bodies(again.log(), extra=(hidden_run,))
+
+
+def test_valid_work_read_with_a_fatal_message_is_not_claimed(
+    spawn_worker: Callable[..., WorkerProcess], database_url: str
+) -> None:
+    """The fatal batch is claimed by nobody: its valid task stays queued with no attempt, visible again."""
+    compile_flow(get_flow(FLOW))
+    fatal = _send({"flow_slug": FLOW, "run_id": str(uuid.uuid4()), "step_slug": "first", "task_index": 0})
+    run_id = start_flow(FLOW, {"n": 3})
+    worker = spawn_worker(FLOW, *FAST, ready=False)
+    assert worker.wait(30) == 1, worker.log()
+    task = q("select status, attempts_count, message_id from pgflow.step_tasks where run_id = %s", [run_id])
+    assert [(t["status"], t["attempts_count"]) for t in task] == [("queued", 0)]
+    visible = val(
+        "select bool_and(vt <= clock_timestamp()) from pgmq.q_example_chain where msg_id = any(%s)",
+        [[fatal, task[0]["message_id"]]],
+    )
+    assert visible is True
+    assert _pause()["reason"] == "fatal"
 
 
 def test_operator_pause_stops_a_running_worker_at_its_next_heartbeat(

@@ -112,3 +112,5 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
+        if code:
+            sys.exit(code)

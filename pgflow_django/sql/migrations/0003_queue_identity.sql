@@ -74,6 +74,15 @@ alter type pgflow.completion_item add attribute queue_name text;
 drop function pgflow.archive_task_messages(text[], bigint[]);
 drop function pgflow.add_step(text, text, text[], integer, integer, integer, integer, text, jsonb, jsonb, text, text);
 
+-- claims, completions and step transitions change no indexed column any more: HOT updates
+drop index pgflow.step_tasks_started_idx;
+drop index pgflow.step_tasks_flow_idx;
+drop index pgflow.step_states_ready_idx;
+drop index pgflow.step_states_flow_idx;
+alter table pgflow.step_tasks set (fillfactor = 80);
+alter table pgflow.step_states set (fillfactor = 80);
+create index runs_active_idx on pgflow.runs (run_id) where status = 'started';
+
 -- 0170_table_worker_pauses.sql
 -- One persisted switch per worker subscription (a plain worker's subscription is (flow_slug, '')).
 -- A row exists only while the subscription is paused: 'fatal' is set by a claim that met
@@ -507,6 +516,43 @@ begin
 end;
 $$;
 
+-- 0250_function_maybe_complete_runs.sql
+-- Recounts each started run's unfinished steps and completes the runs that have none left. The run
+-- output maps each completed leaf step (a step nothing depends on) to its output; skipped leaves
+-- are absent.
+create or replace function pgflow.maybe_complete_runs(run_ids uuid[])
+returns void
+language plpgsql
+-- hot path: plan each statement once per session, not once per call (custom plans for array
+-- parameters were re-planned on every call, which cost more than running them)
+set plan_cache_mode = force_generic_plan
+as $$
+begin
+  with counts as (
+    select r.run_id,
+           count(ss.step_slug) filter (where ss.status not in ('completed', 'skipped')) as open_steps
+      from pgflow.runs as r
+      left join pgflow.step_states as ss on ss.run_id = r.run_id
+     where r.run_id = any(run_ids) and r.status = 'started'
+     group by r.run_id
+  )
+  update pgflow.runs as r
+     set remaining_steps = c.open_steps,
+         status = case when c.open_steps = 0 then 'completed' else r.status end,
+         completed_at = case when c.open_steps = 0 then now() end,
+         output = case when c.open_steps = 0 then (
+           select coalesce(jsonb_object_agg(ss.step_slug, ss.output), '{}'::jsonb)
+             from pgflow.step_states as ss
+            where ss.run_id = r.run_id and ss.status = 'completed'
+              and not exists (select 1 from pgflow.deps as d
+                               where d.flow_slug = ss.flow_slug and d.dep_slug = ss.step_slug)
+         ) end
+    from counts as c
+   where r.run_id = c.run_id
+     and (r.remaining_steps <> c.open_steps or c.open_steps = 0);
+end;
+$$;
+
 -- 0260_function_start_ready_steps.sql
 -- Starts every ready step (created, no open dependencies, at least one task) of the given started
 -- runs: creates its tasks and sends their messages to the step's persisted queue, one PGMQ batch per
@@ -515,6 +561,9 @@ $$;
 create or replace function pgflow.start_ready_steps(run_ids uuid[])
 returns void
 language plpgsql
+-- hot path: plan each statement once per session, not once per call (custom plans for array
+-- parameters were re-planned on every call, which cost more than running them)
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_batches jsonb;
@@ -560,6 +609,105 @@ begin
              v_batch.start_delay
            ) with ordinality as sent(msg_id, n) on sent.n = m.n;
   end loop;
+end;
+$$;
+
+-- 0270_function_cascade.sql
+-- Moves the given started runs forward until nothing changes: recounts open dependencies and map
+-- sizes of created steps, resolves conditions of ready steps (fail, skip or skip-cascade when
+-- unmet), completes ready steps that have no tasks (empty maps), then starts the ready steps that
+-- have tasks and completes runs with nothing left. Callers hold the runs' row locks.
+create or replace function pgflow.cascade(run_ids uuid[])
+returns void
+language plpgsql
+-- hot path: plan each statement once per session, not once per call (custom plans for array
+-- parameters were re-planned on every call, which cost more than running them)
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_unmet record;
+  v_changed boolean;
+  v_rows integer;
+begin
+  loop
+    v_changed := false;
+
+    -- open dependencies, and the size of a dependent map once its dependency is finished
+    with counts as (
+      select ss.run_id, ss.step_slug,
+             count(d.dep_slug) filter (where dst.status not in ('completed', 'skipped')) as open_deps,
+             case when s.step_type = 'map' and s.deps_count = 1
+                       and bool_and(dst.status in ('completed', 'skipped'))
+                  then max(case when dst.status = 'completed' and jsonb_typeof(dst.output) = 'array'
+                                then jsonb_array_length(dst.output) else 0 end)
+             end as map_size
+        from pgflow.step_states as ss
+        join pgflow.runs as r on r.run_id = ss.run_id and r.status = 'started'
+        join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+        left join pgflow.deps as d on d.flow_slug = ss.flow_slug and d.step_slug = ss.step_slug
+        left join pgflow.step_states as dst on dst.run_id = ss.run_id and dst.step_slug = d.dep_slug
+       where ss.run_id = any(run_ids) and ss.status = 'created' and s.deps_count > 0
+       group by ss.run_id, ss.step_slug, s.step_type, s.deps_count
+    )
+    update pgflow.step_states as ss
+       set remaining_deps = c.open_deps,
+           initial_tasks = coalesce(ss.initial_tasks, c.map_size)
+      from counts as c
+     where ss.run_id = c.run_id and ss.step_slug = c.step_slug
+       and (ss.remaining_deps <> c.open_deps or (ss.initial_tasks is null and c.map_size is not null));
+
+    -- conditions of ready steps, matched against the step's input
+    for v_unmet in
+      select ss.run_id, ss.step_slug, s.when_unmet
+        from pgflow.step_states as ss
+        join pgflow.runs as r on r.run_id = ss.run_id and r.status = 'started'
+        join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+       cross join lateral (
+         select case when s.deps_count = 0 then r.input
+                     else coalesce((select jsonb_object_agg(d.dep_slug, dst.output)
+                                      from pgflow.deps as d
+                                      join pgflow.step_states as dst
+                                        on dst.run_id = ss.run_id and dst.step_slug = d.dep_slug
+                                     where d.flow_slug = ss.flow_slug and d.step_slug = ss.step_slug
+                                       and dst.status = 'completed'), '{}'::jsonb)
+                end as step_input
+       ) as i
+       where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
+         and (s.required_input_pattern is not null or s.forbidden_input_pattern is not null)
+         and not (coalesce(i.step_input @> s.required_input_pattern, true)
+                  and not coalesce(i.step_input @> s.forbidden_input_pattern, false))
+       order by ss.run_id, s.step_index
+    loop
+      if not exists (select 1 from pgflow.runs as r where r.run_id = v_unmet.run_id and r.status = 'started') then
+        continue;
+      end if;
+      if v_unmet.when_unmet = 'fail' then
+        update pgflow.step_states as ss
+           set status = 'failed', failed_at = now(), error_message = 'condition unmet'
+         where ss.run_id = v_unmet.run_id and ss.step_slug = v_unmet.step_slug;
+        perform pgflow.fail_run(v_unmet.run_id, format('step %s: condition unmet', v_unmet.step_slug));
+      else
+        perform pgflow.skip_step(v_unmet.run_id, v_unmet.step_slug, 'condition_unmet', v_unmet.when_unmet = 'skip-cascade');
+      end if;
+      v_changed := true;
+    end loop;
+
+    -- ready steps without tasks (maps over empty arrays) complete at once with an empty output
+    update pgflow.step_states as ss
+       set status = 'completed', output = '[]'::jsonb, remaining_tasks = 0,
+           started_at = now(), completed_at = now()
+      from pgflow.runs as r
+     where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
+       and ss.initial_tasks = 0
+       and r.run_id = ss.run_id and r.status = 'started';
+    get diagnostics v_rows = row_count;
+    v_changed := v_changed or v_rows > 0;
+
+    exit when not v_changed;
+  end loop;
+
+  perform pgflow.start_ready_steps(run_ids);
+  perform pgflow.maybe_complete_runs(run_ids);
 end;
 $$;
 
@@ -615,6 +763,9 @@ $$;
 create or replace function pgflow.start_tasks(queue_name text, flow_slug text, msg_ids bigint[], worker_id uuid)
 returns setof pgflow.claim_record
 language plpgsql
+-- hot path: plan each statement once per session, not once per call (custom plans for array
+-- parameters were re-planned on every call, which cost more than running them)
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_queue text := lower(queue_name);
@@ -782,6 +933,9 @@ $$;
 create or replace function pgflow.complete_tasks(items jsonb)
 returns table (run_id uuid, step_slug text, task_index integer, outcome text)
 language plpgsql
+-- hot path: plan each statement once per session, not once per call (custom plans for array
+-- parameters were re-planned on every call, which cost more than running them)
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -1101,10 +1255,11 @@ declare
   v_marked integer;
 begin
   select array_agg(distinct t.run_id) into v_candidates
-    from pgflow.step_tasks as t
+    from pgflow.runs as r
+    join pgflow.step_tasks as t on t.run_id = r.run_id
     join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
     join pgflow.flows as f on f.flow_slug = t.flow_slug
-   where t.status = 'started'
+   where r.status = 'started' and t.status = 'started'
      and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30);
   if v_candidates is null then
     return query select 'requeued'::text, 0 union all select 'permanently_stalled', 0;
@@ -1278,8 +1433,10 @@ begin
     end if;
   end loop;
 
-  delete from pgflow.step_tasks as t where t.flow_slug = delete_flow_and_data.flow_slug;
-  delete from pgflow.step_states as ss where ss.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.step_tasks as t
+   where t.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
+  delete from pgflow.step_states as ss
+   where ss.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
   delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.deps as d where d.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;

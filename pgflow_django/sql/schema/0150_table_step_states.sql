@@ -19,8 +19,6 @@ create table pgflow.step_states (
   foreign key (flow_slug, step_slug) references pgflow.steps (flow_slug, step_slug),
   check (status <> 'started' or remaining_tasks is not null),
   check (skip_reason is null or status = 'skipped')
-);
-
-create index step_states_ready_idx on pgflow.step_states (run_id)
-  where status = 'created' and remaining_deps = 0;
-create index step_states_flow_idx on pgflow.step_states (flow_slug);
+) with (fillfactor = 80);
+-- No index besides the primary key: every lookup starts from a run (run_id is its prefix), and an
+-- index on a column a state transition changes would make every transition a non-HOT update.

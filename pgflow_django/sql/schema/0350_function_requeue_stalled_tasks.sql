@@ -18,10 +18,11 @@ declare
   v_marked integer;
 begin
   select array_agg(distinct t.run_id) into v_candidates
-    from pgflow.step_tasks as t
+    from pgflow.runs as r
+    join pgflow.step_tasks as t on t.run_id = r.run_id
     join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
     join pgflow.flows as f on f.flow_slug = t.flow_slug
-   where t.status = 'started'
+   where r.status = 'started' and t.status = 'started'
      and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30);
   if v_candidates is null then
     return query select 'requeued'::text, 0 union all select 'permanently_stalled', 0;

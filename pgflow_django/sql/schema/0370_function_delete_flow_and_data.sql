@@ -53,8 +53,10 @@ begin
     end if;
   end loop;
 
-  delete from pgflow.step_tasks as t where t.flow_slug = delete_flow_and_data.flow_slug;
-  delete from pgflow.step_states as ss where ss.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.step_tasks as t
+   where t.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
+  delete from pgflow.step_states as ss
+   where ss.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
   delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.deps as d where d.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
