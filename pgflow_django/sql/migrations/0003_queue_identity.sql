@@ -523,9 +523,6 @@ $$;
 create or replace function pgflow.maybe_complete_runs(run_ids uuid[])
 returns void
 language plpgsql
--- hot path: plan each statement once per session, not once per call (custom plans for array
--- parameters were re-planned on every call, which cost more than running them)
-set plan_cache_mode = force_generic_plan
 as $$
 begin
   with counts as (
@@ -561,9 +558,6 @@ $$;
 create or replace function pgflow.start_ready_steps(run_ids uuid[])
 returns void
 language plpgsql
--- hot path: plan each statement once per session, not once per call (custom plans for array
--- parameters were re-planned on every call, which cost more than running them)
-set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_batches jsonb;
@@ -620,9 +614,6 @@ $$;
 create or replace function pgflow.cascade(run_ids uuid[])
 returns void
 language plpgsql
--- hot path: plan each statement once per session, not once per call (custom plans for array
--- parameters were re-planned on every call, which cost more than running them)
-set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_unmet record;
@@ -763,9 +754,6 @@ $$;
 create or replace function pgflow.start_tasks(queue_name text, flow_slug text, msg_ids bigint[], worker_id uuid)
 returns setof pgflow.claim_record
 language plpgsql
--- hot path: plan each statement once per session, not once per call (custom plans for array
--- parameters were re-planned on every call, which cost more than running them)
-set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_queue text := lower(queue_name);
@@ -933,9 +921,6 @@ $$;
 create or replace function pgflow.complete_tasks(items jsonb)
 returns table (run_id uuid, step_slug text, task_index integer, outcome text)
 language plpgsql
--- hot path: plan each statement once per session, not once per call (custom plans for array
--- parameters were re-planned on every call, which cost more than running them)
-set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare

@@ -5,9 +5,6 @@
 create or replace function pgflow.cascade(run_ids uuid[])
 returns void
 language plpgsql
--- hot path: plan each statement once per session, not once per call (custom plans for array
--- parameters were re-planned on every call, which cost more than running them)
-set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_unmet record;

@@ -16,9 +16,6 @@
 create or replace function pgflow.start_tasks(queue_name text, flow_slug text, msg_ids bigint[], worker_id uuid)
 returns setof pgflow.claim_record
 language plpgsql
--- hot path: plan each statement once per session, not once per call (custom plans for array
--- parameters were re-planned on every call, which cost more than running them)
-set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_queue text := lower(queue_name);

@@ -5,9 +5,6 @@
 create or replace function pgflow.complete_tasks(items jsonb)
 returns table (run_id uuid, step_slug text, task_index integer, outcome text)
 language plpgsql
--- hot path: plan each statement once per session, not once per call (custom plans for array
--- parameters were re-planned on every call, which cost more than running them)
-set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
