@@ -254,7 +254,6 @@ class Run(ReadOnlyModel):
         indexes = [
             models.Index(fields=["flow", "status"], name="runs_flow_status_idx"),
             models.Index(fields=["started_at"], name="runs_started_at_idx"),
-            models.Index(fields=["run_id"], name="runs_active_idx", condition=Q(status="started")),
         ]
 
     def __str__(self) -> str:

@@ -22,7 +22,6 @@ create index step_tasks_message_idx on pgflow.step_tasks (flow_slug, message_id)
 alter table pgflow.steps drop column queue_name;
 alter table pgflow.step_tasks drop column queue_name;
 drop function pgflow.is_valid_queue_name(text);
-drop index pgflow.runs_active_idx;
 alter table pgflow.step_tasks reset (fillfactor);
 alter table pgflow.step_states reset (fillfactor);
 create index step_states_ready_idx on pgflow.step_states (run_id)

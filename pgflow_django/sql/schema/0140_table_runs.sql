@@ -15,4 +15,3 @@ create table pgflow.runs (
 
 create index runs_flow_status_idx on pgflow.runs (flow_slug, status);
 create index runs_started_at_idx on pgflow.runs (started_at);
-create index runs_active_idx on pgflow.runs (run_id) where status = 'started';

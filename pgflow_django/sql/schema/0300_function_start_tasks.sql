@@ -94,17 +94,16 @@ begin
     return;
   end if;
 
+  -- the run and step were checked above; a run that fails or a step that is skipped meanwhile
+  -- terminalizes its queued tasks, which the status recheck on the locked row sees
   with claimed as (
     update pgflow.step_tasks as t
        set status = 'started', attempts_count = t.attempts_count + 1, started_at = now(),
            last_worker_id = start_tasks.worker_id
-      from unnest(v_runs, v_steps, v_indexes, v_outcomes) as k(run_id, step_slug, task_index, outcome),
-           pgflow.runs as r, pgflow.step_states as ss
+      from unnest(v_runs, v_steps, v_indexes, v_outcomes) as k(run_id, step_slug, task_index, outcome)
      where k.outcome = 'claimed'
        and t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
        and t.status = 'queued'
-       and r.run_id = t.run_id and r.status = 'started'
-       and ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
     returning t.*
   )
   select array_agg(c) into v_claimed from claimed as c;
