@@ -11,30 +11,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection
 
 from tests import workers
-
-
-@pytest.fixture
-def database_url(transactional_db: None) -> str:
-    return workers.url_from_settings(connection.settings_dict)
-
-
-@pytest.fixture
-def clean_example_flows(transactional_db: None) -> Iterator[None]:
-    with connection.cursor() as cursor:
-        workers.clean_example_flows(cursor)
-    yield
-    with connection.cursor() as cursor:
-        workers.clean_example_flows(cursor)
-
-
-@pytest.fixture
-def spawn_worker(database_url: str, clean_example_flows: None, tmp_path: Path) -> Iterator[workers.Spawner]:
-    spawner = workers.Spawner(database_url, tmp_path)
-    yield spawner
-    spawner.stop_all()
 
 
 class PrivateCluster:

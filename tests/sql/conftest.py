@@ -24,3 +24,27 @@ def make_flow() -> Callable[..., str]:
 def claim() -> Callable[..., list[dict[str, Any]]]:
     """``claim("f")``: pgmq.read on the flow's queue, then pgflow.start_tasks on the messages read."""
     return support.claim
+
+
+def _state() -> dict[str, Any]:
+    return {
+        "rows": support.table_counts(),
+        "relations": support.pgmq_relations(),
+        "meta": support.q("select queue_name from pgmq.meta order by queue_name"),
+    }
+
+
+@pytest.fixture
+def unchanged() -> Callable[[], Callable[[], None]]:
+    """``check = unchanged()`` snapshots rows, PGMQ metadata and PGMQ relations; ``check()`` asserts
+    nothing changed since (for refusals that must leave the database as it was)."""
+
+    def take() -> Callable[[], None]:
+        before = _state()
+
+        def check() -> None:
+            assert _state() == before
+
+        return check
+
+    return take
