@@ -247,6 +247,15 @@ class Run(ReadOnlyModel):
     started_at = models.DateTimeField()
     completed_at = models.DateTimeField(null=True)
     failed_at = models.DateTimeField(null=True)
+    rerun_of = models.ForeignKey(
+        "self",
+        models.DO_NOTHING,
+        db_column="rerun_of",
+        db_constraint=False,
+        db_index=False,
+        null=True,
+        related_name="reruns",
+    )
 
     class Meta:
         managed = False

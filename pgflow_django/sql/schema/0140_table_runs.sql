@@ -9,6 +9,7 @@ create table pgflow.runs (
   started_at timestamptz not null default now(),
   completed_at timestamptz,
   failed_at timestamptz,
+  rerun_of uuid constraint runs_rerun_of_fkey references pgflow.runs (run_id) on delete set null,
   check (completed_at is null or status = 'completed'),
   check (failed_at is null or status = 'failed')
 );

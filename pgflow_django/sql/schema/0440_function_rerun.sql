@@ -1,0 +1,22 @@
+-- Starts a new run of a finished run's flow with the same input, linked to it by rerun_of.
+create or replace function pgflow.rerun(run_id uuid)
+returns uuid
+language plpgsql
+as $$
+declare
+  v_run pgflow.runs;
+  v_new uuid := gen_random_uuid();
+begin
+  select * into v_run from pgflow.runs as r where r.run_id = rerun.run_id;
+  if not found then
+    raise exception 'run % does not exist', rerun.run_id using errcode = 'P0002';
+  end if;
+  if v_run.status = 'started' then
+    raise exception 'run % is still started: cancel it or wait for it to finish before re-running it', rerun.run_id
+      using errcode = '55000';
+  end if;
+  perform 1 from pgflow.start_flow(v_run.flow_slug, v_run.input, v_new);
+  update pgflow.runs as r set rerun_of = rerun.run_id where r.run_id = v_new;
+  return v_new;
+end;
+$$;
