@@ -1,0 +1,333 @@
+"""Django admin for pgflow: read-only pages of flows, runs, step tasks and workers.
+
+Nothing here writes a pgflow table: every field is read-only and add, change and delete are refused.
+The two run actions (cancel, re-run) call the SQL API (``pgflow.cancel_run``, ``pgflow.rerun``) and
+are recorded in Django's admin log.
+
+Django's admin refuses to register models with a composite primary key (``Step``, ``StepState``,
+``StepTask``), so steps and step states are tables on their flow's and run's pages, and the step
+tasks list is a change list served under the runs' URLs (``run/tasks/``) with no change page.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.db import DatabaseError, connection, transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from pgflow_django import dag
+from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask, Worker, WorkerPause
+
+if TYPE_CHECKING:
+    _FlowAdmin = admin.ModelAdmin[Flow]
+    _RunAdmin = admin.ModelAdmin[Run]
+    _StepTaskAdmin = admin.ModelAdmin[StepTask]
+    _WorkerAdmin = admin.ModelAdmin[Worker]
+else:  # ModelAdmin is not subscriptable at run time
+    _FlowAdmin = _RunAdmin = _StepTaskAdmin = _WorkerAdmin = admin.ModelAdmin
+
+
+class ReadOnlyAdminMixin:
+    """No add, change or delete; every field read-only."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        admin_self: Any = self
+        fields = [f.name for f in admin_self.model._meta.concrete_fields if f.name != "pk"]
+        return [*fields, *admin_self.readonly_fields]
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], css_class: str) -> SafeString:
+    head = format_html_join("", "<th>{}</th>", ((h,) for h in headers))
+    body = format_html_join(
+        "",
+        "<tr>{}</tr>",
+        (
+            (format_html_join("", "<td>{}</td>", ((cell if cell is not None else "-",) for cell in row)),)
+            for row in rows
+        ),
+    )
+    return format_html(
+        '<table class="{}"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>', css_class, head, body
+    )
+
+
+@admin.register(Flow)
+class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
+    list_display = ("flow_slug", "queue_mode", "step_count", "opt_max_attempts", "opt_timeout", "created_at")
+    search_fields = ("flow_slug",)
+    ordering = ("flow_slug",)
+    readonly_fields = ("queue_mode", "dag_picture", "steps_table")
+
+    @admin.display(description="queue mode")
+    def queue_mode(self, obj: Flow) -> str:
+        return "plain"
+
+    @admin.display(description="steps")
+    def step_count(self, obj: Flow) -> int:
+        return Step.objects.filter(flow_id=obj.flow_slug).count()
+
+    @admin.display(description="DAG")
+    def dag_picture(self, obj: Flow) -> SafeString:
+        return mark_safe(dag.flow_svg(obj))
+
+    @admin.display(description="steps")
+    def steps_table(self, obj: Flow) -> SafeString:
+        deps: dict[str, list[str]] = {}
+        for dep in Dep.objects.filter(flow_id=obj.flow_slug).order_by("dep_slug"):
+            deps.setdefault(dep.step_slug, []).append(dep.dep_slug)
+        rows = [
+            (
+                step.step_index,
+                step.step_slug,
+                step.step_type,
+                step.queue_name,
+                ", ".join(deps.get(step.step_slug, [])) or "-",
+                f"max_attempts={step.opt_max_attempts} base_delay={step.opt_base_delay} "
+                f"timeout={step.opt_timeout} start_delay={step.opt_start_delay}",
+                step.when_unmet,
+                step.when_exhausted,
+            )
+            for step in Step.objects.filter(flow_id=obj.flow_slug).order_by("step_index")
+        ]
+        headers = ("#", "step", "type", "queue", "depends on", "options", "when_unmet", "when_exhausted")
+        return _table(headers, rows, "pgflow-steps")
+
+
+def _call(function: str, run_id: uuid.UUID) -> Any:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"select pgflow.{function}(%s)", [run_id])
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
+    list_display = ("run_id", "flow", "status", "started_at", "completed_at", "failed_at")
+    list_filter = ("status", "flow")
+    search_fields = ("run_id",)
+    date_hierarchy = "started_at"
+    ordering = ("-started_at",)
+    readonly_fields = ("dag_picture", "step_states_table", "tasks_link")
+    actions = ("cancel_runs", "rerun_runs")
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Run], search_term: str
+    ) -> tuple[QuerySet[Run], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(run_id=uuid.UUID(term)), False
+        except ValueError:
+            return queryset.none(), False
+
+    def has_cancel_runs_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+    has_rerun_runs_permission = has_cancel_runs_permission
+
+    @admin.display(description="DAG")
+    def dag_picture(self, obj: Run) -> SafeString:
+        return mark_safe(dag.run_svg(obj))
+
+    @admin.display(description="step states")
+    def step_states_table(self, obj: Run) -> SafeString:
+        states = {s.step_slug: s for s in StepState.objects.filter(run_id=obj.run_id)}
+        order = list(
+            Step.objects.filter(flow_id=obj.flow_id)
+            .order_by("step_index")
+            .values_list("step_slug", flat=True)
+        )
+        order += sorted(set(states) - set(order))
+        rows = [
+            (
+                s.step_slug,
+                s.status,
+                s.initial_tasks,
+                s.remaining_tasks,
+                s.remaining_deps,
+                s.skip_reason,
+                s.error_message,
+                s.started_at,
+                s.completed_at or s.failed_at or s.skipped_at,
+            )
+            for s in (states[slug] for slug in order if slug in states)
+        ]
+        headers = (
+            "step",
+            "status",
+            "tasks",
+            "remaining",
+            "remaining deps",
+            "skip reason",
+            "error",
+            "started",
+            "finished",
+        )
+        return _table(headers, rows, "pgflow-step-states")
+
+    @admin.display(description="tasks")
+    def tasks_link(self, obj: Run) -> SafeString:
+        url = reverse("admin:pgflow_steptask_changelist")
+        return format_html('<a href="{}?q={}">step tasks of this run</a>', url, obj.run_id)
+
+    def _act(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Run],
+        function: str,
+        describe: Callable[[Run, Any], tuple[bool, str]],
+    ) -> None:
+        done = skipped = 0
+        for run in queryset.order_by("started_at"):
+            try:
+                result = _call(function, run.run_id)
+            except DatabaseError as error:
+                skipped += 1
+                self.message_user(request, f"Run {run.run_id}: {error}".strip(), messages.ERROR)
+                continue
+            ok, text = describe(run, result)
+            if ok:
+                done += 1
+                self.log_change(request, run, text)
+                self.message_user(request, text, messages.SUCCESS)
+            else:
+                skipped += 1
+                self.message_user(request, text, messages.WARNING)
+        if not done and not skipped:
+            self.message_user(request, "No runs selected.", messages.WARNING)
+
+    @admin.action(description="Cancel selected started runs", permissions=["cancel_runs"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        def describe(run: Run, result: Any) -> tuple[bool, str]:
+            if result == "cancelled":
+                return True, f"Cancelled run {run.run_id} via pgflow.cancel_run."
+            return False, f"Run {run.run_id} was not cancelled: its status is {result}."
+
+        self._act(request, queryset, "cancel_run", describe)
+
+    @admin.action(description="Re-run selected finished runs", permissions=["rerun_runs"])
+    def rerun_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        def describe(run: Run, result: Any) -> tuple[bool, str]:
+            return True, f"Re-ran run {run.run_id} as new run {result} via pgflow.rerun."
+
+        finished = queryset.exclude(status="started")
+        for run in queryset.filter(status="started"):
+            self.message_user(request, f"Run {run.run_id} is still started; not re-run.", messages.WARNING)
+        self._act(request, finished, "rerun", describe)
+
+    def get_urls(self) -> list[URLPattern]:
+        tasks = StepTaskAdmin(StepTask, self.admin_site)
+        view = self.admin_site.admin_view(tasks.changelist_view)
+        return [
+            path("tasks/", view, name="pgflow_steptask_changelist"),
+            *super().get_urls(),
+        ]
+
+
+class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
+    """The step tasks change list (not registered: Django's admin refuses composite primary keys)."""
+
+    list_display = (
+        "run_link",
+        "flow",
+        "step_slug",
+        "task_index",
+        "queue_name",
+        "message_id_text",
+        "status",
+        "attempts_count",
+        "last_worker_id",
+        "queued_at",
+        "started_at",
+        "completed_at",
+        "failed_at",
+    )
+    list_display_links = None
+    list_filter = ("status", "flow", "queue_name", "step_slug")
+    search_fields = ("run_id", "message_id", "queue_name")
+    ordering = ("-queued_at", "run_id", "step_slug", "task_index")
+    actions = None
+    list_per_page = 100
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return (
+            request.user.is_active
+            and request.user.is_staff
+            and (request.user.has_perm("pgflow.view_run") or request.user.has_perm("pgflow.view_steptask"))
+        )
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[StepTask], search_term: str
+    ) -> tuple[QuerySet[StepTask], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(run_id=uuid.UUID(term)), False
+        except ValueError:
+            pass
+        if term.isdigit():
+            return queryset.filter(message_id=int(term)), False
+        return queryset.filter(queue_name=term.lower()), False
+
+    @admin.display(description="run", ordering="run_id")
+    def run_link(self, obj: StepTask) -> SafeString:
+        url = reverse("admin:pgflow_run_change", args=[obj.run_id])
+        return format_html('<a href="{}">{}</a>', url, obj.run_id)
+
+    @admin.display(description="message id", ordering="message_id")
+    def message_id_text(self, obj: StepTask) -> str:
+        return "-" if obj.message_id is None else str(obj.message_id)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {"title": "Step tasks", **(extra_context or {})}
+        return super().changelist_view(request, context)
+
+
+@admin.register(Worker)
+class WorkerAdmin(ReadOnlyAdminMixin, _WorkerAdmin):
+    list_display = (
+        "worker_id",
+        "queue_name",
+        "function_name",
+        "heartbeat_age",
+        "paused",
+        "started_at",
+        "stopped_at",
+        "deprecated_at",
+    )
+    list_filter = ("queue_name", "function_name")
+    search_fields = ("queue_name", "function_name")
+    ordering = ("-last_heartbeat_at",)
+    readonly_fields = ("heartbeat_age", "paused")
+
+    @admin.display(description="heartbeat age", ordering="-last_heartbeat_at")
+    def heartbeat_age(self, obj: Worker) -> str:
+        seconds = max(0.0, (timezone.now() - obj.last_heartbeat_at).total_seconds())
+        return f"{seconds:.0f}s"
+
+    @admin.display(description="paused")
+    def paused(self, obj: Worker) -> str:
+        pauses = WorkerPause.objects.filter(flow_slug=obj.function_name).order_by("step_slug")
+        return ", ".join(f"{p.step_slug or '(flow)'}: {p.reason}" for p in pauses) or "-"
