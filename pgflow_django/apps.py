@@ -6,3 +6,6 @@ class PgflowConfig(AppConfig):
     label = "pgflow"
     verbose_name = "pgflow workflows"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from pgflow_django import checks  # noqa: F401  (registers the system checks)

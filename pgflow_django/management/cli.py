@@ -62,6 +62,11 @@ class PgflowCommand(BaseCommand):
     examples: ClassVar[str] = ""
     """Shown under ``--help`` after the options."""
 
+    requires_system_checks = []
+    """No system checks first: each command checks what it needs and says it in one line, and an
+    unrelated finding (another flow's bad slug) must not stop ``pgflow_runs`` or ``pgflow_pause``.
+    ``manage.py check`` runs them (pgflow_django.checks)."""
+
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         kwargs.setdefault("formatter_class", HelpFormatter)
         if self.examples:

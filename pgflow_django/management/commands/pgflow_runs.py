@@ -1,27 +1,33 @@
-"""``manage.py pgflow_runs``: list recent runs, or show one run with its steps and tasks."""
+"""``manage.py pgflow_runs``: list recent runs, show one run with its steps and tasks, or watch them live."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
+from rich.live import Live
 from rich.table import Table
 
 from pgflow_django.client import RunView, get_run
-from pgflow_django.management.cli import PgflowCommand, positive_int, run_id
+from pgflow_django.management.cli import PgflowCommand, positive_float, positive_int, run_id
 from pgflow_django.management.progress import format_seconds, run_dict, run_title, status_text, steps_table
+from pgflow_django.management.watch import render, take_snapshot
 from pgflow_django.models import Run, StepTask
 
 DEFAULT_LIMIT = 20
+DEFAULT_INTERVAL = 2.0
 
 
 class Command(PgflowCommand):
     help = (
-        "List runs (newest first), or show one run with its step states and tasks.\n\n"
+        "List runs (newest first), show one run with its step states and tasks, or watch the active "
+        "runs and the queue depths live (--watch).\n\n"
         "JSON output carries run ids as strings and PGMQ message ids as decimal strings."
     )
     examples = """
@@ -29,8 +35,10 @@ class Command(PgflowCommand):
   manage.py pgflow_runs --flow process_order --status failed --limit 100
   manage.py pgflow_runs 5f1c...-...                        one run: steps, then its tasks with --tasks
   manage.py pgflow_runs 5f1c...-... --format json          run, steps and tasks as JSON
+  manage.py pgflow_runs --watch                           live view of active runs and queue depths
+  manage.py pgflow_runs --watch --flow process_order --interval 5
 
-exit codes: 0 shown; 1 no such run, or another error; 2 bad arguments
+exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or another error; 2 bad arguments
 """
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -48,10 +56,30 @@ exit codes: 0 shown; 1 no such run, or another error; 2 bad arguments
             "--tasks", action="store_true", help="with RUN_ID, also list its tasks (text format)"
         )
         parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        parser.add_argument(
+            "--watch",
+            action="store_true",
+            help="live view of the active runs (step progress) and queue depths until Ctrl-C; redrawn in "
+            "place on a terminal (stderr), else one snapshot per interval on stdout",
+        )
+        parser.add_argument(
+            "--interval",
+            type=positive_float,
+            metavar="S",
+            help=f"with --watch, seconds between snapshots (default {DEFAULT_INTERVAL:g})",
+        )
+        parser.add_argument(
+            "--iterations", type=positive_int, metavar="N", help="with --watch, stop after N snapshots"
+        )
 
     def run(self, *args: Any, **options: Any) -> None:
         as_json = options["format"] == "json"
         key: uuid.UUID | None = options["run_id"]
+        if options["watch"]:
+            self._watch(key, as_json, options)
+            return
+        if options["interval"] is not None or options["iterations"] is not None:
+            raise CommandError("--interval and --iterations only apply with --watch")
         if key is None:
             if options["tasks"]:
                 raise CommandError("--tasks needs a RUN_ID")
@@ -64,6 +92,44 @@ exit codes: 0 shown; 1 no such run, or another error; 2 bad arguments
             flags = ", ".join(f"--{name}" for name in given)
             raise CommandError(f"{flags} only filter the list of runs; leave them out when showing run {key}")
         self._show(get_run(key), as_json, options)
+
+    def _watch(self, key: uuid.UUID | None, as_json: bool, options: Any) -> None:
+        if key is not None:
+            raise CommandError(f"--watch shows every active run; leave out RUN_ID {key} (or drop --watch)")
+        conflicting = [
+            flag for flag, given in (("--status", options["status"]), ("--tasks", options["tasks"])) if given
+        ]
+        if as_json:
+            conflicting.append("--format json")
+        if conflicting:
+            raise CommandError(f"--watch cannot be combined with {', '.join(conflicting)}")
+        flow: str | None = options["flow"]
+        limit: int = options["limit"] or DEFAULT_LIMIT
+        interval: float = options["interval"] or DEFAULT_INTERVAL
+        iterations: int | None = options["iterations"]
+        no_color: bool = options["no_color"]
+        live_console = self.console(stderr=True, no_color=no_color)
+        out = self.console(no_color=no_color)
+        shown = 0
+        try:
+            with ExitStack() as stack:
+                live: Live | None = None
+                if live_console.is_terminal:
+                    live = stack.enter_context(Live(console=live_console, auto_refresh=False))
+                while True:
+                    view = render(take_snapshot(flow, limit), flow=flow, interval=interval, limit=limit)
+                    if live is not None:
+                        live.update(view, refresh=True)
+                    else:
+                        if shown:
+                            out.print()
+                        out.print(view)
+                    shown += 1
+                    if iterations is not None and shown >= iterations:
+                        return
+                    time.sleep(interval)
+        except KeyboardInterrupt:
+            return  # Ctrl-C is how a watch ends: exit 0
 
     def _list(self, flow: str | None, status: str | None, limit: int, as_json: bool, options: Any) -> None:
         runs = Run.objects.all()

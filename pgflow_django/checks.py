@@ -1,0 +1,226 @@
+"""System checks (``manage.py check``): flow definitions, and with ``--database`` PGMQ and migrations.
+
+Ids:
+
+- ``pgflow.E001`` the registered flows cannot be loaded (a bad ``PGFLOW['FLOWS']`` entry, an import error);
+- ``pgflow.E002`` invalid flow slug; ``pgflow.E003`` invalid step slug;
+- ``pgflow.E004`` a generated queue name longer than PGMQ allows;
+- ``pgflow.E005`` flow slugs that differ only in case; ``pgflow.E006`` step slugs of one flow that do;
+- ``pgflow.E007`` one slug registered twice, by two different flows;
+- ``pgflow.E008`` PGMQ missing or older than supported (database check);
+- ``pgflow.E009`` the database cannot be inspected (database check);
+- ``pgflow.W001`` pgflow migrations not applied (database check; a warning, because deploy scripts often
+  run ``check --database default`` before ``migrate``; not raised while ``migrate`` itself runs the
+  checks).
+
+The flow checks collect the registrations themselves, so every problem is reported at once instead of
+the registry's first exception.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from django.apps import apps
+from django.core import checks
+from django.db import DatabaseError, connections
+from django.utils.module_loading import module_has_submodule
+
+from pgflow_django.dsl import Flow
+from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, RULE, default_queue_name, slug_problem
+
+PGMQ_QUEUE_NAME_LIMIT = MAX_FLOW_SLUG_LENGTH
+"""PGMQ refuses longer queue names (its table names carry a prefix within PostgreSQL's 63 bytes)."""
+
+
+@dataclass(frozen=True)
+class Registration:
+    flow: Flow
+    source: str
+
+
+def collect_registrations() -> list[Registration]:
+    """Every (flow, where it was registered), in the registry's order, duplicates included."""
+    from importlib import import_module
+
+    from pgflow_django.conf import get_settings
+    from pgflow_django.registry import _flows_at, _flows_in
+
+    found: list[Registration] = []
+    for path in get_settings().flows:
+        found.extend(Registration(flow, f"PGFLOW['FLOWS'] entry {path!r}") for flow in _flows_at(path))
+    for app_config in apps.get_app_configs():
+        if module_has_submodule(app_config.module, "flows"):
+            name = f"{app_config.name}.flows"
+            found.extend(Registration(flow, f"module {name}") for flow in _flows_in(import_module(name)))
+    return found
+
+
+@checks.register("pgflow")
+def check_flows(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    try:
+        registrations = collect_registrations()
+    except Exception as exc:  # any failure to load flows is the finding itself
+        return [
+            checks.Error(
+                f"the registered pgflow flows cannot be loaded: {_one_line(exc)}",
+                hint="fix PGFLOW['FLOWS'] or the failing flows module; "
+                "`manage.py pgflow_worker` and `start_flow` fail the same way",
+                id="pgflow.E001",
+            )
+        ]
+    return list(_flow_messages(registrations))
+
+
+def _flow_messages(registrations: Sequence[Registration]) -> Iterable[checks.CheckMessage]:
+    by_slug: dict[str, Registration] = {}
+    by_lower: dict[str, Registration] = {}
+    for item in registrations:
+        slug = item.flow.slug
+        first = by_slug.get(slug)
+        if first is not None:
+            if first.flow is not item.flow:
+                yield checks.Error(
+                    f"flow slug {slug!r} is registered twice, by two different flows "
+                    f"({first.source} and {item.source})",
+                    hint="give one of them another slug, e.g. with flow.copy(slug=...), or register only one",
+                    obj=slug,
+                    id="pgflow.E007",
+                )
+            continue
+        by_slug[slug] = item
+        twin = by_lower.get(slug.lower())
+        if twin is not None:
+            yield checks.Error(
+                f"flow slugs {twin.flow.slug!r} ({twin.source}) and {slug!r} ({item.source}) differ only in "
+                "case and would share one queue",
+                hint="give one of them another slug",
+                obj=slug,
+                id="pgflow.E005",
+            )
+        else:
+            by_lower[slug.lower()] = item
+        yield from _one_flow(item)
+
+
+def _one_flow(item: Registration) -> Iterable[checks.CheckMessage]:
+    slug = item.flow.slug
+    problem = slug_problem(slug)
+    if problem is not None:
+        yield checks.Error(
+            f"flow slug {slug!r} ({item.source}) {problem}",
+            hint=f"rename the flow: a slug is {RULE}",
+            obj=slug,
+            id="pgflow.E002",
+        )
+    elif len(default_queue_name(slug)) > PGMQ_QUEUE_NAME_LIMIT:
+        queue = default_queue_name(slug)
+        yield checks.Error(
+            f"flow {slug!r} ({item.source}) would use the PGMQ queue {queue!r}, {len(queue)} characters "
+            f"long; PGMQ allows at most {PGMQ_QUEUE_NAME_LIMIT}",
+            hint=f"choose a flow slug of at most {PGMQ_QUEUE_NAME_LIMIT} characters",
+            obj=slug,
+            id="pgflow.E004",
+        )
+    lowered: dict[str, str] = {}
+    for step_slug in item.flow.steps:
+        step_problem = slug_problem(step_slug)
+        if step_problem is not None:
+            yield checks.Error(
+                f"flow {slug!r}: step slug {step_slug!r} {step_problem}",
+                hint=f"rename the step (slug=... or the function): a slug is {RULE}",
+                obj=f"{slug}.{step_slug}",
+                id="pgflow.E003",
+            )
+        twin = lowered.setdefault(step_slug.lower(), step_slug)
+        if twin != step_slug:
+            yield checks.Error(
+                f"flow {slug!r}: step slugs {twin!r} and {step_slug!r} differ only in case",
+                hint="queue names are lowercase; give one of the steps another slug",
+                obj=f"{slug}.{step_slug}",
+                id="pgflow.E006",
+            )
+
+
+@checks.register("pgflow", checks.Tags.database)
+def check_database(
+    app_configs: Sequence[Any] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Only with ``manage.py check --database ALIAS``: Django passes the aliases to inspect."""
+    messages: list[checks.CheckMessage] = []
+    for alias in databases or ():
+        messages.extend(_database_messages(alias))
+    return messages
+
+
+def _database_messages(alias: str) -> list[checks.CheckMessage]:
+    from pgflow_django.pgmq_install import MIN_PGMQ_VERSION, missing_functions
+    from pgflow_django.worker.preflight import pending_migrations
+
+    try:
+        pending = pending_migrations(alias)
+        with connections[alias].cursor() as cursor:
+            cursor.execute("select exists (select 1 from pg_namespace where nspname = 'pgmq')")
+            row = cursor.fetchone()
+            has_schema = bool(row and row[0])
+            missing = missing_functions(cursor) if has_schema else []
+    except DatabaseError as exc:
+        return [
+            checks.Error(
+                f"database {alias!r}: cannot inspect PGMQ and pgflow migrations: {_one_line(exc)}",
+                hint="check DATABASES and that the server is reachable",
+                obj=alias,
+                id="pgflow.E009",
+            )
+        ]
+    messages: list[checks.CheckMessage] = []
+    if pending and not _inside_migrate():
+        messages.append(
+            checks.Warning(
+                f"database {alias!r}: {len(pending)} pgflow migration(s) not applied: {', '.join(pending)}",
+                hint=f"run `manage.py migrate pgflow --database {alias}`; workers refuse to start until then",
+                obj=alias,
+                id="pgflow.W001",
+            )
+        )
+    if has_schema and missing:
+        messages.append(
+            checks.Error(
+                f"database {alias!r}: the pgmq schema lacks {', '.join(missing)}; pgflow needs "
+                f"PGMQ >= {MIN_PGMQ_VERSION}",
+                hint="upgrade PGMQ (ALTER EXTENSION pgmq UPDATE), then `manage.py migrate`",
+                obj=alias,
+                id="pgflow.E008",
+            )
+        )
+    elif not has_schema and not pending:
+        messages.append(
+            checks.Error(
+                f"database {alias!r}: PGMQ is not installed (no pgmq schema) although pgflow is migrated",
+                hint=f"install PGMQ >= {MIN_PGMQ_VERSION}: CREATE EXTENSION pgmq, or run the SQL-only "
+                "install shipped by the 'pgmq' Python package",
+                obj=alias,
+                id="pgflow.E008",
+            )
+        )
+    return messages
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _inside_migrate() -> bool:
+    """True when ``migrate`` runs these checks before migrating: its pending migrations are the point."""
+    from django.core.management.commands.migrate import Command as Migrate
+
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), Migrate):
+            return True
+        frame = frame.f_back
+    return False
