@@ -1,0 +1,88 @@
+"""A real browser (Debian's Chromium, driven by Selenium and ChromeDriver) logs into the admin, opens a
+run and sees its DAG with each step's status. The screenshot is kept in test-artifacts/."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.sql.support import q
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        CHROMIUM is None or CHROMEDRIVER is None,
+        reason="Chromium is not installed: apt-get install chromium chromium-driver (.ci/install-browser)",
+    ),
+]
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_admin_run_page_shows_each_steps_status(browser: Any, live_server: Any, admin_user: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    q(
+        "select pgflow.ensure_flow_compiled('browser_flow', %s::jsonb)",
+        [
+            '{"steps": [{"slug": "fetch", "step_type": "single", "deps": []},'
+            ' {"slug": "render", "step_type": "single", "deps": ["fetch"]}]}'
+        ],
+    )
+    run_id = q("select run_id from pgflow.start_flow('browser_flow', '{}'::jsonb)")[0]["run_id"]
+    msg = q("select msg_id from pgmq.read('browser_flow', 30, 1)")[0]["msg_id"]
+    claimed = q(
+        "select * from pgflow.start_tasks('browser_flow', 'browser_flow', %s, gen_random_uuid())", [[msg]]
+    )
+    q("select pgflow.complete_task(%s, 'fetch', 0, %s, '\"page\"'::jsonb)", [run_id, claimed[0]["attempt"]])
+
+    browser.get(f"{live_server.url}/admin/login/?next=/admin/")
+    browser.find_element(By.NAME, "username").send_keys("admin")
+    browser.find_element(By.NAME, "password").send_keys("password")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    browser.get(f"{live_server.url}/admin/pgflow/run/{run_id}/change/")
+
+    try:
+        ARTIFACTS.mkdir(exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "admin-run-dag.png"))
+        fetch = browser.find_element(By.CSS_SELECTOR, "svg.pgflow-dag [data-step=fetch]")
+        render = browser.find_element(By.CSS_SELECTOR, "svg.pgflow-dag [data-step=render]")
+        assert "pgflow-status-completed" in (fetch.get_attribute("class") or "")
+        assert "pgflow-status-started" in (render.get_attribute("class") or "")
+        labels = browser.find_element(By.CSS_SELECTOR, "svg.pgflow-dag").get_attribute("textContent") or ""
+        assert "completed" in labels and "started" in labels
+    finally:
+        q("select pgflow.delete_flow_and_data('browser_flow')")
