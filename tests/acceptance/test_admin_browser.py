@@ -54,6 +54,8 @@ def browser() -> Iterator[Any]:
 
 def test_admin_run_page_shows_each_steps_status(browser: Any, live_server: Any, admin_user: Any) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
 
     q(
         "select pgflow.ensure_flow_compiled('browser_flow', %s::jsonb)",
@@ -73,7 +75,10 @@ def test_admin_run_page_shows_each_steps_status(browser: Any, live_server: Any, 
     browser.find_element(By.NAME, "username").send_keys("admin")
     browser.find_element(By.NAME, "password").send_keys("password")
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    wait = WebDriverWait(browser, 20)
+    wait.until(lambda driver: "/admin/login/" not in driver.current_url)
     browser.get(f"{live_server.url}/admin/pgflow/run/{run_id}/change/")
+    wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "svg.pgflow-dag")))
 
     try:
         ARTIFACTS.mkdir(exist_ok=True)
