@@ -771,9 +771,10 @@ begin
   end if;
 
   -- each message's task, looked up by its unique (queue_name, message_id) one at a time (a lateral
-  -- LIMIT 1 keeps the plan an index probe per message whatever the table statistics say)
-  select array_agg(i.id order by i.id), array_agg(t.run_id order by i.id),
-         array_agg(t.step_slug order by i.id), array_agg(t.task_index order by i.id),
+  -- LIMIT 1 keeps the plan an index probe per message whatever the table statistics say); the
+  -- arrays are in task key order, the order in which every other writer locks a run's tasks
+  select array_agg(i.id order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.run_id order by t.run_id, t.step_slug, t.task_index, i.id),
+         array_agg(t.step_slug order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.task_index order by t.run_id, t.step_slug, t.task_index, i.id),
          array_agg(case
                      when t.run_id is null then null
                      when t.flow_slug <> start_tasks.flow_slug then 'fatal'
@@ -781,7 +782,7 @@ begin
                      when t.status = 'started' then 'started'
                      when r.status = 'started' and ss.status = 'started' then 'claimed'
                      else 'ineligible'
-                   end order by i.id)
+                   end order by t.run_id, t.step_slug, t.task_index, i.id)
     into v_ids, v_runs, v_steps, v_indexes, v_outcomes
     from (select distinct unnest(msg_ids) as id) as i
     left join lateral (
@@ -860,7 +861,7 @@ begin
        on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
      join pgflow.flows as f on f.flow_slug = t.flow_slug
-    where k.outcome = 'started'
+    where k.outcome = 'started' and t.status = 'started'
    having count(*) > 0;
 
   perform pgflow.archive_task_messages(array_agg(v_queue), array_agg(e.id))
@@ -963,7 +964,8 @@ begin
     left join pgflow.runs as r on r.run_id = x.run_id
     left join pgflow.step_states as ss on ss.run_id = x.run_id and ss.step_slug = x.step_slug
     left join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = x.step_slug
-   order by x.run_id, x.step_slug, x.task_index
+   order by x.run_id, x.step_slug, x.task_index,
+            coalesce(t.status = 'started' and t.attempts_count = x.attempt, false) desc
   ) as y;
 
   -- a non-array output feeding a dependent map fails the run; no retry can change the output type
@@ -1294,7 +1296,11 @@ begin
      where t.run_id = any(v_locked) and t.status = 'started' and t.permanently_stalled_at is not null
      order by t.run_id, t.step_slug, t.task_index
   loop
-    if exists (select 1 from pgflow.runs as r where r.run_id = v_stalled.run_id and r.status = 'started') then
+    -- an earlier exhaustion in this loop may have skipped the step or failed the run meanwhile
+    if exists (select 1 from pgflow.runs as r where r.run_id = v_stalled.run_id and r.status = 'started')
+       and exists (select 1 from pgflow.step_tasks as t
+                    where t.run_id = v_stalled.run_id and t.step_slug = v_stalled.step_slug
+                      and t.task_index = v_stalled.task_index and t.status = 'started') then
       perform pgflow.exhaust_task(v_stalled.run_id, v_stalled.step_slug, v_stalled.task_index,
                                   'permanently stalled: the task was requeued 3 times or ran out of attempts');
       v_exhausted := v_exhausted + 1;

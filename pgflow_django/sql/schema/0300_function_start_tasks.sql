@@ -34,9 +34,10 @@ begin
   end if;
 
   -- each message's task, looked up by its unique (queue_name, message_id) one at a time (a lateral
-  -- LIMIT 1 keeps the plan an index probe per message whatever the table statistics say)
-  select array_agg(i.id order by i.id), array_agg(t.run_id order by i.id),
-         array_agg(t.step_slug order by i.id), array_agg(t.task_index order by i.id),
+  -- LIMIT 1 keeps the plan an index probe per message whatever the table statistics say); the
+  -- arrays are in task key order, the order in which every other writer locks a run's tasks
+  select array_agg(i.id order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.run_id order by t.run_id, t.step_slug, t.task_index, i.id),
+         array_agg(t.step_slug order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.task_index order by t.run_id, t.step_slug, t.task_index, i.id),
          array_agg(case
                      when t.run_id is null then null
                      when t.flow_slug <> start_tasks.flow_slug then 'fatal'
@@ -44,7 +45,7 @@ begin
                      when t.status = 'started' then 'started'
                      when r.status = 'started' and ss.status = 'started' then 'claimed'
                      else 'ineligible'
-                   end order by i.id)
+                   end order by t.run_id, t.step_slug, t.task_index, i.id)
     into v_ids, v_runs, v_steps, v_indexes, v_outcomes
     from (select distinct unnest(msg_ids) as id) as i
     left join lateral (
@@ -123,7 +124,7 @@ begin
        on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
      join pgflow.flows as f on f.flow_slug = t.flow_slug
-    where k.outcome = 'started'
+    where k.outcome = 'started' and t.status = 'started'
    having count(*) > 0;
 
   perform pgflow.archive_task_messages(array_agg(v_queue), array_agg(e.id))

@@ -49,7 +49,8 @@ begin
     left join pgflow.runs as r on r.run_id = x.run_id
     left join pgflow.step_states as ss on ss.run_id = x.run_id and ss.step_slug = x.step_slug
     left join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = x.step_slug
-   order by x.run_id, x.step_slug, x.task_index
+   order by x.run_id, x.step_slug, x.task_index,
+            coalesce(t.status = 'started' and t.attempts_count = x.attempt, false) desc
   ) as y;
 
   -- a non-array output feeding a dependent map fails the run; no retry can change the output type

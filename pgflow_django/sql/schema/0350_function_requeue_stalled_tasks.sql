@@ -74,7 +74,11 @@ begin
      where t.run_id = any(v_locked) and t.status = 'started' and t.permanently_stalled_at is not null
      order by t.run_id, t.step_slug, t.task_index
   loop
-    if exists (select 1 from pgflow.runs as r where r.run_id = v_stalled.run_id and r.status = 'started') then
+    -- an earlier exhaustion in this loop may have skipped the step or failed the run meanwhile
+    if exists (select 1 from pgflow.runs as r where r.run_id = v_stalled.run_id and r.status = 'started')
+       and exists (select 1 from pgflow.step_tasks as t
+                    where t.run_id = v_stalled.run_id and t.step_slug = v_stalled.step_slug
+                      and t.task_index = v_stalled.task_index and t.status = 'started') then
       perform pgflow.exhaust_task(v_stalled.run_id, v_stalled.step_slug, v_stalled.task_index,
                                   'permanently stalled: the task was requeued 3 times or ran out of attempts');
       v_exhausted := v_exhausted + 1;
