@@ -126,18 +126,21 @@ class Runner:
         close_old_connections()
         try:
             output_json = self._call(task, step)
-        except Retry as exc:
-            logger.info("handler asked for a retry in %ss %s", exc.delay, task.describe())
-            self.completer.fail(task, exc.message, exc.delay)
         except Exception as exc:
-            logger.warning(
-                "handler failed %s: %s", task.describe(), error_text(exc), exc_info=_traceback(exc)
-            )
-            self.completer.fail(task, error_text(exc))
+            self._fail(task, exc)
         else:
             self.completer.complete(task, output_json)
         finally:
             close_old_connections()
+
+    def _fail(self, task: ClaimedTask, exc: Exception) -> None:
+        """Record a failed attempt: ``Retry`` chooses the delay, any other exception is an error."""
+        if isinstance(exc, Retry):
+            logger.info("handler asked for a retry in %ss %s", exc.delay, task.describe())
+            self.completer.fail(task, exc.message, exc.delay)
+            return
+        logger.warning("handler failed %s: %s", task.describe(), error_text(exc), exc_info=_traceback(exc))
+        self.completer.fail(task, error_text(exc))
 
     def _run_atomic(self, task: ClaimedTask, step: StepDefinition) -> None:
         close_old_connections()
@@ -165,14 +168,8 @@ class Runner:
                     "completion %s, the handler's writes were rolled back %s", outcome, task.describe()
                 )
                 self.completer.complete(task, output_json)
-        except Retry as exc:
-            logger.info("handler asked for a retry in %ss %s", exc.delay, task.describe())
-            self.completer.fail(task, exc.message, exc.delay)
         except Exception as exc:
-            logger.warning(
-                "handler failed %s: %s", task.describe(), error_text(exc), exc_info=_traceback(exc)
-            )
-            self.completer.fail(task, error_text(exc))
+            self._fail(task, exc)
         else:
             logger.debug("task completed %s", task.describe())
         finally:
