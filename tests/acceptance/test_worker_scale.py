@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.acceptance.conftest import PrivateCluster
+from tests.ledger import assert_invariants
 from tests.workers import Spawner, wait_until
 
 pytestmark = pytest.mark.slow
@@ -40,3 +41,5 @@ def test_four_workers_run_two_thousand_tasks_exactly_once(
         ).fetchone()
         assert tasks[:2] == (RUNS * ITEMS, 1), "no task was claimed twice"
         assert tasks[2] == len(workers), "every worker took part"
+        with conn.cursor() as cursor:
+            assert_invariants(cursor)
