@@ -9,7 +9,16 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from pgflow_django.dsl import Flow, FlowDefinitionError, FlowOptions, Retry, StepDefinition, StepOptions
+from pgflow_django.dsl import (
+    Flow,
+    FlowDefinitionError,
+    FlowOptions,
+    Retry,
+    StepDefinition,
+    StepOptions,
+    StepQueuedFlow,
+    with_step_queues,
+)
 from pgflow_django.slugs import InvalidSlug
 
 if TYPE_CHECKING:
@@ -49,12 +58,14 @@ __all__ = [
     "RunView",
     "StepDefinition",
     "StepOptions",
+    "StepQueuedFlow",
     "StepStateView",
     "compile_flow",
     "get_run",
     "start_flow",
     "start_flows",
     "wait_for_run",
+    "with_step_queues",
 ]
 
 

@@ -71,14 +71,15 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], css_class: str
 
 @admin.register(Flow)
 class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
-    list_display = ("flow_slug", "queue_mode", "step_count", "opt_max_attempts", "opt_timeout", "created_at")
+    list_display = ("flow_slug", "routing", "step_count", "opt_max_attempts", "opt_timeout", "created_at")
+    list_filter = ("queue_mode",)
     search_fields = ("flow_slug",)
     ordering = ("flow_slug",)
-    readonly_fields = ("queue_mode", "dag_picture", "steps_table")
+    readonly_fields = ("routing", "dag_picture", "steps_table")
 
-    @admin.display(description="queue mode")
-    def queue_mode(self, obj: Flow) -> str:
-        return "plain"
+    @admin.display(description="queue mode", ordering="queue_mode")
+    def routing(self, obj: Flow) -> str:
+        return "per-step queues" if obj.queue_mode == "step" else "plain"
 
     @admin.display(description="steps")
     def step_count(self, obj: Flow) -> int:

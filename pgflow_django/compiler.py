@@ -30,14 +30,23 @@ class CompileResult:
 
 
 class FlowMismatch(Exception):
-    """The database holds a different definition under this slug, and recompiling is not allowed."""
+    """The database holds a different definition under this slug, and recompiling is not allowed.
 
-    def __init__(self, flow_slug: str, differences: Iterable[str]) -> None:
+    ``kinds`` says what differs: ``shape`` (the DAG), ``routing`` (queue mode and step queues), or both.
+    """
+
+    def __init__(self, flow_slug: str, differences: Iterable[str], kinds: Iterable[str] = ("shape",)) -> None:
         self.flow_slug = flow_slug
         self.differences = tuple(differences)
+        self.kinds = tuple(kinds)
+        what = " and ".join(
+            {"shape": "shape", "routing": "routing (queue mode and step queues)"}.get(kind, kind)
+            for kind in self.kinds
+        )
         super().__init__(
             f"flow {flow_slug!r} differs from its compiled definition in the database "
-            f"({'; '.join(self.differences) or 'shape differs'}); give the changed flow a new slug "
+            f"({what or 'definition'} differs: {'; '.join(self.differences) or 'see pgflow.flow_shape'}); "
+            "give the changed flow a new slug "
             f"(e.g. flow.copy(slug='{flow_slug}_v2')), or set PGFLOW['ALLOW_RECOMPILE'] = True in "
             "development to delete the flow with its runs and compile it again"
         )
@@ -63,7 +72,7 @@ def compile_flow(flow: Flow, *, allow_recompile: bool | None = None, using: str 
         options_updated=tuple(answer.get("options_updated") or ()),
     )
     if result.status == "mismatch":
-        raise FlowMismatch(flow.slug, result.differences)
+        raise FlowMismatch(flow.slug, result.differences, answer.get("mismatch") or ("shape",))
     return result
 
 

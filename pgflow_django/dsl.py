@@ -14,9 +14,17 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeAlias, TypeVar, cast, get_args, overload
 
-from pgflow_django.slugs import validate_flow_slug, validate_slug
+from pgflow_django.slugs import (
+    InvalidSlug,
+    default_queue_name,
+    step_queue_name,
+    validate_flow_slug,
+    validate_slug,
+)
 
 StepType: TypeAlias = Literal["single", "map"]
+QueueMode: TypeAlias = Literal["flow", "step"]
+"""Where a flow's tasks go: ``flow`` one default queue for every step, ``step`` a private queue per step."""
 WhenMode: TypeAlias = Literal["fail", "skip", "skip-cascade"]
 """What happens to a step whose condition is unmet (``when_unmet``) or whose attempts ran out."""
 JsonObject: TypeAlias = dict[str, Any]
@@ -136,6 +144,8 @@ class Flow:
             timeout=_int_option(owner, "timeout", timeout, 1),
         )
         self._steps: dict[str, StepDefinition] = {}
+        self._fixed_reason: str | None = None
+        """Why no step may be added any more (None: steps may be added)."""
         _FLOWS.add(self)
 
     @property
@@ -259,10 +269,26 @@ class Flow:
         twin._steps = dict(self._steps)
         return twin
 
+    @property
+    def queue_mode(self) -> QueueMode:
+        """``flow``: every step's tasks go to the flow's default queue, ``lower(slug)``."""
+        return "flow"
+
+    def queue_for(self, ref: StepRef) -> str:
+        """The queue a step's tasks are sent to and its workers poll."""
+        self._resolve(ref, None)
+        return default_queue_name(self._slug)
+
+    def route(self) -> dict[str, str]:
+        """Every step's queue, in definition order: what the compiler persists as the flow's routing."""
+        return {slug: self.queue_for(slug) for slug in self._steps}
+
     def shape(self) -> dict[str, Any]:
         """The complete ordered definition that ``pgflow.ensure_flow_compiled`` compares (docs/sql-api.md)."""
         return {
             "options": self._options.as_dict(),
+            "queue_mode": self.queue_mode,
+            "route": self.route(),
             "steps": [definition.shape() for definition in self._steps.values()],
         }
 
@@ -299,6 +325,8 @@ class Flow:
         atomic: bool,
     ) -> None:
         """Validate everything first, then record the step, so a refused step leaves the flow unchanged."""
+        if self._fixed_reason is not None:
+            raise FlowDefinitionError(self._fixed_reason)
         if not callable(handler):
             raise FlowDefinitionError(
                 f"flow {self._slug!r}: a step handler must be a function, got {type(handler).__name__}"
@@ -390,6 +418,64 @@ class Flow:
             f"{asker}: function {name!r} is not a step of this flow; decorate it with "
             f"@{self._slug}.step() before the steps that depend on it (steps: {known})"
         )
+
+
+class StepQueuedFlow(Flow):
+    """A flow whose every step has a private generated queue and its own worker pool.
+
+    Made by ``with_step_queues(flow)``; its steps are fixed at that moment. The DAG, handlers and
+    options are the flow's own; only the routing differs, and it is part of the concrete slug's identity.
+    """
+
+    def __init__(self, flow: Flow) -> None:
+        super().__init__(flow.slug, **flow.options.as_dict())
+        if not flow.steps:
+            raise FlowDefinitionError(
+                f"with_step_queues(flow {flow.slug!r}): the flow has no steps; define its steps first"
+            )
+        self._steps = dict(flow.steps)
+        queues: dict[str, str] = {}
+        for definition in self._steps.values():
+            try:
+                queues[definition.slug] = step_queue_name(self.slug, definition.slug, definition.index)
+            except InvalidSlug as exc:
+                raise FlowDefinitionError(f"with_step_queues: {exc}") from None
+        self._queues = MappingProxyType(queues)
+        self._fixed_reason = (
+            f"flow {self.slug!r} is step-queued: its steps were fixed by with_step_queues(); define every "
+            "step on the plain flow first, then call with_step_queues(flow)"
+        )
+
+    def __repr__(self) -> str:
+        return f"<StepQueuedFlow {self.slug!r}: {', '.join(self._steps)}>"
+
+    @property
+    def queue_mode(self) -> QueueMode:
+        """``step``: each step's tasks go to that step's private queue."""
+        return "step"
+
+    @property
+    def step_queues(self) -> Mapping[str, str]:
+        """Each step's private queue by step slug, in definition order (read-only)."""
+        return self._queues
+
+    def queue_for(self, ref: StepRef) -> str:
+        return self._queues[self._resolve(ref, None)]
+
+    def copy(self, *, slug: str) -> StepQueuedFlow:
+        """The same step-queued flow under another slug, with the queues generated for that slug."""
+        return StepQueuedFlow(Flow.copy(self, slug=slug))
+
+
+def with_step_queues(flow: Flow) -> StepQueuedFlow:
+    """Deploy ``flow`` with a private queue per step (``flow__step``, or ``flow__<index>`` past 47
+    characters), so each step gets its own workers (``pgflow_worker --flow F --step S``) and a backlog
+    in one step never delays another. Every generated name is checked here, before any database access."""
+    if not isinstance(flow, Flow):
+        raise FlowDefinitionError(f"with_step_queues() takes a Flow, got {type(flow).__name__}")
+    if isinstance(flow, StepQueuedFlow):
+        raise FlowDefinitionError(f"flow {flow.slug!r} is already step-queued")
+    return StepQueuedFlow(flow)
 
 
 def _refs(depends_on: Iterable[StepRef] | StepRef) -> tuple[StepRef, ...]:

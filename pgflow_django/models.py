@@ -84,6 +84,11 @@ class StepType(models.TextChoices):
     MAP = "map"
 
 
+class QueueMode(models.TextChoices):
+    FLOW = "flow", "one queue for the flow"
+    STEP = "step", "a private queue per step"
+
+
 class WhenPolicy(models.TextChoices):
     """What a step does when its condition is unmet (``when_unmet``) or its retries run out."""
 
@@ -151,6 +156,7 @@ class Flow(ReadOnlyModel):
     opt_base_delay = models.IntegerField()
     opt_timeout = models.IntegerField()
     created_at = models.DateTimeField()
+    queue_mode = models.TextField(choices=QueueMode.choices, default=QueueMode.FLOW)
 
     class Meta:
         managed = False
@@ -232,6 +238,30 @@ class Worker(ReadOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.queue_name}/{self.worker_id}"
+
+
+class WorkerSupport(ReadOnlyModel):
+    """``pgflow.worker_support``: the exact (flow, step) pairs a worker runs on its queue."""
+
+    pk = models.CompositePrimaryKey("worker_id", "flow_slug", "step_slug")
+    worker = models.ForeignKey(
+        Worker,
+        models.DO_NOTHING,
+        db_column="worker_id",
+        db_constraint=False,
+        db_index=False,
+        related_name="supports",
+    )
+    flow_slug = models.TextField()
+    step_slug = models.TextField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."worker_support'
+        indexes = [models.Index(fields=["flow_slug", "step_slug"], name="worker_support_step_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.worker_id}: {self.flow_slug}/{self.step_slug}"
 
 
 class Run(ReadOnlyModel):

@@ -85,3 +85,35 @@ def validate_flow_slug(value: object, what: str = "flow slug") -> str:
 def default_queue_name(flow_slug: str) -> str:
     """A plain flow's queue: its canonical lowercase slug (PGMQ addresses tables in lowercase)."""
     return flow_slug.lower()
+
+
+MAX_QUEUE_NAME_LENGTH: Final = 47
+"""PGMQ's limit on queue names (its table names add a prefix within PostgreSQL's 63 characters)."""
+
+_QUEUE_NAME_RE: Final = re.compile(r"[a-z0-9_]{1,47}")
+
+
+def is_valid_queue_name(value: object) -> bool:
+    """True when SQL ``pgflow.is_valid_queue_name`` accepts ``value``: lowercase, digits, '_', 1..47."""
+    return isinstance(value, str) and _QUEUE_NAME_RE.fullmatch(value) is not None
+
+
+class QueueNameTooLong(InvalidSlug):
+    """Neither generated name of a step's private queue fits PGMQ's limit."""
+
+
+def step_queue_name(flow_slug: str, step_slug: str, step_index: int) -> str:
+    """A step's private queue in a step-queued flow, as SQL ``pgflow.step_queue_name`` generates it:
+    ``flow__step`` when that fits 47 characters, else ``flow__<zero-based index>``."""
+    readable = f"{flow_slug}__{step_slug}".lower()
+    if len(readable) <= MAX_QUEUE_NAME_LENGTH:
+        return readable
+    fallback = f"{flow_slug}__{step_index}".lower()
+    if len(fallback) <= MAX_QUEUE_NAME_LENGTH:
+        return fallback
+    raise QueueNameTooLong(
+        f"step {step_slug!r} of flow {flow_slug!r}: neither generated queue name {readable!r} "
+        f"({len(readable)} characters) nor {fallback!r} ({len(fallback)} characters) fits PGMQ's "
+        f"{MAX_QUEUE_NAME_LENGTH}-character limit; choose a flow slug of at most "
+        f"{MAX_QUEUE_NAME_LENGTH - 2 - len(str(step_index))} characters"
+    )

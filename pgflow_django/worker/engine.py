@@ -75,6 +75,8 @@ class ClaimedTask:
     message_id: int
     attempt: int
     input: Any
+    queue: str = ""
+    """The queue the message was read from ('' means the flow's default queue)."""
 
     @property
     def key(self) -> tuple[uuid.UUID, str, int]:
@@ -83,9 +85,20 @@ class ClaimedTask:
     def describe(self) -> str:
         """Identity for logs: never the input, message ids as decimal strings."""
         return (
-            f"queue={self.flow_slug.lower()} msg_id={self.message_id} run={self.run_id} "
+            f"queue={self.queue or self.flow_slug.lower()} msg_id={self.message_id} run={self.run_id} "
             f"step={self.step_slug}[{self.task_index}] attempt={self.attempt}"
         )
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What a worker writes to ``pgflow.workers`` and ``pgflow.worker_support``."""
+
+    worker_id: uuid.UUID
+    queue: str
+    function_name: str
+    flow_slug: str
+    step_slugs: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -115,7 +128,7 @@ with msgs as materialized (
 select ids.n, next_visible.seconds,
        t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input, t.outcome
 from ids cross join next_visible
-left join lateral pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s) as t
+left join lateral pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s, %(step)s) as t
        on cardinality(ids.arr) > 0
 """
 """Read and claim in one statement: one round trip, and a crash in between leaves nothing hidden.
@@ -170,11 +183,19 @@ class Engine:
     # -- supervisor ----------------------------------------------------------------------------
 
     def claim(
-        self, flow_slug: str, queue: str, queue_table: str, worker_id: uuid.UUID, vt: int, qty: int
+        self,
+        flow_slug: str,
+        queue: str,
+        queue_table: str,
+        worker_id: uuid.UUID,
+        vt: int,
+        qty: int,
+        step_slug: str | None = None,
     ) -> Claim:
         query = sql.SQL(_CLAIM).format(table=sql.Identifier(queue_table))
         rows = self._rows(
-            query, {"queue": queue, "vt": vt, "qty": qty, "flow": flow_slug, "worker": worker_id}
+            query,
+            {"queue": queue, "vt": vt, "qty": qty, "flow": flow_slug, "worker": worker_id, "step": step_slug},
         )
         tasks = [
             ClaimedTask(
@@ -185,6 +206,7 @@ class Engine:
                 message_id=row[6],
                 attempt=row[7],
                 input=row[8],
+                queue=queue,
             )
             for row in rows
             if row[9] == "claimed"
@@ -221,29 +243,45 @@ class Engine:
         )
         return bool(rows[0][0]), int(rows[0][1])
 
-    def register(self, worker_id: uuid.UUID, queue: str, function_name: str) -> None:
-        self._rows(
-            "insert into pgflow.workers (worker_id, queue_name, function_name) values (%s, %s, %s)",
-            [worker_id, queue, function_name],
-        )
+    def register(self, registration: Registration) -> None:
+        """Insert the worker row and its support set (the exact (flow, step) pairs it runs)."""
+        self.heartbeat(registration)
 
-    def pause(self, flow_slug: str) -> tuple[str, str | None] | None:
+    def pause(self, flow_slug: str, step_slug: str | None = None) -> tuple[str, str | None] | None:
         """The (reason, detail) of the pause on this worker's subscription, or None."""
         rows = self._rows(
-            "select reason, detail from pgflow.subscription_pause(%s) where reason is not null", [flow_slug]
+            "select reason, detail from pgflow.subscription_pause(%s, %s) where reason is not null",
+            [flow_slug, step_slug or ""],
         )
         return None if not rows else (str(rows[0][0]), rows[0][1])
 
-    def heartbeat(self, worker_id: uuid.UUID, queue: str, function_name: str) -> bool:
-        """Refresh the heartbeat (re-registering after a prune); True when an operator deprecated us."""
+    def heartbeat(self, registration: Registration) -> bool:
+        """Refresh the heartbeat (registering again, support set included, after a prune); True when
+        an operator deprecated us."""
         return bool(
             self._scalar(
                 """
-                insert into pgflow.workers (worker_id, queue_name, function_name) values (%s, %s, %s)
-                on conflict (worker_id) do update set last_heartbeat_at = now()
-                returning deprecated_at is not null
+                with worker as (
+                  insert into pgflow.workers (worker_id, queue_name, function_name)
+                  values (%(id)s, %(queue)s, %(name)s)
+                  on conflict (worker_id) do update set last_heartbeat_at = now()
+                  returning worker_id, deprecated_at is not null as deprecated, xmax = 0 as inserted
+                ), support as (
+                  insert into pgflow.worker_support (worker_id, flow_slug, step_slug)
+                  select worker.worker_id, %(flow)s, s.step_slug
+                    from worker cross join unnest(%(steps)s::text[]) as s(step_slug)
+                   where worker.inserted
+                  on conflict do nothing
+                )
+                select deprecated from worker
                 """,
-                [worker_id, queue, function_name],
+                {
+                    "id": registration.worker_id,
+                    "queue": registration.queue,
+                    "name": registration.function_name,
+                    "flow": registration.flow_slug,
+                    "steps": list(registration.step_slugs),
+                },
             )
         )
 

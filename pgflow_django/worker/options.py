@@ -13,6 +13,8 @@ class WorkerOptions:
     """Validated once at startup so a bad value is one clear error, never a crash mid-loop."""
 
     flow_slug: str
+    step_slug: str | None = None
+    """A step worker's step (its flow is step-queued); None for a plain flow's worker."""
     concurrency: int = 10
     batch_size: int = 10
     poll_interval: float = 1.0

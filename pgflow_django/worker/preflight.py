@@ -7,13 +7,13 @@ from django.db import DatabaseError, connections
 from pgflow_django.dsl import Flow
 from pgflow_django.worker.engine import first_line
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """The worker/database protocol this worker speaks; ``pgflow.protocol_version()`` must return the same."""
 
 REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "pgflow.protocol_version()",
     "pgflow.ensure_flow_compiled(text,jsonb,boolean)",
-    "pgflow.start_tasks(text,text,bigint[],uuid)",
+    "pgflow.start_tasks(text,text,bigint[],uuid,text)",
     "pgflow.subscription_pause(text,text)",
     "pgflow.complete_tasks(jsonb)",
     "pgflow.complete_task(uuid,text,integer,integer,jsonb)",
@@ -36,6 +36,28 @@ def resolve_flow(slug: str) -> Flow:
         return get_flow(slug)
     except FlowNotRegistered as exc:
         raise PreflightError(str(exc)) from None
+
+
+def resolve_subscription(flow: Flow, step_slug: str | None) -> str:
+    """The queue a worker for ``flow`` (and ``step_slug``) polls; --step is required exactly for
+    step-queued flows, and every error lists the valid choices."""
+    steps = ", ".join(flow.steps) or "none"
+    if flow.queue_mode == "step":
+        if not step_slug:
+            raise PreflightError(
+                f"flow {flow.slug!r} is step-queued: each step has its own queue and workers; pass "
+                f"--step with one of: {steps}"
+            )
+        if step_slug not in flow.steps:
+            raise PreflightError(f"flow {flow.slug!r} has no step {step_slug!r}; choose --step from: {steps}")
+        return flow.queue_for(step_slug)
+    if step_slug:
+        raise PreflightError(
+            f"flow {flow.slug!r} is a plain flow: one queue {flow.slug.lower()!r} serves all its steps "
+            f"({steps}), so drop --step; for a worker per step, deploy with_step_queues(flow) under a "
+            "new slug"
+        )
+    return flow.slug.lower()
 
 
 def check_database(using: str = "default") -> None:

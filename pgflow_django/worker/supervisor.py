@@ -23,10 +23,17 @@ import psycopg
 from pgflow_django.dsl import Flow
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.completer import Completer
-from pgflow_django.worker.engine import ClaimedTask, Engine, connection_params, first_line, is_transient
+from pgflow_django.worker.engine import (
+    ClaimedTask,
+    Engine,
+    Registration,
+    connection_params,
+    first_line,
+    is_transient,
+)
 from pgflow_django.worker.listener import Listener, insert_channel
 from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.preflight import PreflightError, check_database
+from pgflow_django.worker.preflight import PreflightError, check_database, resolve_subscription
 from pgflow_django.worker.runner import Runner
 from pgflow_django.worker.state import WorkerState
 
@@ -44,9 +51,22 @@ class Worker:
         self.flow = flow
         self.options = options
         self.worker_id = uuid.uuid4()
-        self.queue = flow.slug.lower()
-        """A plain flow's queue: its canonical default queue, lower(flow_slug)."""
-        self.function_name = flow.slug
+        self.step_slug = options.step_slug or None
+        self.queue = resolve_subscription(flow, self.step_slug)
+        """The one queue this worker polls: a plain flow's default queue, or its step's private queue."""
+        self.function_name = flow.slug if self.step_slug is None else f"{flow.slug}.{self.step_slug}"
+        self.registration = Registration(
+            worker_id=self.worker_id,
+            queue=self.queue,
+            function_name=self.function_name,
+            flow_slug=flow.slug,
+            step_slugs=(self.step_slug,) if self.step_slug else tuple(flow.steps),
+        )
+        self.subscription = f"flow={flow.slug}" + (f" step={self.step_slug}" if self.step_slug else "")
+        """How logs name what this worker runs: its flow, its step if any (the queue is logged beside)."""
+        self.resume_command = f"manage.py pgflow_resume {flow.slug}" + (
+            f" --step {self.step_slug}" if self.step_slug else ""
+        )
         self.state = WorkerState(options.concurrency)
         self._params: dict[str, Any] = {}
         self.engine: Engine | None = None
@@ -74,12 +94,12 @@ class Worker:
         result = compile_flow(self.flow, using=self.options.using)
         self._params = connection_params(self.options.using)
         self.engine = Engine(self._params, "supervisor")
-        paused = self.engine.pause(self.flow.slug)
+        paused = self.engine.pause(self.flow.slug, self.step_slug)
         if paused is not None:
             reason, detail = paused
             raise PreflightError(
-                f"flow {self.flow.slug} is paused ({reason}{': ' + detail if detail else ''}); "
-                f"clear it with manage.py pgflow_resume {self.flow.slug} once it is safe to run"
+                f"{self.subscription} is paused ({reason}{': ' + detail if detail else ''}); "
+                f"clear it with {self.resume_command} once it is safe to run"
             )
         self.queue_table = self.engine.queue_table(self.queue)
         notifies, throttle_ms = self.engine.insert_notifications(self.queue, self.queue_table)
@@ -107,7 +127,7 @@ class Worker:
         """Register, then start the listener, completer and handler threads."""
         assert self.engine is not None, "call prepare() first"
         opts = self.options
-        self.engine.register(self.worker_id, self.queue, self.function_name)
+        self.engine.register(self.registration)
         self._registered = True
         self.completer = Completer(
             Engine(self._params, "completer"),
@@ -121,9 +141,10 @@ class Worker:
         self.pool = ThreadPoolExecutor(max_workers=opts.concurrency, thread_name_prefix="pgflow-handler")
         self.runner = Runner(self.flow, self.state, self.completer, opts.using)
         logger.info(
-            "worker %s started queue=%s concurrency=%d batch=%d (at most %d database connections)",
+            "worker %s started queue=%s %s concurrency=%d batch=%d (at most %d database connections)",
             self.worker_id,
             self.queue,
+            self.subscription,
             opts.concurrency,
             opts.batch_size,
             opts.max_connections,
@@ -176,15 +197,15 @@ class Worker:
             try:
                 now = time.monotonic()
                 if now >= next_heartbeat:
-                    if engine.heartbeat(self.worker_id, self.queue, self.function_name):
+                    if engine.heartbeat(self.registration):
                         logger.warning("worker %s was deprecated: stopping", self.worker_id)
                         self.state.request_stop()
                         break
-                    paused = engine.pause(self.flow.slug)
+                    paused = engine.pause(self.flow.slug, self.step_slug)
                     if paused is not None:
                         logger.warning(
-                            "flow %s was paused (%s): stopping queue=%s",
-                            self.flow.slug,
+                            "%s was paused (%s): stopping queue=%s",
+                            self.subscription,
                             paused[0],
                             self.queue,
                         )
@@ -217,17 +238,17 @@ class Worker:
                     self.worker_id,
                     opts.read_visibility_seconds,
                     qty,
+                    self.step_slug,
                 )
                 backoff.reset()
                 if claim.fatal:
                     logger.error(
                         "unsupported work on queue=%s msg_ids=%s: claimed nothing, made the batch "
-                        "visible and paused flow %s; stopping (inspect the messages, then "
-                        "manage.py pgflow_resume %s)",
+                        "visible and paused %s; stopping (inspect the messages, then %s)",
                         self.queue,
                         ",".join(map(str, claim.fatal)),
-                        self.flow.slug,
-                        self.flow.slug,
+                        self.subscription,
+                        self.resume_command,
                     )
                     self.fatal = True
                     self.state.request_stop()
@@ -320,7 +341,7 @@ class Worker:
         while not drained and time.monotonic() < deadline:
             if self.engine is not None and self._registered:
                 self._bounded(
-                    lambda engine: engine.heartbeat(self.worker_id, self.queue, self.function_name),
+                    lambda engine: engine.heartbeat(self.registration),
                     "heartbeat while draining",
                     attempts=1,
                 )

@@ -254,6 +254,8 @@ def test_shape_matches_the_documented_json() -> None:
     shape = build_orders().shape()
     assert shape == {
         "options": {"max_attempts": 3, "base_delay": 1, "timeout": 60},
+        "queue_mode": "flow",
+        "route": {step: "process_order" for step in ("validate", "charge", "notify", "summarize")},
         "steps": [
             {
                 "slug": "validate",
@@ -303,6 +305,8 @@ def test_shape_matches_the_documented_json() -> None:
 def test_empty_flow_shape() -> None:
     assert Flow("empty", max_attempts=1, base_delay=0, timeout=1).shape() == {
         "options": {"max_attempts": 1, "base_delay": 0, "timeout": 1},
+        "queue_mode": "flow",
+        "route": {},
         "steps": [],
     }
 
@@ -314,7 +318,8 @@ def test_copy_keeps_the_dag_under_a_new_slug() -> None:
     original = build_orders()
     twin = original.copy(slug="process_order_v2")
     assert twin.slug == "process_order_v2"
-    assert twin.shape() == original.shape()
+    assert twin.shape()["steps"] == original.shape()["steps"]
+    assert set(twin.route().values()) == {"process_order_v2"}
     assert twin.options == original.options
     assert twin.steps["charge"] is original.steps["charge"]
 

@@ -13,26 +13,30 @@ from pgflow_django.operations import resume
 
 class Command(PgflowCommand):
     help = (
-        "Clear the pause of a worker subscription (a flow), whether an operator set it (pgflow_pause)\n"
+        "Clear the pause of a worker subscription (a flow, or with --step one step of a step-queued flow),\n"
+        "whether an operator set it (pgflow_pause)\n"
         "or a worker did when it met unsupported messages (reason fatal: inspect those messages first).\n"
         "Workers started afterwards run normally."
     )
     examples = """
   manage.py pgflow_resume process_order
+  manage.py pgflow_resume support_steps --step deliver
 
 exit codes: 0 cleared, or nothing was paused; 1 error; 2 bad arguments
 """
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("flow", help="flow slug whose pause to clear")
+        parser.add_argument("--step", default="", help="clear the pause of this step's workers only")
         parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
 
     def run(self, *args: Any, **options: Any) -> None:
-        cleared = resume(options["flow"])
+        cleared = resume(options["flow"], options["step"])
         if options["format"] == "json":
             self.write_json({"cleared": None if cleared is None else asdict(cleared)})
         elif cleared is None:
-            self.stdout.write(f"{options['flow']} was not paused")
+            step = f" --step {options['step']}" if options["step"] else ""
+            self.stdout.write(f"{options['flow']}{step} was not paused")
         else:
             self.stdout.write(
                 f"resumed {cleared.flow_slug} (was paused: {cleared.reason}"

@@ -29,6 +29,8 @@ class Command(PgflowCommand):
     help = (
         "Run a worker for one flow: check the database, compile or verify the flow (the pgflow_compile\n"
         "code path), register in pgflow.workers, then claim and run its tasks until SIGTERM or SIGINT.\n"
+        "A plain flow has one queue for all its steps; a step-queued flow (with_step_queues) has one per\n"
+        "step, and each of its workers runs one step: --step is required for it and refused otherwise.\n"
         "The first signal stops polling and lets in-flight tasks finish within --shutdown-timeout\n"
         "(the rest are released); a second one exits at once and leaves them to stalled-task recovery.\n"
         "A worker holds at most --concurrency + 3 database connections. Defaults come from\n"
@@ -36,6 +38,7 @@ class Command(PgflowCommand):
     )
     examples = """
   manage.py pgflow_worker --flow process_order
+  manage.py pgflow_worker --flow support_steps --step deliver --concurrency 4
   manage.py pgflow_worker --flow process_order --concurrency 20 --batch-size 20
   manage.py pgflow_worker --flow process_order --shutdown-timeout 120
 
@@ -45,6 +48,11 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--flow", required=True, help="slug of the flow whose queue to work")
+        parser.add_argument(
+            "--step",
+            help="for a step-queued flow: the one step whose private queue to work (required there, "
+            "refused for a plain flow)",
+        )
         parser.add_argument(
             "--concurrency", type=positive_int, help="handler threads (default: PGFLOW WORKER_CONCURRENCY)"
         )
@@ -92,6 +100,7 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
             flow = resolve_flow(options["flow"])
             worker_options = WorkerOptions.from_settings(
                 flow.slug,
+                step_slug=options["step"],
                 concurrency=options["concurrency"],
                 batch_size=options["batch_size"],
                 poll_interval=options["poll_interval"],
@@ -104,7 +113,7 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
             status = worker.prepare()
         except (PreflightError, FlowMismatch, ValueError) as exc:
             raise CommandError(str(exc)) from None
-        logger.info("flow %s %s", flow.slug, status)
+        logger.info("%s %s", worker.subscription, status)
         code = worker.run()
         if worker.abandoned_handlers:
             # Handler threads still running past the shutdown timeout cannot be joined; their tasks

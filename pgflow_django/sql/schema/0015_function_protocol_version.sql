@@ -6,5 +6,5 @@ returns integer
 language sql
 immutable
 as $$
-  select 2
+  select 3
 $$;

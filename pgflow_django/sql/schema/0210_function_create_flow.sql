@@ -1,12 +1,15 @@
 -- Idempotent: the flow row is created once (options of an existing flow are left as they are; the
--- compiler updates them). No queue DDL here: add_step and the compiler provision the flow's queue
--- through pgflow.provision_generated_queue. A new flow whose default queue lower(flow_slug) already
--- exists in PGMQ, or that differs only in case from an existing flow, is refused.
+-- compiler updates them). No queue DDL here: add_step and the compiler provision the flow's queues
+-- through pgflow.provision_generated_queue. queue_mode 'flow' routes every step to the default queue
+-- lower(flow_slug), 'step' gives each step a private generated queue; it is fixed for a concrete
+-- slug. A new flow whose default queue name already exists in PGMQ (the name stays reserved in both
+-- modes), or that differs only in case from an existing flow, is refused.
 create or replace function pgflow.create_flow(
   flow_slug text,
   max_attempts integer default null,
   base_delay integer default null,
-  timeout integer default null
+  timeout integer default null,
+  queue_mode text default 'flow'
 )
 returns pgflow.flows
 language plpgsql
@@ -29,6 +32,18 @@ begin
       using errcode = '22023';
   end if;
 
+  if queue_mode is null or queue_mode not in ('flow', 'step') then
+    raise exception 'flow %: queue_mode must be flow or step, got %', flow_slug, quote_literal(coalesce(queue_mode, 'NULL'))
+      using errcode = '22023';
+  end if;
+  if exists (select 1 from pgflow.flows as f
+              where f.flow_slug = create_flow.flow_slug and f.queue_mode <> create_flow.queue_mode) then
+    raise exception 'flow % exists with queue mode %, not %: a concrete flow''s queue mode is fixed; compile the changed flow under a new slug',
+      quote_literal(flow_slug), (select f.queue_mode from pgflow.flows as f where f.flow_slug = create_flow.flow_slug),
+      queue_mode
+      using errcode = '23505';
+  end if;
+
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = create_flow.flow_slug) then
     if exists (select 1 from pgflow.flows as f where lower(f.flow_slug) = lower(create_flow.flow_slug)) then
       raise exception 'flow slug % differs only in case from the existing flow %, whose queue it would share: choose another slug',
@@ -44,8 +59,8 @@ begin
     end if;
   end if;
 
-  insert into pgflow.flows (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout)
-  values (flow_slug, coalesce(max_attempts, 3), coalesce(base_delay, 1), coalesce(timeout, 60))
+  insert into pgflow.flows (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout, queue_mode)
+  values (flow_slug, coalesce(max_attempts, 3), coalesce(base_delay, 1), coalesce(timeout, 60), queue_mode)
   on conflict on constraint flows_pkey do nothing;
 
   select * into v_flow from pgflow.flows as f where f.flow_slug = create_flow.flow_slug;

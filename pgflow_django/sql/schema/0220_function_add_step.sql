@@ -1,7 +1,8 @@
 -- Appends a step in definition order. Idempotent for an identical definition; any other change to an
 -- existing step is refused (a concrete flow's shape is fixed: compile a new slug instead). The
--- step's queue (omitted: the flow's default queue lower(flow_slug), the only route of a plain flow)
--- is checked and provisioned through pgflow.provision_generated_queue.
+-- step's queue is generated, never chosen: the default queue lower(flow_slug) in a plain flow, the
+-- step's private pgflow.step_queue_name in a step-queued flow. A queue_name argument must equal it;
+-- it is checked and provisioned through pgflow.provision_generated_queue.
 create or replace function pgflow.add_step(
   flow_slug text,
   step_slug text,
@@ -25,9 +26,12 @@ declare
   v_existing pgflow.steps;
   v_missing text[];
   v_step pgflow.steps;
-  v_queue text := coalesce(queue_name, lower(flow_slug));
+  v_mode text;
+  v_index integer;
+  v_queue text;
 begin
-  if not exists (select 1 from pgflow.flows as f where f.flow_slug = add_step.flow_slug) then
+  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = add_step.flow_slug;
+  if not found then
     raise exception 'flow % does not exist: create it with pgflow.create_flow first', quote_literal(flow_slug)
       using errcode = '22023';
   end if;
@@ -63,9 +67,16 @@ begin
       using errcode = '22023';
   end if;
 
-  if v_queue <> lower(flow_slug) then
-    raise exception 'step %.%: queue % is not a route of flow %; a plain flow routes every step to its default queue %',
-      flow_slug, step_slug, quote_literal(v_queue), quote_literal(flow_slug), quote_literal(lower(flow_slug))
+  select s.step_index into v_index from pgflow.steps as s
+   where s.flow_slug = add_step.flow_slug and s.step_slug = add_step.step_slug;
+  if not found then
+    v_index := coalesce((select max(s.step_index) + 1 from pgflow.steps as s where s.flow_slug = add_step.flow_slug), 0);
+  end if;
+  v_queue := case v_mode when 'step' then pgflow.step_queue_name(flow_slug, step_slug, v_index) else lower(flow_slug) end;
+  if queue_name is not null and queue_name <> v_queue then
+    raise exception 'step %.%: queue % is not its route; % routes it to its generated queue %',
+      flow_slug, step_slug, quote_literal(queue_name),
+      case v_mode when 'step' then 'a step-queued flow' else 'a plain flow' end, quote_literal(v_queue)
       using errcode = '22023';
   end if;
   if exists (select 1 from pgflow.steps as s
@@ -111,9 +122,7 @@ begin
     required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted, queue_name
   )
   values (
-    flow_slug, step_slug, step_type,
-    coalesce((select max(s.step_index) + 1 from pgflow.steps as s where s.flow_slug = add_step.flow_slug), 0),
-    cardinality(v_deps),
+    flow_slug, step_slug, step_type, v_index, cardinality(v_deps),
     max_attempts, base_delay, timeout, start_delay,
     required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted, v_queue
   )

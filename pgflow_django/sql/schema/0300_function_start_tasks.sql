@@ -8,17 +8,24 @@
 --   ineligible  a queued task whose run or step is not started: untouched
 --   missing     the message is no longer in the queue: nothing to do
 --   foreign     no task and the body is not pgflow-shaped: archived (the worker warns)
---   fatal       no task but a pgflow-shaped body, or the task belongs to another flow's route
+--   fatal       no task but a pgflow-shaped body, or the task belongs to another flow's route or,
+--               for a step worker, to another step
+-- step_slug is the exact step selector of a step worker (the step's private queue); a plain worker
+-- passes NULL and supports every step of its flow. A step-queued flow requires the selector, and the
+-- selected step must be routed to queue_name: either mistake raises before anything is read.
 -- If any message is fatal, nothing is claimed or archived: every message of the batch is made
--- visible now (outcome 'released' for the others), the subscription (flow_slug, '') is paused with
--- reason 'fatal', and the rows are returned rather than an error raised, so the reset and the pause
--- commit. The worker then stops with one error naming the queue and message ids.
-create or replace function pgflow.start_tasks(queue_name text, flow_slug text, msg_ids bigint[], worker_id uuid)
+-- visible now (outcome 'released' for the others), the subscription (flow_slug, step_slug or '') is
+-- paused with reason 'fatal', and the rows are returned rather than an error raised, so the reset
+-- and the pause commit. The worker then stops with one error naming the queue and message ids.
+create or replace function pgflow.start_tasks(
+  queue_name text, flow_slug text, msg_ids bigint[], worker_id uuid, step_slug text default null
+)
 returns setof pgflow.claim_record
 language plpgsql
 as $$
 declare
   v_queue text := lower(queue_name);
+  v_mode text;
   v_ids bigint[];
   v_outcomes text[];
   v_runs uuid[];
@@ -29,6 +36,24 @@ declare
   v_fatal bigint[];
   v_claimed pgflow.step_tasks[];
 begin
+  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = start_tasks.flow_slug;
+  if not found then
+    raise exception 'flow % does not exist: compile it before claiming its tasks', quote_literal(coalesce(flow_slug, 'NULL'))
+      using errcode = '22023';
+  end if;
+  if step_slug is null and v_mode = 'step' then
+    raise exception 'flow % is step-queued: claim with the exact step selector (start_tasks(..., step_slug))',
+      quote_literal(flow_slug)
+      using errcode = '22023';
+  end if;
+  if step_slug is not null and not exists (
+       select 1 from pgflow.steps as s
+        where s.flow_slug = start_tasks.flow_slug and s.step_slug = start_tasks.step_slug
+          and s.queue_name = v_queue) then
+    raise exception 'step % of flow % is not routed to queue %: a step worker polls its step''s own queue',
+      quote_literal(step_slug), quote_literal(flow_slug), quote_literal(v_queue)
+      using errcode = '22023';
+  end if;
   if msg_ids is null or cardinality(msg_ids) = 0 then
     return;
   end if;
@@ -41,6 +66,7 @@ begin
          array_agg(case
                      when t.run_id is null then null
                      when t.flow_slug <> start_tasks.flow_slug then 'fatal'
+                     when t.step_slug <> coalesce(start_tasks.step_slug, t.step_slug) then 'fatal'
                      when t.status in ('completed', 'failed', 'skipped', 'cancelled') then 'terminal'
                      when t.status = 'started' then 'started'
                      when r.status = 'started' and ss.status = 'started' then 'claimed'
@@ -82,7 +108,7 @@ begin
     perform pgflow.set_vt_batch(v_queue, array_agg(e.id), array_agg(0))
        from unnest(v_ids, v_outcomes) as e(id, outcome) where e.outcome <> 'missing';
     insert into pgflow.worker_pauses (flow_slug, step_slug, queue_name, reason, detail)
-    values (start_tasks.flow_slug, '', v_queue, 'fatal',
+    values (start_tasks.flow_slug, coalesce(start_tasks.step_slug, ''), v_queue, 'fatal',
             format('unsupported work on queue %s: message ids %s', v_queue,
                    (select string_agg(f::text, ',' order by f) from unnest(v_fatal) as f)))
     on conflict on constraint worker_pauses_pkey do update

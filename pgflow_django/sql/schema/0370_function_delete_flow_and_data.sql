@@ -1,6 +1,7 @@
 -- Deletes one concrete flow: runs, states, tasks, steps and dependencies, then drops the queues
--- generated for it, then the flow row last. Every queue of the flow's persisted route is validated
--- first (exactly one pgmq.meta spelling, its objects present, referenced by no other flow): a
+-- generated for it (a plain flow's default queue, a step-queued flow's private step queues, with
+-- their archives), then the flow row last. Every queue of the persisted route (pgflow.flow_queues)
+-- is validated first (exactly one pgmq.meta spelling, its objects present, referenced by no other flow): a
 -- missing, ambiguous, malformed or shared queue fails the whole call and drops nothing. Runtime rows
 -- are locked before the queues (the order every writer uses). Messages are not archived one by one:
 -- dropping a queue drops its table and archive together. Serialised with compilation by the
@@ -24,9 +25,7 @@ begin
   perform 1 from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug order by r.run_id for update;
 
   select array_agg(distinct q order by q) into v_queues
-    from (select lower(delete_flow_and_data.flow_slug) as q
-          union
-          select s.queue_name from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug) as route;
+    from pgflow.flow_queues(delete_flow_and_data.flow_slug) as q;
 
   foreach v_queue in array v_queues loop
     select s.flow_slug into v_other from pgflow.steps as s

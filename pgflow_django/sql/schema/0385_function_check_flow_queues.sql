@@ -1,5 +1,5 @@
--- Verifies that every queue of a persisted flow's route (its default queue and each step's queue)
--- exists exactly once in pgmq.meta with its queue table, archive table and sequence.
+-- Verifies that every queue of a persisted flow's route (pgflow.flow_queues) exists exactly once in
+-- pgmq.meta with its queue table, archive table and sequence.
 create or replace function pgflow.check_flow_queues(flow_slug text)
 returns void
 language plpgsql
@@ -10,9 +10,7 @@ declare
   v_problem text;
 begin
   for v_queue in
-    select lower(check_flow_queues.flow_slug)
-    union
-    select s.queue_name from pgflow.steps as s where s.flow_slug = check_flow_queues.flow_slug
+    select q from pgflow.flow_queues(check_flow_queues.flow_slug) as q
   loop
     perform pgflow.resolve_queue_spelling(v_queue);
     v_problem := pgflow.queue_objects_problem(v_queue);

@@ -1,10 +1,13 @@
 -- The startup compiler: one entry point that takes a flow's complete ordered definition under a
--- per-flow advisory lock and answers compiled (created now), verified (same shape; runtime options
--- updated in place and listed), mismatch (nothing changed; differences listed) or recompiled (a
--- mismatch replaced because allow_recompile is set: the flow's data is deleted first). Every queue
--- of the route is checked before anything changes: a new flow never adopts an existing queue, a
--- verified flow's queues must exist with all their objects. Takes the migration lock in shared mode,
--- so compilations never interleave with a pgflow migration.
+-- per-flow advisory lock and answers compiled (created now), verified (same shape and routing;
+-- runtime options updated in place and listed), mismatch (nothing changed; differences listed, and
+-- "mismatch" says whether the shape, the routing or both differ) or recompiled (a mismatch replaced
+-- because allow_recompile is set: the flow's data is deleted first). Routing is the queue mode
+-- ('flow' or 'step') and the route it generates; the definition may carry the route its client
+-- generated ("route": {step: queue}), which must equal the one generated here. Every generated name
+-- is validated before anything changes; a new flow never adopts an existing queue, a verified
+-- flow's queues must exist with all their objects. Takes the migration lock in shared mode, so
+-- compilations never interleave with a pgflow migration.
 create or replace function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_recompile boolean default false)
 returns jsonb
 language plpgsql
@@ -14,16 +17,51 @@ declare
   v_expected jsonb;
   v_found jsonb;
   v_differences text[];
+  v_route_differences text[];
   v_updated text[];
   v_status text := 'compiled';
   v_options jsonb := coalesce(shape->'options', '{}'::jsonb);
+  v_mode text := coalesce(shape->>'queue_mode', 'flow');
+  v_route jsonb;
+  v_mismatch text[] := '{}';
+  v_bad_slug text;
 begin
   if shape is null or jsonb_typeof(shape->'steps') <> 'array' then
     raise exception 'ensure_flow_compiled(%): shape must be a JSON object with a "steps" array', quote_literal(coalesce(flow_slug, 'NULL'))
       using errcode = '22023';
   end if;
+  if v_mode not in ('flow', 'step') then
+    raise exception 'flow %: queue_mode must be flow or step, got %', quote_literal(coalesce(flow_slug, 'NULL')), quote_literal(v_mode)
+      using errcode = '22023';
+  end if;
+  if v_mode = 'step' and jsonb_array_length(shape->'steps') = 0 then
+    raise exception 'step-queued flow % has no steps: add steps before with_step_queues', quote_literal(coalesce(flow_slug, 'NULL'))
+      using errcode = '22023';
+  end if;
   perform pg_advisory_xact_lock_shared(hashtextextended('pgflow:migrate', 0));
   perform pg_advisory_xact_lock(hashtextextended('pgflow:compile:' || flow_slug, 0));
+
+  select x.e->>'slug' into v_bad_slug from jsonb_array_elements(shape->'steps') as x(e)
+   where jsonb_typeof(x.e->'slug') is distinct from 'string' or not pgflow.is_valid_slug(x.e->>'slug')
+   limit 1;
+  if found then
+    raise exception 'invalid step slug % in flow %: use letters, digits and single underscores, starting with a letter, at most 128 characters, not a reserved word',
+      quote_literal(coalesce(v_bad_slug, 'NULL')), quote_literal(flow_slug)
+      using errcode = '22023';
+  end if;
+
+  -- the route this definition generates, every name validated before anything changes
+  select coalesce(jsonb_object_agg(x.e->>'slug',
+           case v_mode when 'step' then pgflow.step_queue_name(flow_slug, x.e->>'slug', (x.n - 1)::integer)
+                       else lower(flow_slug) end), '{}'::jsonb)
+    into v_route
+    from jsonb_array_elements(shape->'steps') with ordinality as x(e, n);
+  perform pgmq.validate_queue_name(r.queue) from jsonb_each_text(v_route) as r(step, queue);
+  if shape ? 'route' and shape->'route' is distinct from v_route then
+    raise exception 'flow %: the client generated the route % but the database generates %; deploy pgflow_django code and migrations of the same release',
+      quote_literal(flow_slug), shape->'route', v_route
+      using errcode = '22023';
+  end if;
 
   if exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then
     select jsonb_build_object('steps', coalesce(jsonb_agg(jsonb_build_object(
@@ -38,7 +76,26 @@ begin
       from jsonb_array_elements(shape->'steps') with ordinality as x(e, n);
     v_found := pgflow.flow_shape(flow_slug);
 
-    if v_expected = v_found then
+    if v_expected <> v_found then
+      v_mismatch := v_mismatch || 'shape'::text;
+    end if;
+    select array_agg(diff order by ord) into v_route_differences
+      from (
+        select 0 as ord, format('queue mode: %s in the definition, %s in the database', v_mode, f.queue_mode) as diff
+          from pgflow.flows as f
+         where f.flow_slug = ensure_flow_compiled.flow_slug and f.queue_mode <> v_mode
+        union all
+        select s.step_index + 1, format('route of step %s: queue %s in the definition, %s in the database',
+                                        s.step_slug, v_route->>s.step_slug, s.queue_name)
+          from pgflow.steps as s
+         where s.flow_slug = ensure_flow_compiled.flow_slug and v_route ? s.step_slug
+           and v_route->>s.step_slug <> s.queue_name
+      ) as d;
+    if v_route_differences is not null then
+      v_mismatch := v_mismatch || 'routing'::text;
+    end if;
+
+    if cardinality(v_mismatch) = 0 then
       v_status := 'verified';
       perform pgflow.check_flow_queues(flow_slug);
     else
@@ -58,8 +115,10 @@ begin
                       with ordinality as k(key, n)
            where ex->k.key is distinct from fo->k.key
         ) as d;
+      v_differences := coalesce(v_differences, '{}') || coalesce(v_route_differences, '{}');
       if not allow_recompile then
-        return jsonb_build_object('status', 'mismatch', 'differences', to_jsonb(v_differences), 'options_updated', '[]'::jsonb);
+        return jsonb_build_object('status', 'mismatch', 'mismatch', to_jsonb(v_mismatch),
+                                  'differences', to_jsonb(v_differences), 'options_updated', '[]'::jsonb);
       end if;
       perform pgflow.delete_flow_and_data(flow_slug);
       v_status := 'recompiled';
@@ -114,8 +173,10 @@ begin
   end if;
 
   perform pgflow.create_flow(flow_slug, (v_options->>'max_attempts')::integer,
-                             (v_options->>'base_delay')::integer, (v_options->>'timeout')::integer);
-  perform pgflow.provision_generated_queue(flow_slug, lower(flow_slug));
+                             (v_options->>'base_delay')::integer, (v_options->>'timeout')::integer, v_mode);
+  if v_mode = 'flow' then
+    perform pgflow.provision_generated_queue(flow_slug, lower(flow_slug));
+  end if;
   for v_step in select e from jsonb_array_elements(shape->'steps') as x(e)
   loop
     perform pgflow.add_step(
