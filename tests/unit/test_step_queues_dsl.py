@@ -22,7 +22,7 @@ def build_support(slug: str = "support") -> Flow:
 
     @flow.map(array=classify, timeout=5)
     def enrich(item: Any) -> str:
-        return item
+        return str(item)
 
     @flow.step(depends_on=[classify, enrich], if_={"classify": ["a"]})
     def deliver(deps: Any) -> str:
@@ -140,7 +140,7 @@ def test_45_character_flow_slug_cannot_be_step_queued() -> None:
 def test_python_mirror_raises_a_slug_error() -> None:
     """The slug-level helper raises InvalidSlug (a ValueError) that with_step_queues turns into a
     FlowDefinitionError; both name the two candidates."""
-    with pytest.raises(InvalidSlug, match="'x{45}__step'.*'x{45}__3'"):
+    with pytest.raises(InvalidSlug, match=r"'x{45}__step'.*'x{45}__3'"):
         step_queue_name("x" * 45, "step", 3)
     assert step_queue_name("Shop", "Pay", 7) == "shop__pay"
 
@@ -149,7 +149,7 @@ def test_python_mirror_raises_a_slug_error() -> None:
 
 
 def test_empty_flow_is_refused() -> None:
-    with pytest.raises(FlowDefinitionError, match="'nothing_yet'.*no steps"):
+    with pytest.raises(FlowDefinitionError, match=r"'nothing_yet'.*no steps"):
         with_step_queues(Flow("nothing_yet"))
 
 
