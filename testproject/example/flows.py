@@ -116,3 +116,13 @@ def nap(item: Any, ctx: TaskContext) -> Any:
     if item.get("on_attempt", 1) == ctx.attempt:
         time.sleep(item.get("sleep", 0))
     return {"attempt": ctx.attempt}
+
+
+# The support-thread pipeline, plain and step-queued (support.py), and its hand-written equivalent
+# (support_manual.py): imported here so that workers register them.
+from testproject.example.support import support_thread, support_thread_steps  # noqa: E402, F401
+from testproject.example.support_manual import (  # noqa: E402, F401
+    support_ack,
+    support_classify,
+    support_route,
+)

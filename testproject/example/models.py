@@ -18,3 +18,23 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.flow}:{self.key}#{self.attempt}"
+
+
+class SupportThread(models.Model):
+    """A customer's support thread: the domain row the support pipeline moves through its states.
+
+    ``acknowledged_at`` is set by the latency-sensitive step (the customer sees a reply), ``labels`` and
+    ``team`` by classification and routing; ``routed_at`` marks the end of the pipeline.
+    """
+
+    subject = models.CharField(max_length=200)
+    messages = models.JSONField(default=list)
+    acknowledged_at = models.DateTimeField(null=True)
+    labels = models.JSONField(default=list)
+    team = models.CharField(max_length=50, blank=True)
+    routed_at = models.DateTimeField(null=True)
+    classify_done = models.BooleanField(default=False)
+    """Used only by the hand-written variant (support_manual.py), which tracks progress itself."""
+
+    def __str__(self) -> str:
+        return f"thread {self.pk}: {self.subject}"
