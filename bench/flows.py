@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pgflow_django import Flow
+from pgflow_django import Flow, with_step_queues
 
 MAP_SIZE = 100
 """Elements of the map flow's input array: one run of ``bench_map`` is this many tasks."""
@@ -38,3 +38,22 @@ def chain_third(deps: Any) -> None:
 def map_each(item: Any) -> Any:
     """Return the element unchanged."""
     return item
+
+
+starve = Flow("bench_starve")
+"""A map step beside a latency-sensitive sibling: the starvation scenario's flow (plain)."""
+
+
+@starve.map(slug="bulk")
+def starve_bulk(item: Any) -> Any:
+    """Return the element unchanged."""
+    return item
+
+
+@starve.step(slug="ack")
+def starve_ack(flow_input: Any) -> None:
+    """Do nothing; its wait is what the scenario measures."""
+
+
+starve_steps = with_step_queues(starve.copy(slug="bench_starve_steps"))
+"""The same flow with a private queue per step, so ``ack`` has its own worker."""

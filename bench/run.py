@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from bench.phases import (
     wait_finished,
 )
 from bench.report import Figure, Report, Target
+from bench.starvation import StarvationSizes, measure_starvation
 from bench.workers import RssSampler, WorkerGroup
 
 FLOWS = (
@@ -79,6 +80,7 @@ class Sizes:
     timeout: float
     counts: dict[str, tuple[int, ...]]
     """Worker (and SQL-only) process counts measured, by flow slug."""
+    starvation: StarvationSizes
 
     def plan(self, flows: Sequence[BenchFlow] = ()) -> list[tuple[BenchFlow, int]]:
         """Every (flow, process count) pair to measure, flows in order."""
@@ -92,6 +94,9 @@ FULL = Sizes(
     latency_runs=200,
     timeout=600.0,
     counts={"bench_one": (1, 2), "bench_chain": (1, 2), "bench_map": (1, 2)},
+    starvation=StarvationSizes(
+        backlog_runs=4, backlog_elements=1000, probes=40, probe_spacing=0.05, timeout=300.0
+    ),
 )
 QUICK = Sizes(
     raw_seconds=0.2,
@@ -100,6 +105,9 @@ QUICK = Sizes(
     latency_runs=5,
     timeout=120.0,
     counts={"bench_one": (1, 2), "bench_chain": (1,), "bench_map": (1,)},
+    starvation=StarvationSizes(
+        backlog_runs=1, backlog_elements=20, probes=3, probe_spacing=0.01, timeout=120.0
+    ),
 )
 """A smoke run: every code path once (2 processes only for the 1-step flow), figures meaningless."""
 
@@ -125,6 +133,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-workers", action="store_true", help="only the raw and SQL-only figures")
     parser.add_argument(
+        "--no-starvation", action="store_true", help="skip the starvation scenario (plain vs step-queued)"
+    )
+    parser.add_argument(
         "--sync-off",
         action="store_true",
         help="also measure the raw 2-client and 1-step figures with synchronous_commit off, shown beside",
@@ -147,10 +158,10 @@ def setup_django(url: str) -> bool:
 
     django.setup()
     call_command("migrate", verbosity=0)
-    from bench.flows import chain, fanout, one
+    from bench.flows import chain, fanout, one, starve, starve_steps
     from pgflow_django.compiler import compile_flow
 
-    for flow in (one, chain, fanout):
+    for flow in (one, chain, fanout, starve, starve_steps):
         compile_flow(flow)
     return "pgflow_worker" in get_commands()
 
@@ -403,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "server_default_synchronous_commit": default_sync,
             "database": args.database,
             "embedded": embedded,
-            "sizes": sizes.__dict__,
+            "sizes": asdict(sizes),
             "worker_args": args.worker_args,
             "sql_batch": args.sql_batch,
             "python": sys.version.split()[0],
@@ -426,6 +437,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench.say("worker processes")
             with tempfile.TemporaryDirectory(prefix="pgflow-bench-") as logs, RssSampler() as sampler:
                 bench.measure_workers(sampler, Path(logs), sizes.plan(), profile=args.profile)
+                if not args.no_starvation:
+                    bench.say("starvation: a step beside a map backlog, plain and step-queued")
+                    for figure in measure_starvation(
+                        url, sizes.starvation, sampler, Path(logs) / "starvation", bench.worker_args
+                    ):
+                        report.add(figure)
                 report.add(
                     Figure(
                         key="rss_peak",
