@@ -87,9 +87,11 @@ def describe_flow(slug: str, *, using: str = "default") -> FlowSummary:
             select exists (select 1 from pgflow.flows where flow_slug = %(slug)s),
                    (select count(*) from pgflow.runs where flow_slug = %(slug)s),
                    (select count(*) from pgflow.runs where flow_slug = %(slug)s and status = 'started'),
-                   (select count(*) from pgflow.workers
-                     where queue_name = %(slug)s and stopped_at is null
-                       and last_heartbeat_at > now() - make_interval(secs => %(live_after)s))
+                   (select count(*) from pgflow.workers as w
+                     where w.stopped_at is null and w.deprecated_at is null
+                       and w.last_heartbeat_at > now() - make_interval(secs => %(live_after)s)
+                       and exists (select 1 from pgflow.worker_support as s
+                                    where s.worker_id = w.worker_id and s.flow_slug = %(slug)s))
             """,
             {"slug": slug, "live_after": live_after},
         )

@@ -96,7 +96,7 @@ class Runner:
             step_slug=task.step_slug,
             task_index=task.task_index,
             attempt=task.attempt,
-            queue_name=self.flow.slug.lower(),
+            queue_name=task.queue or self.flow.slug.lower(),
             message_id=task.message_id,
             shutdown_event=self.state.stopping,
             using=self.using,

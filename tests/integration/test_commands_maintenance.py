@@ -140,8 +140,9 @@ class TestDeleteFlow:
 
     def test_warns_about_live_workers(self) -> None:
         support.q(
-            "insert into pgflow.workers (worker_id, queue_name, function_name) "
-            "values (gen_random_uuid(), 'cmd_greet', 'cmd_greet')"
+            "with w as (insert into pgflow.workers (worker_id, queue_name, function_name) "
+            "values (gen_random_uuid(), 'cmd_greet', 'cmd_greet') returning worker_id) "
+            "insert into pgflow.worker_support select worker_id, 'cmd_greet', 'hello' from w"
         )
         _, err = call("pgflow_delete_flow", "cmd_greet", "--yes")
         assert "1 live worker(s) serve flow 'cmd_greet'" in err
