@@ -135,3 +135,28 @@ def test_deletion_waits_for_a_step_claim_in_progress() -> None:
         ).fetchone()
         assert gone == (0, 0, 0, True)
         check_invariants(observer, require_terminal=True)
+
+
+def test_a_second_compilation_waits_then_verifies_and_reuses_the_queues() -> None:
+    """Two workers of different steps start together: one creates the private queues, the other waits
+    on the per-flow lock and then verifies them (no second provisioning, no 'already exists')."""
+    definition = jb(step_shape(shape_step("a", step_type="map"), shape_step("b"), timeout=20))
+    with sessions(FLOW) as (first, second, observer):
+        with first.transaction():
+            row = first.execute(
+                "select pgflow.ensure_flow_compiled(%s, %s::jsonb)", [FLOW, definition]
+            ).fetchone()
+            assert row is not None and row[0]["status"] == "compiled"
+            job = Background(
+                lambda: second.execute(
+                    "select pgflow.ensure_flow_compiled(%s, %s::jsonb)", [FLOW, definition]
+                ).fetchone()
+            )
+            assert wait_for_lock_wait(observer, backend_pid(second), job) == "advisory"
+        (answer,) = job.result()
+        assert answer["status"] == "verified"
+        queues = observer.execute(
+            "select array_agg(queue_name::text order by queue_name) from pgmq.meta where queue_name like %s",
+            [f"{FLOW}%"],
+        ).fetchone()
+        assert queues == ([QA, QB],)
