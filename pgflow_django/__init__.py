@@ -14,9 +14,11 @@ from pgflow_django.dsl import (
     FlowDefinitionError,
     FlowOptions,
     Retry,
+    RoutedFlow,
     StepDefinition,
     StepOptions,
     StepQueuedFlow,
+    route_flow,
     with_step_queues,
 )
 from pgflow_django.slugs import InvalidSlug
@@ -54,6 +56,7 @@ __all__ = [
     "FlowOptions",
     "InvalidSlug",
     "Retry",
+    "RoutedFlow",
     "RunNotFound",
     "RunView",
     "StepDefinition",
@@ -62,6 +65,7 @@ __all__ = [
     "StepStateView",
     "compile_flow",
     "get_run",
+    "route_flow",
     "start_flow",
     "start_flows",
     "wait_for_run",

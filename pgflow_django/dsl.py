@@ -17,14 +17,16 @@ from typing import Any, Final, Literal, TypeAlias, TypeVar, cast, get_args, over
 from pgflow_django.slugs import (
     InvalidSlug,
     default_queue_name,
+    shared_queue_problem,
     step_queue_name,
     validate_flow_slug,
     validate_slug,
 )
 
 StepType: TypeAlias = Literal["single", "map"]
-QueueMode: TypeAlias = Literal["flow", "step"]
-"""Where a flow's tasks go: ``flow`` one default queue for every step, ``step`` a private queue per step."""
+QueueMode: TypeAlias = Literal["flow", "step", "routed"]
+"""Where a flow's tasks go: ``flow`` one default queue for every step, ``step`` a private queue per step,
+``routed`` the declared shared queue its route names for each step."""
 WhenMode: TypeAlias = Literal["fail", "skip", "skip-cascade"]
 """What happens to a step whose condition is unmet (``when_unmet``) or whose attempts ran out."""
 JsonObject: TypeAlias = dict[str, Any]
@@ -476,6 +478,92 @@ def with_step_queues(flow: Flow) -> StepQueuedFlow:
     if isinstance(flow, StepQueuedFlow):
         raise FlowDefinitionError(f"flow {flow.slug!r} is already step-queued")
     return StepQueuedFlow(flow)
+
+
+class RoutedFlow(Flow):
+    """A flow whose steps go to explicit shared queues: several steps, flows and versions may share one.
+
+    Made by ``route_flow(flow, queues={...})``; its steps are fixed at that moment. A worker polls one
+    shared queue for every flow it is given (``pgflow_worker --queue Q --flow A --flow B``).
+    """
+
+    def __init__(self, flow: Flow, queues: Mapping[str, str]) -> None:
+        super().__init__(flow.slug, **flow.options.as_dict())
+        owner = f"route_flow(flow {flow.slug!r})"
+        if not isinstance(queues, Mapping):
+            raise FlowDefinitionError(
+                f"{owner}: queues must be a mapping {{step_slug: queue_name}}, got {type(queues).__name__}"
+            )
+        if not flow.steps:
+            raise FlowDefinitionError(f"{owner}: the flow has no steps; define its steps first")
+        steps = list(flow.steps)
+        unknown = sorted(str(key) for key in queues if key not in flow.steps)
+        missing = [slug for slug in steps if slug not in queues]
+        if unknown or missing:
+            parts = ([f"unknown step(s) {', '.join(map(repr, unknown))}"] if unknown else []) + (
+                [f"no queue for {', '.join(map(repr, missing))}"] if missing else []
+            )
+            raise FlowDefinitionError(
+                f"{owner}: {'; '.join(parts)}; give every step exactly one queue (steps: {', '.join(steps)})"
+            )
+        for slug in steps:
+            problem = shared_queue_problem(queues[slug])
+            if problem is not None:
+                raise FlowDefinitionError(f"{owner}: queue {queues[slug]!r} of step {slug!r} {problem}")
+            if queues[slug] == default_queue_name(flow.slug):
+                raise FlowDefinitionError(
+                    f"{owner}: queue {queues[slug]!r} of step {slug!r} is the flow's own default queue name, "
+                    "reserved for the plain flow; choose another shared queue name"
+                )
+        self._steps = dict(flow.steps)
+        self._queues = MappingProxyType({slug: queues[slug] for slug in steps})
+        self._fixed_reason = (
+            f"flow {self.slug!r} is routed: its steps were fixed by route_flow(); define every step on the "
+            "plain flow first, then call route_flow(flow, queues=...)"
+        )
+
+    def __repr__(self) -> str:
+        return f"<RoutedFlow {self.slug!r}: {', '.join(f'{s}->{q}' for s, q in self._queues.items())}>"
+
+    @property
+    def queue_mode(self) -> QueueMode:
+        """``routed``: each step's tasks go to the shared queue its route names."""
+        return "routed"
+
+    @property
+    def step_queues(self) -> Mapping[str, str]:
+        """Each step's shared queue by step slug, in definition order (read-only)."""
+        return self._queues
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The distinct shared queues of the route, in first-use order."""
+        return tuple(dict.fromkeys(self._queues.values()))
+
+    def queue_for(self, ref: StepRef) -> str:
+        return self._queues[self._resolve(ref, None)]
+
+    def steps_on(self, queue: str) -> tuple[str, ...]:
+        """The steps routed to ``queue``, in definition order."""
+        return tuple(slug for slug, name in self._queues.items() if name == queue)
+
+    def copy(self, *, slug: str) -> RoutedFlow:
+        """The same DAG and route under another slug: a new version, which may share the queues."""
+        return RoutedFlow(Flow.copy(self, slug=slug), self._queues)
+
+
+def route_flow(flow: Flow, *, queues: Mapping[str, str]) -> RoutedFlow:
+    """Route each step of ``flow`` to an explicit shared queue: every step exactly once, names in
+    lowercase letters, digits and single underscores, at most 47 characters. Several steps, flows and
+    versions may name the same queue; its workers run ``pgflow_worker --queue Q --flow F ...``. Every
+    name is checked here, before any database access."""
+    if not isinstance(flow, Flow):
+        raise FlowDefinitionError(f"route_flow() takes a Flow, got {type(flow).__name__}")
+    if isinstance(flow, StepQueuedFlow | RoutedFlow):
+        raise FlowDefinitionError(
+            f"flow {flow.slug!r} already has a route ({flow.queue_mode}); route the plain flow instead"
+        )
+    return RoutedFlow(flow, queues)
 
 
 def _refs(depends_on: Iterable[StepRef] | StepRef) -> tuple[StepRef, ...]:

@@ -87,6 +87,7 @@ class StepType(models.TextChoices):
 class QueueMode(models.TextChoices):
     FLOW = "flow", "one queue for the flow"
     STEP = "step", "a private queue per step"
+    ROUTED = "routed", "declared shared queues"
 
 
 class WhenPolicy(models.TextChoices):
@@ -238,6 +239,20 @@ class Worker(ReadOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.queue_name}/{self.worker_id}"
+
+
+class SharedQueue(ReadOnlyModel):
+    """``pgflow.shared_queues``: a queue declared shared by pgflow, which routed flows select."""
+
+    queue_name = models.TextField(primary_key=True)
+    declared_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."shared_queues'
+
+    def __str__(self) -> str:
+        return self.queue_name
 
 
 class WorkerSupport(ReadOnlyModel):

@@ -98,6 +98,20 @@ def is_valid_queue_name(value: object) -> bool:
     return isinstance(value, str) and _QUEUE_NAME_RE.fullmatch(value) is not None
 
 
+def shared_queue_problem(value: object) -> str | None:
+    """Why ``value`` cannot name a shared queue, or None (SQL ``pgflow.provision_shared_queue`` agrees)."""
+    if not isinstance(value, str):
+        return f"is a {type(value).__name__}, not a string"
+    if not is_valid_queue_name(value):
+        return (
+            "is invalid: use lowercase letters, digits and underscores, "
+            f"1..{MAX_QUEUE_NAME_LENGTH} characters"
+        )
+    if "__" in value:
+        return "contains '__', which is reserved for generated queue names"
+    return None
+
+
 class QueueNameTooLong(InvalidSlug):
     """Neither generated name of a step's private queue fits PGMQ's limit."""
 

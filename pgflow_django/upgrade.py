@@ -20,6 +20,8 @@ from pgflow_django.catalog import Cursor
 from pgflow_django.sql import MIGRATIONS_DIR
 
 AUDIT_FILE: Final = "0003_queue_identity_audit.sql"
+REFINED_AUDIT_FILE: Final = "0005_step_queues_audit.sql"
+"""Checks of the audit redefined (same names) for databases that have 0005's queue modes."""
 MIGRATE_LOCK: Final = "pgflow:migrate"
 """Key of the advisory lock that serialises pgflow migrations (exclusive) and compilations (shared)."""
 LOCKED_TABLES: Final = (
@@ -97,13 +99,13 @@ Progress = Callable[[AuditCheck, int, int], None]
 """Called before each check with the check, its 0-based position and the number of checks."""
 
 
-def load_audit_checks(text: str | None = None) -> list[AuditCheck]:
+def load_audit_checks(text: str | None = None, source: str = AUDIT_FILE) -> list[AuditCheck]:
     """Parse the audit file (or ``text``): one check per ``-- check: <name>`` marker, in file order."""
     if text is None:
-        text = (MIGRATIONS_DIR / AUDIT_FILE).read_text(encoding="utf-8")
+        text = (MIGRATIONS_DIR / source).read_text(encoding="utf-8")
     markers = list(_MARKER.finditer(text))
     if not markers:
-        raise AuditFileError(f"{AUDIT_FILE} has no '-- check: <name>' marker")
+        raise AuditFileError(f"{source} has no '-- check: <name>' marker")
     checks: list[AuditCheck] = []
     for marker, following in zip(markers, [*markers[1:], None], strict=True):
         name = marker["name"]
@@ -116,9 +118,9 @@ def load_audit_checks(text: str | None = None) -> list[AuditCheck]:
             comments = comments[: comments.index("")]
         sql = "\n".join(lines).strip().removesuffix(";").rstrip()
         if not _NAME.match(name) or any(check.name == name for check in checks):
-            raise AuditFileError(f"{AUDIT_FILE}: check name {name!r} is invalid or repeated")
+            raise AuditFileError(f"{source}: check name {name!r} is invalid or repeated")
         if not sql.lower().startswith(("select", "with")) or ";" in _strip_literals(sql):
-            raise AuditFileError(f"{AUDIT_FILE}: check {name} must be exactly one SELECT statement")
+            raise AuditFileError(f"{source}: check {name} must be exactly one SELECT statement")
         checks.append(AuditCheck(name, sql, " ".join(comments)))
     return checks
 
@@ -127,7 +129,7 @@ def run_audit(
     cursor: Cursor, progress: Progress | None = None, checks: Sequence[AuditCheck] | None = None
 ) -> list[Finding]:
     """Run every check on ``cursor`` (inside the caller's transaction) and return one finding per check."""
-    checks = load_audit_checks() if checks is None else list(checks)
+    checks = current_audit_checks(cursor) if checks is None else list(checks)
     findings = []
     for index, check in enumerate(checks):
         if progress is not None:
@@ -135,6 +137,20 @@ def run_audit(
         cursor.execute(check.sql)
         findings.append(_finding(check, cursor.fetchall()))
     return findings
+
+
+def current_audit_checks(cursor: Cursor) -> list[AuditCheck]:
+    """The audit's checks, with the refined ones in place of the originals once the database has the
+    queue modes of migration 0005 (before it, every flow is plain and the originals are exact)."""
+    checks = load_audit_checks()
+    cursor.execute(
+        "select exists (select 1 from pg_attribute where attrelid = to_regclass('pgflow.flows') "
+        "and attname = 'queue_mode' and not attisdropped)"
+    )
+    if not cursor.fetchall()[0][0]:
+        return checks
+    refined = {check.name: check for check in load_audit_checks(source=REFINED_AUDIT_FILE)}
+    return [refined.get(check.name, check) for check in checks]
 
 
 def format_report(findings: Sequence[Finding], *, heading: str | None = None) -> str:

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from django.db import DatabaseError, connections
 
-from pgflow_django.dsl import Flow
+from pgflow_django.dsl import Flow, RoutedFlow
 from pgflow_django.worker.engine import first_line
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 """The worker/database protocol this worker speaks; ``pgflow.protocol_version()`` must return the same."""
 
 REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "pgflow.protocol_version()",
     "pgflow.ensure_flow_compiled(text,jsonb,boolean)",
     "pgflow.start_tasks(text,text,bigint[],uuid,text)",
+    "pgflow.start_shared_tasks(text,bigint[],uuid,text[],text[])",
     "pgflow.subscription_pause(text,text)",
     "pgflow.complete_tasks(jsonb)",
     "pgflow.complete_task(uuid,text,integer,integer,jsonb)",
@@ -42,6 +43,11 @@ def resolve_subscription(flow: Flow, step_slug: str | None) -> str:
     """The queue a worker for ``flow`` (and ``step_slug``) polls; --step is required exactly for
     step-queued flows, and every error lists the valid choices."""
     steps = ", ".join(flow.steps) or "none"
+    if isinstance(flow, RoutedFlow):
+        raise PreflightError(
+            f"flow {flow.slug!r} is routed to shared queues: run it with --queue Q --flow {flow.slug} "
+            f"(its queues: {', '.join(flow.queues)})"
+        )
     if flow.queue_mode == "step":
         if not step_slug:
             raise PreflightError(

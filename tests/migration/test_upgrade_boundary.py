@@ -74,7 +74,7 @@ def _read_counts(queue: str) -> list[tuple[int, int]]:
 
 
 def test_previous_release_worker_is_refused_before_registering_or_polling(cleanup: Any) -> None:
-    assert val("select pgflow.protocol_version() as v") == 3
+    assert val("select pgflow.protocol_version() as v") == 4
     compile_flow("boundary_new", SHAPE)
     start("boundary_new", {"n": 1})
     workers_before = q("select * from pgflow.workers order by worker_id")
@@ -86,7 +86,7 @@ def test_previous_release_worker_is_refused_before_registering_or_polling(cleanu
         client.start()
 
     message = str(refused.value)
-    assert "protocol 3" in message
+    assert "protocol 4" in message
     assert "deploy the new worker" in message
     assert not client.registered
     assert q("select * from pgflow.workers order by worker_id") == workers_before

@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pgflow_django.management.cli import PgflowCommand
-from pgflow_django.upgrade import AuditCheck, Finding, format_report, load_audit_checks, run_audit
+from pgflow_django.upgrade import AuditCheck, Finding, current_audit_checks, format_report, run_audit
 
 
 class Command(PgflowCommand):
@@ -35,8 +35,7 @@ exit codes: 0 every check passed; 1 a check found problems, or another error; 2 
         parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
 
     def run(self, *args: Any, **options: Any) -> None:
-        checks = load_audit_checks()
-        findings = self._audit(checks, no_color=options["no_color"])
+        findings = self._audit(no_color=options["no_color"])
         if options["format"] == "json":
             self.write_json(
                 {
@@ -53,7 +52,7 @@ exit codes: 0 every check passed; 1 a check found problems, or another error; 2 
                 "repair them before migrating (docs/upgrading.md)"
             )
 
-    def _audit(self, checks: list[AuditCheck], *, no_color: bool) -> list[Finding]:
+    def _audit(self, *, no_color: bool) -> list[Finding]:
         """Run the checks in a read-only transaction (a savepoint inside a caller's), then roll it back."""
         console = self.console(stderr=True, no_color=no_color)
         columns = (
@@ -67,12 +66,13 @@ exit codes: 0 every check passed; 1 a check found problems, or another error; 2 
             transaction.atomic(),
             connection.cursor() as cursor,
         ):
+            cursor.execute("set transaction read only")
+            checks = current_audit_checks(cursor)
             task = bar.add_task("auditing", total=len(checks))
 
             def progress(check: AuditCheck, index: int, total: int) -> None:
                 bar.update(task, description=f"checking {check.name}", completed=index)
 
-            cursor.execute("set transaction read only")
             findings = run_audit(cursor, progress, checks)
             bar.update(task, completed=len(checks))
             transaction.set_rollback(True)

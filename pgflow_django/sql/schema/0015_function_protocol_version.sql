@@ -6,5 +6,5 @@ returns integer
 language sql
 immutable
 as $$
-  select 3
+  select 4
 $$;

@@ -5,8 +5,9 @@ create table pgflow.flows (
   opt_timeout integer not null default 60 check (opt_timeout >= 1),
   created_at timestamptz not null default now(),
   -- 'flow': every step on the default queue lower(flow_slug); 'step': each step on its own private
-  -- generated queue (pgflow.step_queue_name). Part of a concrete flow's identity, like its shape.
-  queue_mode text not null default 'flow' constraint flows_queue_mode_check check (queue_mode in ('flow', 'step'))
+  -- generated queue (pgflow.step_queue_name); 'routed': each step on a declared shared queue
+  -- (pgflow.shared_queues). Part of a concrete flow's identity, like its shape.
+  queue_mode text not null default 'flow' constraint flows_queue_mode_check check (queue_mode in ('flow', 'step', 'routed'))
 );
 
 -- PGMQ lowercases table names: flows differing only in case would share a queue.

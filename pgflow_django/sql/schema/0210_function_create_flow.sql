@@ -1,8 +1,8 @@
 -- Idempotent: the flow row is created once (options of an existing flow are left as they are; the
 -- compiler updates them). No queue DDL here: add_step and the compiler provision the flow's queues
 -- through pgflow.provision_generated_queue. queue_mode 'flow' routes every step to the default queue
--- lower(flow_slug), 'step' gives each step a private generated queue; it is fixed for a concrete
--- slug. A new flow whose default queue name already exists in PGMQ (the name stays reserved in both
+-- lower(flow_slug), 'step' gives each step a private generated queue, 'routed' sends each step to
+-- the declared shared queue its route names; it is fixed for a concrete slug. A new flow whose default queue name already exists in PGMQ (the name stays reserved in both
 -- modes), or that differs only in case from an existing flow, is refused.
 create or replace function pgflow.create_flow(
   flow_slug text,
@@ -32,8 +32,8 @@ begin
       using errcode = '22023';
   end if;
 
-  if queue_mode is null or queue_mode not in ('flow', 'step') then
-    raise exception 'flow %: queue_mode must be flow or step, got %', flow_slug, quote_literal(coalesce(queue_mode, 'NULL'))
+  if queue_mode is null or queue_mode not in ('flow', 'step', 'routed') then
+    raise exception 'flow %: queue_mode must be flow, step or routed, got %', flow_slug, quote_literal(coalesce(queue_mode, 'NULL'))
       using errcode = '22023';
   end if;
   if exists (select 1 from pgflow.flows as f

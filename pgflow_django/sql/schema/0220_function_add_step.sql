@@ -2,7 +2,8 @@
 -- existing step is refused (a concrete flow's shape is fixed: compile a new slug instead). The
 -- step's queue is generated, never chosen: the default queue lower(flow_slug) in a plain flow, the
 -- step's private pgflow.step_queue_name in a step-queued flow. A queue_name argument must equal it;
--- it is checked and provisioned through pgflow.provision_generated_queue.
+-- it is checked and provisioned through pgflow.provision_generated_queue. A routed flow's step takes
+-- the declared shared queue named by queue_name (declared first by pgflow.provision_shared_queue).
 create or replace function pgflow.add_step(
   flow_slug text,
   step_slug text,
@@ -72,7 +73,16 @@ begin
   if not found then
     v_index := coalesce((select max(s.step_index) + 1 from pgflow.steps as s where s.flow_slug = add_step.flow_slug), 0);
   end if;
-  v_queue := case v_mode when 'step' then pgflow.step_queue_name(flow_slug, step_slug, v_index) else lower(flow_slug) end;
+  if v_mode = 'routed' then
+    if queue_name is null or not exists (select 1 from pgflow.shared_queues as sq where sq.queue_name = add_step.queue_name) then
+      raise exception 'step %.%: a routed flow''s step needs a declared shared queue (pgflow.provision_shared_queue), got %',
+        flow_slug, step_slug, quote_literal(coalesce(queue_name, 'NULL'))
+        using errcode = '22023';
+    end if;
+    v_queue := queue_name;
+  else
+    v_queue := case v_mode when 'step' then pgflow.step_queue_name(flow_slug, step_slug, v_index) else lower(flow_slug) end;
+  end if;
   if queue_name is not null and queue_name <> v_queue then
     raise exception 'step %.%: queue % is not its route; % routes it to its generated queue %',
       flow_slug, step_slug, quote_literal(queue_name),
@@ -87,7 +97,9 @@ begin
       using errcode = '23505';
   end if;
 
-  perform pgflow.provision_generated_queue(flow_slug, v_queue);
+  if v_mode <> 'routed' then
+    perform pgflow.provision_generated_queue(flow_slug, v_queue);
+  end if;
 
   select * into v_existing from pgflow.steps as s
    where s.flow_slug = add_step.flow_slug and s.step_slug = add_step.step_slug;

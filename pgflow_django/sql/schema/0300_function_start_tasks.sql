@@ -41,6 +41,10 @@ begin
     raise exception 'flow % does not exist: compile it before claiming its tasks', quote_literal(coalesce(flow_slug, 'NULL'))
       using errcode = '22023';
   end if;
+  if v_mode = 'routed' then
+    raise exception 'flow % is routed to shared queues: claim with pgflow.start_shared_tasks', quote_literal(flow_slug)
+      using errcode = '22023';
+  end if;
   if step_slug is null and v_mode = 'step' then
     raise exception 'flow % is step-queued: claim with the exact step selector (start_tasks(..., step_slug))',
       quote_literal(flow_slug)

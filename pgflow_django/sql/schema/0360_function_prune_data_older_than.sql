@@ -1,6 +1,7 @@
 -- Deletes finished runs (completed or failed before now - retention) with their step states and
--- tasks, archived messages older than the retention in every queue a step routes to, and workers
--- stopped or silent for that long
+-- tasks, archived messages older than the retention in every private queue a step routes to, and
+-- workers stopped or silent for that long. Archives of shared queues are left alone: several flows'
+-- messages meet there, so their retention is queue-wide (pgflow.prune_shared_archive)
 -- (a worker that sent a heartbeat in the last 10 minutes is never pruned, whatever the retention).
 create or replace function pgflow.prune_data_older_than(retention interval)
 returns jsonb
@@ -39,6 +40,7 @@ begin
   for v_queue in
     select distinct s.queue_name from pgflow.steps as s
      where to_regclass(format('pgmq.%I', pgmq.format_table_name(s.queue_name, 'a'))) is not null
+       and not exists (select 1 from pgflow.shared_queues as sq where sq.queue_name = s.queue_name)
      order by s.queue_name
   loop
     execute format('delete from pgmq.%I where archived_at < $1', pgmq.format_table_name(v_queue, 'a'))

@@ -5,7 +5,8 @@
 -- missing, ambiguous, malformed or shared queue fails the whole call and drops nothing. Runtime rows
 -- are locked before the queues (the order every writer uses). Messages are not archived one by one:
 -- dropping a queue drops its table and archive together. Serialised with compilation by the
--- per-flow advisory lock.
+-- per-flow advisory lock. Shared queues (pgflow.shared_queues) are never dropped: only this flow's
+-- live messages on them are deleted, found through its task snapshots.
 create or replace function pgflow.delete_flow_and_data(flow_slug text)
 returns void
 language plpgsql
@@ -24,7 +25,7 @@ begin
   end if;
   perform 1 from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug order by r.run_id for update;
 
-  select array_agg(distinct q order by q) into v_queues
+  select coalesce(array_agg(distinct q order by q), '{}') into v_queues
     from pgflow.flow_queues(delete_flow_and_data.flow_slug) as q;
 
   foreach v_queue in array v_queues loop
@@ -51,6 +52,15 @@ begin
         quote_literal(flow_slug), quote_literal(v_queue), v_problem using errcode = '55000';
     end if;
   end loop;
+
+  -- on shared queues, only this flow's own messages go (found through its task snapshots); the
+  -- queues, their archives and every other message stay
+  perform pgmq.delete(t.queue_name, array_agg(t.message_id order by t.message_id))
+     from pgflow.step_tasks as t
+     join pgflow.shared_queues as sq on sq.queue_name = t.queue_name
+    where t.flow_slug = delete_flow_and_data.flow_slug and t.message_id is not null
+      and t.status in ('queued', 'started')
+    group by t.queue_name;
 
   delete from pgflow.step_tasks as t
    where t.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);

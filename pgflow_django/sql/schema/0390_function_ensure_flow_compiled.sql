@@ -3,8 +3,10 @@
 -- runtime options updated in place and listed), mismatch (nothing changed; differences listed, and
 -- "mismatch" says whether the shape, the routing or both differ) or recompiled (a mismatch replaced
 -- because allow_recompile is set: the flow's data is deleted first). Routing is the queue mode
--- ('flow' or 'step') and the route it generates; the definition may carry the route its client
--- generated ("route": {step: queue}), which must equal the one generated here. Every generated name
+-- ('flow', 'step' or 'routed') and the route: generated for plain and step-queued flows (the
+-- definition may carry the route its client generated, "route": {step: queue}, which must equal the
+-- one generated here), given for a routed flow (every step exactly once, each a valid shared queue
+-- name, declared or reused through pgflow.provision_shared_queue). Every generated name
 -- is validated before anything changes; a new flow never adopts an existing queue, a verified
 -- flow's queues must exist with all their objects. Takes the migration lock in shared mode, so
 -- compilations never interleave with a pgflow migration.
@@ -30,8 +32,8 @@ begin
     raise exception 'ensure_flow_compiled(%): shape must be a JSON object with a "steps" array', quote_literal(coalesce(flow_slug, 'NULL'))
       using errcode = '22023';
   end if;
-  if v_mode not in ('flow', 'step') then
-    raise exception 'flow %: queue_mode must be flow or step, got %', quote_literal(coalesce(flow_slug, 'NULL')), quote_literal(v_mode)
+  if v_mode not in ('flow', 'step', 'routed') then
+    raise exception 'flow %: queue_mode must be flow, step or routed, got %', quote_literal(coalesce(flow_slug, 'NULL')), quote_literal(v_mode)
       using errcode = '22023';
   end if;
   if v_mode = 'step' and jsonb_array_length(shape->'steps') = 0 then
@@ -50,14 +52,49 @@ begin
       using errcode = '22023';
   end if;
 
-  -- the route this definition generates, every name validated before anything changes
-  select coalesce(jsonb_object_agg(x.e->>'slug',
-           case v_mode when 'step' then pgflow.step_queue_name(flow_slug, x.e->>'slug', (x.n - 1)::integer)
-                       else lower(flow_slug) end), '{}'::jsonb)
-    into v_route
-    from jsonb_array_elements(shape->'steps') with ordinality as x(e, n);
+  -- the route: generated (plain, step-queued) or given (routed), every name validated before
+  -- anything changes
+  if v_mode = 'routed' then
+    if jsonb_typeof(shape->'route') is distinct from 'object' then
+      raise exception 'routed flow % needs a "route" object {step_slug: queue_name}', quote_literal(flow_slug)
+        using errcode = '22023';
+    end if;
+    select string_agg(quote_literal(x.e->>'slug'), ', ' order by x.n) into v_bad_slug
+      from jsonb_array_elements(shape->'steps') with ordinality as x(e, n)
+     where not (shape->'route') ? (x.e->>'slug');
+    if v_bad_slug is not null then
+      raise exception 'route of flow % has no queue for step(s) %: give every step exactly one queue',
+        quote_literal(flow_slug), v_bad_slug
+        using errcode = '22023';
+    end if;
+    select string_agg(quote_literal(r.key), ', ' order by r.key) into v_bad_slug
+      from jsonb_object_keys(shape->'route') as r(key)
+     where not exists (select 1 from jsonb_array_elements(shape->'steps') as x(e) where x.e->>'slug' = r.key);
+    if v_bad_slug is not null then
+      raise exception 'route of flow % names %, which are not its steps (steps: %)',
+        quote_literal(flow_slug), v_bad_slug,
+        (select string_agg(x.e->>'slug', ', ') from jsonb_array_elements(shape->'steps') as x(e))
+        using errcode = '22023';
+    end if;
+    select string_agg(format('%s -> %s', r.key, r.value), ', ' order by r.key) into v_bad_slug
+      from jsonb_each(shape->'route') as r(key, value)
+     where jsonb_typeof(r.value) <> 'string' or not pgflow.is_valid_queue_name(r.value #>> '{}')
+        or position('__' in (r.value #>> '{}')) > 0;
+    if v_bad_slug is not null then
+      raise exception 'route of flow %: invalid shared queue name(s) %: use lowercase letters, digits and single underscores, at most 47 characters (''__'' is reserved for generated queues)',
+        quote_literal(flow_slug), v_bad_slug
+        using errcode = '22023';
+    end if;
+    v_route := shape->'route';
+  else
+    select coalesce(jsonb_object_agg(x.e->>'slug',
+             case v_mode when 'step' then pgflow.step_queue_name(flow_slug, x.e->>'slug', (x.n - 1)::integer)
+                         else lower(flow_slug) end), '{}'::jsonb)
+      into v_route
+      from jsonb_array_elements(shape->'steps') with ordinality as x(e, n);
+  end if;
   perform pgmq.validate_queue_name(r.queue) from jsonb_each_text(v_route) as r(step, queue);
-  if shape ? 'route' and shape->'route' is distinct from v_route then
+  if v_mode <> 'routed' and shape ? 'route' and shape->'route' is distinct from v_route then
     raise exception 'flow %: the client generated the route % but the database generates %; deploy pgflow_django code and migrations of the same release',
       quote_literal(flow_slug), shape->'route', v_route
       using errcode = '22023';
@@ -98,6 +135,8 @@ begin
     if cardinality(v_mismatch) = 0 then
       v_status := 'verified';
       perform pgflow.check_flow_queues(flow_slug);
+      perform pgflow.provision_shared_queue(q) from (select distinct r.queue from jsonb_each_text(v_route) as r(step, queue)
+                                                       where v_mode = 'routed' order by 1) as d(q);
     else
       select array_agg(diff order by ord) into v_differences
         from (
@@ -176,6 +215,9 @@ begin
                              (v_options->>'base_delay')::integer, (v_options->>'timeout')::integer, v_mode);
   if v_mode = 'flow' then
     perform pgflow.provision_generated_queue(flow_slug, lower(flow_slug));
+  elsif v_mode = 'routed' then
+    perform pgflow.provision_shared_queue(q) from (select distinct r.queue from jsonb_each_text(v_route) as r(step, queue)
+                                                     order by 1) as d(q);
   end if;
   for v_step in select e from jsonb_array_elements(shape->'steps') as x(e)
   loop
@@ -190,7 +232,8 @@ begin
       nullif(v_step->'required_input_pattern', 'null'::jsonb),
       nullif(v_step->'forbidden_input_pattern', 'null'::jsonb),
       coalesce(v_step->>'when_unmet', 'skip'),
-      coalesce(v_step->>'when_exhausted', 'fail')
+      coalesce(v_step->>'when_exhausted', 'fail'),
+      case when v_mode = 'routed' then v_route->>(v_step->>'slug') end
     );
   end loop;
   return jsonb_build_object('status', v_status, 'differences', coalesce(to_jsonb(v_differences), '[]'::jsonb),

@@ -113,13 +113,6 @@ def test_compiling_again_after_deletion_creates_fresh_queues() -> None:
     assert message_count("f__a") == 0 and message_count("f__a", "a") == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: delete_flow_and_data loops 'foreach v_queue in array v_queues' where v_queues is "
-    "array_agg over pgflow.flow_queues(); a step-queued flow without steps has no queue, so v_queues is "
-    "NULL and the call fails with 'FOREACH expression must not be null' (a plain flow without steps "
-    "is deleted: its default queue name is always in flow_queues)",
-)
 def test_a_step_queued_flow_without_steps_is_deleted() -> None:
     """create_flow(queue_mode => 'step') alone provisions nothing, like a plain flow's create_flow."""
     q("select pgflow.create_flow('bare', queue_mode => 'step')")
@@ -127,11 +120,6 @@ def test_a_step_queued_flow_without_steps_is_deleted() -> None:
     assert flow_row("bare") is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: recompiling replaces the old definition through delete_flow_and_data, which fails with "
-    "'FOREACH expression must not be null' for a step-queued flow without steps",
-)
 def test_a_step_queued_flow_without_steps_can_be_recompiled() -> None:
     q("select pgflow.create_flow('bare', queue_mode => 'step')")
     answer = compile_flow("bare", step_shape(shape_step("a")), allow_recompile=True)
