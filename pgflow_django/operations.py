@@ -77,6 +77,19 @@ def prune(older_than: timedelta, *, using: str = "default") -> PruneResult:
     )
 
 
+def prune_shared_archive(queue: str, older_than: timedelta, *, using: str = "default") -> int:
+    """Queue-wide retention of a declared shared queue's archive (several flows' messages meet there, so
+    ``prune`` leaves it alone); returns how many archived messages were deleted."""
+    if older_than < timedelta(0):
+        raise ValueError(f"older_than must not be negative, got {older_than}")
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "select pgflow.prune_shared_archive(%s, make_interval(secs => %s))",
+            [queue, older_than.total_seconds()],
+        )
+        return int(cursor.fetchone()[0])
+
+
 def describe_flow(slug: str, *, using: str = "default") -> FlowSummary:
     """Counts shown before a deletion is confirmed; ``FlowNotFound`` when the flow is not compiled."""
     validate_flow_slug(slug)

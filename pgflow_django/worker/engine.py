@@ -97,8 +97,8 @@ class Registration:
     worker_id: uuid.UUID
     queue: str
     function_name: str
-    flow_slug: str
-    step_slugs: tuple[str, ...]
+    support: tuple[tuple[str, str], ...]
+    """The exact (flow_slug, step_slug) pairs the worker runs on its queue."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,12 @@ left join lateral pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s, %
 the earliest hidden message (a retry or start delay) becomes visible: notifications fire on insert
 only, so a delayed message needs a timed read to be picked up on time.
 """
+
+_CLAIM_SHARED = _CLAIM.replace(
+    "pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s, %(step)s)",
+    "pgflow.start_shared_tasks(%(queue)s, ids.arr, %(worker)s, %(flows)s::text[], %(steps)s::text[])",
+)
+"""The same statement on a shared queue: the claim carries the worker's exact support set."""
 
 
 class Engine:
@@ -191,12 +197,24 @@ class Engine:
         vt: int,
         qty: int,
         step_slug: str | None = None,
+        shared_support: tuple[tuple[str, str], ...] | None = None,
     ) -> Claim:
-        query = sql.SQL(_CLAIM).format(table=sql.Identifier(queue_table))
-        rows = self._rows(
-            query,
-            {"queue": queue, "vt": vt, "qty": qty, "flow": flow_slug, "worker": worker_id, "step": step_slug},
-        )
+        """Read and claim; ``shared_support`` switches to the shared-queue claim with that support set."""
+        params: dict[str, Any] = {
+            "queue": queue,
+            "vt": vt,
+            "qty": qty,
+            "flow": flow_slug,
+            "worker": worker_id,
+            "step": step_slug,
+        }
+        if shared_support is None:
+            query = sql.SQL(_CLAIM).format(table=sql.Identifier(queue_table))
+        else:
+            query = sql.SQL(_CLAIM_SHARED).format(table=sql.Identifier(queue_table))
+            params["flows"] = [flow for flow, _ in shared_support]
+            params["steps"] = [step for _, step in shared_support]
+        rows = self._rows(query, params)
         tasks = [
             ClaimedTask(
                 flow_slug=row[2],
@@ -247,13 +265,31 @@ class Engine:
         """Insert the worker row and its support set (the exact (flow, step) pairs it runs)."""
         self.heartbeat(registration)
 
-    def pause(self, flow_slug: str, step_slug: str | None = None) -> tuple[str, str | None] | None:
-        """The (reason, detail) of the pause on this worker's subscription, or None."""
+    def pause(self, support: tuple[tuple[str, str], ...]) -> tuple[str, str, str | None] | None:
+        """The first pause holding one of the (flow, step) subscriptions: (what, reason, detail), or None.
+        A flow's pause holds all its steps."""
         rows = self._rows(
-            "select reason, detail from pgflow.subscription_pause(%s, %s) where reason is not null",
-            [flow_slug, step_slug or ""],
+            """
+            select p.flow_slug || case when p.step_slug = '' then '' else '.' || p.step_slug end,
+                   p.reason, p.detail
+              from unnest(%s::text[], %s::text[]) as s(flow_slug, step_slug)
+              join pgflow.worker_pauses as p
+                on p.flow_slug = s.flow_slug and p.step_slug in ('', s.step_slug)
+             order by (p.reason = 'fatal') desc, p.paused_at
+             limit 1
+            """,
+            [[flow for flow, _ in support], [step for _, step in support]],
         )
-        return None if not rows else (str(rows[0][0]), rows[0][1])
+        return None if not rows else (str(rows[0][0]), str(rows[0][1]), rows[0][2])
+
+    def shared_support(self, queue: str, flow_slugs: Sequence[str]) -> list[tuple[str, str]]:
+        """The (flow, step) pairs that the persisted routes of ``flow_slugs`` send to ``queue``."""
+        rows = self._rows(
+            "select flow_slug, step_slug from pgflow.steps where queue_name = %s and flow_slug = any(%s)"
+            " order by flow_slug, step_index",
+            [queue, list(flow_slugs)],
+        )
+        return [(str(row[0]), str(row[1])) for row in rows]
 
     def heartbeat(self, registration: Registration) -> bool:
         """Refresh the heartbeat (registering again, support set included, after a prune); True when
@@ -268,8 +304,9 @@ class Engine:
                   returning worker_id, deprecated_at is not null as deprecated, xmax = 0 as inserted
                 ), support as (
                   insert into pgflow.worker_support (worker_id, flow_slug, step_slug)
-                  select worker.worker_id, %(flow)s, s.step_slug
-                    from worker cross join unnest(%(steps)s::text[]) as s(step_slug)
+                  select worker.worker_id, s.flow_slug, s.step_slug
+                    from worker
+                   cross join unnest(%(flows)s::text[], %(steps)s::text[]) as s(flow_slug, step_slug)
                    where worker.inserted
                   on conflict do nothing
                 )
@@ -279,8 +316,8 @@ class Engine:
                     "id": registration.worker_id,
                     "queue": registration.queue,
                     "name": registration.function_name,
-                    "flow": registration.flow_slug,
-                    "steps": list(registration.step_slugs),
+                    "flows": [flow for flow, _ in registration.support],
+                    "steps": [step for _, step in registration.support],
                 },
             )
         )

@@ -15,6 +15,8 @@ class WorkerOptions:
     flow_slug: str
     step_slug: str | None = None
     """A step worker's step (its flow is step-queued); None for a plain flow's worker."""
+    queue: str | None = None
+    """A shared queue: the worker polls it for every routed flow it was given."""
     concurrency: int = 10
     batch_size: int = 10
     poll_interval: float = 1.0

@@ -66,6 +66,27 @@ def resolve_subscription(flow: Flow, step_slug: str | None) -> str:
     return flow.slug.lower()
 
 
+def check_shared_subscription(flows: list[Flow], queue: str) -> None:
+    """A shared-queue worker's flows: distinct concrete slugs, all routed, and ``queue`` used by at
+    least one of their routes; every error lists the valid choices."""
+    seen: set[str] = set()
+    for flow in flows:
+        if flow.slug in seen:
+            raise PreflightError(f"--flow {flow.slug} is given twice; list each concrete flow once")
+        seen.add(flow.slug)
+        if not isinstance(flow, RoutedFlow):
+            raise PreflightError(
+                f"flow {flow.slug!r} is not routed to shared queues ({flow.queue_mode} mode): run it with "
+                f"--flow {flow.slug} alone" + (" --step S" if flow.queue_mode == "step" else "")
+            )
+    used = sorted({name for flow in flows if isinstance(flow, RoutedFlow) for name in flow.queues})
+    if queue not in used:
+        raise PreflightError(
+            f"no route of {', '.join(flow.slug for flow in flows)} uses queue {queue!r}; "
+            f"choose --queue from: {', '.join(used)}"
+        )
+
+
 def check_database(using: str = "default") -> None:
     """The database answers and is migrated far enough for this worker."""
     try:

@@ -62,20 +62,29 @@ async def _await(awaitable: Awaitable[Any]) -> Any:
 
 
 class Runner:
-    def __init__(self, flow: Flow, state: WorkerState, completer: Completer, using: str = "default") -> None:
-        self.flow = flow
+    """Dispatches each claimed task to its handler, chosen by the task's own (flow, step) identity."""
+
+    def __init__(
+        self, flows: Flow | list[Flow], state: WorkerState, completer: Completer, using: str = "default"
+    ) -> None:
+        self.flows = {flow.slug: flow for flow in (flows if isinstance(flows, list) else [flows])}
         self.state = state
         self.completer = completer
         self.using = using
-        self._async = {slug: inspect.iscoroutinefunction(step.handler) for slug, step in flow.steps.items()}
+        self._async = {
+            (flow.slug, slug): inspect.iscoroutinefunction(step.handler)
+            for flow in self.flows.values()
+            for slug, step in flow.steps.items()
+        }
 
     def run(self, task: ClaimedTask) -> None:
         """Pool-thread entry point: whatever happens, the task's slot is given back."""
         try:
-            step = self.flow.steps.get(task.step_slug)
+            flow = self.flows.get(task.flow_slug)
+            step = None if flow is None else flow.steps.get(task.step_slug)
             if step is None:
                 self.completer.fail(
-                    task, f"step {task.step_slug!r} is not defined in flow {self.flow.slug!r} of this worker"
+                    task, f"step {task.step_slug!r} of flow {task.flow_slug!r} is not defined in this worker"
                 )
             elif step.atomic:
                 self._run_atomic(task, step)
@@ -96,7 +105,7 @@ class Runner:
             step_slug=task.step_slug,
             task_index=task.task_index,
             attempt=task.attempt,
-            queue_name=task.queue or self.flow.slug.lower(),
+            queue_name=task.queue or task.flow_slug.lower(),
             message_id=task.message_id,
             shutdown_event=self.state.stopping,
             using=self.using,
@@ -112,7 +121,7 @@ class Runner:
         )
         self.state.started()
         try:
-            if self._async.get(step.slug):
+            if self._async.get((task.flow_slug, step.slug)):
                 output = async_to_sync(step.handler)(*args)
             else:
                 output = step.handler(*args)

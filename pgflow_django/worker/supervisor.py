@@ -7,6 +7,7 @@ Django connection. That is at most ``concurrency + 3`` database connections.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -33,7 +34,12 @@ from pgflow_django.worker.engine import (
 )
 from pgflow_django.worker.listener import Listener, insert_channel
 from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.preflight import PreflightError, check_database, resolve_subscription
+from pgflow_django.worker.preflight import (
+    PreflightError,
+    check_database,
+    check_shared_subscription,
+    resolve_subscription,
+)
 from pgflow_django.worker.runner import Runner
 from pgflow_django.worker.state import WorkerState
 
@@ -44,28 +50,53 @@ CLAIM_COALESCE_SECONDS = 0.001
 by one, and claiming each alone would spend a round trip per task (a third of the throughput)."""
 DELAYED_MESSAGE_SLACK = 0.005
 """Read a delayed message this long after it becomes visible, not a hair before."""
+SHARED_WARNINGS = {
+    "unmatched": "match no task: left in the queue untouched (applications must not send to queues "
+    "pgflow manages)",
+    "unsupported": "belong to flows or steps this worker does not run: left untouched for their workers "
+    "(manage.py pgflow_coverage lists the handlers each queue needs)",
+}
+"""Shared-queue claim outcomes that are not this worker's to run: warned about, never stop the worker."""
 
 
 class Worker:
-    def __init__(self, flow: Flow, options: WorkerOptions) -> None:
-        self.flow = flow
+    """One worker process: one queue, and the flows (one, or several routed ones on a shared queue)
+    whose tasks it runs there."""
+
+    def __init__(self, flows: Flow | list[Flow], options: WorkerOptions) -> None:
+        self.flows = flows if isinstance(flows, list) else [flows]
+        self.flow = self.flows[0]
         self.options = options
         self.worker_id = uuid.uuid4()
         self.step_slug = options.step_slug or None
-        self.queue = resolve_subscription(flow, self.step_slug)
-        """The one queue this worker polls: a plain flow's default queue, or its step's private queue."""
-        self.function_name = flow.slug if self.step_slug is None else f"{flow.slug}.{self.step_slug}"
+        self.shared = options.queue is not None
+        """Polling a declared shared queue for routed flows (no fatal path: unknown work is left alone)."""
+        if options.queue is not None:
+            check_shared_subscription(self.flows, options.queue)
+            self.queue = options.queue
+            self.function_name = f"{options.queue}:{','.join(flow.slug for flow in self.flows)}"
+            self.subscription = f"flows={','.join(flow.slug for flow in self.flows)}"
+            self.resume_command = "manage.py pgflow_resume FLOW [--step STEP] for each paused flow"
+            support: tuple[tuple[str, str], ...] = ()
+        else:
+            if len(self.flows) != 1:
+                raise PreflightError(
+                    "several --flow need --queue Q (a shared queue of their routes); a plain or step-queued "
+                    "flow's worker runs one flow"
+                )
+            flow = self.flow
+            self.queue = resolve_subscription(flow, self.step_slug)
+            self.function_name = flow.slug if self.step_slug is None else f"{flow.slug}.{self.step_slug}"
+            self.subscription = f"flow={flow.slug}" + (f" step={self.step_slug}" if self.step_slug else "")
+            self.resume_command = f"manage.py pgflow_resume {flow.slug}" + (
+                f" --step {self.step_slug}" if self.step_slug else ""
+            )
+            support = tuple(
+                (flow.slug, step) for step in ((self.step_slug,) if self.step_slug else flow.steps)
+            )
+        """``queue``: the one queue this worker polls. ``subscription``: how logs name what it runs."""
         self.registration = Registration(
-            worker_id=self.worker_id,
-            queue=self.queue,
-            function_name=self.function_name,
-            flow_slug=flow.slug,
-            step_slugs=(self.step_slug,) if self.step_slug else tuple(flow.steps),
-        )
-        self.subscription = f"flow={flow.slug}" + (f" step={self.step_slug}" if self.step_slug else "")
-        """How logs name what this worker runs: its flow, its step if any (the queue is logged beside)."""
-        self.resume_command = f"manage.py pgflow_resume {flow.slug}" + (
-            f" --step {self.step_slug}" if self.step_slug else ""
+            worker_id=self.worker_id, queue=self.queue, function_name=self.function_name, support=support
         )
         self.state = WorkerState(options.concurrency)
         self._params: dict[str, Any] = {}
@@ -91,14 +122,22 @@ class Worker:
         from pgflow_django.compiler import compile_flow
 
         check_database(self.options.using)
-        result = compile_flow(self.flow, using=self.options.using)
+        statuses = [compile_flow(flow, using=self.options.using).status for flow in self.flows]
         self._params = connection_params(self.options.using)
         self.engine = Engine(self._params, "supervisor")
-        paused = self.engine.pause(self.flow.slug, self.step_slug)
+        if self.shared:
+            support = tuple(self.engine.shared_support(self.queue, [flow.slug for flow in self.flows]))
+            self.registration = dataclasses.replace(self.registration, support=support)
+            logger.info(
+                "queue=%s supports %s",
+                self.queue,
+                ", ".join(f"{flow_slug}.{step_slug}" for flow_slug, step_slug in support),
+            )
+        paused = self.engine.pause(self.registration.support)
         if paused is not None:
-            reason, detail = paused
+            what, reason, detail = paused
             raise PreflightError(
-                f"{self.subscription} is paused ({reason}{': ' + detail if detail else ''}); "
+                f"{what} is paused ({reason}{': ' + detail if detail else ''}); "
                 f"clear it with {self.resume_command} once it is safe to run"
             )
         self.queue_table = self.engine.queue_table(self.queue)
@@ -111,7 +150,7 @@ class Worker:
             )
         connections[self.options.using].close()
         self._configure_handler_connections()
-        return result.status
+        return statuses[0] if len(set(statuses)) == 1 else ", ".join(statuses)
 
     def _configure_handler_connections(self) -> None:
         """Handler threads keep their Django connection across tasks (per ``conn_max_age``), checked
@@ -139,7 +178,7 @@ class Worker:
         self.listener = Listener(self._params, insert_channel(self.queue_table), self.state)
         self.listener.start()
         self.pool = ThreadPoolExecutor(max_workers=opts.concurrency, thread_name_prefix="pgflow-handler")
-        self.runner = Runner(self.flow, self.state, self.completer, opts.using)
+        self.runner = Runner(self.flows, self.state, self.completer, opts.using)
         logger.info(
             "worker %s started queue=%s %s concurrency=%d batch=%d (at most %d database connections)",
             self.worker_id,
@@ -201,11 +240,11 @@ class Worker:
                         logger.warning("worker %s was deprecated: stopping", self.worker_id)
                         self.state.request_stop()
                         break
-                    paused = engine.pause(self.flow.slug, self.step_slug)
+                    paused = engine.pause(self.registration.support)
                     if paused is not None:
                         logger.warning(
                             "%s was paused (%s): stopping queue=%s",
-                            self.subscription,
+                            paused[0],
                             paused[0],
                             self.queue,
                         )
@@ -239,6 +278,7 @@ class Worker:
                     opts.read_visibility_seconds,
                     qty,
                     self.step_slug,
+                    self.registration.support if self.shared else None,
                 )
                 backoff.reset()
                 if claim.fatal:
@@ -253,6 +293,16 @@ class Worker:
                     self.fatal = True
                     self.state.request_stop()
                     break
+                for outcome, meaning in SHARED_WARNINGS.items():
+                    ids = claim.unclaimed.get(outcome, [])
+                    if ids:
+                        logger.warning(
+                            "%d message(s) %s queue=%s msg_ids=%s",
+                            len(ids),
+                            meaning,
+                            self.queue,
+                            ",".join(map(str, ids)),
+                        )
                 foreign = claim.unclaimed.get("foreign", [])
                 if foreign:
                     logger.warning(
@@ -291,7 +341,7 @@ class Worker:
                 logger.error(
                     "queue %s no longer exists (was flow %s deleted?): stopping; %s",
                     self.queue,
-                    self.flow.slug,
+                    ", ".join(flow.slug for flow in self.flows),
                     first_line(exc),
                 )
                 self.state.request_stop()

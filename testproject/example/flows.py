@@ -120,7 +120,12 @@ def nap(item: Any, ctx: TaskContext) -> Any:
 
 # The support-thread pipeline, plain and step-queued (support.py), and its hand-written equivalent
 # (support_manual.py): imported here so that workers register them.
-from testproject.example.support import support_thread, support_thread_steps  # noqa: E402, F401
+from testproject.example.support import (  # noqa: E402, F401
+    support_routed,
+    support_routed_v2,
+    support_thread,
+    support_thread_steps,
+)
 from testproject.example.support_manual import (  # noqa: E402, F401
     support_ack,
     support_classify,

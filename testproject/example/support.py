@@ -11,7 +11,8 @@ with thousands of messages delays every later thread's acknowledgement. ``suppor
 the same DAG under its own slug with a private queue per step, so ``acknowledge`` has its own workers
 (``pgflow_worker --flow support_thread_steps --step acknowledge``) and never waits behind
 classification. ``support_manual.py`` shows what an application writes to get that isolation without
-per-step queues.
+per-step queues. ``support_routed`` (and its next version ``support_routed_v2``) group the steps on
+two shared queues instead, so two worker pools serve every version.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from pgflow_django import Flow, StepQueuedFlow, start_flow, with_step_queues
+from pgflow_django import Flow, RoutedFlow, StepQueuedFlow, route_flow, start_flow, with_step_queues
 from pgflow_django.worker import TaskContext
 
 LABEL_RULES = {
@@ -78,6 +79,20 @@ def route(deps: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
 
 
 support_thread_steps: StepQueuedFlow = with_step_queues(support_thread.copy(slug="support_thread_steps"))
+
+SUPPORT_QUEUES = {
+    "acknowledge": "support_fast",
+    "messages": "support_bulk",
+    "classify": "support_bulk",
+    "route": "support_fast",
+}
+"""Grouped routing: the quick steps share one queue and its workers, classification has the other."""
+
+support_routed: RoutedFlow = route_flow(support_thread.copy(slug="support_routed"), queues=SUPPORT_QUEUES)
+support_routed_v2: RoutedFlow = route_flow(
+    support_thread.copy(slug="support_routed_v2"), queues=SUPPORT_QUEUES
+)
+"""A second concrete version on the same queues: one pair of worker pools serves both while v1 drains."""
 
 
 def label_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,8 @@ class Command(PgflowCommand):
         "code path), register in pgflow.workers, then claim and run its tasks until SIGTERM or SIGINT.\n"
         "A plain flow has one queue for all its steps; a step-queued flow (with_step_queues) has one per\n"
         "step, and each of its workers runs one step: --step is required for it and refused otherwise.\n"
+        "Routed flows (route_flow) send steps to shared queues: --queue Q with one --flow per routed flow\n"
+        "runs every step their persisted routes send to Q; work it does not support is left untouched.\n"
         "The first signal stops polling and lets in-flight tasks finish within --shutdown-timeout\n"
         "(the rest are released); a second one exits at once and leaves them to stalled-task recovery.\n"
         "A worker holds at most --concurrency + 3 database connections. Defaults come from\n"
@@ -39,6 +41,7 @@ class Command(PgflowCommand):
     examples = """
   manage.py pgflow_worker --flow process_order
   manage.py pgflow_worker --flow support_steps --step deliver --concurrency 4
+  manage.py pgflow_worker --queue thread_processing --flow support_v1 --flow support_v2
   manage.py pgflow_worker --flow process_order --concurrency 20 --batch-size 20
   manage.py pgflow_worker --flow process_order --shutdown-timeout 120
 
@@ -47,7 +50,17 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
 """
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--flow", required=True, help="slug of the flow whose queue to work")
+        parser.add_argument(
+            "--flow",
+            required=True,
+            action="append",
+            help="slug of the flow whose queue to work; repeat it with --queue for several routed flows",
+        )
+        parser.add_argument(
+            "--queue",
+            help="a shared queue of the routed flows given with --flow: the worker runs every step their "
+            "persisted routes send there",
+        )
         parser.add_argument(
             "--step",
             help="for a step-queued flow: the one step whose private queue to work (required there, "
@@ -97,10 +110,16 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
         from pgflow_django.worker.preflight import resolve_flow
 
         try:
-            flow = resolve_flow(options["flow"])
+            if options["queue"] is not None and options["step"]:
+                raise PreflightError(
+                    "--step selects a step-queued flow's step; a --queue worker takes no --step"
+                )
+            flows = [resolve_flow(slug) for slug in options["flow"]]
+            flow = flows[0]
             worker_options = WorkerOptions.from_settings(
                 flow.slug,
                 step_slug=options["step"],
+                queue=options["queue"],
                 concurrency=options["concurrency"],
                 batch_size=options["batch_size"],
                 poll_interval=options["poll_interval"],
@@ -109,7 +128,7 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
                 heartbeat_seconds=options["heartbeat_seconds"],
                 stalled_check_seconds=options["stalled_check_seconds"],
             )
-            worker = Worker(flow, worker_options)
+            worker = Worker(flows, worker_options)
             status = worker.prepare()
         except (PreflightError, FlowMismatch, ValueError) as exc:
             raise CommandError(str(exc)) from None
