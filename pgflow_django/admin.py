@@ -79,7 +79,7 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
 
     @admin.display(description="queue mode", ordering="queue_mode")
     def routing(self, obj: Flow) -> str:
-        return "per-step queues" if obj.queue_mode == "step" else "plain"
+        return {"step": "per-step queues", "routed": "shared queues"}.get(obj.queue_mode, "plain")
 
     @admin.display(description="steps")
     def step_count(self, obj: Flow) -> int:
