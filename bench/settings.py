@@ -5,5 +5,5 @@ from __future__ import annotations
 from testproject.settings import *  # noqa: F403
 from testproject.settings import PGFLOW as _BASE_PGFLOW
 
-PGFLOW = {**_BASE_PGFLOW, "FLOWS": [*_BASE_PGFLOW.get("FLOWS", []), "bench.flows"]}
+PGFLOW = {**_BASE_PGFLOW, "FLOWS": [*_BASE_PGFLOW.get("FLOWS", []), "bench.flows", "bench.support_flows"]}
 DEBUG = False
