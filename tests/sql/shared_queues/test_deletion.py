@@ -27,7 +27,7 @@ def scene() -> dict[str, set[int]]:
     compile_routed(B, {"fetch": FAST}, shape_step("fetch"))
     queued, started, done = start(A, {"n": 1}), start(A, {"n": 2}), start(A, {"n": 3})
     other = start(B, {})
-    (rec,) = claim_shared(FAST, message_ids(started, "classify"), [(A, "classify")])
+    assert claim_shared(FAST, message_ids(started, "classify"), [(A, "classify")])[0]["outcome"] == "claimed"
     (first,) = claim_shared(FAST, message_ids(done, "classify"), [(A, "classify")])
     assert complete(first, "ok") == "completed"
     (second,) = claim_shared(FAST, message_ids(done, "enrich"), [(A, "enrich")])
