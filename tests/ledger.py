@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -46,7 +47,23 @@ create table if not exists public.ledger_effect (
 
 LEDGER_FLOW = "rel_ledger"
 OUTPUT_FLOWS = ("rel_outputs", "rel_outputs_atomic")
-FLOW_SLUGS = (LEDGER_FLOW, *OUTPUT_FLOWS)
+PLAIN_FLOW = "rel_plain"
+LATE_FLOW = "rel_late"
+FAIL_FLOW = "rel_fail"
+DOOMED_FLOW = "rel_doomed"
+STEP_FLOW = "rel_steps"
+ROUTED_FLOWS = ("rel_routed", "rel_routed_b")
+SHARED_QUEUE = "rel_shared"
+FLOW_SLUGS = (
+    LEDGER_FLOW,
+    *OUTPUT_FLOWS,
+    PLAIN_FLOW,
+    LATE_FLOW,
+    FAIL_FLOW,
+    DOOMED_FLOW,
+    STEP_FLOW,
+    *ROUTED_FLOWS,
+)
 """The flows of ``tests/ledger_flows.py`` (kept here: importing that module would define the flows in the
 test process too)."""
 SETTINGS_MODULE = "tests.ledger_settings"
@@ -68,7 +85,11 @@ def reset_flows(cursor: Cursor, flow_slugs: Iterable[str] = FLOW_SLUGS) -> None:
     cursor.execute(
         "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where flow_slug = any(%s)", [slugs]
     )
-    cursor.execute("delete from pgflow.workers where queue_name = any(%s)", [slugs])
+    cursor.execute(
+        "delete from pgflow.workers where queue_name = any(%s) or queue_name = %s "
+        "or split_part(queue_name, '__', 1) = any(%s)",
+        [slugs, SHARED_QUEUE, slugs],
+    )
     cursor.execute("delete from public.ledger_execution where flow_slug = any(%s)", [slugs])
     cursor.execute("delete from public.ledger_effect where flow_slug = any(%s)", [slugs])
 
@@ -78,38 +99,69 @@ def reset_flows(cursor: Cursor, flow_slugs: Iterable[str] = FLOW_SLUGS) -> None:
 _local = threading.local()
 
 
+LEDGER_APPLICATION_NAME = "pgflow_test_ledger"
+"""``application_name`` of the execution ledger's own connections, so fault scenarios that terminate a
+worker's backends can leave the ledger's alone."""
+
+
 def _own_connection() -> Any:
     """An autocommit psycopg connection per handler thread, to the database Django uses."""
     conn = getattr(_local, "conn", None)
-    if conn is None or conn.closed:
+    if conn is None or conn.closed or conn.broken:
         import psycopg
         from django.db import connection
 
         from tests.workers import url_from_settings
 
-        conn = psycopg.connect(url_from_settings(connection.settings_dict), autocommit=True)
+        conn = psycopg.connect(
+            url_from_settings(connection.settings_dict),
+            autocommit=True,
+            application_name=LEDGER_APPLICATION_NAME,
+            connect_timeout=5,
+        )
         _local.conn = conn
     return conn
 
 
 def record_execution(ctx: Any) -> None:
-    """One row per handler call, committed at once outside the completion transaction."""
-    _own_connection().execute(
-        "insert into public.ledger_execution (flow_slug, run_id, step_slug, task_index, attempt, worker_pid) "
-        "values (%s, %s, %s, %s, %s, %s)",
-        [ctx.flow_slug, ctx.run_id, ctx.step_slug, ctx.task_index, ctx.attempt, os.getpid()],
-    )
+    """One row per handler call, committed at once outside the completion transaction. A lost ledger
+    connection (a PostgreSQL restart, a terminated backend) is reopened and the row written again for
+    up to ~20 s: the ledger must count executions, not add failed attempts of its own."""
+    import psycopg
+
+    delay = 0.1
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            _own_connection().execute(
+                "insert into public.ledger_execution "
+                "(flow_slug, run_id, step_slug, task_index, attempt, worker_pid) "
+                "values (%s, %s, %s, %s, %s, %s)",
+                [ctx.flow_slug, ctx.run_id, ctx.step_slug, ctx.task_index, ctx.attempt, os.getpid()],
+            )
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            conn = getattr(_local, "conn", None)
+            if conn is not None:
+                conn.close()
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
-def record_effect(ctx: Any) -> None:
+def record_effect(ctx: Any, *, if_absent: bool = False) -> None:
     """The task's effect, on the handler's Django connection: inside an ``atomic=True`` handler it
-    commits with the completion; a second effect of the same task violates the primary key."""
+    commits with the completion; a second effect of the same task violates the primary key.
+    ``if_absent`` skips the insert when another attempt's effect already committed, so a late attempt
+    reaches its (stale) completion instead of failing on the key."""
     from django.db import connections
 
     with connections[ctx.using].cursor() as cursor:
         cursor.execute(
             "insert into public.ledger_effect "
-            "(flow_slug, run_id, step_slug, task_index, attempt, worker_pid) values (%s, %s, %s, %s, %s, %s)",
+            "(flow_slug, run_id, step_slug, task_index, attempt, worker_pid) values (%s, %s, %s, %s, %s, %s)"
+            + (" on conflict do nothing" if if_absent else ""),
             [ctx.flow_slug, ctx.run_id, ctx.step_slug, ctx.task_index, ctx.attempt, os.getpid()],
         )
 

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from tests import workers
+from tests.acceptance.faults import LedgerSpawner, Rig
 
 
 class PrivateCluster:
@@ -65,3 +66,20 @@ def cluster_workers(private_cluster: PrivateCluster, tmp_path: Path) -> Iterator
     spawner = workers.Spawner(private_cluster.url, tmp_path)
     yield spawner
     spawner.stop_all()
+
+
+@pytest.fixture
+def rig(database_url: str, tmp_path: Path) -> Iterator[Rig]:
+    """Ledger-flow workers on the test database (scenarios that neither restart the server nor need
+    many connections), with the reliability flows reset before and after."""
+    setup = Rig(database_url, LedgerSpawner(database_url, tmp_path))
+    yield setup
+    setup.close()
+
+
+@pytest.fixture
+def cluster_rig(private_cluster: PrivateCluster, tmp_path: Path) -> Iterator[Rig]:
+    """Ledger-flow workers on the private cluster (restarts, many workers and connections)."""
+    setup = Rig(private_cluster.url, LedgerSpawner(private_cluster.url, tmp_path))
+    yield setup
+    setup.close()
