@@ -7,12 +7,13 @@ commits or rolls back with the caller's writes, so a run never starts for an ord
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal, TypeAlias
 
 from django.db import connections
@@ -89,16 +90,36 @@ class RunView:
 
 
 def start_flow(
-    flow_or_slug: Flow | str, input: Any, *, run_id: uuid.UUID | str | None = None, using: str = "default"
+    flow_or_slug: Flow | str,
+    input: Any,
+    *,
+    run_id: uuid.UUID | str | None = None,
+    delay: timedelta | int | None = None,
+    using: str = "default",
 ) -> uuid.UUID:
-    """Start one run and return its id; inside ``transaction.atomic()`` it commits with the caller."""
+    """Start one run and return its id; inside ``transaction.atomic()`` it commits with the caller.
+
+    ``delay`` (seconds, or a timedelta rounded up to whole seconds) keeps the run's first tasks
+    invisible to workers until then."""
     slug = _flow_slug(flow_or_slug)
     body = _input_json(flow_or_slug, input, f"input of flow {slug!r}")
     chosen = None if run_id is None else _as_uuid(run_id)
     with connections[using].cursor() as cursor:
-        cursor.execute("select run_id from pgflow.start_flow(%s, %s::jsonb, %s::uuid)", [slug, body, chosen])
+        cursor.execute(
+            "select run_id from pgflow.start_flow(%s, %s::jsonb, %s::uuid, %s::integer)",
+            [slug, body, chosen, _delay_seconds(delay)],
+        )
         row = cursor.fetchone()
     return _as_uuid(row[0])
+
+
+def _delay_seconds(delay: timedelta | int | None) -> int | None:
+    if delay is None:
+        return None
+    seconds = math.ceil(delay.total_seconds()) if isinstance(delay, timedelta) else delay
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= 2**31 - 1:
+        raise ValueError(f"delay must be whole seconds from 0 to {2**31 - 1} (or a timedelta), got {delay!r}")
+    return max(seconds, 0)
 
 
 def start_flows(

@@ -301,6 +301,7 @@ class Run(ReadOnlyModel):
         null=True,
         related_name="reruns",
     )
+    not_before = models.DateTimeField(null=True)
 
     class Meta:
         managed = False
@@ -364,6 +365,7 @@ class StepTask(ReadOnlyModel):
     completed_at = models.DateTimeField(null=True)
     failed_at = models.DateTimeField(null=True)
     queue_name = models.TextField()
+    attempt_errors = models.JSONField(default=list)
 
     class Meta:
         managed = False

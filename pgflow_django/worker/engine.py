@@ -270,7 +270,8 @@ class Engine:
         A flow's pause holds all its steps."""
         rows = self._rows(
             """
-            select p.flow_slug || case when p.step_slug = '' then '' else '.' || p.step_slug end,
+            select 'flow=' || p.flow_slug
+                   || case when p.step_slug = '' then '' else ' step=' || p.step_slug end,
                    p.reason, p.detail
               from unnest(%s::text[], %s::text[]) as s(flow_slug, step_slug)
               join pgflow.worker_pauses as p

@@ -10,6 +10,8 @@ create table pgflow.runs (
   completed_at timestamptz,
   failed_at timestamptz,
   rerun_of uuid constraint runs_rerun_of_fkey references pgflow.runs (run_id) on delete set null,
+  -- a run started with a delay: its first tasks' messages become visible no earlier than this
+  not_before timestamptz,
   check (completed_at is null or status = 'completed'),
   check (failed_at is null or status = 'failed')
 );

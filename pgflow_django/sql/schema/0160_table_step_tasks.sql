@@ -18,6 +18,8 @@ create table pgflow.step_tasks (
   completed_at timestamptz,
   failed_at timestamptz,
   queue_name text not null constraint step_tasks_queue_name_check check (pgflow.is_valid_queue_name(queue_name)),
+  -- one entry per failed attempt: {attempt, worker_id, error, failed_at} (fail_task appends)
+  attempt_errors jsonb not null default '[]'::jsonb,
   primary key (run_id, step_slug, task_index),
   foreign key (run_id, step_slug) references pgflow.step_states (run_id, step_slug),
   check (status <> 'started' or started_at is not null)

@@ -1,6 +1,7 @@
 -- Starts every ready step (created, no open dependencies, at least one task) of the given started
 -- runs: creates its tasks and sends their messages to the step's persisted queue, one PGMQ batch per
--- queue and start delay; each task stores that queue as its immutable snapshot. No queue DDL here.
+-- queue and start delay (the step's start_delay, or what remains of a delayed run's not_before);
+-- each task stores that queue as its immutable snapshot. No queue DDL here.
 -- The n-th id returned by send_batch belongs to the n-th message sent.
 create or replace function pgflow.start_ready_steps(run_ids uuid[])
 returns void
@@ -18,7 +19,9 @@ begin
        and ss.initial_tasks > 0
        and r.run_id = ss.run_id and r.status = 'started'
        and s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
-    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks, coalesce(s.opt_start_delay, 0) as start_delay,
+    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks,
+              greatest(coalesce(s.opt_start_delay, 0),
+                       coalesce(ceil(extract(epoch from r.not_before - clock_timestamp()))::integer, 0)) as start_delay,
               s.queue_name
   ), messages as (
     select st.queue_name, st.start_delay,

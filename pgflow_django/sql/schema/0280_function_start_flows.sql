@@ -1,6 +1,9 @@
 -- Starts one run per element of the JSON array `inputs`, in one call. Every input is checked before
--- any row is written: a flow whose root step is a map needs array inputs.
-create or replace function pgflow.start_flows(flow_slug text, inputs jsonb, run_ids uuid[] default null)
+-- any row is written: a flow whose root step is a map needs array inputs. start_delay (seconds)
+-- delays the runs: their first tasks' messages become visible no earlier than now + start_delay.
+create or replace function pgflow.start_flows(
+  flow_slug text, inputs jsonb, run_ids uuid[] default null, start_delay integer default null
+)
 returns setof pgflow.runs
 language plpgsql
 as $$
@@ -15,6 +18,10 @@ begin
   end if;
   if inputs is null or jsonb_typeof(inputs) <> 'array' then
     raise exception 'start_flows(%): inputs must be a JSON array of run inputs', flow_slug
+      using errcode = '22023';
+  end if;
+  if start_delay is not null and start_delay < 0 then
+    raise exception 'start_flows(%): start_delay must be >= 0 seconds, got %', flow_slug, start_delay
       using errcode = '22023';
   end if;
   if run_ids is not null and cardinality(run_ids) <> jsonb_array_length(inputs) then
@@ -38,9 +45,10 @@ begin
   end if;
 
   with new_runs as (
-    insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
+    insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, not_before)
     select coalesce(run_ids[e.n], gen_random_uuid()), start_flows.flow_slug, e.input,
-           (select count(*) from pgflow.steps as s where s.flow_slug = start_flows.flow_slug)
+           (select count(*) from pgflow.steps as s where s.flow_slug = start_flows.flow_slug),
+           case when start_flows.start_delay > 0 then now() + make_interval(secs => start_flows.start_delay) end
       from jsonb_array_elements(inputs) with ordinality as e(input, n)
     returning runs.run_id, runs.input
   ), states as (

@@ -1,4 +1,7 @@
-create or replace function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid default null)
+-- One run of start_flows: the same checks, an optional run id and start delay (seconds).
+create or replace function pgflow.start_flow(
+  flow_slug text, input jsonb, run_id uuid default null, start_delay integer default null
+)
 returns setof pgflow.runs
 language plpgsql
 as $$
@@ -8,6 +11,7 @@ begin
       using errcode = '22023';
   end if;
   return query select * from pgflow.start_flows(flow_slug, jsonb_build_array(input),
-                                                case when run_id is null then null else array[run_id] end);
+                                                case when run_id is null then null else array[run_id] end,
+                                                start_delay);
 end;
 $$;

@@ -2,7 +2,8 @@
 -- and its message becomes visible after floor(base_delay * 2^attempts) seconds, or after the
 -- handler-chosen retry_delay (attempt accounting is the same either way). Returns 'retrying',
 -- 'failed', 'skipped' (exhausted, per when_exhausted) or 'stale' (not the current claim: nothing
--- changes; the message is archived when the task is already terminal).
+-- changes; the message is archived when the task is already terminal). Each recorded failure is also
+-- appended to the task's attempt_errors.
 create or replace function pgflow.fail_task(
   run_id uuid, step_slug text, task_index integer, attempt integer, error_message text,
   retry_delay integer default null
@@ -15,6 +16,7 @@ declare
   v_current boolean;
   v_max_attempts integer;
   v_delay integer;
+  v_error jsonb;
 begin
   if retry_delay is not null and retry_delay < 0 then
     raise exception 'fail_task: retry_delay must be >= 0 seconds, got %', retry_delay using errcode = '22023';
@@ -43,6 +45,8 @@ begin
     return 'stale';
   end if;
 
+  v_error := jsonb_build_object('attempt', v_task.attempts_count, 'worker_id', v_task.last_worker_id,
+                                'error', fail_task.error_message, 'failed_at', now());
   select coalesce(s.opt_max_attempts, f.opt_max_attempts),
          coalesce(fail_task.retry_delay,
                   least(floor(coalesce(s.opt_base_delay, f.opt_base_delay) * power(2, v_task.attempts_count)), 2147483647)::integer)
@@ -52,12 +56,16 @@ begin
 
   if v_task.attempts_count < v_max_attempts then
     update pgflow.step_tasks as t
-       set status = 'queued', error_message = fail_task.error_message, queued_at = now()
+       set status = 'queued', error_message = fail_task.error_message, queued_at = now(),
+           attempt_errors = t.attempt_errors || jsonb_build_array(v_error)
      where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index;
     perform pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id], array[v_delay]);
     return 'retrying';
   end if;
 
+  update pgflow.step_tasks as t
+     set attempt_errors = t.attempt_errors || jsonb_build_array(v_error)
+   where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index;
   return pgflow.exhaust_task(fail_task.run_id, fail_task.step_slug, fail_task.task_index, fail_task.error_message);
 end;
 $$;

@@ -1,0 +1,209 @@
+-- Frozen migration delta 0007_task_backend, backward.
+drop function pgflow.start_flow(text, jsonb, uuid, integer);
+drop function pgflow.start_flows(text, jsonb, uuid[], integer);
+
+-- 0260_function_start_ready_steps.sql (as of 0006)
+-- Starts every ready step (created, no open dependencies, at least one task) of the given started
+-- runs: creates its tasks and sends their messages to the step's persisted queue, one PGMQ batch per
+-- queue and start delay; each task stores that queue as its immutable snapshot. No queue DDL here.
+-- The n-th id returned by send_batch belongs to the n-th message sent.
+create or replace function pgflow.start_ready_steps(run_ids uuid[])
+returns void
+language plpgsql
+as $$
+declare
+  v_batches jsonb;
+  v_batch record;
+begin
+  with started as (
+    update pgflow.step_states as ss
+       set status = 'started', started_at = now(), remaining_tasks = ss.initial_tasks
+      from pgflow.runs as r, pgflow.steps as s
+     where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
+       and ss.initial_tasks > 0
+       and r.run_id = ss.run_id and r.status = 'started'
+       and s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks, coalesce(s.opt_start_delay, 0) as start_delay,
+              s.queue_name
+  ), messages as (
+    select st.queue_name, st.start_delay,
+           jsonb_build_object('flow_slug', st.flow_slug, 'run_id', st.run_id,
+                              'step_slug', st.step_slug, 'task_index', i) as message
+      from started as st
+     cross join lateral generate_series(0, st.initial_tasks - 1) as i
+  )
+  select jsonb_agg(jsonb_build_object('queue_name', m.queue_name, 'start_delay', m.start_delay, 'messages', m.messages))
+    into v_batches
+    from (select queue_name, start_delay, jsonb_agg(message) as messages
+            from messages group by queue_name, start_delay) as m;
+
+  if v_batches is null then
+    return;
+  end if;
+
+  for v_batch in
+    select b->>'queue_name' as queue_name, (b->>'start_delay')::integer as start_delay, b->'messages' as messages
+      from jsonb_array_elements(v_batches) as b
+  loop
+    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
+    select m.message->>'flow_slug', (m.message->>'run_id')::uuid, m.message->>'step_slug',
+           (m.message->>'task_index')::integer, sent.msg_id, v_batch.queue_name
+      from jsonb_array_elements(v_batch.messages) with ordinality as m(message, n)
+      join pgmq.send_batch(
+             v_batch.queue_name,
+             array(select e from jsonb_array_elements(v_batch.messages) as e),
+             v_batch.start_delay
+           ) with ordinality as sent(msg_id, n) on sent.n = m.n;
+  end loop;
+end;
+$$;
+
+-- 0280_function_start_flows.sql (as of 0006)
+-- Starts one run per element of the JSON array `inputs`, in one call. Every input is checked before
+-- any row is written: a flow whose root step is a map needs array inputs.
+create or replace function pgflow.start_flows(flow_slug text, inputs jsonb, run_ids uuid[] default null)
+returns setof pgflow.runs
+language plpgsql
+as $$
+declare
+  v_root_map text;
+  v_bad bigint;
+  v_ids uuid[];
+begin
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flows.flow_slug) then
+    raise exception 'flow % does not exist: compile it first (manage.py pgflow_compile)', quote_literal(coalesce(flow_slug, 'NULL'))
+      using errcode = '22023';
+  end if;
+  if inputs is null or jsonb_typeof(inputs) <> 'array' then
+    raise exception 'start_flows(%): inputs must be a JSON array of run inputs', flow_slug
+      using errcode = '22023';
+  end if;
+  if run_ids is not null and cardinality(run_ids) <> jsonb_array_length(inputs) then
+    raise exception 'start_flows(%): % inputs but % run ids', flow_slug, jsonb_array_length(inputs), cardinality(run_ids)
+      using errcode = '22023';
+  end if;
+
+  select s.step_slug into v_root_map
+    from pgflow.steps as s
+   where s.flow_slug = start_flows.flow_slug and s.step_type = 'map' and s.deps_count = 0
+   order by s.step_index limit 1;
+  if v_root_map is not null then
+    select min(e.n) - 1 into v_bad
+      from jsonb_array_elements(inputs) with ordinality as e(input, n)
+     where jsonb_typeof(e.input) <> 'array';
+    if v_bad is not null then
+      raise exception 'flow %: root map step % needs an array input, but input % is not an array',
+        flow_slug, v_root_map, v_bad
+        using errcode = '22023';
+    end if;
+  end if;
+
+  with new_runs as (
+    insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
+    select coalesce(run_ids[e.n], gen_random_uuid()), start_flows.flow_slug, e.input,
+           (select count(*) from pgflow.steps as s where s.flow_slug = start_flows.flow_slug)
+      from jsonb_array_elements(inputs) with ordinality as e(input, n)
+    returning runs.run_id, runs.input
+  ), states as (
+    insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks)
+    select start_flows.flow_slug, nr.run_id, s.step_slug, s.deps_count,
+           case when s.step_type = 'single' then 1
+                when s.deps_count = 0 then jsonb_array_length(nr.input)
+           end
+      from new_runs as nr
+      cross join pgflow.steps as s
+     where s.flow_slug = start_flows.flow_slug
+  )
+  select array_agg(nr.run_id) into v_ids from new_runs as nr;
+
+  perform pgflow.cascade(v_ids);
+
+  return query
+    select r.* from pgflow.runs as r
+      join unnest(v_ids) with ordinality as i(run_id, n) on i.run_id = r.run_id
+     order by i.n;
+end;
+$$;
+
+-- 0290_function_start_flow.sql (as of 0006)
+create or replace function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid default null)
+returns setof pgflow.runs
+language plpgsql
+as $$
+begin
+  if input is null then
+    raise exception 'start_flow(%): input must not be NULL (use a JSON value, e.g. {})', flow_slug
+      using errcode = '22023';
+  end if;
+  return query select * from pgflow.start_flows(flow_slug, jsonb_build_array(input),
+                                                case when run_id is null then null else array[run_id] end);
+end;
+$$;
+
+-- 0340_function_fail_task.sql (as of 0006)
+-- Records a failed attempt of the claim `attempt`. While attempts remain the task is queued again
+-- and its message becomes visible after floor(base_delay * 2^attempts) seconds, or after the
+-- handler-chosen retry_delay (attempt accounting is the same either way). Returns 'retrying',
+-- 'failed', 'skipped' (exhausted, per when_exhausted) or 'stale' (not the current claim: nothing
+-- changes; the message is archived when the task is already terminal).
+create or replace function pgflow.fail_task(
+  run_id uuid, step_slug text, task_index integer, attempt integer, error_message text,
+  retry_delay integer default null
+)
+returns text
+language plpgsql
+as $$
+declare
+  v_task pgflow.step_tasks;
+  v_current boolean;
+  v_max_attempts integer;
+  v_delay integer;
+begin
+  if retry_delay is not null and retry_delay < 0 then
+    raise exception 'fail_task: retry_delay must be >= 0 seconds, got %', retry_delay using errcode = '22023';
+  end if;
+
+  perform 1 from pgflow.runs as r where r.run_id = fail_task.run_id for update;
+
+  select t.* into v_task from pgflow.step_tasks as t
+   where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index
+   for update;
+  if not found then
+    return 'stale';
+  end if;
+
+  select v_task.status = 'started' and v_task.attempts_count = fail_task.attempt
+         and r.status = 'started' and ss.status = 'started'
+    into v_current
+    from pgflow.runs as r
+    join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = fail_task.step_slug
+   where r.run_id = fail_task.run_id;
+
+  if not coalesce(v_current, false) then
+    if v_task.status in ('completed', 'failed', 'skipped', 'cancelled') then
+      perform pgflow.archive_task_messages(array[v_task.queue_name], array[v_task.message_id]);
+    end if;
+    return 'stale';
+  end if;
+
+  select coalesce(s.opt_max_attempts, f.opt_max_attempts),
+         coalesce(fail_task.retry_delay,
+                  least(floor(coalesce(s.opt_base_delay, f.opt_base_delay) * power(2, v_task.attempts_count)), 2147483647)::integer)
+    into v_max_attempts, v_delay
+    from pgflow.steps as s join pgflow.flows as f on f.flow_slug = s.flow_slug
+   where s.flow_slug = v_task.flow_slug and s.step_slug = v_task.step_slug;
+
+  if v_task.attempts_count < v_max_attempts then
+    update pgflow.step_tasks as t
+       set status = 'queued', error_message = fail_task.error_message, queued_at = now()
+     where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index;
+    perform pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id], array[v_delay]);
+    return 'retrying';
+  end if;
+
+  return pgflow.exhaust_task(fail_task.run_id, fail_task.step_slug, fail_task.task_index, fail_task.error_message);
+end;
+$$;
+
+alter table pgflow.step_tasks drop column attempt_errors;
+alter table pgflow.runs drop column not_before;
