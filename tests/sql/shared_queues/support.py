@@ -116,3 +116,16 @@ def message_ids(run_id: uuid.UUID, step_slug: str) -> list[int]:
             [run_id, step_slug],
         )
     ]
+
+
+def purge_committed(flows: Iterable[str], queues: Iterable[str]) -> None:
+    """For tests that commit: delete the flows, then drop the shared queues and their declarations
+    (nothing in pgflow drops a shared queue), and the workers registered on them."""
+    names = list(queues)
+    q(
+        "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where flow_slug = any(%s)",
+        [list(flows)],
+    )
+    q("select pgmq.drop_queue(queue_name) from pgmq.list_queues() where queue_name = any(%s)", [names])
+    q("delete from pgflow.shared_queues where queue_name = any(%s)", [names])
+    q("delete from pgflow.workers where queue_name = any(%s)", [names])
