@@ -62,6 +62,14 @@ DATABASES = {"default": django_database(_url)}
 
 PGMIGRATE_LOCK_TIMEOUT = 10
 
+TASKS = {
+    "default": {
+        "BACKEND": "pgflow_django.tasks.PgflowTaskBackend",
+        "QUEUES": ["default", "mail"],
+        "OPTIONS": {"MAX_ATTEMPTS": 1, "TIMEOUT": 30},
+    }
+}
+
 PGFLOW = {
     "FLOWS": ["testproject.example.demo_flows"],
 }

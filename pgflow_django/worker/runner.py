@@ -48,6 +48,10 @@ def encode_output(output: Any) -> str:
 
 
 def error_text(exc: BaseException) -> str:
+    """What the engine records for a failed attempt; an exception may supply it (``pgflow_error_text``)."""
+    recorded = getattr(exc, "pgflow_error_text", None)
+    if isinstance(recorded, str):
+        return recorded[:MAX_ERROR_LENGTH]
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return text[:MAX_ERROR_LENGTH]
 

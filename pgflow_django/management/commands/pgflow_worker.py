@@ -52,9 +52,14 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--flow",
-            required=True,
             action="append",
             help="slug of the flow whose queue to work; repeat it with --queue for several routed flows",
+        )
+        parser.add_argument(
+            "--tasks",
+            action="store_true",
+            help="run Django tasks (TASKS backends of pgflow_django.tasks.PgflowTaskBackend) on --queue "
+            "(default: 'default', or the backends' only queue)",
         )
         parser.add_argument(
             "--queue",
@@ -114,7 +119,16 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
                 raise PreflightError(
                     "--step selects a step-queued flow's step; a --queue worker takes no --step"
                 )
-            flows = [resolve_flow(slug) for slug in options["flow"]]
+            if bool(options["tasks"]) == bool(options["flow"]):
+                raise PreflightError(
+                    "pass --flow F (a flow's worker) or --tasks (a Django tasks worker), exactly one of them"
+                )
+            if options["tasks"]:
+                from pgflow_django.worker.tasks import task_flows
+
+                options["queue"], flows = task_flows(options["queue"])
+            else:
+                flows = [resolve_flow(slug) for slug in options["flow"]]
             flow = flows[0]
             worker_options = WorkerOptions.from_settings(
                 flow.slug,

@@ -1,0 +1,431 @@
+"""A production backend for Django's tasks framework on pgflow.
+
+``TASKS = {"default": {"BACKEND": "pgflow_django.tasks.PgflowTaskBackend", "QUEUES": ["default"]}}``.
+Each task function runs as a one-step routed flow (``route_flow``) whose one step, ``call``, is routed
+to the shared queue named by the task's ``queue_name``; ``pgflow_worker --tasks --queue Q`` runs them.
+Works with Django 6's ``django.tasks`` and, on Django 5.2, with the ``django-tasks`` backport (the
+same API under the name ``django_tasks``). docs/django-tasks.md has the details.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import re
+import threading
+import traceback
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from importlib import import_module
+from typing import Any, Final
+
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string, module_has_submodule
+
+from pgflow_django.dsl import Flow, RoutedFlow, route_flow
+from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, shared_queue_problem
+from pgflow_django.worker.context import TaskContext as StepContext
+
+
+def _load_framework() -> tuple[str, Any]:
+    """Django 6's ``django.tasks``, else the ``django_tasks`` backport: one namespace of what we use."""
+    for name in ("django.tasks", "django_tasks"):
+        try:
+            package = import_module(name)
+        except ImportError:
+            continue
+        base = import_module(f"{name}.base")
+        backends = import_module(f"{name}.backends.base")
+        exceptions = import_module(f"{name}.exceptions")
+        signals = import_module(f"{name}.signals")
+        if name == "django.tasks":
+            normalize_json = import_module("django.utils.json").normalize_json
+        else:
+            normalize_json = import_module("django_tasks.utils").normalize_json
+        namespace = type(
+            "Framework",
+            (),
+            {
+                "package": package,
+                "Task": base.Task,
+                "TaskContext": base.TaskContext,
+                "TaskError": base.TaskError,
+                "TaskResult": base.TaskResult,
+                "TaskResultStatus": base.TaskResultStatus,
+                "BaseTaskBackend": backends.BaseTaskBackend,
+                "InvalidTask": getattr(exceptions, "InvalidTask", None) or exceptions.InvalidTaskError,
+                "TaskResultDoesNotExist": exceptions.TaskResultDoesNotExist,
+                "task_enqueued": signals.task_enqueued,
+                "task_started": signals.task_started,
+                "task_finished": signals.task_finished,
+                "normalize_json": staticmethod(normalize_json),
+            },
+        )
+        return name, namespace
+    raise ImproperlyConfigured(
+        "pgflow_django.tasks needs Django's tasks framework: Django >= 6.0, or on Django 5.2 the "
+        "backport (pip install django-tasks)"
+    )
+
+
+FRAMEWORK, tasks_api = _load_framework()
+"""Which framework is in use (``django.tasks`` or ``django_tasks``) and its classes and signals."""
+
+STEP_SLUG: Final = "call"
+"""The one step of every task flow."""
+MAX_TRACEBACK: Final = 8000
+"""Characters of traceback kept per failed attempt (the engine stores at most 10,000 per error)."""
+ERROR_PREFIX: Final = "django-task-error:"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PgflowTask(tasks_api.Task):  # type: ignore[misc, name-defined]
+    """A task with the engine's retry and timeout options, set per task through ``@task(...)``
+    keywords (Django forwards unknown keywords to the backend's ``task_class``); None keeps the
+    backend's ``OPTIONS``."""
+
+    max_attempts: int | None = None
+    timeout: int | None = None
+    base_delay: int | None = None
+
+
+class TaskFailure(Exception):
+    """A task function raised: carries the class path and traceback the engine records verbatim."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exception_class_path = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        text = "".join(traceback.format_exception(exc))
+        self.traceback = text[-MAX_TRACEBACK:]
+        self.pgflow_error_text = ERROR_PREFIX + json.dumps(
+            {"exception_class_path": self.exception_class_path, "traceback": self.traceback}
+        )
+        super().__init__(f"{self.exception_class_path}: {exc}")
+
+
+def task_flow_slug(module_path: str, queue_name: str) -> str:
+    """The concrete flow slug of a task function on a queue: readable, valid under the slug rules,
+    at most 47 characters, and unique per (function, queue) through a hash suffix."""
+    readable = re.sub(r"[^a-z0-9]+", "_", module_path.lower()).strip("_") or "task"
+    if readable[0].isdigit():
+        readable = f"t_{readable}"
+    digest = hashlib.sha256(f"{module_path}|{queue_name}".encode()).hexdigest()[:8]
+    head = readable[: MAX_FLOW_SLUG_LENGTH - len(digest) - 1].rstrip("_")
+    return f"{head}_{digest}"
+
+
+def module_path(task: Any) -> str:
+    func = task.func
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-defined]
+    """Runs Django tasks as pgflow runs: durable, retried, recovered, on shared PGMQ queues.
+
+    OPTIONS: ``MAX_ATTEMPTS`` (default 1: a failed task is FAILED, as Django's semantics expect),
+    ``BASE_DELAY`` (seconds, default 1), ``TIMEOUT`` (seconds, default 60), ``MODULES`` (extra
+    modules whose tasks workers load, beside every installed app's ``tasks`` module) and ``DATABASE``
+    (the Django database alias, default ``default``).
+    """
+
+    task_class = PgflowTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = False
+    """Priorities are not honoured: a queue is read in message order. Use a separate queue (and its
+    own workers) for urgent tasks."""
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        options = {str(key).upper(): value for key, value in (self.options or {}).items()}
+        unknown = sorted(set(options) - {"MAX_ATTEMPTS", "BASE_DELAY", "TIMEOUT", "MODULES", "DATABASE"})
+        if unknown:
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS'] has unknown key(s) {', '.join(unknown)}; valid: MAX_ATTEMPTS, "
+                "BASE_DELAY, TIMEOUT, MODULES, DATABASE"
+            )
+        self.max_attempts = _option(alias, "MAX_ATTEMPTS", options.get("MAX_ATTEMPTS", 1), 1)
+        self.base_delay = _option(alias, "BASE_DELAY", options.get("BASE_DELAY", 1), 0)
+        self.timeout = _option(alias, "TIMEOUT", options.get("TIMEOUT", 60), 1)
+        self.modules = tuple(options.get("MODULES", ()))
+        self.using = str(options.get("DATABASE", "default"))
+        for queue in self.queues:
+            problem = shared_queue_problem(queue)
+            if problem is not None:
+                raise ImproperlyConfigured(f"TASKS[{alias!r}]['QUEUES']: queue {queue!r} {problem}")
+        self._flows: dict[str, RoutedFlow] = {}
+        self._tasks_by_slug: dict[str, Any] = {}
+        self._compiled: set[str] = set()
+        self._lock = threading.Lock()
+
+    # -- the framework's contract ----------------------------------------------------------------
+
+    def validate_task(self, task: Any) -> None:
+        super().validate_task(task)
+        problem = shared_queue_problem(task.queue_name)
+        if problem is not None:
+            raise tasks_api.InvalidTask(
+                f"queue_name {task.queue_name!r} of task {module_path(task)} {problem} (it names a pgflow "
+                "shared queue)"
+            )
+        for name in ("max_attempts", "timeout", "base_delay"):
+            value = getattr(task, name, None)
+            minimum = 0 if name == "base_delay" else 1
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            ):
+                raise tasks_api.InvalidTask(
+                    f"{name} of task {module_path(task)} must be a whole number >= {minimum}, got {value!r}"
+                )
+
+    def enqueue(self, task: Any, args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
+        """Start the task's run on Django's connection: inside ``transaction.atomic()`` it commits or
+        rolls back with the caller. The flow is compiled first if this process has not yet seen it."""
+        from pgflow_django.client import start_flow
+
+        self.validate_task(task)
+        flow = self.flow_for(task)
+        payload = {
+            "task": module_path(task),
+            "args": tasks_api.normalize_json(list(args)),
+            "kwargs": tasks_api.normalize_json(dict(kwargs)),
+        }
+        self._ensure_compiled(flow)
+        delay = None
+        if task.run_after is not None:
+            delay = max(0, math.ceil((task.run_after - timezone.now()).total_seconds()))
+        run_id = start_flow(flow, payload, run_id=uuid.uuid4(), delay=delay, using=self.using)
+        result = self.get_result(str(run_id))
+        tasks_api.task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> Any:
+        try:
+            run_id = uuid.UUID(str(result_id))
+        except ValueError:
+            raise tasks_api.TaskResultDoesNotExist(result_id) from None
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(_RESULT_SQL, [STEP_SLUG, run_id])
+            row = cursor.fetchone()
+        if row is None:
+            raise tasks_api.TaskResultDoesNotExist(result_id)
+        values = list(row)
+        for index in (2, 8, 9):  # jsonb columns: Django's cursor hands them over as text
+            if isinstance(values[index], str):
+                values[index] = json.loads(values[index])
+        return self._result(str(run_id), *values)
+
+    def check(self, **kwargs: Any) -> Iterable[Any]:
+        return []
+
+    # -- flows -----------------------------------------------------------------------------------
+
+    def flow_for(self, task: Any, queue_name: str | None = None) -> RoutedFlow:
+        """The routed one-step flow that runs ``task`` on ``queue_name`` (default: the task's own)."""
+        queue = queue_name or task.queue_name
+        slug = task_flow_slug(module_path(task), queue)
+        with self._lock:
+            flow = self._flows.get(slug)
+            if flow is None:
+                plain = Flow(
+                    slug,
+                    max_attempts=self.max_attempts,
+                    base_delay=self.base_delay,
+                    timeout=self.timeout,
+                )
+                plain.step(
+                    slug=STEP_SLUG,
+                    max_attempts=getattr(task, "max_attempts", None),
+                    timeout=getattr(task, "timeout", None),
+                    base_delay=getattr(task, "base_delay", None),
+                )(_TaskHandler(self, task))
+                flow = route_flow(plain, queues={STEP_SLUG: queue})
+                self._flows[slug] = flow
+                self._tasks_by_slug[slug] = task
+        return flow
+
+    def discover_tasks(self) -> list[Any]:
+        """Every module-level task of this backend: in installed apps' ``tasks`` modules and in
+        ``OPTIONS['MODULES']``, so workers know the functions without reading them from messages."""
+        modules = [
+            f"{config.name}.tasks"
+            for config in apps.get_app_configs()
+            if module_has_submodule(config.module, "tasks")
+        ]
+        found: dict[str, Any] = {}
+        for name in [*modules, *self.modules]:
+            module = import_module(name)
+            for value in vars(module).values():
+                if isinstance(value, tasks_api.Task) and value.backend == self.alias:
+                    found.setdefault(module_path(value), value)
+        return list(found.values())
+
+    def worker_flows(self, queue_name: str) -> list[RoutedFlow]:
+        """The flows a ``pgflow_worker --tasks --queue Q`` runs: every discovered task on that queue."""
+        problem = shared_queue_problem(queue_name)
+        if problem is not None:
+            raise ImproperlyConfigured(f"queue {queue_name!r} {problem}")
+        if self.queues and queue_name not in self.queues:
+            raise ImproperlyConfigured(
+                f"queue {queue_name!r} is not in TASKS[{self.alias!r}]['QUEUES'] "
+                f"({', '.join(sorted(self.queues))})"
+            )
+        return [self.flow_for(task, queue_name) for task in self.discover_tasks()]
+
+    def _ensure_compiled(self, flow: RoutedFlow) -> None:
+        """Compile on first enqueue in this process; remembered only once the caller's transaction
+        commits (a rolled-back compilation is done again next time)."""
+        from pgflow_django.compiler import compile_flow
+
+        if flow.slug in self._compiled:
+            return
+        compile_flow(flow, using=self.using)
+        transaction.on_commit(lambda: self._compiled.add(flow.slug), using=self.using)
+
+    # -- results ---------------------------------------------------------------------------------
+
+    def _task_of(self, flow_slug: str, payload: Mapping[str, Any], queue_name: str) -> Any:
+        task = self._tasks_by_slug.get(flow_slug)
+        if task is not None:
+            return task
+        try:
+            found = import_string(str(payload.get("task")))
+        except ImportError:
+            found = None
+        if not isinstance(found, tasks_api.Task):
+            raise tasks_api.TaskResultDoesNotExist(
+                f"run of flow {flow_slug} names task {payload.get('task')!r}, which cannot be imported here"
+            )
+        return found.using(queue_name=queue_name) if found.queue_name != queue_name else found
+
+    def _result(
+        self,
+        result_id: str,
+        flow_slug: str,
+        run_status: str,
+        payload: dict[str, Any],
+        enqueued_at: datetime,
+        finished_at: datetime | None,
+        task_status: str | None,
+        started_at: datetime | None,
+        last_worker_id: uuid.UUID | None,
+        attempt_errors: list[dict[str, Any]],
+        output: Any,
+        queue_name: str,
+    ) -> Any:
+        if not isinstance(payload, dict) or "args" not in payload or "kwargs" not in payload:
+            raise tasks_api.TaskResultDoesNotExist(result_id)
+        task = self._task_of(flow_slug, payload, queue_name)
+        statuses = tasks_api.TaskResultStatus
+        if run_status == "completed":
+            status = statuses.SUCCESSFUL
+        elif run_status == "failed":
+            status = statuses.FAILED
+        elif task_status == "started":
+            status = statuses.RUNNING
+        else:
+            status = statuses.READY
+        worker_ids = [str(entry.get("worker_id")) for entry in attempt_errors if entry.get("worker_id")]
+        if task_status in ("started", "completed") and last_worker_id is not None:
+            worker_ids.append(str(last_worker_id))
+        result = tasks_api.TaskResult(
+            task=task,
+            id=result_id,
+            status=status,
+            enqueued_at=enqueued_at,
+            started_at=started_at,
+            finished_at=finished_at,
+            last_attempted_at=started_at,
+            args=payload["args"],
+            kwargs=payload["kwargs"],
+            backend=self.alias,
+            errors=[_task_error(entry) for entry in attempt_errors],
+            worker_ids=worker_ids,
+        )
+        if status == statuses.SUCCESSFUL:
+            object.__setattr__(result, "_return_value", output)
+        return result
+
+
+class _TaskHandler:
+    """The ``call`` step of a task flow: runs the task function with the run's arguments, and sends
+    Django's task_started and task_finished signals around it."""
+
+    def __init__(self, backend: PgflowTaskBackend, task: Any) -> None:
+        self.backend = backend
+        self.task = task
+        self.__name__ = STEP_SLUG
+
+    def __call__(self, payload: dict[str, Any], ctx: StepContext) -> Any:
+        result = self.backend.get_result(str(ctx.run_id))
+        object.__setattr__(result, "status", tasks_api.TaskResultStatus.RUNNING)
+        tasks_api.task_started.send(type(self.backend), task_result=result)
+        args, kwargs = payload["args"], payload["kwargs"]
+        try:
+            if self.task.takes_context:
+                value = self.task.call(tasks_api.TaskContext(task_result=result), *args, **kwargs)
+            else:
+                value = self.task.call(*args, **kwargs)
+            output = tasks_api.normalize_json(value)
+        except Exception as exc:
+            failure = TaskFailure(exc)
+            object.__setattr__(result, "status", tasks_api.TaskResultStatus.FAILED)
+            object.__setattr__(result, "finished_at", timezone.now())
+            result.errors.append(
+                tasks_api.TaskError(
+                    exception_class_path=failure.exception_class_path, traceback=failure.traceback
+                )
+            )
+            tasks_api.task_finished.send(type(self.backend), task_result=result)
+            raise failure from exc
+        object.__setattr__(result, "status", tasks_api.TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(result, "finished_at", timezone.now())
+        object.__setattr__(result, "_return_value", output)
+        tasks_api.task_finished.send(type(self.backend), task_result=result)
+        return output
+
+
+def _task_error(entry: Mapping[str, Any]) -> Any:
+    text = str(entry.get("error") or "")
+    if text.startswith(ERROR_PREFIX):
+        try:
+            detail = json.loads(text[len(ERROR_PREFIX) :])
+            return tasks_api.TaskError(
+                exception_class_path=str(detail["exception_class_path"]), traceback=str(detail["traceback"])
+            )
+        except (ValueError, KeyError, TypeError):
+            pass
+    return tasks_api.TaskError(exception_class_path="builtins.RuntimeError", traceback=text)
+
+
+def _option(alias: str, name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ImproperlyConfigured(
+            f"TASKS[{alias!r}]['OPTIONS']['{name}'] must be a whole number >= {minimum}, got {value!r}"
+        )
+    return value
+
+
+def pgflow_backends() -> list[PgflowTaskBackend]:
+    """Every configured TASKS backend that is a PgflowTaskBackend."""
+    handler = tasks_api.package.task_backends
+    return [handler[alias] for alias in handler.settings if isinstance(handler[alias], PgflowTaskBackend)]
+
+
+_RESULT_SQL = """
+select r.flow_slug, r.status, r.input, r.started_at, coalesce(r.completed_at, r.failed_at),
+       t.status, t.started_at, t.last_worker_id, coalesce(t.attempt_errors, '[]'::jsonb),
+       ss.output, s.queue_name
+  from pgflow.runs as r
+  join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = %s
+  left join pgflow.step_tasks as t on t.run_id = r.run_id and t.step_slug = s.step_slug and t.task_index = 0
+  left join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = s.step_slug
+ where r.run_id = %s
+"""
+"""A task run's state: its run, its one task (attempts, errors, worker) and its output."""

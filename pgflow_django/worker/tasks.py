@@ -1,0 +1,51 @@
+"""What ``pgflow_worker --tasks`` runs: the task flows of every configured PgflowTaskBackend on one queue."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+from pgflow_django.dsl import Flow
+from pgflow_django.worker.preflight import PreflightError
+
+
+def task_flows(queue: str | None) -> tuple[str, list[Flow]]:
+    """The queue to poll and its task flows; one clear error when nothing can run."""
+    from django.conf import settings
+
+    if not getattr(settings, "TASKS", None):
+        raise PreflightError(
+            "settings.TASKS is not configured; add a backend "
+            "{'BACKEND': 'pgflow_django.tasks.PgflowTaskBackend', 'QUEUES': ['default']}"
+        )
+    try:
+        from pgflow_django.tasks import pgflow_backends
+
+        backends = pgflow_backends()
+    except ImproperlyConfigured as exc:
+        raise PreflightError(str(exc)) from None
+    if not backends:
+        raise PreflightError("no TASKS backend is pgflow_django.tasks.PgflowTaskBackend; configure one first")
+    if queue is None:
+        queues = sorted({name for backend in backends for name in backend.queues})
+        if not queues or "default" in queues:
+            queues = ["default"]
+        if len(queues) > 1:
+            raise PreflightError(
+                f"the task backends use several queues; choose --queue from: {', '.join(queues)}"
+            )
+        queue = queues[0] if queues else "default"
+    flows: dict[str, Flow] = {}
+    try:
+        for backend in backends:
+            if backend.queues and queue not in backend.queues:
+                continue
+            for flow in backend.worker_flows(queue):
+                flows.setdefault(flow.slug, flow)
+    except ImproperlyConfigured as exc:
+        raise PreflightError(str(exc)) from None
+    if not flows:
+        raise PreflightError(
+            f"no task found for queue {queue!r}: tasks are discovered in installed apps' tasks modules and "
+            "in OPTIONS['MODULES'] of each PgflowTaskBackend"
+        )
+    return queue, list(flows.values())
