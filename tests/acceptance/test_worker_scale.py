@@ -1,45 +1,36 @@
-"""Four worker processes share 2,000 tasks: each task runs exactly once (a database ledger counts)."""
+"""Many worker processes share thousands of map tasks: every effect happens exactly once, no task is
+claimed twice, every worker takes part (the ledger harness counts).
+
+Counts (issue 8, item 2): WORKERS workers x CONCURRENCY threads on RUNS x 100 map tasks (CI 4 x 4 on
+1,000; ``make chaos`` 8 x 3 on 5,000). Private cluster: the workers hold many connections.
+"""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.acceptance.conftest import PrivateCluster
-from tests.ledger import assert_invariants
-from tests.workers import Spawner, wait_until
+from tests import ledger
+from tests.acceptance.faults import Rig, alive, scale
 
 pytestmark = pytest.mark.slow
 
-RUNS, ITEMS = 20, 100
+WORKERS, CONCURRENCY, RUNS, ITEMS = scale(4, 8), scale(4, 3), scale(10, 50), 100
 
 
-def test_four_workers_run_two_thousand_tasks_exactly_once(
-    private_cluster: PrivateCluster, cluster_workers: Spawner
-) -> None:
-    workers = [cluster_workers("example_ledger", "--concurrency", "4") for _ in range(4)]
-    with private_cluster.connect() as conn:
-        conn.execute(
-            "select count(*) from pgflow.start_flows('example_ledger', %s::jsonb)",
-            [json.dumps([list(range(ITEMS)) for _ in range(RUNS)])],
-        )
+def test_workers_run_every_map_task_exactly_once(cluster_rig: Rig) -> None:
+    flow, db = ledger.LEDGER_FLOW, cluster_rig.db
+    workers = cluster_rig.spawn.many(WORKERS, flow, "--concurrency", str(CONCURRENCY))
+    runs = db.start(flow, [list(range(ITEMS))] * RUNS)
+    db.wait_finished([flow], scale(180, 600))
 
-        def finished() -> bool:
-            row = conn.execute("select count(*) from pgflow.runs where status <> 'started'").fetchone()
-            return row is not None and row[0] == RUNS
-
-        wait_until(finished, 180, "all runs to finish", interval=0.5)
-        statuses = conn.execute("select status, count(*) from pgflow.runs group by status").fetchall()
-        assert statuses == [("completed", RUNS)]
-        total, distinct = conn.execute(
-            "select count(*), count(distinct key) from example_ledgerentry"
-        ).fetchone()
-        assert (total, distinct) == (RUNS * ITEMS, RUNS * ITEMS)
-        tasks = conn.execute(
-            "select count(*), max(attempts_count), count(distinct last_worker_id) from pgflow.step_tasks"
-        ).fetchone()
-        assert tasks[:2] == (RUNS * ITEMS, 1), "no task was claimed twice"
-        assert tasks[2] == len(workers), "every worker took part"
-        with conn.cursor() as cursor:
-            assert_invariants(cursor)
+    assert set(db.run_statuses(runs).values()) == {"completed"}
+    assert len(db.effects(runs)) == RUNS * ITEMS
+    tasks, attempts, claimers = db.rows(
+        "select count(*), max(attempts_count), count(distinct last_worker_id) from pgflow.step_tasks "
+        "where flow_slug = %s",
+        [flow],
+    )[0]
+    assert (tasks, attempts) == (RUNS * ITEMS, 1), "no task was claimed twice"
+    assert claimers == WORKERS, "every worker took part"
+    alive(*workers)
+    db.check(flow)
