@@ -153,7 +153,12 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
         self.max_attempts = _option(alias, "MAX_ATTEMPTS", options.get("MAX_ATTEMPTS", 1), 1)
         self.base_delay = _option(alias, "BASE_DELAY", options.get("BASE_DELAY", 1), 0)
         self.timeout = _option(alias, "TIMEOUT", options.get("TIMEOUT", 60), 1)
-        self.modules = tuple(options.get("MODULES", ()))
+        modules = options.get("MODULES", ())
+        if isinstance(modules, str) or not all(isinstance(name, str) for name in modules):
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS']['MODULES'] must be a list of module names, got {modules!r}"
+            )
+        self.modules = tuple(modules)
         self.using = str(options.get("DATABASE", "default"))
         for queue in self.queues:
             problem = shared_queue_problem(queue)
@@ -196,6 +201,8 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
             "args": tasks_api.normalize_json(list(args)),
             "kwargs": tasks_api.normalize_json(dict(kwargs)),
         }
+        if task.run_after is not None:
+            payload["run_after"] = task.run_after.isoformat()
         self._ensure_compiled(flow)
         delay = None
         if task.run_after is not None:
@@ -247,7 +254,8 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
                 )(_TaskHandler(self, task))
                 flow = route_flow(plain, queues={STEP_SLUG: queue})
                 self._flows[slug] = flow
-                self._tasks_by_slug[slug] = task
+                # results of this flow report its queue, and each run's own run_after (see _result)
+                self._tasks_by_slug[slug] = dataclasses.replace(task, queue_name=queue, run_after=None)
         return flow
 
     def discover_tasks(self) -> list[Any]:
@@ -322,6 +330,8 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
         if not isinstance(payload, dict) or "args" not in payload or "kwargs" not in payload:
             raise tasks_api.TaskResultDoesNotExist(result_id)
         task = self._task_of(flow_slug, payload, queue_name)
+        if isinstance(payload.get("run_after"), str):
+            task = dataclasses.replace(task, run_after=datetime.fromisoformat(payload["run_after"]))
         statuses = tasks_api.TaskResultStatus
         if run_status == "completed":
             status = statuses.SUCCESSFUL
