@@ -34,6 +34,11 @@ def task_flows(queue: str | None) -> tuple[str, list[Flow]]:
                 f"the task backends use several queues; choose --queue from: {', '.join(queues)}"
             )
         queue = queues[0] if queues else "default"
+    if all(backend.queues and queue not in backend.queues for backend in backends):
+        configured = sorted({name for backend in backends for name in backend.queues})
+        raise PreflightError(
+            f"queue {queue!r} is not in the QUEUES of any TASKS backend ({', '.join(configured)})"
+        )
     flows: dict[str, Flow] = {}
     try:
         for backend in backends:

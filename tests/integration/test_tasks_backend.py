@@ -418,7 +418,7 @@ module_paths = st.lists(_segment, min_size=1, max_size=8).map(".".join)
 queues = st.from_regex(r"[a-z0-9]{1,10}(_[a-z0-9]{1,10}){0,3}", fullmatch=True)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(path=module_paths, queue=queues, other_queue=queues)
 def test_task_flow_slug_is_a_valid_deterministic_slug_per_function_and_queue(
     path: str, queue: str, other_queue: str
@@ -431,7 +431,7 @@ def test_task_flow_slug_is_a_valid_deterministic_slug_per_function_and_queue(
         assert task_flow_slug(path, other_queue) != slug
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(path=module_paths, data=st.data())
 def test_module_paths_that_read_alike_get_different_slugs(path: str, data: st.DataObject) -> None:
     """``a.b_c``, ``a_b.c`` and ``A.b.c`` all read ``a_b_c``; the hash of the exact path separates them."""
@@ -465,3 +465,28 @@ def test_results_report_the_queue_their_flow_runs_on() -> None:
     result = backend().get_result(str(run_id))
     assert result.task.queue_name == "default"
     assert result.task.func is send_welcome.func
+
+
+# -- what pgflow_worker --tasks runs ---------------------------------------------------------------
+
+
+def test_task_flows_chooses_the_queue_or_says_why_it_cannot() -> None:
+    from pgflow_django.worker.preflight import PreflightError
+    from pgflow_django.worker.tasks import task_flows
+
+    queue, flows = task_flows(None)  # QUEUES default and mail: 'default'
+    assert queue == "default"
+    assert task_flow_slug("testproject.example.tasks.add", "default") in {flow.slug for flow in flows}
+    assert task_flows("mail")[0] == "mail"
+    with pytest.raises(PreflightError, match=r"^queue 'nope' is not in the QUEUES of any TASKS backend"):
+        task_flows("nope")
+    two = {"default": {"BACKEND": BACKEND, "QUEUES": ["mail", "bulk"]}}
+    with override_settings(TASKS=two), pytest.raises(PreflightError) as info:
+        task_flows(None)
+    assert str(info.value) == "the task backends use several queues; choose --queue from: bulk, mail"
+    unset = pytest.raises(PreflightError, match=r"settings\.TASKS is not configured")
+    with override_settings(TASKS={}), unset:
+        task_flows(None)
+    dummy = {"default": {"BACKEND": f"{tasks_api.package.__name__}.backends.dummy.DummyBackend"}}
+    with override_settings(TASKS=dummy), pytest.raises(PreflightError, match="no TASKS backend is pgflow"):
+        task_flows(None)
