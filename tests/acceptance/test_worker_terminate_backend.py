@@ -83,7 +83,7 @@ def test_a_backlog_drains_while_the_claiming_connections_are_terminated_again_an
     finally:
         done.set()
         thread.join(10)
-    assert terminated[0] > 10, f"only {terminated[0]} connections were terminated"
+    assert terminated[0] >= 5, f"only {terminated[0]} connections were terminated"
 
     # A claim that committed while its connection died is lost to its worker: recovery takes it back
     # after its deadline, simulated by back-dating claims older than the last termination.
