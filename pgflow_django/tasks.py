@@ -373,6 +373,8 @@ class _TaskHandler:
         self.__name__ = STEP_SLUG
 
     def __call__(self, payload: dict[str, Any], ctx: StepContext) -> Any:
+        from pgflow_django.worker.runner import encode_output
+
         result = self.backend.get_result(str(ctx.run_id))
         object.__setattr__(result, "status", tasks_api.TaskResultStatus.RUNNING)
         tasks_api.task_started.send(type(self.backend), task_result=result)
@@ -383,6 +385,7 @@ class _TaskHandler:
             else:
                 value = self.task.call(*args, **kwargs)
             output = tasks_api.normalize_json(value)
+            encode_output(output)  # NaN and infinities fail here, before task_finished says SUCCESSFUL
         except Exception as exc:
             failure = TaskFailure(exc)
             object.__setattr__(result, "status", tasks_api.TaskResultStatus.FAILED)

@@ -117,11 +117,13 @@ class TaskWorkerSpawner:
 
 @contextmanager
 def captured(signal: Any) -> Iterator[list[dict[str, Any]]]:
-    """Every ``signal`` sent in this process while the block runs, as its keyword arguments."""
+    """Every ``signal`` sent in this process while the block runs, as its keyword arguments plus
+    ``status`` (the result's status when sent: backends, like Django's own, update the result that
+    they sent afterwards)."""
     seen: list[dict[str, Any]] = []
 
     def receiver(sender: Any, **kwargs: Any) -> None:
-        seen.append({"sender": sender, **kwargs})
+        seen.append({"sender": sender, "status": kwargs["task_result"].status, **kwargs})
 
     signal.connect(receiver, weak=False)
     try:

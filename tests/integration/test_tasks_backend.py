@@ -490,3 +490,32 @@ def test_task_flows_chooses_the_queue_or_says_why_it_cannot() -> None:
     dummy = {"default": {"BACKEND": f"{tasks_api.package.__name__}.backends.dummy.DummyBackend"}}
     with override_settings(TASKS=dummy), pytest.raises(PreflightError, match="no TASKS backend is pgflow"):
         task_flows(None)
+
+
+# -- the step handler, in process ------------------------------------------------------------------
+
+
+def not_a_number() -> float:
+    return float("nan")
+
+
+def test_an_output_json_cannot_hold_fails_the_attempt_before_task_finished() -> None:
+    """NaN passes the framework's normalize_json but not the engine's JSON: the attempt fails, and
+    task_finished reports FAILED (not SUCCESSFUL for a result that will never be)."""
+    from types import SimpleNamespace
+
+    from pgflow_django.tasks import TaskFailure, _TaskHandler
+
+    nan_task = task()(not_a_number)
+    result = nan_task.enqueue()
+    handler = _TaskHandler(backend(), nan_task)
+    with (
+        captured(tasks_api.task_started) as started,
+        captured(tasks_api.task_finished) as finished,
+        pytest.raises(TaskFailure) as info,
+    ):
+        handler({"args": [], "kwargs": {}}, SimpleNamespace(run_id=uuid.UUID(result.id)))
+    assert info.value.exception_class_path == "pgflow_django.worker.runner.OutputNotSerialisable"
+    assert [item["status"] for item in started] == [status.RUNNING]
+    assert [item["status"] for item in finished] == [status.FAILED]
+    assert finished[0]["task_result"].errors[-1].exception_class_path == info.value.exception_class_path
