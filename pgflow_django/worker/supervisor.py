@@ -245,7 +245,7 @@ class Worker:
                         logger.warning(
                             "%s was paused (%s): stopping queue=%s",
                             paused[0],
-                            paused[0],
+                            paused[1],
                             self.queue,
                         )
                         self.state.request_stop()

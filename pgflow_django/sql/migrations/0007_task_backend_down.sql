@@ -2,6 +2,173 @@
 drop function pgflow.start_flow(text, jsonb, uuid, integer);
 drop function pgflow.start_flows(text, jsonb, uuid[], integer);
 
+-- 0208_function_provision_generated_queue.sql (as of 0006)
+-- The one path that checks, and creates when absent, a queue generated for a flow (the compiler and
+-- add_step both use it). A generated queue is private to one concrete flow: ownership is derived
+-- from that flow's persisted definition (its default queue lower(flow_slug) once the flow row
+-- exists, or a queue its steps already reference). An existing queue that no definition of this
+-- flow owns is never adopted; a name derived or referenced by another flow, a case alias in
+-- pgmq.meta, or a queue with missing objects is refused. Nothing is changed before every check
+-- passed, and a queue that appears while it is being created is refused too.
+create or replace function pgflow.provision_generated_queue(flow_slug text, queue_name text)
+returns void
+language plpgsql
+as $$
+declare
+  v_other text;
+  v_matches text[];
+  v_owned boolean;
+  v_problem text;
+begin
+  if not pgflow.is_valid_queue_name(queue_name) then
+    raise exception 'generated queue name % of flow % is invalid: queue names are lowercase letters, digits and underscores, at most 47 characters',
+      quote_literal(coalesce(queue_name, 'NULL')), quote_literal(flow_slug)
+      using errcode = '22023';
+  end if;
+  perform pgmq.validate_queue_name(queue_name);
+  perform pgmq.acquire_queue_lock(queue_name);
+
+  select f.flow_slug into v_other from pgflow.flows as f
+   where lower(f.flow_slug) = provision_generated_queue.queue_name
+     and f.flow_slug <> provision_generated_queue.flow_slug
+   limit 1;
+  if v_other is null then
+    select s.flow_slug into v_other from pgflow.steps as s
+     where s.queue_name = provision_generated_queue.queue_name
+       and s.flow_slug <> provision_generated_queue.flow_slug
+     limit 1;
+  end if;
+  if v_other is not null then
+    raise exception 'queue % belongs to flow %, not to flow %: choose another flow slug',
+      quote_literal(queue_name), quote_literal(v_other), quote_literal(flow_slug)
+      using errcode = '23505';
+  end if;
+
+  v_owned := exists (select 1 from pgflow.steps as s
+                      where s.flow_slug = provision_generated_queue.flow_slug
+                        and s.queue_name = provision_generated_queue.queue_name)
+          or exists (select 1 from pgflow.flows as f
+                      where f.flow_slug = provision_generated_queue.flow_slug
+                        and lower(f.flow_slug) = provision_generated_queue.queue_name);
+
+  select array_agg(m.queue_name::text order by m.queue_name) into v_matches
+    from pgmq.meta as m where lower(m.queue_name) = provision_generated_queue.queue_name;
+
+  if cardinality(v_matches) > 1 then
+    raise exception 'queue % of flow % is ambiguous: pgmq.meta rows % address the same tables; remove the pgmq.meta row of each alias you do not use (delete from pgmq.meta where queue_name = ...; dropping an alias queue would drop the shared tables)',
+      quote_literal(queue_name), quote_literal(flow_slug), array_to_string(v_matches, ', ')
+      using errcode = '21000';
+  end if;
+
+  if v_matches is not null then
+    if not v_owned or exists (select 1 from pgflow.step_tasks as t
+                                where t.queue_name = provision_generated_queue.queue_name
+                                  and t.flow_slug <> provision_generated_queue.flow_slug) then
+      raise exception 'PGMQ queue % already exists but no definition of flow % owns it: pgflow never adopts an existing queue; drop it (pgmq.drop_queue) if it is unused, or choose another flow slug',
+        quote_literal(v_matches[1]), quote_literal(flow_slug)
+        using errcode = '23505';
+    end if;
+    v_problem := pgflow.queue_objects_problem(queue_name);
+    if v_problem is not null then
+      raise exception 'queue % of flow % is malformed: %', quote_literal(queue_name), quote_literal(flow_slug), v_problem
+        using errcode = '55000';
+    end if;
+    return;
+  end if;
+
+  if exists (select 1 from pgflow.step_tasks as t where t.queue_name = provision_generated_queue.queue_name) then
+    raise exception 'queue % of flow % is missing although tasks reference it; restore it before compiling',
+      quote_literal(queue_name), quote_literal(flow_slug)
+      using errcode = '55000';
+  end if;
+
+  perform pgmq.create(queue_name);
+  -- PGMQ's queue lock (held since the checks) keeps this spelling from being created meanwhile; a
+  -- case variant created meanwhile would share the tables and shows up as a second metadata row.
+  if (select count(*) from pgmq.meta as m where lower(m.queue_name) = provision_generated_queue.queue_name) <> 1
+     or pgflow.queue_objects_problem(queue_name) is not null then
+    raise exception 'queue % appeared while flow % was being compiled: pgflow never adopts an existing queue; compile again once you know who owns it',
+      quote_literal(queue_name), quote_literal(flow_slug)
+      using errcode = '40001';
+  end if;
+  execute format(
+    'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
+    pgmq.format_table_name(queue_name, 'q'));
+end;
+$$;
+
+-- 0210_function_create_flow.sql (as of 0006)
+-- Idempotent: the flow row is created once (options of an existing flow are left as they are; the
+-- compiler updates them). No queue DDL here: add_step and the compiler provision the flow's queues
+-- through pgflow.provision_generated_queue. queue_mode 'flow' routes every step to the default queue
+-- lower(flow_slug), 'step' gives each step a private generated queue, 'routed' sends each step to
+-- the declared shared queue its route names; it is fixed for a concrete slug. A new flow whose default queue name already exists in PGMQ (the name stays reserved in both
+-- modes), or that differs only in case from an existing flow, is refused.
+create or replace function pgflow.create_flow(
+  flow_slug text,
+  max_attempts integer default null,
+  base_delay integer default null,
+  timeout integer default null,
+  queue_mode text default 'flow'
+)
+returns pgflow.flows
+language plpgsql
+as $$
+declare
+  v_flow pgflow.flows;
+begin
+  if not pgflow.is_valid_slug(flow_slug) then
+    raise exception 'invalid flow slug %: use letters, digits and underscores, no leading digit, at most 128 characters, not a reserved word', quote_literal(coalesce(flow_slug, 'NULL'))
+      using errcode = '22023';
+  end if;
+  if length(flow_slug) > 47 then
+    raise exception 'flow slug % is % characters long; its queue name must fit PGMQ''s 47-character limit: choose a shorter slug', quote_literal(flow_slug), length(flow_slug)
+      using errcode = '22023';
+  end if;
+  if max_attempts is not null and max_attempts < 1
+     or base_delay is not null and base_delay < 0
+     or timeout is not null and timeout < 1 then
+    raise exception 'flow %: max_attempts must be >= 1, base_delay >= 0 and timeout >= 1', flow_slug
+      using errcode = '22023';
+  end if;
+
+  if queue_mode is null or queue_mode not in ('flow', 'step', 'routed') then
+    raise exception 'flow %: queue_mode must be flow, step or routed, got %', flow_slug, quote_literal(coalesce(queue_mode, 'NULL'))
+      using errcode = '22023';
+  end if;
+  if exists (select 1 from pgflow.flows as f
+              where f.flow_slug = create_flow.flow_slug and f.queue_mode <> create_flow.queue_mode) then
+    raise exception 'flow % exists with queue mode %, not %: a concrete flow''s queue mode is fixed; compile the changed flow under a new slug',
+      quote_literal(flow_slug), (select f.queue_mode from pgflow.flows as f where f.flow_slug = create_flow.flow_slug),
+      queue_mode
+      using errcode = '23505';
+  end if;
+
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = create_flow.flow_slug) then
+    if exists (select 1 from pgflow.flows as f where lower(f.flow_slug) = lower(create_flow.flow_slug)) then
+      raise exception 'flow slug % differs only in case from the existing flow %, whose queue it would share: choose another slug',
+        quote_literal(flow_slug),
+        quote_literal((select f.flow_slug from pgflow.flows as f where lower(f.flow_slug) = lower(create_flow.flow_slug) limit 1))
+        using errcode = '23505';
+    end if;
+    if exists (select 1 from pgmq.meta as m where lower(m.queue_name) = lower(create_flow.flow_slug)) then
+      raise exception 'PGMQ queue % already exists, so new flow % would silently adopt it: drop the queue if it is unused (pgmq.drop_queue), or choose another slug',
+        quote_literal((select m.queue_name from pgmq.meta as m where lower(m.queue_name) = lower(create_flow.flow_slug) limit 1)),
+        quote_literal(flow_slug)
+        using errcode = '23505';
+    end if;
+  end if;
+
+  insert into pgflow.flows (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout, queue_mode)
+  values (flow_slug, coalesce(max_attempts, 3), coalesce(base_delay, 1), coalesce(timeout, 60), queue_mode)
+  on conflict on constraint flows_pkey do nothing;
+
+  select * into v_flow from pgflow.flows as f where f.flow_slug = create_flow.flow_slug;
+
+  return v_flow;
+end;
+$$;
+
 -- 0260_function_start_ready_steps.sql (as of 0006)
 -- Starts every ready step (created, no open dependencies, at least one task) of the given started
 -- runs: creates its tasks and sends their messages to the step's persisted queue, one PGMQ batch per

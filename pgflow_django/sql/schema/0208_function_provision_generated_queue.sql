@@ -33,6 +33,11 @@ begin
        and s.flow_slug <> provision_generated_queue.flow_slug
      limit 1;
   end if;
+  if exists (select 1 from pgflow.shared_queues as sq where sq.queue_name = provision_generated_queue.queue_name) then
+    raise exception 'queue % is a declared shared queue, never a generated one of flow %: choose another flow slug',
+      quote_literal(queue_name), quote_literal(flow_slug)
+      using errcode = '23505';
+  end if;
   if v_other is not null then
     raise exception 'queue % belongs to flow %, not to flow %: choose another flow slug',
       quote_literal(queue_name), quote_literal(v_other), quote_literal(flow_slug)

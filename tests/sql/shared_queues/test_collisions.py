@@ -218,19 +218,12 @@ def test_a_plain_flow_cannot_take_a_shared_queues_name_later(unchanged: Unchange
     compile_routed("sq_support")
     check = unchanged()
     message = db_error("select pgflow.create_flow(%s)", [BULK])
-    assert f"PGMQ queue '{BULK}' already exists, so new flow '{BULK}' would silently adopt it" in message
+    assert f"flow slug '{BULK}' names the declared shared queue '{BULK}'" in message
     message = db_error("select pgflow.ensure_flow_compiled(%s, %s::jsonb)", [FAST, jb(shape(*STEPS))])
-    assert "already exists" in message
+    assert "names the declared shared queue" in message
     check()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: create_flow and provision_generated_queue check pgmq.meta and other flows' routes, not "
-    "pgflow.shared_queues; once no flow routes to a declared shared queue and it is missing from PGMQ, a "
-    "plain flow takes its name, and its private queue is then also a declared shared queue "
-    "(start_shared_tasks accepts it, prune_data_older_than skips its archive, delete drops it)",
-)
 def test_a_plain_flow_cannot_take_the_name_of_a_declared_queue_missing_from_pgmq(
     unchanged: Unchanged,
 ) -> None:
