@@ -14,12 +14,19 @@ from collections.abc import Awaitable
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import InterfaceError, OperationalError, close_old_connections, connections, transaction
+from django.db import (
+    DataError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+    transaction,
+)
 
 from pgflow_django.dsl import Flow, Retry, StepDefinition
 from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.context import TaskContext
-from pgflow_django.worker.engine import ClaimedTask
+from pgflow_django.worker.engine import ClaimedTask, first_line
 from pgflow_django.worker.state import WorkerState
 
 logger = logging.getLogger("pgflow_django.worker")
@@ -29,6 +36,11 @@ MAX_ERROR_LENGTH = 10_000
 
 class OutputNotSerialisable(TypeError):
     pass
+
+
+class OutputNotStorable(ValueError):
+    """PostgreSQL refused the encoded output (e.g. a NUL character in jsonb): the handler did nothing
+    wrong, so this is recorded as one line, like the completer does for plain handlers."""
 
 
 class _Discard(Exception):
@@ -163,10 +175,16 @@ class Runner:
             with transaction.atomic(using=self.using):
                 output_json = self._call(task, step)
                 with connections[self.using].cursor() as cursor:
-                    cursor.execute(
-                        "select pgflow.complete_task(%s, %s, %s, %s, %s::jsonb)",
-                        [task.run_id, task.step_slug, task.task_index, task.attempt, output_json],
-                    )
+                    try:
+                        with transaction.atomic(using=self.using):
+                            cursor.execute(
+                                "select pgflow.complete_task(%s, %s, %s, %s, %s::jsonb)",
+                                [task.run_id, task.step_slug, task.task_index, task.attempt, output_json],
+                            )
+                    except DataError as exc:
+                        raise OutputNotStorable(
+                            f"could not record the task's output: {first_line(exc)}"
+                        ) from None
                     row = cursor.fetchone()
                 outcome = None if row is None else str(row[0])
                 if outcome != "completed":
@@ -181,6 +199,9 @@ class Runner:
                     "completion %s, the handler's writes were rolled back %s", outcome, task.describe()
                 )
                 self.completer.complete(task, output_json)
+        except OutputNotStorable as exc:
+            logger.error("%s %s", exc, task.describe())
+            self.completer.fail(task, str(exc))
         except Exception as exc:
             self._fail(task, exc)
         else:

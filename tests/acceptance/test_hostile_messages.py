@@ -184,12 +184,6 @@ def test_unstorable_outputs_fail_their_task_and_the_worker_goes_on(
     assert worker.wait(15) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an atomic=True handler whose output jsonb refuses (NUL character, lone surrogate) fails its task "
-    "with the raw multi-line DataError (a SQL excerpt with part of the output, logged as 'handler failed' "
-    "with a traceback) instead of the plain path's one line \"could not record the task's output: ...\"",
-)
 def test_atomic_unstorable_output_error_is_one_line_like_the_plain_path(ledger_workers: Spawner) -> None:
     flow = ledger.OUTPUT_FLOWS[1]
     worker = ledger_workers(flow, *FAST)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from pgflow_django.management.cli import PgflowCommand
 from pgflow_django.operations import resume
+from pgflow_django.slugs import InvalidSlug, validate_flow_slug, validate_slug
 
 
 class Command(PgflowCommand):
@@ -31,6 +32,12 @@ exit codes: 0 cleared, or nothing was paused; 1 error; 2 bad arguments
         parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
 
     def run(self, *args: Any, **options: Any) -> None:
+        try:
+            validate_flow_slug(options["flow"], "flow")
+            if options["step"]:
+                validate_slug(options["step"], "--step")
+        except InvalidSlug as exc:
+            raise CommandError(str(exc)) from None
         cleared = resume(options["flow"], options["step"])
         if options["format"] == "json":
             self.write_json({"cleared": None if cleared is None else asdict(cleared)})

@@ -19,6 +19,7 @@ from pgflow_django.management.cli import PgflowCommand, positive_float, positive
 from pgflow_django.management.progress import format_seconds, run_dict, run_title, status_text, steps_table
 from pgflow_django.management.watch import render, take_snapshot
 from pgflow_django.models import Run, StepTask
+from pgflow_django.slugs import InvalidSlug, validate_flow_slug
 
 DEFAULT_LIMIT = 20
 DEFAULT_INTERVAL = 2.0
@@ -73,6 +74,11 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
         )
 
     def run(self, *args: Any, **options: Any) -> None:
+        if options["flow"] is not None:
+            try:
+                validate_flow_slug(options["flow"], "--flow")
+            except InvalidSlug as exc:
+                raise CommandError(str(exc)) from None
         as_json = options["format"] == "json"
         key: uuid.UUID | None = options["run_id"]
         if options["watch"]:
