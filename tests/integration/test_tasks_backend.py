@@ -97,6 +97,21 @@ def test_a_task_on_another_queue_gets_its_own_flow_and_result() -> None:
     assert backend().get_result(default.id).task.queue_name == "default"
 
 
+def test_arguments_json_cannot_hold_are_refused_before_anything_is_written() -> None:
+    from pgflow_django.client import InvalidInput
+
+    count = "select count(*) from pgflow.runs where flow_slug = %s"
+    slug = task_flow_slug("testproject.example.tasks.add", "default")
+    before = val(count, [slug])
+    with pytest.raises(TypeError, match="Unsupported type"):
+        add.enqueue(object(), 1)
+    with pytest.raises(InvalidInput, match="not JSON-serialisable"):
+        add.enqueue(float("nan"), 1)
+    with pytest.raises(InvalidInput, match="NUL character"):
+        add.enqueue("a\x00b", 1)
+    assert val(count, [slug]) == before
+
+
 def test_get_result_of_an_unknown_or_malformed_id_raises_does_not_exist() -> None:
     for result_id in (str(uuid.uuid4()), "not-a-uuid", "", "1"):
         with pytest.raises(DoesNotExist):
@@ -519,3 +534,19 @@ def test_an_output_json_cannot_hold_fails_the_attempt_before_task_finished() -> 
     assert [item["status"] for item in started] == [status.RUNNING]
     assert [item["status"] for item in finished] == [status.FAILED]
     assert finished[0]["task_result"].errors[-1].exception_class_path == info.value.exception_class_path
+
+
+def test_the_examples_in_docs_django_tasks_md_hold() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "django-tasks.md").read_text(encoding="utf-8")
+    slug = task_flow_slug("testproject.example.tasks.send_welcome", "mail")
+    assert slug == "testproject_example_tasks_send_welcome_1a73f2f9" and f"`{slug}`" in doc
+    open_queues = {"default": {"BACKEND": BACKEND, "QUEUES": []}}
+    with override_settings(TASKS=open_queues), pytest.raises(InvalidTask) as info:
+        task(queue_name="Mail")(plain)
+    shown = str(info.value).replace(f"{__name__}.plain", "myapp.tasks.notify")
+    assert " ".join(shown.split()) in " ".join(doc.split())
+    with pytest.raises(InvalidTask) as info:
+        task(max_attempts=0)(plain)
+    assert str(info.value).replace(f"{__name__}.plain", "myapp.tasks.notify") in doc
