@@ -326,6 +326,8 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
         attempt_errors: list[dict[str, Any]],
         output: Any,
         queue_name: str,
+        exhausted_by_recovery: bool = False,
+        task_error: str | None = None,
     ) -> Any:
         if not isinstance(payload, dict) or "args" not in payload or "kwargs" not in payload:
             raise tasks_api.TaskResultDoesNotExist(result_id)
@@ -342,8 +344,14 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
         else:
             status = statuses.READY
         worker_ids = [str(entry.get("worker_id")) for entry in attempt_errors if entry.get("worker_id")]
+        errors = [_task_error(entry) for entry in attempt_errors]
         if task_status in ("started", "completed") and last_worker_id is not None:
             worker_ids.append(str(last_worker_id))
+        elif task_status == "failed" and exhausted_by_recovery:
+            # the attempt whose worker vanished failed without an attempt_errors entry: report it
+            if last_worker_id is not None:
+                worker_ids.append(str(last_worker_id))
+            errors.append(_task_error({"error": task_error or "permanently stalled"}))
         result = tasks_api.TaskResult(
             task=task,
             id=result_id,
@@ -355,7 +363,7 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
             args=payload["args"],
             kwargs=payload["kwargs"],
             backend=self.alias,
-            errors=[_task_error(entry) for entry in attempt_errors],
+            errors=errors,
             worker_ids=worker_ids,
         )
         if status == statuses.SUCCESSFUL:
@@ -434,7 +442,7 @@ def pgflow_backends() -> list[PgflowTaskBackend]:
 _RESULT_SQL = """
 select r.flow_slug, r.status, r.input, r.started_at, coalesce(r.completed_at, r.failed_at),
        t.status, t.started_at, t.last_worker_id, coalesce(t.attempt_errors, '[]'::jsonb),
-       ss.output, s.queue_name
+       ss.output, s.queue_name, t.permanently_stalled_at is not null, t.error_message
   from pgflow.runs as r
   join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = %s
   left join pgflow.step_tasks as t on t.run_id = r.run_id and t.step_slug = s.step_slug and t.task_index = 0

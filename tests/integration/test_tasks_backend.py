@@ -245,6 +245,62 @@ def test_a_compilation_in_a_rolled_back_savepoint_is_not_remembered(
     assert slug in backend()._compiled
 
 
+# -- attempts without a recorded failure ---------------------------------------------------------
+
+
+def _as_if_claimed_long_ago(result_id: str, worker: uuid.UUID, requeued_count: int = 0) -> None:
+    """The state a claim leaves (attempt counted, worker recorded), an hour old: its worker is gone."""
+    q(
+        "update pgflow.step_tasks set status = 'started', attempts_count = attempts_count + 1, "
+        "started_at = now() - interval '1 hour', last_worker_id = %s, requeued_count = %s "
+        "where run_id = %s",
+        [worker, requeued_count, uuid.UUID(result_id)],
+    )
+
+
+def retried(x: int) -> int:
+    return x
+
+
+def test_an_attempt_lost_to_a_crash_has_no_error_and_no_worker_id() -> None:
+    """As docs/django-tasks.md says: stalled-task recovery requeues without an attempt_errors entry,
+    so the lost attempt shows neither in errors nor in worker_ids, though the engine counted it."""
+    result = task(max_attempts=3)(retried).enqueue(1)
+    lost = uuid.uuid4()
+    _as_if_claimed_long_ago(result.id, lost)
+    running = backend().get_result(result.id)
+    assert (running.status, running.worker_ids) == (status.RUNNING, [str(lost)])
+
+    recovered = q("select * from pgflow.requeue_stalled_tasks()")
+    assert {row["outcome"]: row["task_count"] for row in recovered}["requeued"] == 1
+    after = backend().get_result(result.id)
+    assert (after.status, after.errors, after.worker_ids, after.attempts) == (status.READY, [], [], 0)
+    assert val("select attempts_count from pgflow.step_tasks where run_id = %s", [uuid.UUID(result.id)]) == 1
+
+
+@pytest.mark.parametrize(
+    ("make_task", "requeued_count"),
+    [(lambda: add, 0), (lambda: task(max_attempts=3)(retried), 3)],
+    ids=["no-attempt-left", "requeued-3-times"],
+)
+def test_a_task_recovery_exhausts_is_failed_with_an_error_for_the_lost_attempt(
+    make_task: Any, requeued_count: int
+) -> None:
+    """MAX_ATTEMPTS 1 (add), or requeued 3 times already: recovery fails the task. The lost attempt
+    is reported as an error (the engine's reason) and its worker, so a FAILED result always has one."""
+    result = make_task().enqueue(1, 2) if requeued_count == 0 else make_task().enqueue(1)
+    lost = uuid.uuid4()
+    _as_if_claimed_long_ago(result.id, lost, requeued_count=requeued_count)
+    recovered = q("select * from pgflow.requeue_stalled_tasks()")
+    assert {row["outcome"]: row["task_count"] for row in recovered}["permanently_stalled"] == 1
+    failed = backend().get_result(result.id)
+    assert failed.status == status.FAILED and failed.worker_ids == [str(lost)]
+    assert [error.exception_class_path for error in failed.errors] == ["builtins.RuntimeError"]
+    assert failed.errors[0].traceback.startswith("permanently stalled")
+    with pytest.raises(ValueError, match="Task failed"):
+        _ = failed.return_value
+
+
 # -- run_after -------------------------------------------------------------------------------------
 
 
@@ -550,3 +606,11 @@ def test_the_examples_in_docs_django_tasks_md_hold() -> None:
     with pytest.raises(InvalidTask) as info:
         task(max_attempts=0)(plain)
     assert str(info.value).replace(f"{__name__}.plain", "myapp.tasks.notify") in doc
+
+
+def test_a_cancelled_run_is_failed_without_an_error() -> None:
+    result = add.enqueue(1, 2)
+    assert val("select pgflow.cancel_run(%s)", [uuid.UUID(result.id)]) == "cancelled"
+    cancelled = backend().get_result(result.id)
+    assert (cancelled.status, cancelled.errors, cancelled.worker_ids) == (status.FAILED, [], [])
+    assert cancelled.finished_at is not None
