@@ -164,8 +164,14 @@ class Runner:
             logger.info("handler asked for a retry in %ss %s", exc.delay, task.describe())
             self.completer.fail(task, exc.message, exc.delay)
             return
-        logger.warning("handler failed %s: %s", task.describe(), error_text(exc), exc_info=_traceback(exc))
-        self.completer.fail(task, error_text(exc))
+        recorded = error_text(exc)
+        if getattr(exc, "pgflow_error_text", None) is not None:
+            # the exception wraps the handler's own (its __cause__): log that one, once, readably
+            cause = exc.__cause__ if isinstance(exc.__cause__, BaseException) else exc
+            logger.warning("handler failed %s: %s", task.describe(), exc, exc_info=_traceback(cause))
+        else:
+            logger.warning("handler failed %s: %s", task.describe(), recorded, exc_info=_traceback(exc))
+        self.completer.fail(task, recorded)
 
     def _run_atomic(self, task: ClaimedTask, step: StepDefinition) -> None:
         close_old_connections()
