@@ -90,6 +90,9 @@ def reset_flows(cursor: Cursor, flow_slugs: Iterable[str] = FLOW_SLUGS) -> None:
         "or split_part(queue_name, '__', 1) = any(%s)",
         [slugs, SHARED_QUEUE, slugs],
     )
+    from tests.workers import drop_shared_queues
+
+    drop_shared_queues(cursor, [SHARED_QUEUE])
     cursor.execute("delete from public.ledger_execution where flow_slug = any(%s)", [slugs])
     cursor.execute("delete from public.ledger_effect where flow_slug = any(%s)", [slugs])
 

@@ -19,7 +19,7 @@ from typing import Any
 from django.db import connection
 
 from pgflow_django.tasks import FRAMEWORK, PgflowTaskBackend, tasks_api
-from tests.workers import MANAGE, REPO, WorkerProcess
+from tests.workers import MANAGE, REPO, WorkerProcess, drop_shared_queues
 
 __all__ = [
     "FRAMEWORK",
@@ -65,6 +65,7 @@ def clean_task_flows() -> None:
         )
         cursor.execute("delete from example_ledgerentry")
         cursor.execute("delete from pgflow.workers where queue_name in ('default', 'mail')")
+        drop_shared_queues(cursor, ["default", "mail"])
     for alias in tasks_api.package.task_backends.settings:
         found = tasks_api.package.task_backends[alias]
         if isinstance(found, PgflowTaskBackend):

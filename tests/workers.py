@@ -170,3 +170,21 @@ class Spawner:
     def stop_all(self) -> None:
         for worker in self.started:
             worker.stop()
+
+
+def drop_shared_queues(cursor: Any, names: list[str] | None = None) -> None:
+    """Drop declared shared queues (all when ``names`` is None) once no flow routes to them: deleting
+    a flow never drops a shared queue, so tests that declare some remove them themselves."""
+    cursor.execute(
+        "select pgmq.drop_queue(sq.queue_name) from pgflow.shared_queues as sq"
+        " where (%(names)s::text[] is null or sq.queue_name = any(%(names)s))"
+        " and not exists (select 1 from pgflow.steps as s where s.queue_name = sq.queue_name)"
+        " and exists (select 1 from pgmq.list_queues() as l where l.queue_name = sq.queue_name)",
+        {"names": names},
+    )
+    cursor.execute(
+        "delete from pgflow.shared_queues as sq"
+        " where (%(names)s::text[] is null or sq.queue_name = any(%(names)s))"
+        " and not exists (select 1 from pgflow.steps as s where s.queue_name = sq.queue_name)",
+        {"names": names},
+    )

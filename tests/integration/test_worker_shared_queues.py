@@ -13,7 +13,7 @@ from pgflow_django import start_flow, wait_for_run
 from testproject.example.support import open_thread, support_routed, support_routed_v2
 from tests.ledger import assert_invariants
 from tests.sql.support import q, val
-from tests.workers import Spawner, run_manage, wait_until
+from tests.workers import Spawner, drop_shared_queues, run_manage, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,6 +27,7 @@ def _clean() -> None:
             [list(ROUTED)],
         )
         cursor.execute("delete from pgflow.workers where queue_name in ('support_fast', 'support_bulk')")
+        drop_shared_queues(cursor, ["support_fast", "support_bulk"])
         cursor.execute("delete from example_supportthread")
 
 
