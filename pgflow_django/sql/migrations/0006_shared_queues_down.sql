@@ -13,6 +13,7 @@ end;
 $$;
 
 drop function pgflow.start_shared_tasks(text, bigint[], uuid, text[], text[]);
+drop function pgflow.claim_classified(text, uuid, bigint[], uuid[], text[], integer[], text[], text[]);
 drop function pgflow.prune_shared_archive(text, interval);
 drop function pgflow.flow_shared_queues(text);
 drop function pgflow.provision_shared_queue(text);

@@ -1,0 +1,82 @@
+-- The second half of a claim, shared by pgflow.start_tasks and pgflow.start_shared_tasks once they
+-- have classified a batch: the arrays hold each message id with its task key and outcome, in task
+-- key order (the order every writer locks a run's tasks). Claims the 'claimed' tasks still queued
+-- (one more attempt, visibility = effective timeout + 2 s before they are returned), defers the
+-- visibility of 'started' ones to their stalled-recovery deadline, archives the messages whose
+-- outcome is in `archived`, and returns one claim_record per message.
+create or replace function pgflow.claim_classified(
+  queue_name text, worker_id uuid, ids bigint[], runs uuid[], steps text[], indexes integer[],
+  outcomes text[], archived text[]
+)
+returns setof pgflow.claim_record
+language plpgsql
+as $$
+declare
+  v_claimed pgflow.step_tasks[];
+begin
+  -- the callers checked each task's run and step; a run that fails or a step that is skipped
+  -- meanwhile terminalizes its queued tasks, which the status recheck on the locked row sees
+  with claimed as (
+    update pgflow.step_tasks as t
+       set status = 'started', attempts_count = t.attempts_count + 1, started_at = now(),
+           last_worker_id = claim_classified.worker_id
+      from unnest(runs, steps, indexes, outcomes) as k(run_id, step_slug, task_index, outcome)
+     where k.outcome = 'claimed'
+       and t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+       and t.status = 'queued'
+    returning t.*
+  )
+  select array_agg(c) into v_claimed from claimed as c;
+
+  perform pgflow.set_vt_batch(claim_classified.queue_name, array_agg(c.message_id), array_agg(coalesce(s.opt_timeout, f.opt_timeout) + 2))
+     from unnest(v_claimed) as c
+     join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
+     join pgflow.flows as f on f.flow_slug = c.flow_slug
+   having count(*) > 0;
+
+  perform pgflow.set_vt_batch(claim_classified.queue_name, array_agg(t.message_id),
+                              array_agg(greatest(2, ceil(extract(epoch from
+                                t.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
+                                - clock_timestamp())))::integer))
+     from unnest(runs, steps, indexes, outcomes) as k(run_id, step_slug, task_index, outcome)
+     join pgflow.step_tasks as t
+       on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+     join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+     join pgflow.flows as f on f.flow_slug = t.flow_slug
+    where k.outcome = 'started' and t.status = 'started'
+   having count(*) > 0;
+
+  perform pgflow.archive_task_messages(array_agg(claim_classified.queue_name), array_agg(e.id))
+     from unnest(ids, outcomes) as e(id, outcome)
+    where e.outcome = any(claim_classified.archived)
+   having count(*) > 0;
+
+  return query
+    select 'claimed'::text, c.message_id, c.flow_slug, c.run_id, c.step_slug, c.task_index, c.attempts_count,
+           case
+             when s.step_type = 'map' and s.deps_count = 0 then r.input -> c.task_index
+             when s.step_type = 'map' then (
+               select dst.output -> c.task_index
+                 from pgflow.deps as d
+                 join pgflow.step_states as dst on dst.run_id = c.run_id and dst.step_slug = d.dep_slug
+                where d.flow_slug = c.flow_slug and d.step_slug = c.step_slug)
+             when s.deps_count = 0 then r.input
+             else coalesce((
+               select jsonb_object_agg(d.dep_slug, dst.output)
+                 from pgflow.deps as d
+                 join pgflow.step_states as dst on dst.run_id = c.run_id and dst.step_slug = d.dep_slug
+                where d.flow_slug = c.flow_slug and d.step_slug = c.step_slug and dst.status = 'completed'),
+               '{}'::jsonb)
+           end
+      from unnest(coalesce(v_claimed, '{}')) as c
+      join pgflow.runs as r on r.run_id = c.run_id
+      join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
+    union all
+    select case when e.outcome = 'claimed' then 'started' else e.outcome end,
+           e.id, null, null, null, null, null, null
+      from unnest(ids, outcomes) as e(id, outcome)
+     where e.outcome <> 'claimed'
+        or not exists (select 1 from unnest(coalesce(v_claimed, '{}')) as c where c.message_id = e.id)
+     order by 2;
+end;
+$$;
