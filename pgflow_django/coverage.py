@@ -100,7 +100,8 @@ class RouteCoverage:
     step_index: int
     queue_name: str
     queue_mode: str
-    """The flow's queue mode: ``flow`` (every step on ``lower(flow_slug)``) or ``step`` (private queues)."""
+    """The flow's queue mode: ``flow`` (every step on ``lower(flow_slug)``), ``step`` (private queues)
+    or ``routed`` (declared shared queues)."""
     in_route: bool
     """True: the flow's persisted route. False: only live tasks still use this queue (an older route)."""
     pending_tasks: int

@@ -31,6 +31,7 @@ from django.utils.module_loading import import_string, module_has_submodule
 from pgflow_django.dsl import Flow, RoutedFlow, route_flow
 from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, shared_queue_problem
 from pgflow_django.worker.context import TaskContext as StepContext
+from pgflow_django.worker.runner import MAX_ERROR_LENGTH
 
 
 def _load_framework() -> tuple[str, Any]:
@@ -101,10 +102,18 @@ class TaskFailure(Exception):
     def __init__(self, exc: BaseException) -> None:
         self.exception_class_path = f"{type(exc).__module__}.{type(exc).__qualname__}"
         text = "".join(traceback.format_exception(exc))
-        self.traceback = text[-MAX_TRACEBACK:]
-        self.pgflow_error_text = ERROR_PREFIX + json.dumps(
-            {"exception_class_path": self.exception_class_path, "traceback": self.traceback}
-        )
+        keep = MAX_TRACEBACK
+        while True:
+            self.traceback = text[-keep:]
+            self.pgflow_error_text = ERROR_PREFIX + json.dumps(
+                {"exception_class_path": self.exception_class_path, "traceback": self.traceback},
+                ensure_ascii=False,
+            )
+            # the engine keeps MAX_ERROR_LENGTH characters: cut the traceback, never the JSON
+            excess = len(self.pgflow_error_text) - MAX_ERROR_LENGTH
+            if excess <= 0 or keep == 0:
+                break
+            keep = max(0, keep - excess - 16)
         super().__init__(f"{self.exception_class_path}: {exc}")
 
 

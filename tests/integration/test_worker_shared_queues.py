@@ -130,7 +130,7 @@ def test_an_incomplete_registry_leaves_the_other_versions_work_untouched(shared:
         (("--flow", "support_routed", "--flow", "support_thread"), "several --flow need --queue"),
         (
             ("--flow", "support_routed", "--queue", "support_fast", "--step", "route"),
-            "a --queue worker takes no --step",
+            "a --queue or --tasks worker takes no --step",
         ),
     ],
 )

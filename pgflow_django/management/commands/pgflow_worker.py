@@ -115,9 +115,9 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
         from pgflow_django.worker.preflight import resolve_flow
 
         try:
-            if options["queue"] is not None and options["step"]:
+            if (options["queue"] is not None or options["tasks"]) and options["step"]:
                 raise PreflightError(
-                    "--step selects a step-queued flow's step; a --queue worker takes no --step"
+                    "--step selects a step-queued flow's step; a --queue or --tasks worker takes no --step"
                 )
             if bool(options["tasks"]) == bool(options["flow"]):
                 raise PreflightError(

@@ -33,7 +33,7 @@ $$;
 -- 0209_function_flow_queues.sql
 -- Every private queue of a persisted flow's route: the default queue lower(flow_slug) of a plain
 -- flow, and each step's queue of a plain or step-queued flow. A routed flow owns no queue: its
--- steps' shared queues (pgflow.flow_shared_queues) outlive it.
+-- steps' shared queues (pgflow.shared_queues) outlive it.
 create or replace function pgflow.flow_queues(flow_slug text)
 returns setof text
 language sql
@@ -185,24 +185,6 @@ begin
     'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
     pgmq.format_table_name(v_queue, 'q'));
 end;
-$$;
-
--- 0212_function_flow_shared_queues.sql
--- The shared queues a flow's tasks can be on: its route's (a routed flow) and any queue its task
--- snapshots name that is declared shared. Deleting the flow removes its own messages from them,
--- never the queues.
-create or replace function pgflow.flow_shared_queues(flow_slug text)
-returns setof text
-language sql
-stable
-as $$
-  select s.queue_name from pgflow.steps as s
-    join pgflow.shared_queues as sq on sq.queue_name = s.queue_name
-   where s.flow_slug = flow_shared_queues.flow_slug
-  union
-  select t.queue_name from pgflow.step_tasks as t
-    join pgflow.shared_queues as sq on sq.queue_name = t.queue_name
-   where t.flow_slug = flow_shared_queues.flow_slug
 $$;
 
 -- 0220_function_add_step.sql

@@ -15,7 +15,6 @@ $$;
 drop function pgflow.start_shared_tasks(text, bigint[], uuid, text[], text[]);
 drop function pgflow.claim_classified(text, uuid, bigint[], uuid[], text[], integer[], text[], text[]);
 drop function pgflow.prune_shared_archive(text, interval);
-drop function pgflow.flow_shared_queues(text);
 drop function pgflow.provision_shared_queue(text);
 
 -- 0015_function_protocol_version.sql (as of 0005)

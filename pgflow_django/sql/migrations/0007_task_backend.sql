@@ -1,6 +1,8 @@
 -- Frozen migration delta 0007_task_backend (loaded by pgflow_django/migrations/0007_task_backend.py):
 -- what Django's tasks framework needs from the engine: runs started with a delay (run_after) and the
--- error of every failed attempt; and a flow can no longer take the name of a declared shared queue.
+-- error of every failed attempt. Also: a flow can no longer take the name of a declared shared queue;
+-- verifying a declared shared queue takes no lock; a plain flow's claim refuses a step selector;
+-- deleting a flow skips a shared queue whose table is gone.
 
 alter table pgflow.runs add column not_before timestamptz;
 alter table pgflow.step_tasks add column attempt_errors jsonb not null default '[]'::jsonb;
@@ -186,6 +188,76 @@ begin
 end;
 $$;
 
+-- 0211_function_provision_shared_queue.sql
+-- The one path that declares, and creates when absent, a shared queue (the compiler calls it for each
+-- queue of a routed flow). A queue already declared shared is reused (created again through PGMQ if
+-- it went missing). Refused: an invalid name, a name containing '__' (reserved for generated
+-- queues, so never a step queue), the default queue name of a flow (a plain flow's queue), and an
+-- existing PGMQ queue (pgmq.list_queues, compared case-insensitively) that pgflow never declared:
+-- pgflow never adopts or converts a queue.
+create or replace function pgflow.provision_shared_queue(queue_name text)
+returns void
+language plpgsql
+as $$
+declare
+  v_queue text := queue_name;
+  v_listed text[];
+  v_owner text;
+begin
+  if not pgflow.is_valid_queue_name(v_queue) or position('__' in v_queue) > 0 then
+    raise exception 'shared queue name % is invalid: use lowercase letters, digits and single underscores, at most 47 characters (''__'' is reserved for generated queues)',
+      quote_literal(coalesce(v_queue, 'NULL'))
+      using errcode = '22023';
+  end if;
+  perform pgmq.validate_queue_name(v_queue);
+  -- the common case, a queue declared and present, takes no lock: compilations that verify several
+  -- flows on one queue in one transaction never wait on each other (declarations are never removed
+  -- by pgflow)
+  if exists (select 1 from pgflow.shared_queues as sq where sq.queue_name = v_queue)
+     and (select count(*) from pgmq.list_queues() as l where lower(l.queue_name) = v_queue) = 1 then
+    return;
+  end if;
+  perform pg_advisory_xact_lock(hashtextextended('pgflow:shared_queue:' || v_queue, 0));
+
+  select f.flow_slug into v_owner from pgflow.flows as f
+   where lower(f.flow_slug) = v_queue limit 1;
+  if v_owner is not null then
+    raise exception 'queue name % is the default queue name reserved for flow %: choose another shared queue name',
+      quote_literal(v_queue), quote_literal(v_owner)
+      using errcode = '23505';
+  end if;
+
+  select array_agg(l.queue_name::text order by l.queue_name) into v_listed
+    from pgmq.list_queues() as l where lower(l.queue_name) = v_queue;
+  if cardinality(v_listed) > 1 then
+    raise exception 'shared queue % is ambiguous: PGMQ lists % for the same tables; remove the aliases you do not use',
+      quote_literal(v_queue), array_to_string(v_listed, ', ')
+      using errcode = '21000';
+  end if;
+
+  if exists (select 1 from pgflow.shared_queues as sq where sq.queue_name = v_queue) then
+    if v_listed is null then
+      perform pgmq.create(v_queue);
+      execute format(
+        'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
+        pgmq.format_table_name(v_queue, 'q'));
+    end if;
+    return;
+  end if;
+  if v_listed is not null then
+    raise exception 'PGMQ queue % exists but was not declared shared by pgflow: pgflow never adopts an existing queue; choose another name, or drop the queue (pgmq.drop_queue) if it is unused',
+      quote_literal(v_listed[1])
+      using errcode = '23505';
+  end if;
+
+  perform pgmq.create(v_queue);
+  insert into pgflow.shared_queues (queue_name) values (v_queue);
+  execute format(
+    'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
+    pgmq.format_table_name(v_queue, 'q'));
+end;
+$$;
+
 -- 0260_function_start_ready_steps.sql
 -- Starts every ready step (created, no open dependencies, at least one task) of the given started
 -- runs: creates its tasks and sends their messages to the step's persisted queue, one PGMQ batch per
@@ -296,7 +368,8 @@ begin
     insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, not_before)
     select coalesce(run_ids[e.n], gen_random_uuid()), start_flows.flow_slug, e.input,
            (select count(*) from pgflow.steps as s where s.flow_slug = start_flows.flow_slug),
-           case when start_flows.start_delay > 0 then now() + make_interval(secs => start_flows.start_delay) end
+           case when start_flows.start_delay > 0
+                then clock_timestamp() + make_interval(secs => start_flows.start_delay) end
       from jsonb_array_elements(inputs) with ordinality as e(input, n)
     returning runs.run_id, runs.input
   ), states as (
@@ -336,6 +409,215 @@ begin
   return query select * from pgflow.start_flows(flow_slug, jsonb_build_array(input),
                                                 case when run_id is null then null else array[run_id] end,
                                                 start_delay);
+end;
+$$;
+
+-- 0300_function_start_tasks.sql
+-- The claim. The whole batch is classified before anything changes, by persisted identity first
+-- ((queue_name, message_id) -> task), by body only for messages that match no task:
+--   claimed     queued task of this flow in a started run and step: started, one more attempt,
+--               visibility = effective timeout + 2 s applied before the rows are returned
+--   started     already running elsewhere: untouched, no attempt consumed, visibility deferred to
+--               the task's stalled-recovery deadline
+--   terminal    the task is finished: message archived (idempotent)
+--   ineligible  a queued task whose run or step is not started: untouched
+--   missing     the message is no longer in the queue: nothing to do
+--   foreign     no task and the body is not pgflow-shaped: archived (the worker warns)
+--   fatal       no task but a pgflow-shaped body, or the task belongs to another flow's route or,
+--               for a step worker, to another step
+-- step_slug is the exact step selector of a step worker (the step's private queue); a plain worker
+-- passes NULL and supports every step of its flow. A step-queued flow requires the selector, and the
+-- selected step must be routed to queue_name: either mistake raises before anything is read.
+-- If any message is fatal, nothing is claimed or archived: every message of the batch is made
+-- visible now (outcome 'released' for the others), the subscription (flow_slug, step_slug or '') is
+-- paused with reason 'fatal', and the rows are returned rather than an error raised, so the reset
+-- and the pause commit. The worker then stops with one error naming the queue and message ids.
+create or replace function pgflow.start_tasks(
+  queue_name text, flow_slug text, msg_ids bigint[], worker_id uuid, step_slug text default null
+)
+returns setof pgflow.claim_record
+language plpgsql
+as $$
+declare
+  v_queue text := lower(queue_name);
+  v_mode text;
+  v_ids bigint[];
+  v_outcomes text[];
+  v_runs uuid[];
+  v_steps text[];
+  v_indexes integer[];
+  v_unmatched bigint[];
+  v_bodies jsonb := '{}'::jsonb;
+  v_fatal bigint[];
+begin
+  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = start_tasks.flow_slug;
+  if not found then
+    raise exception 'flow % does not exist: compile it before claiming its tasks', quote_literal(coalesce(flow_slug, 'NULL'))
+      using errcode = '22023';
+  end if;
+  if v_mode = 'routed' then
+    raise exception 'flow % is routed to shared queues: claim with pgflow.start_shared_tasks', quote_literal(flow_slug)
+      using errcode = '22023';
+  end if;
+  if step_slug is null and v_mode = 'step' then
+    raise exception 'flow % is step-queued: claim with the exact step selector (start_tasks(..., step_slug))',
+      quote_literal(flow_slug)
+      using errcode = '22023';
+  end if;
+  if step_slug is not null and v_mode = 'flow' then
+    raise exception 'flow % is a plain flow: its one queue serves every step, so claim without a step selector (step-queued flows, from with_step_queues, take one)',
+      quote_literal(flow_slug)
+      using errcode = '22023';
+  end if;
+  if step_slug is not null and not exists (
+       select 1 from pgflow.steps as s
+        where s.flow_slug = start_tasks.flow_slug and s.step_slug = start_tasks.step_slug
+          and s.queue_name = v_queue) then
+    raise exception 'step % of flow % is not routed to queue %: a step worker polls its step''s own queue',
+      quote_literal(step_slug), quote_literal(flow_slug), quote_literal(v_queue)
+      using errcode = '22023';
+  end if;
+  if msg_ids is null or cardinality(msg_ids) = 0 then
+    return;
+  end if;
+
+  -- each message's task, looked up by its unique (queue_name, message_id) one at a time (a lateral
+  -- LIMIT 1 keeps the plan an index probe per message whatever the table statistics say); the
+  -- arrays are in task key order, the order in which every other writer locks a run's tasks
+  select array_agg(i.id order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.run_id order by t.run_id, t.step_slug, t.task_index, i.id),
+         array_agg(t.step_slug order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.task_index order by t.run_id, t.step_slug, t.task_index, i.id),
+         array_agg(case
+                     when t.run_id is null then null
+                     when t.flow_slug <> start_tasks.flow_slug then 'fatal'
+                     when t.step_slug <> coalesce(start_tasks.step_slug, t.step_slug) then 'fatal'
+                     when t.status in ('completed', 'failed', 'skipped', 'cancelled') then 'terminal'
+                     when t.status = 'started' then 'started'
+                     when r.status = 'started' and ss.status = 'started' then 'claimed'
+                     else 'ineligible'
+                   end order by t.run_id, t.step_slug, t.task_index, i.id)
+    into v_ids, v_runs, v_steps, v_indexes, v_outcomes
+    from (select distinct unnest(msg_ids) as id) as i
+    left join lateral (
+      select t.run_id, t.step_slug, t.task_index, t.flow_slug, t.status
+        from pgflow.step_tasks as t
+       where t.queue_name = v_queue and t.message_id = i.id
+       limit 1
+    ) as t on true
+    left join pgflow.runs as r on r.run_id = t.run_id
+    left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug;
+
+  -- only messages without a task are judged by their body
+  select array_agg(e.id) into v_unmatched
+    from unnest(v_ids, v_outcomes) as e(id, outcome) where e.outcome is null;
+  if v_unmatched is not null then
+    execute format('select coalesce(jsonb_object_agg(m.msg_id::text, coalesce(m.message, ''null''::jsonb)), ''{}'') from pgmq.%I as m where m.msg_id = any($1)',
+                   pgmq.format_table_name(v_queue, 'q'))
+      into v_bodies using v_unmatched;
+    v_outcomes := array(
+      select case
+               when e.outcome is not null then e.outcome
+               when not (v_bodies ? e.id::text) then 'missing'
+               when pgflow.is_pgflow_message(v_bodies->(e.id::text)) then 'fatal'
+               else 'foreign'
+             end
+        from unnest(v_ids, v_outcomes) with ordinality as e(id, outcome, n)
+       order by e.n);
+  end if;
+
+  select array_agg(e.id) into v_fatal
+    from unnest(v_ids, v_outcomes) as e(id, outcome) where e.outcome = 'fatal';
+
+  if v_fatal is not null then
+    perform pgflow.set_vt_batch(v_queue, array_agg(e.id), array_agg(0))
+       from unnest(v_ids, v_outcomes) as e(id, outcome) where e.outcome <> 'missing';
+    insert into pgflow.worker_pauses (flow_slug, step_slug, queue_name, reason, detail)
+    values (start_tasks.flow_slug, coalesce(start_tasks.step_slug, ''), v_queue, 'fatal',
+            format('unsupported work on queue %s: message ids %s', v_queue,
+                   (select string_agg(f::text, ',' order by f) from unnest(v_fatal) as f)))
+    on conflict on constraint worker_pauses_pkey do update
+      set reason = excluded.reason, detail = excluded.detail, queue_name = excluded.queue_name, paused_at = now();
+    return query
+      select case when e.outcome in ('fatal', 'missing') then e.outcome else 'released' end,
+             e.id, null::text, null::uuid, null::text, null::integer, null::integer, null::jsonb
+        from unnest(v_ids, v_outcomes) as e(id, outcome)
+       order by e.id;
+    return;
+  end if;
+
+  return query
+    select * from pgflow.claim_classified(v_queue, start_tasks.worker_id, v_ids, v_runs, v_steps, v_indexes,
+                                          v_outcomes, array['terminal', 'foreign']);
+end;
+$$;
+
+-- 0302_function_start_shared_tasks.sql
+-- The claim on a shared queue, for a worker that supports the exact (flow_slug, step_slug) pairs
+-- given as two parallel arrays. Classified by persisted identity only ((queue_name, message_id) ->
+-- task); bodies are never read:
+--   claimed      a queued task of a supported pair in a started run and step: started, one more
+--                attempt, visibility = effective timeout + 2 s before the rows are returned
+--   started      already running elsewhere: untouched, no attempt consumed, visibility deferred to
+--                the task's stalled-recovery deadline
+--   terminal     a supported task that is finished: message archived (idempotent)
+--   ineligible   a supported queued task whose run or step is not started: untouched
+--   unmatched    no task has this message: preserved as read (it recurs after its visibility
+--                timeout); the worker warns with queue and message ids
+--   unsupported  the task is outside the support set: not claimed, mutated or archived; the worker
+--                warns
+-- Nothing stops the worker: valid work in the batch is claimed whatever else it holds.
+create or replace function pgflow.start_shared_tasks(
+  queue_name text, msg_ids bigint[], worker_id uuid, support_flows text[], support_steps text[]
+)
+returns setof pgflow.claim_record
+language plpgsql
+as $$
+declare
+  v_queue text := lower(queue_name);
+  v_ids bigint[];
+  v_outcomes text[];
+  v_runs uuid[];
+  v_steps text[];
+  v_indexes integer[];
+begin
+  if not exists (select 1 from pgflow.shared_queues as sq where sq.queue_name = v_queue) then
+    raise exception 'queue % is not a shared queue declared by pgflow: claim a private queue with pgflow.start_tasks',
+      quote_literal(coalesce(queue_name, 'NULL'))
+      using errcode = '22023';
+  end if;
+  if cardinality(support_flows) is distinct from cardinality(support_steps) then
+    raise exception 'start_shared_tasks: support_flows (% elements) and support_steps (% elements) must be parallel arrays of the same length',
+      coalesce(cardinality(support_flows), 0), coalesce(cardinality(support_steps), 0)
+      using errcode = '22023';
+  end if;
+  if msg_ids is null or cardinality(msg_ids) = 0 then
+    return;
+  end if;
+
+  select array_agg(i.id order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.run_id order by t.run_id, t.step_slug, t.task_index, i.id),
+         array_agg(t.step_slug order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.task_index order by t.run_id, t.step_slug, t.task_index, i.id),
+         array_agg(case
+                     when t.run_id is null then 'unmatched'
+                     when not exists (select 1 from unnest(support_flows, support_steps) as p(flow_slug, step_slug)
+                                       where p.flow_slug = t.flow_slug and p.step_slug = t.step_slug) then 'unsupported'
+                     when t.status in ('completed', 'failed', 'skipped', 'cancelled') then 'terminal'
+                     when t.status = 'started' then 'started'
+                     when r.status = 'started' and ss.status = 'started' then 'claimed'
+                     else 'ineligible'
+                   end order by t.run_id, t.step_slug, t.task_index, i.id)
+    into v_ids, v_runs, v_steps, v_indexes, v_outcomes
+    from (select distinct unnest(msg_ids) as id) as i
+    left join lateral (
+      select t.run_id, t.step_slug, t.task_index, t.flow_slug, t.status
+        from pgflow.step_tasks as t
+       where t.queue_name = v_queue and t.message_id = i.id
+       limit 1
+    ) as t on true
+    left join pgflow.runs as r on r.run_id = t.run_id
+    left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug;
+
+  return query
+    select * from pgflow.claim_classified(v_queue, start_shared_tasks.worker_id, v_ids, v_runs, v_steps, v_indexes,
+                                          v_outcomes, array['terminal']);
 end;
 $$;
 
@@ -409,5 +691,88 @@ begin
      set attempt_errors = t.attempt_errors || jsonb_build_array(v_error)
    where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index;
   return pgflow.exhaust_task(fail_task.run_id, fail_task.step_slug, fail_task.task_index, fail_task.error_message);
+end;
+$$;
+
+-- 0370_function_delete_flow_and_data.sql
+-- Deletes one concrete flow: runs, states, tasks, steps and dependencies, then drops the queues
+-- generated for it (a plain flow's default queue, a step-queued flow's private step queues, with
+-- their archives), then the flow row last. Every queue of the persisted route (pgflow.flow_queues)
+-- is validated first (exactly one pgmq.meta spelling, its objects present, referenced by no other flow): a
+-- missing, ambiguous, malformed or shared queue fails the whole call and drops nothing. Runtime rows
+-- are locked before the queues (the order every writer uses). Messages are not archived one by one:
+-- dropping a queue drops its table and archive together. Serialised with compilation by the
+-- per-flow advisory lock. Shared queues (pgflow.shared_queues) are never dropped: only this flow's
+-- live messages on them are deleted, found through its task snapshots.
+create or replace function pgflow.delete_flow_and_data(flow_slug text)
+returns void
+language plpgsql
+as $$
+declare
+  v_queues text[];
+  v_queue text;
+  v_spellings text[] := '{}';
+  v_problem text;
+  v_other text;
+begin
+  perform pg_advisory_xact_lock_shared(hashtextextended('pgflow:migrate', 0));
+  perform pg_advisory_xact_lock(hashtextextended('pgflow:compile:' || flow_slug, 0));
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug) then
+    raise exception 'flow % does not exist', quote_literal(coalesce(flow_slug, 'NULL')) using errcode = '22023';
+  end if;
+  perform 1 from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug order by r.run_id for update;
+
+  select coalesce(array_agg(distinct q order by q), '{}') into v_queues
+    from pgflow.flow_queues(delete_flow_and_data.flow_slug) as q;
+
+  foreach v_queue in array v_queues loop
+    select s.flow_slug into v_other from pgflow.steps as s
+     where s.queue_name = v_queue and s.flow_slug <> delete_flow_and_data.flow_slug limit 1;
+    if v_other is not null then
+      raise exception 'cannot delete flow %: its queue % is also used by flow %; nothing was deleted',
+        quote_literal(flow_slug), quote_literal(v_queue), quote_literal(v_other) using errcode = '55000';
+    end if;
+    if not exists (select 1 from pgmq.meta as m where lower(m.queue_name) = v_queue)
+       and not exists (select 1 from pgflow.steps as s
+                        where s.flow_slug = delete_flow_and_data.flow_slug and s.queue_name = v_queue) then
+      continue;
+    end if;
+    begin
+      v_spellings := v_spellings || pgflow.resolve_queue_spelling(v_queue);
+    exception when others then
+      raise exception 'cannot delete flow %: %; nothing was deleted', quote_literal(flow_slug), sqlerrm
+        using errcode = '55000';
+    end;
+    v_problem := pgflow.queue_objects_problem(v_queue);
+    if v_problem is not null then
+      raise exception 'cannot delete flow %: queue % is malformed (%); repair or drop it by hand, nothing was deleted',
+        quote_literal(flow_slug), quote_literal(v_queue), v_problem using errcode = '55000';
+    end if;
+  end loop;
+
+  -- on shared queues, only this flow's own messages go (found through its task snapshots); the
+  -- queues, their archives and every other message stay
+  perform pgmq.delete(t.queue_name, array_agg(t.message_id order by t.message_id))
+     from pgflow.step_tasks as t
+     join pgflow.shared_queues as sq on sq.queue_name = t.queue_name
+    where t.flow_slug = delete_flow_and_data.flow_slug and t.message_id is not null
+      and t.status in ('queued', 'started')
+      and to_regclass(format('pgmq.%I', pgmq.format_table_name(t.queue_name, 'q'))) is not null
+    group by t.queue_name;
+
+  delete from pgflow.step_tasks as t
+   where t.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
+  delete from pgflow.step_states as ss
+   where ss.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
+  delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.deps as d where d.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.worker_pauses as p where p.flow_slug = delete_flow_and_data.flow_slug;
+
+  foreach v_queue in array v_spellings loop
+    perform pgmq.drop_queue(v_queue);
+  end loop;
+
+  delete from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
 end;
 $$;

@@ -1,6 +1,6 @@
 -- Every private queue of a persisted flow's route: the default queue lower(flow_slug) of a plain
 -- flow, and each step's queue of a plain or step-queued flow. A routed flow owns no queue: its
--- steps' shared queues (pgflow.flow_shared_queues) outlive it.
+-- steps' shared queues (pgflow.shared_queues) outlive it.
 create or replace function pgflow.flow_queues(flow_slug text)
 returns setof text
 language sql

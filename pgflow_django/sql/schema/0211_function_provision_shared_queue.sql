@@ -1,8 +1,8 @@
 -- The one path that declares, and creates when absent, a shared queue (the compiler calls it for each
 -- queue of a routed flow). A queue already declared shared is reused (created again through PGMQ if
 -- it went missing). Refused: an invalid name, a name containing '__' (reserved for generated
--- queues), the default queue name of a flow, a queue some plain or step-queued flow routes to, and
--- an existing PGMQ queue (pgmq.list_queues, compared case-insensitively) that pgflow never declared:
+-- queues, so never a step queue), the default queue name of a flow (a plain flow's queue), and an
+-- existing PGMQ queue (pgmq.list_queues, compared case-insensitively) that pgflow never declared:
 -- pgflow never adopts or converts a queue.
 create or replace function pgflow.provision_shared_queue(queue_name text)
 returns void
@@ -19,17 +19,19 @@ begin
       using errcode = '22023';
   end if;
   perform pgmq.validate_queue_name(v_queue);
+  -- the common case, a queue declared and present, takes no lock: compilations that verify several
+  -- flows on one queue in one transaction never wait on each other (declarations are never removed
+  -- by pgflow)
+  if exists (select 1 from pgflow.shared_queues as sq where sq.queue_name = v_queue)
+     and (select count(*) from pgmq.list_queues() as l where lower(l.queue_name) = v_queue) = 1 then
+    return;
+  end if;
   perform pg_advisory_xact_lock(hashtextextended('pgflow:shared_queue:' || v_queue, 0));
 
   select f.flow_slug into v_owner from pgflow.flows as f
    where lower(f.flow_slug) = v_queue limit 1;
-  if v_owner is null then
-    select s.flow_slug into v_owner from pgflow.steps as s
-      join pgflow.flows as f on f.flow_slug = s.flow_slug
-     where s.queue_name = v_queue and f.queue_mode <> 'routed' limit 1;
-  end if;
   if v_owner is not null then
-    raise exception 'queue % is the generated private queue of flow %: choose another shared queue name',
+    raise exception 'queue name % is the default queue name reserved for flow %: choose another shared queue name',
       quote_literal(v_queue), quote_literal(v_owner)
       using errcode = '23505';
   end if;

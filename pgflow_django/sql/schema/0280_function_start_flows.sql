@@ -48,7 +48,8 @@ begin
     insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, not_before)
     select coalesce(run_ids[e.n], gen_random_uuid()), start_flows.flow_slug, e.input,
            (select count(*) from pgflow.steps as s where s.flow_slug = start_flows.flow_slug),
-           case when start_flows.start_delay > 0 then now() + make_interval(secs => start_flows.start_delay) end
+           case when start_flows.start_delay > 0
+                then clock_timestamp() + make_interval(secs => start_flows.start_delay) end
       from jsonb_array_elements(inputs) with ordinality as e(input, n)
     returning runs.run_id, runs.input
   ), states as (

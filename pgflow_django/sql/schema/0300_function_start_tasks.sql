@@ -49,6 +49,11 @@ begin
       quote_literal(flow_slug)
       using errcode = '22023';
   end if;
+  if step_slug is not null and v_mode = 'flow' then
+    raise exception 'flow % is a plain flow: its one queue serves every step, so claim without a step selector (step-queued flows, from with_step_queues, take one)',
+      quote_literal(flow_slug)
+      using errcode = '22023';
+  end if;
   if step_slug is not null and not exists (
        select 1 from pgflow.steps as s
         where s.flow_slug = start_tasks.flow_slug and s.step_slug = start_tasks.step_slug

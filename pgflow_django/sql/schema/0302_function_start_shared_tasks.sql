@@ -32,7 +32,8 @@ begin
       using errcode = '22023';
   end if;
   if cardinality(support_flows) is distinct from cardinality(support_steps) then
-    raise exception 'start_shared_tasks: support_flows and support_steps must be parallel arrays of the same length'
+    raise exception 'start_shared_tasks: support_flows (% elements) and support_steps (% elements) must be parallel arrays of the same length',
+      coalesce(cardinality(support_flows), 0), coalesce(cardinality(support_steps), 0)
       using errcode = '22023';
   end if;
   if msg_ids is null or cardinality(msg_ids) = 0 then

@@ -60,6 +60,7 @@ begin
      join pgflow.shared_queues as sq on sq.queue_name = t.queue_name
     where t.flow_slug = delete_flow_and_data.flow_slug and t.message_id is not null
       and t.status in ('queued', 'started')
+      and to_regclass(format('pgmq.%I', pgmq.format_table_name(t.queue_name, 'q'))) is not null
     group by t.queue_name;
 
   delete from pgflow.step_tasks as t

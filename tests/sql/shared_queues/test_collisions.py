@@ -62,7 +62,7 @@ def test_a_plain_flows_default_queue_is_refused(unchanged: Unchanged) -> None:
     make_flow("sq_plain", step("a"))
     check = unchanged()
     message = refused("sq_support", {**ROUTE, "classify": "sq_plain"})
-    assert "queue 'sq_plain' is the generated private queue of flow 'sq_plain'" in message
+    assert "queue name 'sq_plain' is the default queue name reserved for flow 'sq_plain'" in message
     check()
     assert "sq_plain" not in declared()
 
@@ -71,17 +71,17 @@ def test_a_plain_flows_default_queue_in_mixed_case_is_refused(unchanged: Unchang
     make_flow("SqMixed", step("a"))
     check = unchanged()
     message = refused("sq_support", {**ROUTE, "classify": "sqmixed"})
-    assert "generated private queue of flow 'SqMixed'" in message
+    assert "is the default queue name reserved for flow 'SqMixed'" in message
     check()
 
 
 def test_the_routed_flows_own_slug_is_refused(unchanged: Unchanged) -> None:
     check = unchanged()
     message = refused("sq_self", {**ROUTE, "deliver": "sq_self"})
-    assert "queue 'sq_self' is the generated private queue of flow 'sq_self'" in message
+    assert "queue name 'sq_self' is the default queue name reserved for flow 'sq_self'" in message
     check()
     message = refused("Sq_Self", {**ROUTE, "deliver": "sq_self"})
-    assert "generated private queue of flow 'Sq_Self'" in message
+    assert "is the default queue name reserved for flow 'Sq_Self'" in message
     check()
 
 
@@ -90,7 +90,7 @@ def test_another_routed_flows_slug_is_refused(unchanged: Unchanged) -> None:
     compile_routed("sq_first")
     check = unchanged()
     message = refused("sq_second", {**ROUTE, "deliver": "sq_first"})
-    assert "generated private queue of flow 'sq_first'" in message
+    assert "is the default queue name reserved for flow 'sq_first'" in message
     check()
 
 

@@ -100,3 +100,13 @@ def test_recompiling_a_plain_flow_as_routed_drops_only_its_private_queue() -> No
     assert "sq_switch" not in listed() and {FAST, BULK} <= listed()
     run_id = start("sq_switch", {})
     assert message_ids(run_id, "classify")[0] in live_ids(FAST)
+
+
+def test_deletion_skips_a_shared_queue_whose_table_is_gone() -> None:
+    """A declared shared queue dropped by hand holds no messages to delete: the flow still goes."""
+    compile_routed("sq_support")
+    q("select pgflow.start_flow('sq_support', '{}'::jsonb)")
+    q("select pgmq.drop_queue(%s)", [FAST])
+    q("select pgflow.delete_flow_and_data('sq_support')")
+    assert q("select * from pgflow.flows where flow_slug = 'sq_support'") == []
+    assert q("select * from pgflow.step_tasks where flow_slug = 'sq_support'") == []

@@ -153,3 +153,21 @@ def test_two_flows_declaring_one_new_queue_at_once_serialise_and_reuse_it() -> N
             "select flow_slug, queue_name from pgflow.steps where flow_slug = any(%s) order by 1", [[V1, V2]]
         ).fetchall()
         assert routes == [(V1, QUEUE), (V2, QUEUE)]
+
+
+def test_verifying_flows_of_one_declared_queue_in_opposite_orders_does_not_deadlock() -> None:
+    """Two transactions each verify one flow, then the other's: verifying a declared, present shared
+    queue takes no lock, so the second only waits for the first's compile lock and both commit."""
+    with shared_sessions() as (first, second, observer):
+        assert compile_on(observer, V1) == "compiled"
+        assert compile_on(observer, V2) == "compiled"
+        first.execute("begin")
+        second.execute("begin")
+        second.execute("set local lock_timeout = '5s'")
+        assert compile_on(first, V1) == "verified"
+        assert compile_on(second, V2) == "verified", "verifying the declared queue waited for the other"
+        job = Background(lambda: compile_on(first, V2))
+        wait_for_lock_wait(observer, backend_pid(first), job)
+        second.execute("commit")
+        assert job.result() == "verified"
+        first.execute("commit")

@@ -216,7 +216,7 @@ def test_support_arrays_of_different_lengths_are_refused(flows: list[str], steps
         "select * from pgflow.start_shared_tasks(%s, %s::bigint[], %s, %s::text[], %s::text[])",
         [FAST, [msg], uuid.uuid4(), flows, steps],
     )
-    assert "support_flows and support_steps must be parallel arrays of the same length" in message
+    assert "must be parallel arrays of the same length" in message
     assert task(run_id, "classify")["status"] == "queued"
 
 

@@ -169,16 +169,15 @@ def test_plain_flow_claims_every_step_with_a_null_selector() -> None:
     assert {task(run_id, s)["status"] for s in ("a", "b")} == {"started"}
 
 
-def test_selector_on_a_plain_flows_default_queue_is_accepted() -> None:
+def test_selector_on_a_plain_flow_is_refused_before_anything_is_read() -> None:
+    """A plain flow's one queue serves every step: a selector would make the other steps' messages
+    fatal, so SQL refuses it as the worker's preflight does."""
     make_flow("g", step("a"), step("b"))
     run_id = start("g")
-    a_ids = [
-        m["msg_id"] for m in q("select msg_id from pgmq.read('g', 5, 10, '{\"step_slug\": \"a\"}'::jsonb)")
-    ]
-    (rec,) = claim_step("g", "g", "a", a_ids)
-    assert (rec["outcome"], rec["step_slug"]) == ("claimed", "a")
-    assert task(run_id, "b")["status"] == "queued"
+    ids = [m["msg_id"] for m in q("select msg_id from pgmq.read('g', 0, 10)")]
     message = db_error(
-        "select * from pgflow.start_tasks('g__a', 'g', array[1]::bigint[], %s, 'a')", [uuid.uuid4()]
+        "select * from pgflow.start_tasks('g', 'g', %s::bigint[], %s, 'a')", [ids, uuid.uuid4()]
     )
-    assert "not routed" in message, "the selector must name the queue the step is routed to"
+    assert "flow 'g' is a plain flow" in message and "without a step selector" in message
+    assert {task(run_id, s)["status"] for s in ("a", "b")} == {"queued"}
+    assert q("select * from pgflow.worker_pauses") == []
