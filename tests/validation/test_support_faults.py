@@ -5,7 +5,6 @@ concurrent step workers execute every task once with nothing left behind."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from django.db import connection
@@ -15,21 +14,12 @@ from testproject.example.models import SupportThread
 from testproject.example.support import open_thread
 from tests.ledger import assert_invariants
 from tests.sql.support import q, q1
-from tests.validation.test_support_pipeline import _clean
 from tests.workers import Spawner, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TIMEOUT = 30
 """support_thread_steps' timeout: stalled recovery takes claims older than TIMEOUT + 30 s."""
-
-
-@pytest.fixture
-def support(spawn_worker: Spawner) -> Iterator[Spawner]:
-    _clean()
-    yield spawn_worker
-    spawn_worker.stop_all()
-    _clean()
 
 
 def _classify_tasks(run_id: object) -> list[dict[str, object]]:

@@ -8,10 +8,7 @@ is acknowledged.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from django.db import connection
 
 from pgflow_django import wait_for_run
 from testproject.example.models import SupportThread
@@ -22,31 +19,11 @@ from tests.workers import Spawner, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SUPPORT_FLOWS = ("support_thread", "support_thread_steps", "support_ack", "support_classify", "support_route")
 THREADS = [
     ("refund please", ["I was charged twice", "please refund the invoice"], "billing"),
     ("app crash", ["the app shows an error", "then it crashes"], "engineering"),
     ("hello", ["just saying hi"], "general"),
 ]
-
-
-def _clean() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where flow_slug = any(%s)",
-            [list(SUPPORT_FLOWS)],
-        )
-        cursor.execute("delete from pgflow.workers where function_name like 'support%%'")
-        cursor.execute("delete from example_supportthread")
-
-
-@pytest.fixture
-def support(spawn_worker: Spawner) -> Iterator[Spawner]:
-    """Real workers, with the support flows and threads removed before and after."""
-    _clean()
-    yield spawn_worker
-    spawn_worker.stop_all()
-    _clean()
 
 
 def _routed(thread_ids: list[int]) -> dict[int, str]:
