@@ -22,6 +22,9 @@ logger = logging.getLogger("pgflow_django.worker")
 
 T = TypeVar("T")
 
+COLLECT_SLICE = 0.0005
+"""While handlers run, the completer looks for more results this often until its flush window ends."""
+
 
 @dataclass(frozen=True)
 class Completion:
@@ -90,6 +93,8 @@ class Completer(threading.Thread):
         self.engine.close()
 
     def _collect(self, first: Completion | Failure) -> list[Completion | Failure]:
+        """Results arriving within the flush window, checked every ``COLLECT_SLICE`` seconds: waking
+        on each queued result would cost a thread switch per task."""
         batch = [first]
         deadline = time.monotonic() + self.flush_seconds
         while len(batch) < self.batch_size:
@@ -101,10 +106,7 @@ class Completer(threading.Thread):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.state.executing == 0 or self._stop_event.is_set():
                 break
-            try:
-                batch.append(self._queue.get(timeout=remaining))
-            except queue.Empty:
-                break
+            time.sleep(min(remaining, COLLECT_SLICE))
         return batch
 
     def flush(self, batch: list[Completion | Failure]) -> None:
@@ -196,7 +198,8 @@ class Completer(threading.Thread):
 
 def _log_completion(task: ClaimedTask, outcome: str) -> None:
     if outcome == "completed":
-        logger.debug("task completed %s", task.describe())
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("task completed %s", task.describe())
     elif outcome == "stale":
         logger.info("late completion ignored (the claim is no longer current) %s", task.describe())
     else:

@@ -211,6 +211,7 @@ class Runner:
         except Exception as exc:
             self._fail(task, exc)
         else:
-            logger.debug("task completed %s", task.describe())
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("task completed %s", task.describe())
         finally:
             close_old_connections()

@@ -1,7 +1,9 @@
 """What the supervisor waits on: free handler slots, new-message notifications, a stop request.
 
 One condition variable covers all three, so the main loop sleeps in a single place and any of them
-wakes it at once (the pipeline refills the moment a slot frees, not when a whole batch is done).
+wakes it at once (the pipeline refills the moment enough slots are free, not when a whole batch is
+done). A freed slot wakes the loop only when it waits for slots and now has as many as it asked for:
+a wake-up per finished task was a large share of a short task's cost.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class WorkerState:
         self._in_flight: dict[TaskKey, ClaimedTask] = {}
         self._executing = 0
         self._notified = False
+        self._slots_wanted = 0
+        """Free slots the waiting loop needs before it is worth waking (0: nobody waits for slots)."""
         self.stopping = threading.Event()
         """Set by the first signal (or a deprecation): stop polling, drain. Handlers see it as ctx."""
         self.aborted = threading.Event()
@@ -60,7 +64,8 @@ class WorkerState:
     def release(self, task: ClaimedTask) -> None:
         with self._cond:
             self._in_flight.pop(task.key, None)
-            self._cond.notify_all()
+            if self._slots_wanted and self.capacity - len(self._in_flight) >= self._slots_wanted:
+                self._cond.notify_all()
 
     def held_tasks(self) -> list[ClaimedTask]:
         with self._cond:
@@ -85,22 +90,27 @@ class WorkerState:
             self.stopping.set()
             self._cond.notify_all()
 
-    def wait(self, timeout: float, until: Callable[[], bool]) -> bool:
-        """Sleep up to ``timeout`` s, or until stopping or ``until()`` holds (checked under the lock)."""
+    def wait(self, timeout: float, until: Callable[[], bool], slots: int = 0) -> bool:
+        """Sleep up to ``timeout`` s, or until stopping or ``until()`` holds (checked under the lock);
+        ``slots``: the free slots ``until`` waits for, so that releases wake us only once there."""
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
-            while not (self.stopping.is_set() or until()):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
-            return True
+            self._slots_wanted = slots
+            try:
+                while not (self.stopping.is_set() or until()):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._cond.wait(remaining)
+                return True
+            finally:
+                self._slots_wanted = 0
 
     def wait_for_slot(self, timeout: float) -> bool:
-        return self.wait(timeout, lambda: len(self._in_flight) < self.capacity)
+        return self.wait(timeout, lambda: len(self._in_flight) < self.capacity, slots=1)
 
     def wait_for_slots(self, wanted: int, timeout: float) -> bool:
-        return self.wait(timeout, lambda: self.capacity - len(self._in_flight) >= wanted)
+        return self.wait(timeout, lambda: self.capacity - len(self._in_flight) >= wanted, slots=wanted)
 
     def wait_for_messages(self, timeout: float) -> bool:
         return self.wait(timeout, lambda: self._notified)
@@ -109,9 +119,13 @@ class WorkerState:
         """Used after stopping: returns True once no task is held."""
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
-            while self._in_flight:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self.aborted.is_set():
-                    return False
-                self._cond.wait(min(remaining, 0.2))
-            return True
+            self._slots_wanted = self.capacity
+            try:
+                while self._in_flight:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or self.aborted.is_set():
+                        return False
+                    self._cond.wait(min(remaining, 0.2))
+                return True
+            finally:
+                self._slots_wanted = 0

@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any
 
@@ -34,6 +33,7 @@ from pgflow_django.worker.engine import (
 )
 from pgflow_django.worker.listener import Listener, insert_channel
 from pgflow_django.worker.options import WorkerOptions
+from pgflow_django.worker.pool import HandlerPool, PoolClosed
 from pgflow_django.worker.preflight import (
     PreflightError,
     check_database,
@@ -103,7 +103,7 @@ class Worker:
         self.engine: Engine | None = None
         self.completer: Completer | None = None
         self.listener: Listener | None = None
-        self.pool: ThreadPoolExecutor | None = None
+        self.pool: HandlerPool[ClaimedTask] | None = None
         self.runner: Runner | None = None
         self.queue_table = ""
         self._registered = False
@@ -177,8 +177,8 @@ class Worker:
         self.completer.start()
         self.listener = Listener(self._params, insert_channel(self.queue_table), self.state)
         self.listener.start()
-        self.pool = ThreadPoolExecutor(max_workers=opts.concurrency, thread_name_prefix="pgflow-handler")
         self.runner = Runner(self.flows, self.state, self.completer, opts.using)
+        self.pool = HandlerPool(opts.concurrency, self.runner.run)
         logger.info(
             "worker %s started queue=%s %s concurrency=%d batch=%d (at most %d database connections)",
             self.worker_id,
@@ -312,7 +312,7 @@ class Worker:
                         self.queue,
                         ",".join(map(str, foreign)),
                     )
-                if claim.read_count:
+                if claim.read_count and logger.isEnabledFor(logging.DEBUG):
                     logger.debug(
                         "claimed %d of %d message(s) queue=%s msg_ids=%s",
                         len(claim.tasks),
@@ -360,8 +360,8 @@ class Worker:
         assert self.pool is not None and self.runner is not None
         self.state.take(task)
         try:
-            self.pool.submit(self.runner.run, task)
-        except RuntimeError:
+            self.pool.submit(task)
+        except PoolClosed:
             self.state.release(task)
             raise
 
@@ -404,6 +404,8 @@ class Worker:
         self.state.aborted.set()
         if self.completer is not None and self.completer.is_alive():
             self.completer.join(2.0)
+        if self.pool is not None:
+            self.pool.shutdown()
         left = self.state.held_tasks()
         if self.engine is not None:
             if left:
@@ -411,8 +413,6 @@ class Worker:
             if self._registered:
                 self._bounded(lambda engine: engine.mark_stopped(self.worker_id), "mark the worker stopped")
             self.engine.close()
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
         logger.info(
             "worker %s stopped queue=%s%s",
             self.worker_id,
