@@ -1,12 +1,12 @@
-"""The engine's database cost without a worker: pgmq.read -> pgflow.start_tasks -> pgflow.complete_tasks.
+"""The engine's database cost without a worker: the worker's own claim and completion statements.
 
-Processes loop over a flow's queue exactly as a worker's claim and completion paths do, with no handler,
-thread pool or notification in between. It bounds what any worker can reach on this database.
+Processes loop over a flow's queue with ``Engine.claim`` (read and ``pgflow.start_tasks`` in one
+statement) and ``Engine.complete_tasks``, exactly as a worker's claim and completion paths do, with no
+handler, thread pool or notification in between. It bounds what any worker can reach on this database.
 """
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import time
 import uuid
@@ -15,48 +15,51 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from typing import Any
 
-from bench.cpu import CpuMeter, own_backend_pid
-from bench.db import connect
+from psycopg.conninfo import conninfo_to_dict
 
-_READ = "select msg_id from pgmq.read(%s, 5, %s)"
-_CLAIM = "select run_id, step_slug, task_index, attempt from pgflow.start_tasks(%s, %s::bigint[], %s::uuid)"
-_COMPLETE = "select count(*) from pgflow.complete_tasks(%s::jsonb)"
+from bench.cpu import CpuMeter, own_backend_pid
+from pgflow_django.worker.engine import Engine, completion_item
+
 _LEFT = "select exists(select 1 from pgflow.runs where flow_slug = %s and status = 'started')"
 
 
 def _client(url: str, flow_slug: str, batch: int, ready: Queue[Any], go: Event) -> None:
     worker_id = uuid.uuid4()
     tasks = 0
-    with connect(url, "pgflow bench sql-only") as conn:
-        backend = own_backend_pid(conn)
-        ready.put("ready")
-        go.wait()
-        meter = CpuMeter([] if backend is None else [backend]).start()
-        own = time.process_time()
-        while True:
-            ids = [row[0] for row in conn.execute(_READ, [flow_slug, batch])]
-            if not ids:
-                row = conn.execute(_LEFT, [flow_slug]).fetchone()
-                if row is None or not row[0]:
-                    break
-                time.sleep(0.001)
-                continue
-            claimed = conn.execute(_CLAIM, [flow_slug, ids, worker_id]).fetchall()
-            if not claimed:
-                continue
-            items = [
-                {
-                    "run_id": str(run_id),
-                    "step_slug": step,
-                    "task_index": index,
-                    "attempt": attempt,
-                    "output": None,
-                }
-                for run_id, step, index, attempt in claimed
-            ]
-            conn.execute(_COMPLETE, [json.dumps(items)])
-            tasks += len(items)
-        ready.put((tasks, meter.stop(), time.process_time() - own))
+    engine = Engine({**conninfo_to_dict(url), "application_name": "pgflow bench sql-only"}, "sql-only")
+    conn = engine.conn
+    queue = flow_slug.lower()
+    table = engine.queue_table(queue)
+    visibility = (
+        engine.claim_visibility(
+            tuple(
+                (flow_slug, str(row[0]))
+                for row in conn.execute(
+                    "select step_slug from pgflow.steps where flow_slug = %s", [flow_slug]
+                )
+            )
+        )
+        or 5
+    )
+    backend = own_backend_pid(conn)
+    ready.put("ready")
+    go.wait()
+    meter = CpuMeter([] if backend is None else [backend]).start()
+    own = time.process_time()
+    while True:
+        claim = engine.claim(flow_slug, queue, table, worker_id, visibility, batch)
+        if not claim.read_count:
+            row = conn.execute(_LEFT, [flow_slug]).fetchone()
+            if row is None or not row[0]:
+                break
+            time.sleep(0.001)
+            continue
+        if not claim.tasks:
+            continue
+        engine.complete_tasks("[" + ",".join(completion_item(task, "null") for task in claim.tasks) + "]")
+        tasks += len(claim.tasks)
+    ready.put((tasks, meter.stop(), time.process_time() - own))
+    engine.close()
 
 
 @dataclass(frozen=True)

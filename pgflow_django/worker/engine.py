@@ -251,6 +251,20 @@ class Engine:
         next_visible = None if rows[0][1] is None else float(rows[0][1])
         return Claim(read_count=int(rows[0][0]), tasks=tasks, next_visible=next_visible, unclaimed=unclaimed)
 
+    def claim_visibility(self, support: tuple[tuple[str, str], ...]) -> int | None:
+        """The longest effective timeout + 2 s among the (flow, step) pairs: what the claim sets as
+        visibility, so a read that hides its batch this long spares the claim a second write."""
+        value = self._scalar(
+            """
+            select max(coalesce(s.opt_timeout, f.opt_timeout)) + 2
+              from unnest(%s::text[], %s::text[]) as p(flow_slug, step_slug)
+              join pgflow.steps as s on s.flow_slug = p.flow_slug and s.step_slug = p.step_slug
+              join pgflow.flows as f on f.flow_slug = s.flow_slug
+            """,
+            [[flow for flow, _ in support], [step for _, step in support]],
+        )
+        return None if value is None else int(value)
+
     def queue_table(self, queue: str) -> str:
         """PGMQ's table name for ``queue`` (lower-cased), which also names its insert channel."""
         return str(self._scalar("select pgmq.format_table_name(%s, 'q')", [queue]))

@@ -29,7 +29,8 @@ class WorkerOptions:
     conn_max_age: float | None = None
     """CONN_MAX_AGE of the handler threads' Django connections (None: for the worker's life)."""
     read_visibility_seconds: int = 5
-    """How long a read message stays hidden before the claim sets its real visibility (timeout + 2 s)."""
+    """The shortest time a claim's read hides its batch; a plain or step worker hides it for its
+    longest step timeout + 2 s, the visibility the claim gives a task, so the claim need not write it."""
     using: str = "default"
 
     @classmethod

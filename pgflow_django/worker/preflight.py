@@ -23,7 +23,8 @@ REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "pgflow.release_tasks(jsonb)",
     "pgmq.read(text,integer,integer,jsonb)",
 )
-"""Every SQL entry point the worker calls; probing them tells "not migrated" apart from a bug."""
+"""Every SQL entry point the worker calls (the claim runs ``pgmq.read``'s statement on the queue
+table itself); probing them tells "not migrated" apart from a bug."""
 
 
 class PreflightError(Exception):

@@ -106,6 +106,8 @@ class Worker:
         self.pool: HandlerPool[ClaimedTask] | None = None
         self.runner: Runner | None = None
         self.queue_table = ""
+        self.read_visibility = options.read_visibility_seconds
+        """How long a claim's read hides its batch (see ``prepare``)."""
         self._registered = False
         self.fatal = False
         """Set when a claim met unsupported work: the process exits non-zero."""
@@ -140,6 +142,11 @@ class Worker:
                 f"{what} is paused ({reason}{': ' + detail if detail else ''}); "
                 f"clear it with {self.resume_command} once it is safe to run"
             )
+        if not self.shared:
+            # every message of this queue is ours to claim: hide the batch as long as the claim would
+            # (a shared queue's worker leaves other workers' messages as read, so it reads briefly)
+            longest = self.engine.claim_visibility(self.registration.support)
+            self.read_visibility = max(self.options.read_visibility_seconds, longest or 0)
         self.queue_table = self.engine.queue_table(self.queue)
         notifies, throttle_ms = self.engine.insert_notifications(self.queue, self.queue_table)
         if not notifies:
@@ -275,7 +282,7 @@ class Worker:
                     self.queue,
                     self.queue_table,
                     self.worker_id,
-                    opts.read_visibility_seconds,
+                    self.read_visibility,
                     qty,
                     self.step_slug,
                     self.registration.support if self.shared else None,

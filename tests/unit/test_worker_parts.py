@@ -15,6 +15,7 @@ from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.engine import ClaimedTask, completion_item
 from pgflow_django.worker.listener import insert_channel
 from pgflow_django.worker.options import WorkerOptions
+from pgflow_django.worker.pool import HandlerPool, PoolClosed
 from pgflow_django.worker.runner import OutputNotSerialisable, encode_output, error_text
 from pgflow_django.worker.state import WorkerState
 from tests.workers import url_from_settings
@@ -120,3 +121,77 @@ def test_stop_request_wakes_every_wait() -> None:
 )
 def test_test_database_urls(settings_dict: dict[str, str], url: str) -> None:
     assert url_from_settings(settings_dict) == url
+
+
+def _task(index: int) -> ClaimedTask:
+    return ClaimedTask(
+        flow_slug="f",
+        run_id=uuid.uuid4(),
+        step_slug="s",
+        task_index=index,
+        message_id=index,
+        attempt=1,
+        input=None,
+    )
+
+
+def test_a_freed_slot_wakes_a_loop_waiting_for_several_only_once_it_has_them() -> None:
+    state = WorkerState(capacity=3)
+    tasks = [_task(index) for index in range(3)]
+    for task in tasks:
+        state.take(task)
+    woke: list[float] = []
+    waiter = threading.Thread(
+        target=lambda: woke.append(time.monotonic()) if state.wait_for_slots(2, 5.0) else None
+    )
+    waiter.start()
+    state.release(tasks[0])
+    waiter.join(0.2)
+    assert waiter.is_alive() and not woke, "one free slot of the two wanted must not end the wait"
+    released_at = time.monotonic()
+    state.release(tasks[1])
+    waiter.join(2.0)
+    assert woke and woke[0] - released_at < 1.0
+
+
+def test_pool_runs_every_item_and_starts_threads_only_while_all_are_busy() -> None:
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def run(item: int) -> None:
+        with lock:
+            done.append(item)
+
+    pool: HandlerPool[int] = HandlerPool(8, run)
+    for item in range(200):
+        pool.submit(item)
+        if item % 10 == 9:
+            time.sleep(0.01)
+    deadline = time.monotonic() + 5
+    while len(done) < 200 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(done) == list(range(200))
+    assert 1 <= pool.thread_count <= 8
+    assert pool.shutdown() == []
+
+
+def test_pool_shutdown_returns_what_no_thread_started_and_refuses_more() -> None:
+    gate = threading.Event()
+    started: list[int] = []
+
+    def run(item: int) -> None:
+        started.append(item)
+        gate.wait(5)
+
+    pool: HandlerPool[int] = HandlerPool(2, run)
+    for item in range(5):
+        pool.submit(item)
+    deadline = time.monotonic() + 5
+    while len(started) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pending = pool.shutdown()
+    gate.set()
+    assert sorted(started + pending) == [0, 1, 2, 3, 4]
+    assert len(started) == 2
+    with pytest.raises(PoolClosed):
+        pool.submit(9)

@@ -1,7 +1,8 @@
 -- The second half of a claim, shared by pgflow.start_tasks and pgflow.start_shared_tasks once they
 -- have classified a batch: the arrays hold each message id with its task key and outcome, in task
 -- key order (the order every writer locks a run's tasks). Claims the 'claimed' tasks still queued
--- (one more attempt, visibility = effective timeout + 2 s before they are returned), defers the
+-- (one more attempt, hidden for at least the effective timeout + 2 s before they are returned: a
+-- message the read already hid that long is not written again), defers the
 -- visibility of 'started' ones to their stalled-recovery deadline, archives the messages whose
 -- outcome is in `archived`, and returns one claim_record per message.
 create or replace function pgflow.claim_classified(
@@ -28,7 +29,7 @@ begin
   )
   select array_agg(c) into v_claimed from claimed as c;
 
-  perform pgflow.set_vt_batch(claim_classified.queue_name, array_agg(c.message_id), array_agg(coalesce(s.opt_timeout, f.opt_timeout) + 2))
+  perform pgflow.extend_vt_batch(claim_classified.queue_name, array_agg(c.message_id), array_agg(coalesce(s.opt_timeout, f.opt_timeout) + 2))
      from unnest(v_claimed) as c
      join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
      join pgflow.flows as f on f.flow_slug = c.flow_slug

@@ -13,6 +13,7 @@ declare
   v_bad record;
   v_queues text[];
   v_msgs bigint[];
+  v_finished uuid[];
 begin
   if items is null or jsonb_typeof(items) <> 'array' then
     raise exception 'complete_tasks: items must be a JSON array of {run_id, step_slug, task_index, attempt, output}'
@@ -98,31 +99,37 @@ begin
       or t.status in ('completed', 'failed', 'skipped', 'cancelled');
   perform pgflow.archive_task_messages(v_queues, v_msgs);
 
+  -- a single step's output is its one task's, already in hand; only runs where a step finished can
+  -- move on, so only they cascade (the other tasks of a map complete without one)
   with done as (
-    select c.run_id, c.step_slug, count(*) as n
+    select c.run_id, c.step_slug, count(*) as n, (array_agg(c.output))[1] as first_output
       from unnest(v_items) as c
      where c.outcome = 'completed'
      group by c.run_id, c.step_slug
+  ), finished as (
+    update pgflow.step_states as ss
+       set remaining_tasks = ss.remaining_tasks - done.n,
+           status = case when ss.remaining_tasks = done.n then 'completed' else ss.status end,
+           completed_at = case when ss.remaining_tasks = done.n then now() end,
+           output = case
+             when ss.remaining_tasks <> done.n then null
+             when s.step_type = 'single' then done.first_output
+             else (
+               select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
+                 from pgflow.step_tasks as t
+                where t.run_id = ss.run_id and t.step_slug = ss.step_slug)
+           end
+      from done, pgflow.steps as s
+     where ss.run_id = done.run_id and ss.step_slug = done.step_slug
+       and s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+    returning ss.run_id, ss.status
   )
-  update pgflow.step_states as ss
-     set remaining_tasks = ss.remaining_tasks - done.n,
-         status = case when ss.remaining_tasks = done.n then 'completed' else ss.status end,
-         completed_at = case when ss.remaining_tasks = done.n then now() end,
-         output = case
-           when ss.remaining_tasks <> done.n then null
-           when s.step_type = 'single' then (
-             select t.output from pgflow.step_tasks as t
-              where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.task_index = 0)
-           else (
-             select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
-               from pgflow.step_tasks as t
-              where t.run_id = ss.run_id and t.step_slug = ss.step_slug)
-         end
-    from done, pgflow.steps as s
-   where ss.run_id = done.run_id and ss.step_slug = done.step_slug
-     and s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug;
+  select array_agg(distinct f.run_id order by f.run_id) into v_finished
+    from finished as f where f.status = 'completed';
 
-  perform pgflow.cascade(array(select distinct c.run_id from unnest(v_items) as c where c.outcome = 'completed'));
+  if v_finished is not null then
+    perform pgflow.cascade(v_finished);
+  end if;
 
   return query
     select c.run_id, c.step_slug, c.task_index, c.outcome from unnest(v_items) as c

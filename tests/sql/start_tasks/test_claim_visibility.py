@@ -19,6 +19,20 @@ def test_visibility_is_step_timeout_plus_2_seconds() -> None:
     assert task(run_id, "a")["status"] == "started"
 
 
+def test_a_read_that_hid_the_message_long_enough_is_kept_and_not_written_again() -> None:
+    """A worker reads with its longest timeout + 2 s: the claim then leaves the message row alone."""
+    make_flow("f", step("a", timeout=50), step("b", "a", timeout=200))
+    run_id = start("f")
+    msg = task(run_id, "a")["message_id"]
+    ids = [r["msg_id"] for r in q("select msg_id from pgmq.read('f', 202, 10)")]
+    assert ids == [msg]
+    version = q("select xmin::text as x from pgmq.q_f where msg_id = %s", [msg])[0]["x"]
+    assert [r["message_id"] for r in start_tasks("f", ids)] == [msg]
+    assert task(run_id, "a")["status"] == "started"
+    assert_visible_in("f", msg, 202)
+    assert q("select xmin::text as x from pgmq.q_f where msg_id = %s", [msg])[0]["x"] == version
+
+
 def test_visibility_falls_back_to_flow_timeout() -> None:
     make_flow("f", step("a"), timeout=33)
     start("f")
