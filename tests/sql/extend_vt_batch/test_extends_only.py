@@ -6,7 +6,10 @@ def _send(n: int) -> list[int]:
 
 
 def _hide(msg_id: int, seconds: int) -> None:
-    q("update pgmq.q_f set vt = clock_timestamp() + make_interval(secs => %s) where msg_id = %s", [seconds, msg_id])
+    q(
+        "update pgmq.q_f set vt = clock_timestamp() + make_interval(secs => %s) where msg_id = %s",
+        [seconds, msg_id],
+    )
 
 
 def test_a_shorter_visibility_is_extended_to_the_offset() -> None:
