@@ -58,6 +58,9 @@ FLOWS = (
     BenchFlow("bench_map", f"{MAP_SIZE}-element map", list(range(MAP_SIZE)), MAP_SIZE, MAP_SIZE),
 )
 RAW_BATCH = 100
+THROUGHPUT_WORKER_ARGS = "--concurrency 100 --batch-size 100"
+"""Worker options of the throughput and latency phases unless --worker-args is given: a no-op handler
+is the shortest handler there is, and short handlers are run with large batches (docs/worker.md)."""
 
 
 TARGETS = (
@@ -125,11 +128,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--worker-args",
-        default="",
-        help="extra pgflow_worker arguments, e.g. '--concurrency 10 --batch-size 10' (default: its defaults)",
+        default=None,
+        help="pgflow_worker arguments of every worker phase, e.g. '--concurrency 10 --batch-size 10' "
+        f"(default: '{THROUGHPUT_WORKER_ARGS}' for throughput and latency, the worker's defaults for "
+        "the starvation scenario and the defaults figure)",
     )
     parser.add_argument(
-        "--sql-batch", type=int, default=10, help="messages per read in the SQL-only loop (default 10)"
+        "--sql-batch", type=int, default=100, help="messages per read in the SQL-only loop (default 100)"
     )
     parser.add_argument("--no-workers", action="store_true", help="only the raw and SQL-only figures")
     parser.add_argument(
@@ -296,6 +301,29 @@ class Bench:
                 time.sleep(1.0)
                 self.report.profiles[f"{flow.slug}, {count} worker(s)"] = function_profile(self.url)
 
+    def measure_defaults_drain(self, sampler: RssSampler, log_dir: Path, default_args: Sequence[str]) -> None:
+        """The 1-step drain with 2 workers again, with the worker's default options (or --worker-args)."""
+        flow = FLOWS[0]
+        vacuum_analyze(self.url)
+        ids = start_runs(self.url, flow, self.sizes.runs[flow.slug])
+        with WorkerGroup(
+            url=self.url,
+            flow_slug=flow.slug,
+            count=2,
+            log_dir=log_dir,
+            sampler=sampler,
+            extra_args=list(default_args),
+        ) as group:
+            wait_finished(self.url, flow.slug, timeout=self.sizes.timeout, check=group.check_alive)
+            self.add(
+                engine_figure(
+                    "drain_bench_one_2_defaults",
+                    "worker drain (runs started beforehand)",
+                    f"{flow.label}, 2 worker(s), options: {' '.join(default_args) or 'defaults'}",
+                    drain_window(self.url, ids),
+                )
+            )
+
     def worker_phase(
         self, flow: BenchFlow, count: int, sampler: RssSampler, log_dir: Path, *, end_to_end_too: bool
     ) -> None:
@@ -406,6 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     has_worker = setup_django(url)
     pgmq_raw.create_queue(url)
 
+    throughput_args = THROUGHPUT_WORKER_ARGS if args.worker_args is None else args.worker_args
+    default_args = "" if args.worker_args is None else args.worker_args
     report = Report(
         meta={
             "started_at": started.isoformat(timespec="seconds"),
@@ -415,14 +445,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "database": args.database,
             "embedded": embedded,
             "sizes": asdict(sizes),
-            "worker_args": args.worker_args,
+            "worker_args": throughput_args,
+            "default_worker_args": default_args,
             "sql_batch": args.sql_batch,
             "python": sys.version.split()[0],
             "load_average_at_start": os.getloadavg(),
         }
     )
     bench = Bench(
-        url=url, sizes=sizes, report=report, console=console, worker_args=shlex.split(args.worker_args)
+        url=url, sizes=sizes, report=report, console=console, worker_args=shlex.split(throughput_args)
     )
     try:
         bench.say("raw PGMQ cycles")
@@ -437,10 +468,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench.say("worker processes")
             with tempfile.TemporaryDirectory(prefix="pgflow-bench-") as logs, RssSampler() as sampler:
                 bench.measure_workers(sampler, Path(logs), sizes.plan(), profile=args.profile)
+                bench.say(f"1-step, 2 workers, options: {default_args or 'the worker defaults'}")
+                bench.measure_defaults_drain(sampler, Path(logs) / "defaults", shlex.split(default_args))
                 if not args.no_starvation:
                     bench.say("starvation: a step beside a map backlog, plain and step-queued")
                     for figure in measure_starvation(
-                        url, sizes.starvation, sampler, Path(logs) / "starvation", bench.worker_args
+                        url, sizes.starvation, sampler, Path(logs) / "starvation", shlex.split(default_args)
                     ):
                         report.add(figure)
                 report.add(

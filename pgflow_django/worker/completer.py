@@ -1,7 +1,8 @@
 """Record handler results in batches: many completions per ``pgflow.complete_tasks`` call, so commit cost
-is shared. A batch closes when it is full, when ``flush_ms`` has passed, or at once when no handler is
-running (an idle worker adds no latency). A batch that raises is retried item by item, so one bad item
-never undoes the others.
+is shared. A batch closes when it is full, when ``flush_ms`` has passed, or at once when no task the
+worker holds still owes a result (an idle worker adds no latency; a claimed batch of short tasks is
+completed in one call rather than whenever all threads happen to be between tasks). A batch that
+raises is retried item by item, so one bad item never undoes the others.
 """
 
 from __future__ import annotations
@@ -56,9 +57,11 @@ class Completer(threading.Thread):
     # -- called from handler threads -----------------------------------------------------------
 
     def complete(self, task: ClaimedTask, output_json: str) -> None:
+        self.state.result_ready(task)
         self._queue.put(Completion(task, output_json))
 
     def fail(self, task: ClaimedTask, error_message: str, retry_delay: int | None = None) -> None:
+        self.state.result_ready(task)
         self._queue.put(Failure(task, error_message, retry_delay))
 
     def stop(self) -> None:
@@ -104,7 +107,7 @@ class Completer(threading.Thread):
             except queue.Empty:
                 pass
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self.state.executing == 0 or self._stop_event.is_set():
+            if remaining <= 0 or self.state.awaiting_results == 0 or self._stop_event.is_set():
                 break
             time.sleep(min(remaining, COLLECT_SLICE))
         return batch

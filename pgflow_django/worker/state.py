@@ -23,6 +23,8 @@ class WorkerState:
         self.capacity = capacity
         self._cond = threading.Condition()
         self._in_flight: dict[TaskKey, ClaimedTask] = {}
+        self._awaiting: set[TaskKey] = set()
+        """Tasks taken whose result is not yet handed on: the completer waits for them, briefly."""
         self._executing = 0
         self._notified = False
         self._slots_wanted = 0
@@ -41,16 +43,27 @@ class WorkerState:
 
     @property
     def executing(self) -> int:
-        """Handlers running right now; the completer flushes at once when none are."""
+        """Handlers running right now (a stopped worker with some left must not wait for them)."""
         return self._executing
 
     def free_slots(self) -> int:
         with self._cond:
             return self.capacity - len(self._in_flight)
 
+    @property
+    def awaiting_results(self) -> int:
+        """Tasks taken (queued for a thread or running) whose result is not handed on yet."""
+        return len(self._awaiting)
+
     def take(self, task: ClaimedTask) -> None:
         with self._cond:
             self._in_flight[task.key] = task
+            self._awaiting.add(task.key)
+
+    def result_ready(self, task: ClaimedTask) -> None:
+        """The task's result is handed on (or never will be): it no longer holds a completion batch."""
+        with self._cond:
+            self._awaiting.discard(task.key)
 
     def started(self) -> None:
         with self._cond:
@@ -64,6 +77,7 @@ class WorkerState:
     def release(self, task: ClaimedTask) -> None:
         with self._cond:
             self._in_flight.pop(task.key, None)
+            self._awaiting.discard(task.key)
             if self._slots_wanted and self.capacity - len(self._in_flight) >= self._slots_wanted:
                 self._cond.notify_all()
 
