@@ -25,6 +25,12 @@ DJANGO_ONLY_OPTIONS = frozenset(
 STALLED_LOCK_KEY = "pgflow:requeue_stalled"
 """Advisory-lock name that lets one worker at a time run stalled-task recovery."""
 
+STALLED_LOCK_TIMEOUT = "2s"
+"""How long recovery waits for a row another transaction holds before it gives up until its next pass.
+
+Recovery holds its runs' locks while it requeues their tasks; waiting without bound for a message a
+claim holds would hold up every completion of those runs behind it (and keep vacuum from the queue)."""
+
 
 def connection_params(using: str = "default") -> dict[str, Any]:
     """psycopg connection keywords built from Django's ``settings_dict`` for ``using``."""
@@ -357,13 +363,17 @@ class Engine:
         )
 
     def requeue_stalled(self) -> list[tuple[Any, ...]] | None:
-        """Run stalled-task recovery unless another worker is running it (then None)."""
+        """Run stalled-task recovery unless another worker is running it (then None).
+
+        Raises ``psycopg.errors.LockNotAvailable`` when rows it needs stay busy past
+        ``STALLED_LOCK_TIMEOUT``; nothing is changed then, and the next pass tries again."""
         conn = self.conn
         with conn.transaction(), conn.cursor() as cursor:
             cursor.execute("select pg_try_advisory_xact_lock(hashtext(%s))", [STALLED_LOCK_KEY])
             row = cursor.fetchone()
             if not (row and row[0]):
                 return None
+            cursor.execute(f"set local lock_timeout = '{STALLED_LOCK_TIMEOUT}'")
             cursor.execute("select * from pgflow.requeue_stalled_tasks()")
             return cursor.fetchall()
 

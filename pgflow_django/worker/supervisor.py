@@ -373,7 +373,14 @@ class Worker:
             raise
 
     def _requeue_stalled(self, engine: Engine) -> None:
-        rows = engine.requeue_stalled()
+        try:
+            rows = engine.requeue_stalled()
+        except psycopg.errors.LockNotAvailable:
+            logger.info(
+                "stalled-task recovery: rows it needs are busy; trying again in %.0fs",
+                self.options.stalled_check_seconds,
+            )
+            return
         if rows is None:
             logger.debug("stalled-task recovery is running in another worker")
             return

@@ -12,7 +12,8 @@ import uuid
 import pytest
 
 from pgflow_django.worker.backoff import Backoff
-from pgflow_django.worker.engine import ClaimedTask, completion_item
+from pgflow_django.worker.completer import Completer
+from pgflow_django.worker.engine import ClaimedTask, Engine, completion_item
 from pgflow_django.worker.listener import insert_channel
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.pool import HandlerPool, PoolClosed
@@ -195,3 +196,47 @@ def test_pool_shutdown_returns_what_no_thread_started_and_refuses_more() -> None
     assert len(started) == 2
     with pytest.raises(PoolClosed):
         pool.submit(9)
+
+
+def _completer(state: WorkerState, flush_ms: float) -> Completer:
+    return Completer(Engine({}, "completer"), state, batch_size=100, flush_ms=flush_ms)
+
+
+def test_a_completion_batch_waits_for_the_results_still_owed_by_held_tasks() -> None:
+    state = WorkerState(capacity=10)
+    tasks = [_task(index) for index in range(3)]
+    for task in tasks:
+        state.take(task)
+    completer = _completer(state, flush_ms=2000)
+    completer.complete(tasks[0], "1")
+    first = completer._queue.get_nowait()
+
+    def finish_the_others() -> None:
+        time.sleep(0.05)
+        completer.complete(tasks[1], "2")
+        completer.fail(tasks[2], "boom")
+
+    threading.Thread(target=finish_the_others).start()
+    started = time.monotonic()
+    batch = completer._collect(first)
+    assert [item.task.task_index for item in batch] == [0, 1, 2]
+    assert time.monotonic() - started < 1.5, "the batch closes once no held task owes a result"
+
+
+def test_a_completion_batch_closes_at_once_when_nothing_else_is_owed_and_at_its_window_otherwise() -> None:
+    state = WorkerState(capacity=10)
+    alone, busy = _task(0), _task(1)
+    state.take(alone)
+    completer = _completer(state, flush_ms=2000)
+    completer.complete(alone, "1")
+    started = time.monotonic()
+    assert len(completer._collect(completer._queue.get_nowait())) == 1
+    assert time.monotonic() - started < 0.5, "an idle worker's result is recorded without waiting"
+
+    state.take(alone)
+    state.take(busy)
+    completer = _completer(state, flush_ms=100)
+    completer.complete(alone, "1")
+    started = time.monotonic()
+    assert len(completer._collect(completer._queue.get_nowait())) == 1
+    assert 0.09 <= time.monotonic() - started < 1.0, "a task still running holds the batch for its window"
