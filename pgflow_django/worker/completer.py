@@ -57,12 +57,12 @@ class Completer(threading.Thread):
     # -- called from handler threads -----------------------------------------------------------
 
     def complete(self, task: ClaimedTask, output_json: str) -> None:
-        self.state.result_ready(task)
         self._queue.put(Completion(task, output_json))
+        self.state.result_ready(task)
 
     def fail(self, task: ClaimedTask, error_message: str, retry_delay: int | None = None) -> None:
-        self.state.result_ready(task)
         self._queue.put(Failure(task, error_message, retry_delay))
+        self.state.result_ready(task)
 
     def stop(self) -> None:
         """Finish what is queued, then exit."""

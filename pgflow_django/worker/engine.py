@@ -149,8 +149,8 @@ left join lateral pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s, %
 """Read and claim in one statement: one round trip, and a crash in between leaves nothing hidden.
 
 The read is ``pgmq.read``'s own statement written out for this queue's table: PGMQ builds it as dynamic
-SQL, planned again on every call, while this statement is prepared once per connection (the planning
-was most of a one-message claim's cost).
+SQL, planned again on every call, while psycopg prepares this statement on its connection once it has
+run a few times (the planning was most of a one-message claim's cost).
 
 ``next_visible`` (seen from the statement's snapshot, so without the messages it just read) says when
 the earliest hidden message (a retry or start delay) becomes visible: notifications fire on insert

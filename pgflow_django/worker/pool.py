@@ -46,8 +46,8 @@ class HandlerPool(Generic[T]):
                 thread = threading.Thread(
                     target=self._work, name=f"{self._name_prefix}_{len(self._threads)}", daemon=True
                 )
-                self._threads.append(thread)
                 thread.start()
+                self._threads.append(thread)
             else:
                 self._idle -= 1
         self._items.put(item)
@@ -77,7 +77,9 @@ class HandlerPool(Generic[T]):
                 return
             try:
                 self._run(item)
-            except Exception:
+            except BaseException:
+                # even SystemExit or a CancelledError out of a handler must not cost the pool a thread
                 logger.exception("handler thread error")
-            with self._lock:
-                self._idle += 1
+            finally:
+                with self._lock:
+                    self._idle += 1

@@ -33,7 +33,7 @@ from pgflow_django.worker.engine import (
 )
 from pgflow_django.worker.listener import Listener, insert_channel
 from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.pool import HandlerPool, PoolClosed
+from pgflow_django.worker.pool import HandlerPool
 from pgflow_django.worker.preflight import (
     PreflightError,
     check_database,
@@ -368,7 +368,7 @@ class Worker:
         self.state.take(task)
         try:
             self.pool.submit(task)
-        except PoolClosed:
+        except RuntimeError:  # PoolClosed, or no thread could be started
             self.state.release(task)
             raise
 
@@ -410,6 +410,9 @@ class Worker:
                     attempts=1,
                 )
             drained = self.state.wait_for_drain(min(deadline - time.monotonic(), opts.heartbeat_seconds))
+        if self.pool is not None:
+            # no task waiting for a thread may start once the drain is over: it is released below
+            self.pool.shutdown()
         if self.listener is not None:
             self.listener.stop()
         if self.completer is not None:
@@ -418,8 +421,6 @@ class Worker:
         self.state.aborted.set()
         if self.completer is not None and self.completer.is_alive():
             self.completer.join(2.0)
-        if self.pool is not None:
-            self.pool.shutdown()
         left = self.state.held_tasks()
         if self.engine is not None:
             if left:

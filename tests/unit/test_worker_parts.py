@@ -240,3 +240,25 @@ def test_a_completion_batch_closes_at_once_when_nothing_else_is_owed_and_at_its_
     started = time.monotonic()
     assert len(completer._collect(completer._queue.get_nowait())) == 1
     assert 0.09 <= time.monotonic() - started < 1.0, "a task still running holds the batch for its window"
+
+
+@pytest.mark.parametrize("escaping", [SystemExit, KeyboardInterrupt])
+def test_a_handler_escaping_with_a_base_exception_does_not_cost_the_pool_its_thread(
+    escaping: type[BaseException],
+) -> None:
+    ran: list[int] = []
+
+    def run(item: int) -> None:
+        if item == 0:
+            raise escaping()
+        ran.append(item)
+
+    pool: HandlerPool[int] = HandlerPool(1, run)
+    pool.submit(0)
+    pool.submit(1)
+    deadline = time.monotonic() + 5
+    while not ran and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ran == [1]
+    assert pool.thread_count == 1
+    pool.shutdown()
