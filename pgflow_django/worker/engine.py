@@ -136,9 +136,12 @@ with msgs as materialized (
 ), ids as (
   select coalesce(array_agg(msg_id order by msg_id), '{{}}'::bigint[]) as arr, count(*) as n from msgs
 ), next_visible as (
-  select extract(epoch from min(q.vt) - clock_timestamp())::float8 as seconds
-    from pgmq.{table} as q, ids
-   where q.msg_id <> all(ids.arr)
+  select (select extract(epoch from q.vt - clock_timestamp())::float8
+            from pgmq.{table} as q
+           where q.msg_id <> all(ids.arr)
+           order by q.vt
+           limit 1) as seconds
+    from ids
 )
 select ids.n, next_visible.seconds,
        t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input, t.outcome
@@ -153,7 +156,8 @@ SQL, planned again on every call, while psycopg prepares this statement on its c
 run a few times (the planning was most of a one-message claim's cost).
 
 ``next_visible`` (seen from the statement's snapshot, so without the messages it just read) says when
-the earliest hidden message (a retry or start delay) becomes visible: notifications fire on insert
+the earliest hidden message (a retry or start delay) becomes visible, from the queue's ``vt`` index
+(the first entry not just read), so its cost does not grow with the backlog: notifications fire on insert
 only, so a delayed message needs a timed read to be picked up on time.
 """
 
