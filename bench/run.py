@@ -303,31 +303,30 @@ class Bench:
 
     def measure_defaults_drain(self, sampler: RssSampler, log_dir: Path, default_args: Sequence[str]) -> None:
         """The 1-step drain with 2 workers again, with the worker's default options (or --worker-args)."""
-        flow = FLOWS[0]
         vacuum_analyze(self.url)
-        ids = start_runs(self.url, flow, self.sizes.runs[flow.slug])
-        with WorkerGroup(
-            url=self.url,
-            flow_slug=flow.slug,
-            count=2,
-            log_dir=log_dir,
-            sampler=sampler,
-            extra_args=list(default_args),
-        ) as group:
-            wait_finished(self.url, flow.slug, timeout=self.sizes.timeout, check=group.check_alive)
-            self.add(
-                engine_figure(
-                    "drain_bench_one_2_defaults",
-                    "worker drain (runs started beforehand)",
-                    f"{flow.label}, 2 worker(s), options: {' '.join(default_args) or 'defaults'}",
-                    drain_window(self.url, ids),
-                )
-            )
+        self.worker_phase(
+            FLOWS[0], 2, sampler, log_dir, end_to_end_too=False, worker_args=default_args, variant="defaults"
+        )
 
     def worker_phase(
-        self, flow: BenchFlow, count: int, sampler: RssSampler, log_dir: Path, *, end_to_end_too: bool
+        self,
+        flow: BenchFlow,
+        count: int,
+        sampler: RssSampler,
+        log_dir: Path,
+        *,
+        end_to_end_too: bool,
+        worker_args: Sequence[str] | None = None,
+        variant: str = "",
     ) -> None:
-        """Drain runs started beforehand, then (workers idle) end to end, then the chain's latency."""
+        """Drain runs started beforehand, then (workers idle) end to end, then the chain's latency.
+
+        ``worker_args`` replaces the bench's worker options; ``variant`` names that drain figure apart."""
+        args = self.worker_args if worker_args is None else list(worker_args)
+        key = f"drain_{flow.slug}_{count}" + (f"_{variant}" if variant else "")
+        label = f"{flow.label}, {count} worker(s)" + (
+            f", options: {' '.join(args) or 'defaults'}" if variant else ""
+        )
         runs = self.sizes.runs[flow.slug]
         timeout = self.sizes.timeout
         ids = start_runs(self.url, flow, runs)
@@ -338,16 +337,16 @@ class Bench:
             count=count,
             log_dir=log_dir,
             sampler=sampler,
-            extra_args=self.worker_args,
+            extra_args=args,
         ) as group:
             wait_finished(self.url, flow.slug, timeout=timeout, check=group.check_alive)
             wall = time.monotonic() - spawned
             drained = drain_window(self.url, ids)
             self.add(
                 engine_figure(
-                    f"drain_{flow.slug}_{count}",
+                    key,
                     "worker drain (runs started beforehand)",
-                    f"{flow.label}, {count} worker(s)",
+                    label,
                     drained,
                     worker_start_spread_s=worker_start_spread(self.url, flow.slug),
                     spawn_to_drained_s=round(wall, 3),
@@ -377,7 +376,7 @@ class Bench:
                     self.measure_latency(flow)
             pids = group.pids
         rss = sampler.peak_mb(pids)
-        drain = self.report.get(f"drain_{flow.slug}_{count}")
+        drain = self.report.get(key)
         if drain is not None:
             drain.detail["peak_rss_mb"] = round(rss, 1)
 
