@@ -22,7 +22,7 @@ from pgflow_django.dsl import Flow, StepType
 from pgflow_django.slugs import validate_flow_slug
 
 RunStatus: TypeAlias = Literal["started", "completed", "failed"]
-StepStatus: TypeAlias = Literal["created", "started", "completed", "failed", "skipped"]
+StepStatus: TypeAlias = Literal["created", "started", "completed", "failed", "skipped", "cancelled"]
 TERMINAL_RUN_STATUSES: Final = frozenset({"completed", "failed"})
 
 _NUL_ESCAPE: Final = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")

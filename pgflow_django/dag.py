@@ -30,6 +30,7 @@ STATUS_COLOURS: dict[str, str] = {
     "completed": "#bbf7d0",
     "failed": "#fecaca",
     "skipped": "#fde68a",
+    "cancelled": "#fed7aa",
 }
 UNKNOWN_COLOUR = "#f3f4f6"
 

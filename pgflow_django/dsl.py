@@ -50,7 +50,7 @@ class FlowOptions:
     """Runtime defaults of every step of a flow; not part of the compiled shape, updated in place."""
 
     max_attempts: int = 3
-    base_delay: int = 1
+    base_delay: int = 5
     timeout: int = 60
 
     def as_dict(self) -> dict[str, int]:
@@ -137,7 +137,7 @@ _FLOWS: weakref.WeakSet[Flow] = weakref.WeakSet()
 class Flow:
     """A named DAG of steps; ``@flow.step()`` and ``@flow.map()`` add steps in definition order."""
 
-    def __init__(self, slug: str, *, max_attempts: int = 3, base_delay: int = 1, timeout: int = 60) -> None:
+    def __init__(self, slug: str, *, max_attempts: int = 3, base_delay: int = 5, timeout: int = 60) -> None:
         self._slug = validate_flow_slug(slug)
         owner = f"flow {slug!r}"
         self._options = FlowOptions(

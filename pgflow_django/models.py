@@ -110,6 +110,7 @@ class StepStatus(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     SKIPPED = "skipped"
+    CANCELLED = "cancelled"
 
 
 class SkipReason(models.TextChoices):

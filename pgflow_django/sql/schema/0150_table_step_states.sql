@@ -1,9 +1,10 @@
+-- 'cancelled': a step that had started when its run failed; its unfinished tasks were cancelled.
 create table pgflow.step_states (
   flow_slug text not null references pgflow.flows (flow_slug),
   run_id uuid not null references pgflow.runs (run_id),
   step_slug text not null,
   status text not null default 'created'
-    check (status in ('created', 'started', 'completed', 'failed', 'skipped')),
+    check (status in ('created', 'started', 'completed', 'failed', 'skipped', 'cancelled')),
   remaining_tasks integer check (remaining_tasks >= 0),
   initial_tasks integer check (initial_tasks >= 0),
   remaining_deps integer not null default 0 check (remaining_deps >= 0),

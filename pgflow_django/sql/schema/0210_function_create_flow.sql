@@ -1,5 +1,6 @@
 -- Idempotent: the flow row is created once (options of an existing flow are left as they are; the
--- compiler updates them). No queue DDL here: add_step and the compiler provision the flow's queues
+-- compiler updates them). Options not given take pgflow's defaults: 3 attempts, a base delay of 5 s
+-- (retries after 10 s, 20 s, ...) and a 60 s timeout. No queue DDL here: add_step and the compiler provision the flow's queues
 -- through pgflow.provision_generated_queue. queue_mode 'flow' routes every step to the default queue
 -- lower(flow_slug), 'step' gives each step a private generated queue, 'routed' sends each step to
 -- the declared shared queue its route names; it is fixed for a concrete slug. A new flow whose default queue name already exists in PGMQ (the name stays reserved in both
@@ -65,7 +66,7 @@ begin
   end if;
 
   insert into pgflow.flows (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout, queue_mode)
-  values (flow_slug, coalesce(max_attempts, 3), coalesce(base_delay, 1), coalesce(timeout, 60), queue_mode)
+  values (flow_slug, coalesce(max_attempts, 3), coalesce(base_delay, 5), coalesce(timeout, 60), queue_mode)
   on conflict on constraint flows_pkey do nothing;
 
   select * into v_flow from pgflow.flows as f where f.flow_slug = create_flow.flow_slug;

@@ -1,5 +1,7 @@
 -- The failure path of a run. The caller holds the run's row lock. Every unfinished task is
--- cancelled and its message archived, so nothing of a failed run stays queued, started or visible.
+-- cancelled and its message archived, so nothing of a failed run stays queued, started or visible;
+-- a step that had started reads 'cancelled' (its tasks will never finish). remaining_steps keeps
+-- counting the steps that neither completed nor were skipped, as on every other path.
 create or replace function pgflow.fail_run(run_id uuid, error_message text)
 returns void
 language plpgsql
@@ -9,11 +11,17 @@ declare
   v_msgs bigint[];
 begin
   update pgflow.runs as r
-     set status = 'failed', failed_at = now(), error_message = fail_run.error_message
+     set status = 'failed', failed_at = now(), error_message = fail_run.error_message,
+         remaining_steps = (select count(*) from pgflow.step_states as ss
+                             where ss.run_id = r.run_id and ss.status not in ('completed', 'skipped'))
    where r.run_id = fail_run.run_id and r.status = 'started';
   if not found then
     return;
   end if;
+
+  update pgflow.step_states as ss
+     set status = 'cancelled'
+   where ss.run_id = fail_run.run_id and ss.status = 'started';
 
   with cancelled as (
     update pgflow.step_tasks as t

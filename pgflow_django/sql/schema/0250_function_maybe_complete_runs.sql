@@ -1,6 +1,7 @@
 -- Recounts each started run's unfinished steps and completes the runs that have none left. The run
 -- output maps each completed leaf step (a step nothing depends on) to its output; skipped leaves
--- are absent.
+-- are absent, and a run with no completed leaf (no steps, or every leaf skipped) has no output
+-- (NULL), as in pgflow.
 create or replace function pgflow.maybe_complete_runs(run_ids uuid[])
 returns void
 language plpgsql
@@ -19,7 +20,7 @@ begin
          status = case when c.open_steps = 0 then 'completed' else r.status end,
          completed_at = case when c.open_steps = 0 then now() end,
          output = case when c.open_steps = 0 then (
-           select coalesce(jsonb_object_agg(ss.step_slug, ss.output), '{}'::jsonb)
+           select jsonb_object_agg(ss.step_slug, ss.output)
              from pgflow.step_states as ss
             where ss.run_id = r.run_id and ss.status = 'completed'
               and not exists (select 1 from pgflow.deps as d

@@ -1,5 +1,5 @@
--- Moves the given started runs forward until nothing changes: recounts open dependencies and map
--- sizes of created steps, resolves conditions of ready steps (fail, skip or skip-cascade when
+-- Moves the given started runs forward until nothing changes: recounts open dependencies (of
+-- created and skipped steps) and map sizes of created steps, resolves conditions of ready steps (fail, skip or skip-cascade when
 -- unmet), completes ready steps that have no tasks (empty maps), then starts the ready steps that
 -- have tasks and completes runs with nothing left. Callers hold the runs' row locks.
 create or replace function pgflow.cascade(run_ids uuid[])
@@ -14,11 +14,20 @@ begin
   loop
     v_changed := false;
 
-    -- open dependencies, and the size of a dependent map once its dependency is finished
+    -- open dependencies, and the size of a dependent map once its dependency is finished. A
+    -- skipped step's count stays current too, as in pgflow: a dependency that completes, or is
+    -- skipped on its own (skip), is no longer open; one skipped with its downstream (skip-cascade,
+    -- dependency_skipped) still is, since that skip reached this step instead of freeing it
     with counts as (
       select ss.run_id, ss.step_slug,
-             count(d.dep_slug) filter (where dst.status not in ('completed', 'skipped')) as open_deps,
-             case when s.step_type = 'map' and s.deps_count = 1
+             count(d.dep_slug) filter (
+               where not (dst.status = 'completed'
+                          or dst.status = 'skipped'
+                             and (ss.status = 'created'
+                                  or dst.skip_reason = 'condition_unmet' and ds.when_unmet = 'skip'
+                                  or dst.skip_reason = 'handler_failed' and ds.when_exhausted = 'skip'))
+             ) as open_deps,
+             case when ss.status = 'created' and s.step_type = 'map' and s.deps_count = 1
                        and bool_and(dst.status in ('completed', 'skipped'))
                   then max(case when dst.status = 'completed' and jsonb_typeof(dst.output) = 'array'
                                 then jsonb_array_length(dst.output) else 0 end)
@@ -27,9 +36,10 @@ begin
         join pgflow.runs as r on r.run_id = ss.run_id and r.status = 'started'
         join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
         left join pgflow.deps as d on d.flow_slug = ss.flow_slug and d.step_slug = ss.step_slug
+        left join pgflow.steps as ds on ds.flow_slug = d.flow_slug and ds.step_slug = d.dep_slug
         left join pgflow.step_states as dst on dst.run_id = ss.run_id and dst.step_slug = d.dep_slug
-       where ss.run_id = any(run_ids) and ss.status = 'created' and s.deps_count > 0
-       group by ss.run_id, ss.step_slug, s.step_type, s.deps_count
+       where ss.run_id = any(run_ids) and ss.status in ('created', 'skipped') and s.deps_count > 0
+       group by ss.run_id, ss.step_slug, ss.status, s.step_type, s.deps_count
     )
     update pgflow.step_states as ss
        set remaining_deps = c.open_deps,

@@ -1,7 +1,10 @@
 -- Completes many claims in one call. Each item names the claim it finishes (its attempt); an item
 -- that is no longer the current claim changes nothing and reports 'stale' (its message is archived
 -- when the task is already terminal), so one stale item never undoes the others. A non-array
--- output feeding a map fails its task, step and run without retry ('failed').
+-- output feeding a map fails its task (which keeps that output), step and run without retry
+-- ('failed'). Items are applied in the order they are listed, as the same calls one by one would
+-- be: a run's items listed before its failing item complete, those listed after it report 'stale'
+-- (their run has failed), and other runs' items are not affected.
 create or replace function pgflow.complete_tasks(items jsonb)
 returns table (run_id uuid, step_slug text, task_index integer, outcome text)
 language plpgsql
@@ -11,6 +14,7 @@ declare
   v_items pgflow.completion_item[];
   v_run_ids uuid[];
   v_bad record;
+  v_first jsonb;
   v_queues text[];
   v_msgs bigint[];
   v_finished uuid[];
@@ -54,8 +58,9 @@ begin
             coalesce(t.status = 'started' and t.attempts_count = x.attempt, false) desc
   ) as y;
 
-  -- a non-array output feeding a dependent map fails the run; no retry can change the output type
-  for v_bad in
+  -- a non-array output feeding a dependent map fails the run; no retry can change the output type.
+  -- Per run, the first such item in the listed order fails it; the run's later items are stale.
+  with bad as (
     select c.run_id, c.step_slug, c.task_index, min(d.step_slug) as map_slug
       from unnest(v_items) as c
       join pgflow.deps as d on d.flow_slug = c.flow_slug and d.dep_slug = c.step_slug
@@ -63,26 +68,35 @@ begin
      where c.outcome = 'completed' and c.step_type = 'single' and child.step_type = 'map'
        and jsonb_typeof(c.output) <> 'array'
      group by c.run_id, c.step_slug, c.task_index
-  loop
-    update pgflow.step_tasks as t
-       set status = 'failed', failed_at = now(),
-           error_message = format('output of %s is not an array, but map step %s needs one', v_bad.step_slug, v_bad.map_slug)
-     where t.run_id = v_bad.run_id and t.step_slug = v_bad.step_slug and t.task_index = v_bad.task_index;
-    update pgflow.step_states as ss
-       set status = 'failed', failed_at = now(),
-           error_message = format('output is not an array, but map step %s needs one', v_bad.map_slug)
-     where ss.run_id = v_bad.run_id and ss.step_slug = v_bad.step_slug;
-    perform pgflow.fail_run(v_bad.run_id,
-      format('step %s: output is not an array, but map step %s needs one', v_bad.step_slug, v_bad.map_slug));
+  ), first_bad as (
+    select distinct on (b.run_id) b.run_id, b.step_slug, b.task_index, b.map_slug, l.n
+      from bad as b
+      join lateral (
+        select min(e.n) as n
+          from jsonb_array_elements(items) with ordinality as e(item, n)
+         where (e.item->>'run_id')::uuid = b.run_id and e.item->>'step_slug' = b.step_slug
+           and (e.item->>'task_index')::integer = b.task_index
+      ) as l on true
+     order by b.run_id, l.n
+  )
+  select jsonb_agg(to_jsonb(f) order by f.run_id) into v_first from first_bad as f;
+
+  if v_first is not null then
     v_items := array(
       select row(c.run_id, c.step_slug, c.task_index, c.attempt, c.output,
-                 case when c.run_id <> v_bad.run_id then c.outcome
-                      when c.step_slug = v_bad.step_slug and c.task_index = v_bad.task_index then 'failed'
-                      when c.outcome = 'completed' then 'stale'
+                 case when f.run_id is null then c.outcome
+                      when c.step_slug = f.step_slug and c.task_index = f.task_index then 'failed'
+                      when c.outcome = 'completed' and (
+                        select min(e.n)
+                          from jsonb_array_elements(items) with ordinality as e(item, n)
+                         where (e.item->>'run_id')::uuid = c.run_id and e.item->>'step_slug' = c.step_slug
+                           and (e.item->>'task_index')::integer = c.task_index) > f.n then 'stale'
                       else c.outcome end,
                  c.flow_slug, c.message_id, c.step_type, c.queue_name)::pgflow.completion_item
-        from unnest(v_items) as c);
-  end loop;
+        from unnest(v_items) as c
+        left join jsonb_to_recordset(v_first) as f(run_id uuid, step_slug text, task_index integer, n bigint)
+          on f.run_id = c.run_id);
+  end if;
 
   update pgflow.step_tasks as t
      set status = 'completed', output = c.output, completed_at = now()
@@ -130,6 +144,38 @@ begin
   if v_finished is not null then
     perform pgflow.cascade(v_finished);
   end if;
+
+  -- the failing items, once the items listed before them have completed; a run that failed
+  -- meanwhile (a condition with when_unmet = fail) makes its failing item stale
+  for v_bad in
+    select f.run_id, f.step_slug, f.task_index, f.map_slug, r.status as run_status
+      from jsonb_to_recordset(v_first) as f(run_id uuid, step_slug text, task_index integer, map_slug text)
+      join pgflow.runs as r on r.run_id = f.run_id
+     order by f.run_id
+  loop
+    if v_bad.run_status <> 'started' then
+      v_items := array(
+        select row(c.run_id, c.step_slug, c.task_index, c.attempt, c.output,
+                   case when c.run_id = v_bad.run_id and c.step_slug = v_bad.step_slug
+                             and c.task_index = v_bad.task_index then 'stale' else c.outcome end,
+                   c.flow_slug, c.message_id, c.step_type, c.queue_name)::pgflow.completion_item
+          from unnest(v_items) as c);
+      continue;
+    end if;
+    update pgflow.step_tasks as t
+       set status = 'failed', failed_at = now(),
+           output = (select c.output from unnest(v_items) as c
+                      where c.run_id = v_bad.run_id and c.step_slug = v_bad.step_slug
+                        and c.task_index = v_bad.task_index),
+           error_message = format('output of %s is not an array, but map step %s needs one', v_bad.step_slug, v_bad.map_slug)
+     where t.run_id = v_bad.run_id and t.step_slug = v_bad.step_slug and t.task_index = v_bad.task_index;
+    update pgflow.step_states as ss
+       set status = 'failed', failed_at = now(),
+           error_message = format('output is not an array, but map step %s needs one', v_bad.map_slug)
+     where ss.run_id = v_bad.run_id and ss.step_slug = v_bad.step_slug;
+    perform pgflow.fail_run(v_bad.run_id,
+      format('step %s: output is not an array, but map step %s needs one', v_bad.step_slug, v_bad.map_slug));
+  end loop;
 
   return query
     select c.run_id, c.step_slug, c.task_index, c.outcome from unnest(v_items) as c

@@ -4,7 +4,7 @@ from tests.sql.support import create_flow, q1
 def test_defaults() -> None:
     returned = create_flow("orders")
     row = q1("select * from pgflow.flows where flow_slug = 'orders'")
-    assert (row["opt_max_attempts"], row["opt_base_delay"], row["opt_timeout"]) == (3, 1, 60)
+    assert (row["opt_max_attempts"], row["opt_base_delay"], row["opt_timeout"]) == (3, 5, 60)
     assert returned["flow_slug"] == "orders"
 
 
