@@ -236,6 +236,12 @@ def test_effective_options_fill_in_the_flow_defaults() -> None:
     )
 
 
+def test_flow_defaults_are_pgflows() -> None:
+    """pgflow's defaults: 3 attempts, a 5 s base delay (retries after 10 s, 20 s) and a 60 s timeout."""
+    assert Flow("defaults").options == FlowOptions(max_attempts=3, base_delay=5, timeout=60)
+    assert FlowOptions() == FlowOptions(max_attempts=3, base_delay=5, timeout=60)
+
+
 def test_get_step_by_function_or_slug() -> None:
     flow = Flow("lookup")
 
