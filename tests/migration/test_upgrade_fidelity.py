@@ -27,7 +27,9 @@ def migrate(target: str) -> None:
 
 
 def latest() -> str:
-    return max(name for app, name in MigrationLoader(None, ignore_no_migrations=True).disk_migrations if app == APP)
+    return max(
+        name for app, name in MigrationLoader(None, ignore_no_migrations=True).disk_migrations if app == APP
+    )
 
 
 @pytest.fixture
@@ -47,7 +49,8 @@ def _failed_run_at_0008(cursor: Any) -> Any:
     cursor.execute("select pgflow.create_flow(%s)", [FLOW])
     cursor.execute("select pgflow.add_step(%s, 'a')", [FLOW])
     cursor.execute(
-        "select pgflow.add_step(%s, 'b', array['a'], required_input_pattern => %s::jsonb, when_unmet => 'fail')",
+        "select pgflow.add_step(%s, 'b', array['a'],"
+        " required_input_pattern => %s::jsonb, when_unmet => 'fail')",
         [FLOW, '{"a": {"ok": true}}'],
     )
     cursor.execute("select pgflow.add_step(%s, 'c', array['b'])", [FLOW])
@@ -59,7 +62,9 @@ def _failed_run_at_0008(cursor: Any) -> Any:
 
 
 def _states(cursor: Any, run_id: Any) -> dict[str, str]:
-    return dict(fx.rows(cursor, "select step_slug, status from pgflow.step_states where run_id = %s", [run_id]))
+    return dict(
+        fx.rows(cursor, "select step_slug, status from pgflow.step_states where run_id = %s", [run_id])
+    )
 
 
 def test_failed_runs_are_brought_up_to_date_and_back(at_0008: Any) -> None:
