@@ -433,12 +433,16 @@ begin
   -- the failing items, once the items listed before them have completed; a run that failed
   -- meanwhile (a condition with when_unmet = fail) makes its failing item stale
   for v_bad in
-    select f.run_id, f.step_slug, f.task_index, f.map_slug, r.status as run_status
+    select f.run_id, f.step_slug, f.task_index, f.map_slug,
+           coalesce(r.status = 'started' and ss.status = 'started' and t.status = 'started', false) as current
       from jsonb_to_recordset(v_first) as f(run_id uuid, step_slug text, task_index integer, map_slug text)
       join pgflow.runs as r on r.run_id = f.run_id
+      left join pgflow.step_states as ss on ss.run_id = f.run_id and ss.step_slug = f.step_slug
+      left join pgflow.step_tasks as t
+        on t.run_id = f.run_id and t.step_slug = f.step_slug and t.task_index = f.task_index
      order by f.run_id
   loop
-    if v_bad.run_status <> 'started' then
+    if not v_bad.current then
       v_items := array(
         select row(c.run_id, c.step_slug, c.task_index, c.attempt, c.output,
                    case when c.run_id = v_bad.run_id and c.step_slug = v_bad.step_slug

@@ -58,3 +58,23 @@ def test_other_runs_complete_wherever_they_are_listed() -> None:
     }
     assert run(good)["status"] == "started"
     assert state(good, "m")["initial_tasks"] == 1
+
+
+def test_breaking_item_is_stale_when_an_earlier_item_already_failed_the_run() -> None:
+    """b completes first and its dependent's condition fails the run, so a's item finds a failed run."""
+    make_flow(
+        "f",
+        step("a"),
+        step("m", "a", step_type="map"),
+        step("b"),
+        step("c", "b", required_input_pattern={"b": {"ok": True}}, when_unmet="fail"),
+    )
+    run_id = start("f")
+    recs = {r["step_slug"]: r for r in claim("f")}
+    result = complete_many([(recs["b"], {"ok": False}), (recs["a"], "oops")])
+    assert {r["step_slug"]: r["outcome"] for r in result} == {"a": "stale", "b": "completed"}
+    assert run(run_id)["status"] == "failed"
+    assert state(run_id, "c")["status"] == "failed"
+    assert task(run_id, "a")["status"] == "cancelled"
+    assert task(run_id, "a")["output"] is None
+    assert state(run_id, "a")["status"] == "cancelled"
