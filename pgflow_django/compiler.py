@@ -76,17 +76,19 @@ class FlowMismatch(Exception):
             {"shape": "shape", "routing": "routing (queue mode and step queues)"}.get(kind, kind)
             for kind in self.kinds
         )
+        cost = runs_phrase(runs, unfinished_runs)
         why = {
             "unfinished": f"PGFLOW['ON_SHAPE_CHANGE'] = 'replace-if-idle' left it alone: "
             f"{unfinished_runs} of its runs are unfinished; ",
-            "confirmation": f"runs were started since the count was confirmed (it now {runs_phrase(runs, unfinished_runs)})"
-            ", nothing was deleted; ",
+            "confirmation": f"runs were started since the count was confirmed (it now {cost}), "
+            "nothing was deleted; ",
         }.get(refused or "", "")
+        listed = "; ".join(self.differences) or "see pgflow.flow_shape"
         super().__init__(
             f"flow {flow_slug!r} differs from its compiled definition in the database "
-            f"({what or 'definition'} differs: {'; '.join(self.differences) or 'see pgflow.flow_shape'}); {why}"
+            f"({what or 'definition'} differs: {listed}); {why}"
             f"deploy the changed flow under a new slug (flow.copy(slug='{flow_slug}_v2')), or replace it "
-            f"with manage.py pgflow_compile {flow_slug} --replace ({runs_phrase(runs, unfinished_runs)})"
+            f"with manage.py pgflow_compile {flow_slug} --replace ({cost})"
         )
 
 

@@ -1,4 +1,4 @@
-"""Shape-change safety: no replacement unless asked, and a generation per compilation for workers to compare."""
+"""Shape-change safety: no replacement unless asked; a generation per compilation, which claims compare."""
 
 from django.db import migrations
 

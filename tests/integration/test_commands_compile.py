@@ -102,7 +102,9 @@ def test_a_changed_shape_is_a_mismatch_that_changes_nothing(settings: Any) -> No
         call_command("pgflow_compile", "cmd_greet", stdout=StringIO(), stderr=err)
     assert info.value.returncode == 1
     line = str(info.value)
-    assert line.startswith("flow 'cmd_greet' differs from its compiled definition in the database (shape differs: ")
+    assert line.startswith(
+        "flow 'cmd_greet' differs from its compiled definition in the database (shape differs: "
+    )
     assert "flow.copy(slug='cmd_greet_v2')" in line
     assert "manage.py pgflow_compile cmd_greet --replace (deletes 1 run (1 unfinished))" in line
     assert "mismatch" in err.getvalue()
@@ -157,7 +159,9 @@ def test_replace_without_a_terminal_or_yes_refuses_and_deletes_nothing(settings:
     call("pgflow_compile", "cmd_greet")
     start_flow("cmd_greet", {})
     use(settings, "greet_changed")
-    with pytest.raises(CommandError, match=r"refusing to replace flow 'cmd_greet' without confirmation: .* pass --yes"):
+    with pytest.raises(
+        CommandError, match=r"refusing to replace flow 'cmd_greet' without confirmation: .* pass --yes"
+    ):
         call("pgflow_compile", "cmd_greet", "--replace", stdin=StringIO("cmd_greet\n"))
     assert run_count() == 1
 
@@ -189,7 +193,10 @@ def test_replace_leaves_an_unchanged_flow_alone() -> None:
         (["--check", "--replace", "cmd_greet"], "cannot be combined with --replace"),
         (["--replace"], "name the flows to replace"),
         (["cmd_greet", "--yes"], "--yes confirms --replace"),
-        (["cmd_greet", "--allow-recompile"], "--allow-recompile was removed .* use manage.py pgflow_compile FLOW --replace"),
+        (
+            ["cmd_greet", "--allow-recompile"],
+            "--allow-recompile was removed .* use manage.py pgflow_compile FLOW --replace",
+        ),
     ],
 )
 def test_replace_arguments(args: list[str], message: str) -> None:

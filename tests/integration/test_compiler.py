@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.test import override_settings
 
 from pgflow_django import CompileResult, Flow, FlowMismatch, compile_flow, start_flow
 from pgflow_django.compiler import compile_flows

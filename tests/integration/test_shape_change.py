@@ -64,7 +64,9 @@ def test_replace_if_idle_refuses_while_a_run_is_unfinished() -> None:
         compile_flow(shop(extra=True))
     assert caught.value.refused == "unfinished"
     message = str(caught.value)
-    assert "PGFLOW['ON_SHAPE_CHANGE'] = 'replace-if-idle' left it alone: 1 of its runs are unfinished" in message
+    assert (
+        "PGFLOW['ON_SHAPE_CHANGE'] = 'replace-if-idle' left it alone: 1 of its runs are unfinished" in message
+    )
     assert "manage.py pgflow_compile shape_shop --replace (deletes 1 run (1 unfinished))" in message
     assert runs() == 1
 
@@ -103,10 +105,15 @@ def test_replace_with_a_confirmed_count_refuses_when_runs_started_since() -> Non
     ("pgflow", "message"),
     [
         ({"ALLOW_RECOMPILE": True}, r"ALLOW_RECOMPILE'\] = True was removed .*'replace-if-idle'.*--replace"),
-        ({"ON_SHAPE_CHANGE": "replace"}, r"ON_SHAPE_CHANGE'\] must be one of 'refuse', 'replace-if-idle', got"),
+        (
+            {"ON_SHAPE_CHANGE": "replace"},
+            r"ON_SHAPE_CHANGE'\] must be one of 'refuse', 'replace-if-idle', got",
+        ),
     ],
 )
-def test_settings_that_would_delete_runs_without_asking_are_errors(pgflow: dict[str, Any], message: str) -> None:
+def test_settings_that_would_delete_runs_without_asking_are_errors(
+    pgflow: dict[str, Any], message: str
+) -> None:
     with override_settings(PGFLOW=pgflow), pytest.raises(ImproperlyConfigured, match=message):
         get_settings()
 

@@ -93,7 +93,11 @@ def test_replace_if_idle_never_replaces_a_flow_with_an_unfinished_run(
 ) -> None:
     compile_new_chain_with_a_run()
     result = run_manage(
-        database_url, "pgflow_worker", "--flow", "example_chain", env={"PGFLOW_ON_SHAPE_CHANGE": "replace-if-idle"}
+        database_url,
+        "pgflow_worker",
+        "--flow",
+        "example_chain",
+        env={"PGFLOW_ON_SHAPE_CHANGE": "replace-if-idle"},
     )
     assert result.returncode != 0
     assert "'replace-if-idle' left it alone: 1 of its runs are unfinished" in result.stderr

@@ -173,7 +173,7 @@ exit codes: 0 all compiled, verified or replaced; 1 a flow differs from the data
         return _outcome(result)
 
     def _replace(self, flow: Flow, outcome: Outcome, *, yes: bool, stdin: Any, no_color: bool) -> Outcome:
-        """Show the diff and what replacing costs, confirm, then replace unless more runs started meanwhile."""
+        """Show the diff and what replacing costs, confirm, then replace (unless more runs started since)."""
         slug = flow.slug
         cost = runs_phrase(outcome.runs, outcome.unfinished_runs)
         for difference in outcome.differences:

@@ -29,7 +29,10 @@ def finish(run_id: Any) -> None:
 
 
 def steps() -> list[str]:
-    return [row["step_slug"] for row in q("select step_slug from pgflow.steps where flow_slug = 'f' order by step_index")]
+    return [
+        row["step_slug"]
+        for row in q("select step_slug from pgflow.steps where flow_slug = 'f' order by step_index")
+    ]
 
 
 def test_refuse_keeps_every_run_and_counts_them() -> None:
@@ -37,7 +40,12 @@ def test_refuse_keeps_every_run_and_counts_them() -> None:
     start("f")
     finish(start("f"))
     answer = ensure(OTHER, "refuse")
-    assert (answer["status"], answer["runs"], answer["unfinished_runs"], answer["refused"]) == ("mismatch", 2, 1, None)
+    assert (answer["status"], answer["runs"], answer["unfinished_runs"], answer["refused"]) == (
+        "mismatch",
+        2,
+        1,
+        None,
+    )
     assert steps() == ["a", "b"]
     assert val("select count(*) from pgflow.runs where flow_slug = 'f'") == 2
 
@@ -85,18 +93,27 @@ def test_every_compilation_gets_a_new_generation_and_verifying_keeps_it() -> Non
 
 
 def test_an_unknown_on_change_is_refused() -> None:
-    with pytest.raises(DatabaseError, match="on_change must be refuse, replace-if-idle or replace"):
-        with transaction.atomic():
-            ensure(BASE, "always")
+    with (
+        pytest.raises(DatabaseError, match="on_change must be refuse, replace-if-idle or replace"),
+        transaction.atomic(),
+    ):
+        ensure(BASE, "always")
 
 
 def test_the_previous_signature_refuses_allow_recompile() -> None:
     ensure(BASE, "refuse")
     start("f")
-    with pytest.raises(DatabaseError, match="allow_recompile is no longer honoured .*pgflow_compile f --replace"):
-        with transaction.atomic():
-            val("select pgflow.ensure_flow_compiled('f', %s::jsonb, true)", [jb(OTHER)])
-    assert val("select pgflow.ensure_flow_compiled('f', %s::jsonb, false) ->> 'status'", [jb(OTHER)]) == "mismatch"
+    with (
+        pytest.raises(
+            DatabaseError, match=r"allow_recompile is no longer honoured .*pgflow_compile f --replace"
+        ),
+        transaction.atomic(),
+    ):
+        val("select pgflow.ensure_flow_compiled('f', %s::jsonb, true)", [jb(OTHER)])
+    assert (
+        val("select pgflow.ensure_flow_compiled('f', %s::jsonb, false) ->> 'status'", [jb(OTHER)])
+        == "mismatch"
+    )
     assert val("select pgflow.ensure_flow_compiled('f', %s::jsonb) ->> 'status'", [jb(BASE)]) == "verified"
     assert steps() == ["a", "b"]
     assert val("select count(*) from pgflow.runs where flow_slug = 'f'") == 1

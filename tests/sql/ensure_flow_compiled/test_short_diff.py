@@ -37,13 +37,16 @@ def test_a_changed_option_and_a_new_map_step() -> None:
         shape_step("ship", "charge"),
         shape_step("notify", "ship", step_type="map"),
     )
-    assert differences(other) == ["+ step notify (map) depending on ship", "~ step charge: when_unmet skip -> fail"]
+    assert differences(other) == [
+        "+ step notify (map) depending on ship",
+        "~ step charge: when_unmet skip -> fail",
+    ]
 
 
 def test_reordered_steps() -> None:
     other = shape(shape_step("charge"), shape_step("validate"), shape_step("ship", "charge"))
     assert differences(other) == [
-        "~ step charge: deps [\"validate\"] -> []",
+        '~ step charge: deps ["validate"] -> []',
         "~ step order: validate, charge, ship -> charge, validate, ship",
     ]
 

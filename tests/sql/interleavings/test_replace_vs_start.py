@@ -46,7 +46,11 @@ def test_a_start_not_yet_committed_refuses_the_replacement() -> None:
             thread.join(timeout=10)
             assert not thread.is_alive()
             answer = results["answer"]
-            assert (answer["status"], answer["refused"], answer["unfinished_runs"]) == ("mismatch", "unfinished", 1)
+            assert (answer["status"], answer["refused"], answer["unfinished_runs"]) == (
+                "mismatch",
+                "unfinished",
+                1,
+            )
             counts = starter.execute(
                 "select (select count(*) from pgflow.runs where flow_slug = %(f)s),"
                 " (select count(*) from pgflow.steps where flow_slug = %(f)s)",
