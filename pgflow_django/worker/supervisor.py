@@ -296,9 +296,9 @@ class Worker:
                 backoff.reset()
                 if claim.stale:
                     logger.error(
-                        "flow %s was replaced in the database after this worker compiled it: claimed "
-                        "nothing and stopping; restart the worker with the code that defines the current "
-                        "flow (or deploy a changed flow under a new slug with flow.copy(slug=...))",
+                        "flow %s was replaced or deleted in the database after this worker compiled "
+                        "it: claimed nothing and stopping; restart the worker with the code that defines "
+                        "the current flow (or deploy a changed flow under a new slug: flow.copy(slug=...))",
                         ", ".join(claim.stale),
                     )
                     self.fatal = True

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 FAST = ("--poll-interval", "0.1", "--max-poll-seconds", "0.2", "--heartbeat-seconds", "0.5")
 REPLACED_LINE = (
-    "flow example_chain was replaced in the database after this worker compiled it: claimed nothing and "
-    "stopping; restart the worker with the code that defines the current flow"
+    "flow example_chain was replaced or deleted in the database after this worker compiled it: claimed "
+    "nothing and stopping; restart the worker with the code that defines the current flow"
 )
 
 
