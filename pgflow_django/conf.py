@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeAlias
+
+OnShapeChange: TypeAlias = Literal["refuse", "replace-if-idle"]
+SHAPE_CHANGE_POLICIES: tuple[OnShapeChange, ...] = ("refuse", "replace-if-idle")
+"""What start-up compilation may do with a changed flow. Never "replace": deleting runs that are
+still running is asked for per invocation (``pgflow_compile F --replace``), not configured."""
 
 DEFAULTS: dict[str, Any] = {
     "FLOWS": [],
-    "ALLOW_RECOMPILE": None,  # None: follow settings.DEBUG
+    "ON_SHAPE_CHANGE": "refuse",
+    "ALLOW_RECOMPILE": None,  # removed; False is accepted (it meant "refuse"), True is an error
     "WORKER_CONCURRENCY": 10,
     "WORKER_BATCH_SIZE": 10,
     "WORKER_POLL_INTERVAL": 1.0,
@@ -27,7 +33,7 @@ DEFAULTS: dict[str, Any] = {
 @dataclass(frozen=True)
 class PgflowSettings:
     flows: list[str] = field(default_factory=list)
-    allow_recompile: bool = False
+    on_shape_change: OnShapeChange = "refuse"
     worker_concurrency: int = 10
     worker_batch_size: int = 10
     worker_poll_interval: float = 1.0
@@ -54,10 +60,9 @@ def get_settings() -> PgflowSettings:
             f"PGFLOW has unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(DEFAULTS))}"
         )
     raw.update(user)
-    allow = raw["ALLOW_RECOMPILE"]
     return PgflowSettings(
         flows=list(raw["FLOWS"]),
-        allow_recompile=bool(settings.DEBUG) if allow is None else bool(allow),
+        on_shape_change=_on_shape_change(raw),
         worker_concurrency=int(raw["WORKER_CONCURRENCY"]),
         worker_batch_size=int(raw["WORKER_BATCH_SIZE"]),
         worker_poll_interval=float(raw["WORKER_POLL_INTERVAL"]),
@@ -68,4 +73,25 @@ def get_settings() -> PgflowSettings:
         completion_flush_ms=float(raw["COMPLETION_FLUSH_MS"]),
         completion_batch_size=int(raw["COMPLETION_BATCH_SIZE"]),
         worker_conn_max_age=None if raw["WORKER_CONN_MAX_AGE"] is None else float(raw["WORKER_CONN_MAX_AGE"]),
+    )
+
+
+def _on_shape_change(raw: dict[str, Any]) -> OnShapeChange:
+    """``ON_SHAPE_CHANGE``, validated; the removed ``ALLOW_RECOMPILE = True`` is refused, never
+    mapped, because it used to delete unfinished runs and no setting may do that any more."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    if raw["ALLOW_RECOMPILE"]:
+        raise ImproperlyConfigured(
+            "PGFLOW['ALLOW_RECOMPILE'] = True was removed (it deleted every run of a changed flow "
+            "without asking): set PGFLOW['ON_SHAPE_CHANGE'] = 'replace-if-idle' in development, or "
+            "replace a flow explicitly with manage.py pgflow_compile FLOW --replace"
+        )
+    value = raw["ON_SHAPE_CHANGE"]
+    for policy in SHAPE_CHANGE_POLICIES:
+        if value == policy:
+            return policy
+    raise ImproperlyConfigured(
+        f"PGFLOW['ON_SHAPE_CHANGE'] must be one of {', '.join(map(repr, SHAPE_CHANGE_POLICIES))}, "
+        f"got {value!r}"
     )

@@ -159,6 +159,8 @@ class Flow(ReadOnlyModel):
     opt_timeout = models.IntegerField()
     created_at = models.DateTimeField()
     queue_mode = models.TextField(choices=QueueMode.choices, default=QueueMode.FLOW)
+    generation = models.BigIntegerField(editable=False)
+    """A fresh number per compilation: a worker compiled against another one claims nothing."""
 
     class Meta:
         managed = False

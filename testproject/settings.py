@@ -72,6 +72,7 @@ TASKS = {
 
 PGFLOW = {
     "FLOWS": ["testproject.example.demo_flows"],
+    "ON_SHAPE_CHANGE": os.environ.get("PGFLOW_ON_SHAPE_CHANGE", "refuse"),
 }
 
 LOGGING = {

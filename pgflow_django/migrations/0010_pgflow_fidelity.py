@@ -7,7 +7,7 @@ from pgflow_django.sql.runsql import RunSqlFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("pgflow", "0008_fast_paths")]
+    dependencies = [("pgflow", "0009_shape_safety")]
 
     operations = [
         RunSqlFile("0010_pgflow_fidelity.sql", "0010_pgflow_fidelity_down.sql"),

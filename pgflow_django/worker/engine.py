@@ -115,6 +115,8 @@ class Claim:
     """Seconds until the earliest message this read left behind becomes visible (None: queue empty)."""
     unclaimed: dict[str, list[int]] = field(default_factory=dict)
     """Message ids the claim did not turn into tasks, by outcome (foreign, fatal, started, ...)."""
+    stale: tuple[str, ...] = ()
+    """Flows replaced or recompiled since the worker compiled them: the claim read nothing."""
 
     @property
     def fatal(self) -> list[int]:
@@ -122,12 +124,17 @@ class Claim:
 
 
 _CLAIM = """
-with msgs as materialized (
+with stale as materialized (
+  select coalesce(array_agg(g.flow_slug order by g.flow_slug), '{{}}'::text[]) as flows
+    from unnest(%(gen_flows)s::text[], %(gens)s::bigint[]) as g(flow_slug, generation)
+   where not exists (select 1 from pgflow.flows as f
+                      where f.flow_slug = g.flow_slug and f.generation = g.generation)
+), msgs as materialized (
   update pgmq.{table} as m
      set last_read_at = clock_timestamp(), vt = clock_timestamp() + make_interval(secs => %(vt)s),
          read_ct = m.read_ct + 1
     from (select msg_id from pgmq.{table}
-           where vt <= clock_timestamp()
+           where vt <= clock_timestamp() and cardinality((select flows from stale)) = 0
            order by msg_id
            limit %(qty)s
              for update skip locked) as visible
@@ -144,8 +151,9 @@ with msgs as materialized (
     from ids
 )
 select ids.n, next_visible.seconds,
-       t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input, t.outcome
-from ids cross join next_visible
+       t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input, t.outcome,
+       stale.flows
+from ids cross join next_visible cross join stale
 left join lateral pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s, %(step)s) as t
        on cardinality(ids.arr) > 0
 """
@@ -159,6 +167,12 @@ run a few times (the planning was most of a one-message claim's cost).
 the earliest hidden message (a retry or start delay) becomes visible, from the queue's ``vt`` index
 (the first entry not just read), so its cost does not grow with the backlog: notifications fire on insert
 only, so a delayed message needs a timed read to be picked up on time.
+
+``stale`` lists the worker's flows whose generation in ``pgflow.flows`` is no longer the one it compiled
+against (replaced or recompiled since): then nothing is read. The check and the read share the
+statement's snapshot, and a replaced flow's new messages are written by transactions that commit after
+the replacement, so a read that could see one would also see the new generation: an old-shape worker is
+never handed a task of the new shape.
 """
 
 _CLAIM_SHARED = _CLAIM.replace(
@@ -221,8 +235,10 @@ class Engine:
         qty: int,
         step_slug: str | None = None,
         shared_support: tuple[tuple[str, str], ...] | None = None,
+        generations: dict[str, int] | None = None,
     ) -> Claim:
-        """Read and claim; ``shared_support`` switches to the shared-queue claim with that support set."""
+        """Read and claim; ``shared_support`` switches to the shared-queue claim with that support set.
+        ``generations`` (flow slug -> the generation compiled against) makes a replaced flow stop the read."""
         params: dict[str, Any] = {
             "queue": queue,
             "vt": vt,
@@ -230,6 +246,8 @@ class Engine:
             "flow": flow_slug,
             "worker": worker_id,
             "step": step_slug,
+            "gen_flows": list(generations or ()),
+            "gens": list((generations or {}).values()),
         }
         if shared_support is None:
             query = sql.SQL(_CLAIM).format(table=sql.Identifier(queue_table))
@@ -259,7 +277,13 @@ class Engine:
         if not rows:
             return Claim(read_count=0, tasks=tasks, next_visible=None)
         next_visible = None if rows[0][1] is None else float(rows[0][1])
-        return Claim(read_count=int(rows[0][0]), tasks=tasks, next_visible=next_visible, unclaimed=unclaimed)
+        return Claim(
+            read_count=int(rows[0][0]),
+            tasks=tasks,
+            next_visible=next_visible,
+            unclaimed=unclaimed,
+            stale=tuple(rows[0][10] or ()),
+        )
 
     def claim_visibility(self, support: tuple[tuple[str, str], ...]) -> int | None:
         """The longest effective timeout + 2 s among the (flow, step) pairs: what the claim sets as

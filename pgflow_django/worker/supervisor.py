@@ -108,6 +108,9 @@ class Worker:
         self.queue_table = ""
         self.read_visibility = options.read_visibility_seconds
         """How long a claim's read hides its batch (see ``prepare``)."""
+        self.generations: dict[str, int] = {}
+        """The generation of each flow this worker compiled against; its claims read nothing once the
+        database holds another one (the flow was replaced under it)."""
         self._registered = False
         self.fatal = False
         """Set when a claim met unsupported work: the process exits non-zero."""
@@ -124,7 +127,9 @@ class Worker:
         from pgflow_django.compiler import compile_flow
 
         check_database(self.options.using)
-        statuses = [compile_flow(flow, using=self.options.using).status for flow in self.flows]
+        results = [compile_flow(flow, using=self.options.using) for flow in self.flows]
+        statuses = [result.status for result in results]
+        self.generations = {result.flow_slug: result.generation for result in results}
         self._params = connection_params(self.options.using)
         self.engine = Engine(self._params, "supervisor")
         if self.shared:
@@ -286,8 +291,19 @@ class Worker:
                     qty,
                     self.step_slug,
                     self.registration.support if self.shared else None,
+                    self.generations,
                 )
                 backoff.reset()
+                if claim.stale:
+                    logger.error(
+                        "flow %s was replaced or deleted in the database after this worker compiled "
+                        "it: claimed nothing and stopping; restart the worker with the code that defines "
+                        "the current flow (or deploy a changed flow under a new slug: flow.copy(slug=...))",
+                        ", ".join(claim.stale),
+                    )
+                    self.fatal = True
+                    self.state.request_stop()
+                    break
                 if claim.fatal:
                     logger.error(
                         "unsupported work on queue=%s msg_ids=%s: claimed nothing, made the batch "

@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 import pgflow_django.compiler
+from pgflow_django import start_flow
 from tests.integration.commands_flows import MODULE, REGISTERED
 from tests.integration.commands_support import (
     call,
@@ -93,39 +94,119 @@ def test_check_reports_changed_options_without_applying_them(settings: Any) -> N
 
 def test_a_changed_shape_is_a_mismatch_that_changes_nothing(settings: Any) -> None:
     call("pgflow_compile", "cmd_greet")
+    start_flow("cmd_greet", {})
     use(settings, "greet_changed")
     err = StringIO()
 
-    with pytest.raises(CommandError, match="1 of 1 flows differ from the database \\(cmd_greet\\)") as info:
-        call_command("pgflow_compile", "cmd_greet", "--no-allow-recompile", stdout=StringIO(), stderr=err)
+    with pytest.raises(CommandError) as info:
+        call_command("pgflow_compile", "cmd_greet", stdout=StringIO(), stderr=err)
     assert info.value.returncode == 1
+    line = str(info.value)
+    assert line.startswith(
+        "flow 'cmd_greet' differs from its compiled definition in the database (shape differs: "
+    )
+    assert "flow.copy(slug='cmd_greet_v2')" in line
+    assert "manage.py pgflow_compile cmd_greet --replace (deletes 1 run (1 unfinished))" in line
     assert "mismatch" in err.getvalue()
-    assert 'step 1 (shout): step_type is "map" in the definition, "single" in the database' in err.getvalue()
+    assert "  ~ step shout: step_type single -> map" in err.getvalue().splitlines()
     assert scalar(
         "select step_type from pgflow.steps where flow_slug = 'cmd_greet' and step_slug = 'shout'"
     ) == ("single")
+    assert run_count() == 1
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_debug_never_makes_a_changed_shape_replace(settings: Any, debug: bool) -> None:
+    """The old default (PGFLOW['ALLOW_RECOMPILE'] followed DEBUG) deleted every run here."""
+    call("pgflow_compile", "cmd_greet")
+    start_flow("cmd_greet", {})
+    settings.DEBUG = debug
+    use(settings, "greet_changed")
+    with pytest.raises(CommandError, match="differs from its compiled definition"):
+        call("pgflow_compile", "cmd_greet")
+    assert run_count() == 1
 
 
 def test_check_reports_a_mismatch(settings: Any) -> None:
     call("pgflow_compile", "cmd_greet")
     use(settings, "greet_changed")
-    with pytest.raises(CommandError, match="differ from the database"):
+    with pytest.raises(CommandError, match="differs from its compiled definition"):
         call("pgflow_compile", "cmd_greet", "--check")
 
 
-def test_allow_recompile_deletes_and_compiles_again(settings: Any) -> None:
+class Terminal(StringIO):
+    """What a person types at a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_replace_with_yes_shows_the_cost_then_deletes_and_compiles_again(settings: Any) -> None:
     call("pgflow_compile", "cmd_greet")
+    start_flow("cmd_greet", {})
     use(settings, "greet_changed")
-    out, _ = call("pgflow_compile", "cmd_greet", "--allow-recompile")
-    assert out.split()[:2] == ["recompiled", "cmd_greet"]
+    out, err = call("pgflow_compile", "cmd_greet", "--replace", "--yes")
+    assert "replacing flow 'cmd_greet' deletes 1 run (1 unfinished), their tasks and its queue" in err
+    assert "  ~ step shout: step_type single -> map" in err.splitlines()
+    assert out.splitlines()[:2] == ["replaced     cmd_greet", "  deleted 1 run(s) (1 unfinished)"]
     assert scalar(
         "select step_type from pgflow.steps where flow_slug = 'cmd_greet' and step_slug = 'shout'"
     ) == ("map")
+    assert run_count() == 0
 
 
-def test_check_cannot_be_combined_with_allow_recompile() -> None:
-    with pytest.raises(CommandError, match="cannot be combined with --allow-recompile"):
-        call("pgflow_compile", "--check", "--allow-recompile")
+def test_replace_without_a_terminal_or_yes_refuses_and_deletes_nothing(settings: Any) -> None:
+    call("pgflow_compile", "cmd_greet")
+    start_flow("cmd_greet", {})
+    use(settings, "greet_changed")
+    with pytest.raises(
+        CommandError, match=r"refusing to replace flow 'cmd_greet' without confirmation: .* pass --yes"
+    ):
+        call("pgflow_compile", "cmd_greet", "--replace", stdin=StringIO("cmd_greet\n"))
+    assert run_count() == 1
+
+
+def test_replace_asks_at_a_terminal(settings: Any) -> None:
+    call("pgflow_compile", "cmd_greet")
+    start_flow("cmd_greet", {})
+    use(settings, "greet_changed")
+    with pytest.raises(CommandError, match="not confirmed; flow 'cmd_greet' was not replaced"):
+        call("pgflow_compile", "cmd_greet", "--replace", stdin=Terminal("no\n"))
+    assert run_count() == 1
+    out, err = call("pgflow_compile", "cmd_greet", "--replace", stdin=Terminal("cmd_greet\n"))
+    assert "deletes 1 run (1 unfinished)" in err and "Type the flow slug to confirm" in err
+    assert out.split()[:2] == ["replaced", "cmd_greet"]
+    assert run_count() == 0
+
+
+def test_replace_leaves_an_unchanged_flow_alone() -> None:
+    call("pgflow_compile", "cmd_greet")
+    start_flow("cmd_greet", {})
+    out, _ = call("pgflow_compile", "cmd_greet", "--replace", "--yes")
+    assert out.split()[:2] == ["verified", "cmd_greet"]
+    assert run_count() == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--check", "--replace", "cmd_greet"], "cannot be combined with --replace"),
+        (["--replace"], "name the flows to replace"),
+        (["cmd_greet", "--yes"], "--yes confirms --replace"),
+        (
+            ["cmd_greet", "--allow-recompile"],
+            "--allow-recompile was removed .* use manage.py pgflow_compile FLOW --replace",
+        ),
+    ],
+)
+def test_replace_arguments(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call("pgflow_compile", *args)
+    assert not flow_exists("cmd_greet")
+
+
+def run_count() -> int:
+    return int(scalar("select count(*) from pgflow.runs where flow_slug = 'cmd_greet'"))
 
 
 def test_unknown_flow_names_the_registered_ones() -> None:

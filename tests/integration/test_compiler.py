@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.test import override_settings
 
 from pgflow_django import CompileResult, Flow, FlowMismatch, compile_flow, start_flow
 from pgflow_django.compiler import compile_flows
@@ -65,7 +64,8 @@ def persisted(slug: str) -> dict[str, Any]:
 def test_new_flow_is_compiled_with_every_step_option_and_its_queue() -> None:
     flow = orders_flow()
     result = compile_flow(flow)
-    assert result == CompileResult(flow_slug="orders", status="compiled")
+    generation = val("select generation from pgflow.flows where flow_slug = 'orders'")
+    assert result == CompileResult(flow_slug="orders", status="compiled", generation=generation)
     assert queue_exists("orders")
     stored = persisted("orders")
     assert stored["flow"] == {"opt_max_attempts": 3, "opt_base_delay": 1, "opt_timeout": 60}
@@ -145,47 +145,32 @@ def test_changed_shape_raises_a_mismatch_and_changes_nothing() -> None:
     run_id = start_flow("orders", {"id": 1})
     before = persisted("orders")
     with pytest.raises(FlowMismatch) as caught:
-        compile_flow(changed_flow(), allow_recompile=False)
+        compile_flow(changed_flow(), on_change="refuse")
     error = caught.value
     assert error.flow_slug == "orders"
-    assert "step count: definition has 2, database has 4" in error.differences
-    assert any("step 1 (ship): slug" in difference for difference in error.differences)
+    assert error.differences == (
+        "- step charge",
+        "- step notify",
+        "- step summarize",
+        "+ step ship depending on validate",
+    )
     message = str(error)
     assert "\n" not in message
     assert message.startswith("flow 'orders' differs from its compiled definition in the database (")
-    assert "new slug (e.g. flow.copy(slug='orders_v2'))" in message
-    assert "PGFLOW['ALLOW_RECOMPILE'] = True" in message
+    assert "under a new slug (flow.copy(slug='orders_v2'))" in message
+    assert "manage.py pgflow_compile orders --replace (deletes 1 run (1 unfinished))" in message
     assert persisted("orders") == before
     assert val("select count(*) as n from pgflow.runs where run_id = %s", [run_id]) == 1
 
 
-def test_allow_recompile_replaces_the_flow_and_deletes_its_runs() -> None:
+def test_replace_replaces_the_flow_and_deletes_its_runs() -> None:
     compile_flow(orders_flow())
     start_flow("orders", {"id": 1})
-    result = compile_flow(changed_flow(), allow_recompile=True)
-    assert result.status == "recompiled"
+    result = compile_flow(changed_flow(), on_change="replace")
+    assert (result.status, result.runs, result.unfinished_runs) == ("recompiled", 1, 1)
     assert [s["step_slug"] for s in persisted("orders")["steps"]] == ["validate", "ship"]
     assert val("select count(*) as n from pgflow.runs where flow_slug = 'orders'") == 0
     assert queue_exists("orders")
-
-
-@override_settings(DEBUG=False, PGFLOW={"ALLOW_RECOMPILE": True})
-def test_allow_recompile_defaults_to_the_setting() -> None:
-    compile_flow(orders_flow())
-    assert compile_flow(changed_flow()).status == "recompiled"
-
-
-@override_settings(DEBUG=True, PGFLOW={})
-def test_allow_recompile_follows_debug_when_unset() -> None:
-    compile_flow(orders_flow())
-    assert compile_flow(changed_flow()).status == "recompiled"
-
-
-@override_settings(DEBUG=False, PGFLOW={})
-def test_without_debug_a_mismatch_is_refused_by_default() -> None:
-    compile_flow(orders_flow())
-    with pytest.raises(FlowMismatch):
-        compile_flow(changed_flow())
 
 
 def test_compile_flows_in_order() -> None:

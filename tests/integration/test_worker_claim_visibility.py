@@ -34,7 +34,7 @@ def slow(deps: Any) -> Any:
 
 @pytest.fixture
 def engine(transactional_db: None) -> Iterator[Engine]:
-    compile_flow(timed, allow_recompile=True)
+    compile_flow(timed, on_change="replace")
     engine = Engine(connection_params(), "test")
     yield engine
     engine.close()

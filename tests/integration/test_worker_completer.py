@@ -29,7 +29,7 @@ def only(flow_input: Any) -> Any:
 
 @pytest.fixture
 def engine(transactional_db: None) -> Iterator[Engine]:
-    compile_flow(batch_flow, allow_recompile=True)
+    compile_flow(batch_flow, on_change="replace")
     engine = Engine(connection_params(), "test")
     yield engine
     engine.close()

@@ -368,13 +368,19 @@ def shape(
     }
 
 
-def compile_flow(flow_slug: str, flow_shape: dict[str, Any], allow_recompile: bool = False) -> dict[str, Any]:
-    return dict(
+def compile_flow(
+    flow_slug: str, flow_shape: dict[str, Any], allow_recompile: bool = False, on_change: str | None = None
+) -> dict[str, Any]:
+    """``ensure_flow_compiled``'s answer without its generation (a fresh number per compilation);
+    ``allow_recompile`` is the explicit ``on_change = 'replace'``."""
+    answer = dict(
         val(
-            "select pgflow.ensure_flow_compiled(%s, %s::jsonb, %s) as r",
-            [flow_slug, jb(flow_shape), allow_recompile],
+            "select pgflow.ensure_flow_compiled(%s, %s::jsonb, %s::text) as r",
+            [flow_slug, jb(flow_shape), on_change or ("replace" if allow_recompile else "refuse")],
         )
     )
+    answer.pop("generation", None)
+    return answer
 
 
 def complete_many(

@@ -7,6 +7,7 @@ here cannot have its workers refuse to start on a changed definition.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 from rich.progress import Progress
 
-from pgflow_django.compiler import CompileResult, FlowMismatch, compile_flow
+from pgflow_django.compiler import CompileResult, FlowMismatch, compile_flow, runs_phrase
 from pgflow_django.dsl import Flow
 from pgflow_django.management.cli import PgflowCommand
 from pgflow_django.registry import get_flow, get_flows
@@ -27,6 +28,11 @@ class Outcome:
     """compiled | verified | recompiled | mismatch, and with --check: missing."""
     differences: tuple[str, ...] = ()
     options_updated: tuple[str, ...] = ()
+    runs: int = 0
+    """mismatch: the runs a replacement would delete; recompiled: the runs it deleted."""
+    unfinished_runs: int = 0
+    message: str = ""
+    """mismatch: the one line that says what differs and the ways forward."""
 
     @property
     def failed(self) -> bool:
@@ -38,6 +44,8 @@ class Outcome:
             "status": self.status,
             "differences": list(self.differences),
             "options_updated": list(self.options_updated),
+            "runs": self.runs,
+            "unfinished_runs": self.unfinished_runs,
         }
 
 
@@ -46,20 +54,24 @@ class Command(PgflowCommand):
         "Compile the registered flows into the database, or verify them with --check.\n\n"
         "A new flow is compiled; a known flow with the same shape is verified and its runtime options\n"
         "(max_attempts, base_delay, timeout, start_delay) are updated in place. A flow whose shape changed\n"
-        "is a mismatch: nothing is changed and the command exits 1, unless recompiling is allowed\n"
-        "(--allow-recompile, or PGFLOW['ALLOW_RECOMPILE'], which defaults to settings.DEBUG): then the\n"
-        "flow and all its runs are deleted and it is compiled again. This is the same code path the\n"
+        "is a mismatch: the differences are listed, nothing is changed and the command exits 1. Deploy the\n"
+        "changed flow under a new slug (flow.copy(slug=...)), or replace it with --replace: that shows how\n"
+        "many runs it deletes and asks (or takes --yes). PGFLOW['ON_SHAPE_CHANGE'] = 'replace-if-idle'\n"
+        "(development) replaces a changed flow that has no unfinished run. This is the same code path the\n"
         "worker runs at startup."
     )
     examples = """
   manage.py pgflow_compile                      compile every registered flow
   manage.py pgflow_compile process_order        compile one flow
   manage.py pgflow_compile --check              verify only (CI, before deploying); never writes
+  manage.py pgflow_compile orders --replace     replace a changed flow: shows the runs it deletes, asks
+  manage.py pgflow_compile orders --replace --yes   the same without the question (scripts)
   manage.py pgflow_compile --format json
 
-exit codes: 0 all compiled or verified; 1 a flow differs from the database (or, with --check,
-is not compiled yet) or another error; 2 bad arguments
+exit codes: 0 all compiled, verified or replaced; 1 a flow differs from the database (or, with
+--check, is not compiled yet), a replacement was not confirmed, or another error; 2 bad arguments
 """
+    stealth_options = ("stdin",)
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("flows", nargs="*", metavar="FLOW", help="flow slugs (default: all registered)")
@@ -69,21 +81,33 @@ is not compiled yet) or another error; 2 bad arguments
             help="verify only: report missing or changed flows and exit 1; never creates or updates anything",
         )
         parser.add_argument(
-            "--allow-recompile",
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help="on a changed shape, delete the flow with its runs and compile it again "
-            "(--no-allow-recompile refuses; default: PGFLOW['ALLOW_RECOMPILE'], else settings.DEBUG)",
+            "--replace",
+            action="store_true",
+            help="replace each named flow whose shape changed: delete it with all its runs and compile it "
+            "again, after showing how many runs that deletes and asking (or --yes)",
+        )
+        parser.add_argument("--yes", action="store_true", help="with --replace: do not ask for confirmation")
+        parser.add_argument(
+            "--allow-recompile", action=argparse.BooleanOptionalAction, default=None, help=argparse.SUPPRESS
         )
         parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
 
     def run(self, *args: Any, **options: Any) -> None:
         check: bool = options["check"]
-        allow_recompile: bool | None = options["allow_recompile"]
-        if check and allow_recompile:
+        replace: bool = options["replace"]
+        if options["allow_recompile"]:
             raise CommandError(
-                "--check never changes the database; it cannot be combined with --allow-recompile"
+                "--allow-recompile was removed (it deleted every run of a changed flow without showing "
+                "them): use manage.py pgflow_compile FLOW --replace"
             )
+        if check and replace:
+            raise CommandError("--check never changes the database; it cannot be combined with --replace")
+        if replace and not options["flows"]:
+            raise CommandError(
+                "--replace deletes runs: name the flows to replace (manage.py pgflow_compile FLOW --replace)"
+            )
+        if options["yes"] and not replace:
+            raise CommandError("--yes confirms --replace; pass both, or neither")
         flows = self._selected(options["flows"])
         as_json = options["format"] == "json"
         if not flows:
@@ -94,9 +118,15 @@ is not compiled yet) or another error; 2 bad arguments
             if as_json:
                 self.write_json([])
             return
-        outcomes = self._compile_all(
-            flows, check=check, allow_recompile=allow_recompile, no_color=options["no_color"]
-        )
+        outcomes = self._compile_all(flows, check=check, replace=replace, no_color=options["no_color"])
+        if replace:
+            stdin = options.get("stdin") or sys.stdin
+            outcomes = [
+                self._replace(flow, outcome, yes=options["yes"], stdin=stdin, no_color=options["no_color"])
+                if outcome.status == "mismatch"
+                else outcome
+                for flow, outcome in zip(flows, outcomes, strict=True)
+            ]
         if as_json:
             self.write_json([outcome.as_dict() for outcome in outcomes])
         elif options["verbosity"] > 0:
@@ -111,64 +141,92 @@ is not compiled yet) or another error; 2 bad arguments
             return list(get_flows().values())
         return [get_flow(slug) for slug in dict.fromkeys(slugs)]
 
-    def _compile_all(
-        self, flows: list[Flow], *, check: bool, allow_recompile: bool | None, no_color: bool
-    ) -> list[Outcome]:
+    def _compile_all(self, flows: list[Flow], *, check: bool, replace: bool, no_color: bool) -> list[Outcome]:
         console = self.console(stderr=True, no_color=no_color)
         with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
             task = progress.add_task("checking" if check else "compiling", total=len(flows))
             outcomes = []
             for flow in flows:
                 progress.update(task, description=f"{'checking' if check else 'compiling'} {flow.slug}")
-                outcomes.append(self._check(flow) if check else self._compile(flow, allow_recompile))
+                # --replace first compiles refusing, so the runs it would delete are counted and shown
+                outcomes.append(self._check(flow) if check else self._compile(flow, refuse=replace))
                 progress.advance(task)
         return outcomes
 
-    def _compile(self, flow: Flow, allow_recompile: bool | None) -> Outcome:
+    def _compile(self, flow: Flow, *, refuse: bool) -> Outcome:
         try:
-            result = compile_flow(flow, allow_recompile=allow_recompile)
+            result = compile_flow(flow, on_change="refuse" if refuse else None)
         except FlowMismatch as exc:
-            return Outcome(flow.slug, "mismatch", differences=exc.differences)
+            return _mismatch(exc)
         return _outcome(result)
 
     def _check(self, flow: Flow) -> Outcome:
         """Run the real compiler, then roll its transaction back: the answer without the writes."""
         try:
             with transaction.atomic():
-                result = compile_flow(flow, allow_recompile=False)
+                result = compile_flow(flow, on_change="refuse")
                 transaction.set_rollback(True)
         except FlowMismatch as exc:
-            return Outcome(flow.slug, "mismatch", differences=exc.differences)
+            return _mismatch(exc)
         if result.status == "compiled":
             return Outcome(flow.slug, "missing")
         return _outcome(result)
 
+    def _replace(self, flow: Flow, outcome: Outcome, *, yes: bool, stdin: Any, no_color: bool) -> Outcome:
+        """Show the diff and what replacing costs, confirm, then replace (unless more runs started since)."""
+        slug = flow.slug
+        cost = runs_phrase(outcome.runs, outcome.unfinished_runs)
+        for difference in outcome.differences:
+            self.stderr.write(f"  {difference}")
+        self.stderr.write(f"replacing flow {slug!r} {cost}, their tasks and its queue")
+        if not yes:
+            if not stdin.isatty():
+                raise CommandError(
+                    f"refusing to replace flow {slug!r} without confirmation: standard input is not a "
+                    f"terminal; pass --yes to replace it ({cost})"
+                )
+            self.stderr.write("Type the flow slug to confirm: ", ending="")
+            self.stderr.flush()
+            if stdin.readline().strip() != slug:
+                raise CommandError(f"not confirmed; flow {slug!r} was not replaced")
+        try:
+            with self.working(f"replacing flow {slug!r}", no_color=no_color):
+                result = compile_flow(flow, on_change="replace", confirmed_runs=outcome.runs)
+        except FlowMismatch as exc:
+            return _mismatch(exc)
+        return _outcome(result)
+
     def _print_outcome(self, outcome: Outcome, *, check: bool) -> None:
-        label = {"missing": "not compiled"}.get(outcome.status, outcome.status)
+        label = {"missing": "not compiled", "recompiled": "replaced"}.get(outcome.status, outcome.status)
         stream = self.stderr if outcome.failed else self.stdout
         style = self.style.ERROR if outcome.failed else self.style.SUCCESS
         stream.write(f"{style(f'{label:<13}')}{outcome.flow_slug}")
         verb = "differs from the database" if check else "updated"
         for change in outcome.options_updated:
             stream.write(f"  option {verb}: {change}")
+        if outcome.status == "recompiled":
+            stream.write(f"  deleted {outcome.runs} run(s) ({outcome.unfinished_runs} unfinished)")
         for difference in outcome.differences:
-            stream.write(f"  - {difference}")
+            stream.write(f"  {difference}")
+        if outcome.status == "mismatch" and not check:
+            stream.write(
+                f"  replacing it {runs_phrase(outcome.runs, outcome.unfinished_runs)}: "
+                f"manage.py pgflow_compile {outcome.flow_slug} --replace"
+            )
 
     @staticmethod
     def _failure_summary(failed: list[Outcome], total: int, *, check: bool) -> str:
-        mismatched = [outcome.flow_slug for outcome in failed if outcome.status == "mismatch"]
+        mismatched = [outcome for outcome in failed if outcome.status == "mismatch"]
         missing = [outcome.flow_slug for outcome in failed if outcome.status == "missing"]
         parts = []
+        if len(mismatched) == 1 and not missing:
+            return mismatched[0].message
         if mismatched:
-            fix = (
-                "give a changed flow a new slug (flow.copy(slug=...))"
-                if check
-                else "give a changed flow a new slug (flow.copy(slug=...)), or pass --allow-recompile "
-                "to delete it with its runs and compile it again"
-            )
             parts.append(
                 f"{len(mismatched)} of {total} flows differ from the database "
-                f"({', '.join(mismatched)}); {fix}"
+                f"({', '.join(outcome.flow_slug for outcome in mismatched)}); deploy a changed flow under a "
+                "new slug (flow.copy(slug=...)), or replace it with manage.py pgflow_compile FLOW --replace "
+                "(it shows the runs it deletes and asks)"
             )
         if missing:
             parts.append(
@@ -178,10 +236,23 @@ is not compiled yet) or another error; 2 bad arguments
         return "; ".join(parts)
 
 
+def _mismatch(exc: FlowMismatch) -> Outcome:
+    return Outcome(
+        exc.flow_slug,
+        "mismatch",
+        differences=exc.differences,
+        runs=exc.runs,
+        unfinished_runs=exc.unfinished_runs,
+        message=str(exc),
+    )
+
+
 def _outcome(result: CompileResult) -> Outcome:
     return Outcome(
         result.flow_slug,
         result.status,
         differences=result.differences,
         options_updated=result.options_updated,
+        runs=result.runs,
+        unfinished_runs=result.unfinished_runs,
     )

@@ -7,7 +7,10 @@ create table pgflow.flows (
   -- 'flow': every step on the default queue lower(flow_slug); 'step': each step on its own private
   -- generated queue (pgflow.step_queue_name); 'routed': each step on a declared shared queue
   -- (pgflow.shared_queues). Part of a concrete flow's identity, like its shape.
-  queue_mode text not null default 'flow' constraint flows_queue_mode_check check (queue_mode in ('flow', 'step', 'routed'))
+  queue_mode text not null default 'flow' constraint flows_queue_mode_check check (queue_mode in ('flow', 'step', 'routed')),
+  -- a fresh number each time the flow is compiled (a replaced flow gets a new one): a worker keeps
+  -- the generation it compiled against and its claim reads nothing once the row holds another
+  generation bigint not null generated always as identity
 );
 
 -- PGMQ lowercases table names: flows differing only in case would share a queue.

@@ -1,8 +1,16 @@
 -- The startup compiler: one entry point that takes a flow's complete ordered definition under a
 -- per-flow advisory lock and answers compiled (created now), verified (same shape and routing;
--- runtime options updated in place and listed), mismatch (nothing changed; differences listed, and
--- "mismatch" says whether the shape, the routing or both differ) or recompiled (a mismatch replaced
--- because allow_recompile is set: the flow's data is deleted first). Routing is the queue mode
+-- runtime options updated in place and listed), mismatch (nothing changed; differences listed as a
+-- short diff by step slug, and "mismatch" says whether the shape, the routing or both differ) or
+-- recompiled (the changed flow replaced: its data deleted, then compiled again). Every answer
+-- carries the flow's generation (a fresh number per compilation, which a worker's claim compares)
+-- and, for a mismatch or a replacement, the flow's runs and unfinished runs (the ones deleted).
+-- on_change says what a changed definition may do: 'refuse' (never deletes); 'replace-if-idle'
+-- (replaces only when no run is unfinished); 'replace' (an explicit request: replaces, but when
+-- confirmed_runs is given, only while the flow has no more runs than the caller showed and had
+-- confirmed). Before counting, a replacement locks the flow row, which every start's foreign key
+-- check needs: no run can start between the count and the deletion. "refused" names why a
+-- replacement did not happen ('unfinished' or 'confirmation'). Routing is the queue mode
 -- ('flow', 'step' or 'routed') and the route: generated for plain and step-queued flows (the
 -- definition may carry the route its client generated, "route": {step: queue}, which must equal the
 -- one generated here), given for a routed flow (every step exactly once, each a valid shared queue
@@ -10,7 +18,7 @@
 -- is validated before anything changes; a new flow never adopts an existing queue, a verified
 -- flow's queues must exist with all their objects. Takes the migration lock in shared mode, so
 -- compilations never interleave with a pgflow migration.
-create or replace function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_recompile boolean default false)
+create or replace function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, on_change text, confirmed_runs bigint default null)
 returns jsonb
 language plpgsql
 as $$
@@ -27,7 +35,15 @@ declare
   v_route jsonb;
   v_mismatch text[] := '{}';
   v_bad_slug text;
+  v_runs bigint;
+  v_unfinished bigint;
+  v_refused text;
 begin
+  if on_change is null or on_change not in ('refuse', 'replace-if-idle', 'replace') then
+    raise exception 'ensure_flow_compiled(%): on_change must be refuse, replace-if-idle or replace, got %',
+      quote_literal(coalesce(flow_slug, 'NULL')), coalesce(quote_literal(on_change), 'NULL')
+      using errcode = '22023';
+  end if;
   if shape is null or jsonb_typeof(shape->'steps') <> 'array' then
     raise exception 'ensure_flow_compiled(%): shape must be a JSON object with a "steps" array', quote_literal(coalesce(flow_slug, 'NULL'))
       using errcode = '22023';
@@ -138,26 +154,56 @@ begin
       perform pgflow.provision_shared_queue(q) from (select distinct r.queue from jsonb_each_text(v_route) as r(step, queue)
                                                        where v_mode = 'routed' order by 1) as d(q);
     else
+      -- a short diff by step slug, database -> definition: removed, added, changed, reordered
+      with ex as (
+        select x.e, x.e->>'slug' as slug, x.n from jsonb_array_elements(v_expected->'steps') with ordinality as x(e, n)
+      ), fo as (
+        select x.e, x.e->>'slug' as slug, x.n from jsonb_array_elements(v_found->'steps') with ordinality as x(e, n)
+      ), common as (
+        select ex.slug, ex.n as ex_n, fo.n as fo_n, ex.e as ex_e, fo.e as fo_e from ex join fo using (slug)
+      )
       select array_agg(diff order by ord) into v_differences
         from (
-          select 0 as ord, format('step count: definition has %s, database has %s',
-                                  jsonb_array_length(v_expected->'steps'), jsonb_array_length(v_found->'steps')) as diff
-           where jsonb_array_length(v_expected->'steps') <> jsonb_array_length(v_found->'steps')
+          select fo.n as ord, format('- step %s', fo.slug) as diff
+            from fo where not exists (select 1 from ex where ex.slug = fo.slug)
           union all
-          select i * 100 + k.n, format('step %s (%s): %s is %s in the definition, %s in the database',
-                                       i, coalesce(ex->>'slug', fo->>'slug'), k.key,
-                                       coalesce(ex->k.key, 'null'::jsonb)::text, coalesce(fo->k.key, 'null'::jsonb)::text)
-            from generate_series(0, greatest(jsonb_array_length(v_expected->'steps'), jsonb_array_length(v_found->'steps')) - 1) as i
-           cross join lateral (select v_expected->'steps'->i as ex, v_found->'steps'->i as fo) as pair
-           cross join lateral unnest(array['slug', 'step_type', 'deps', 'when_unmet', 'when_exhausted',
-                                           'required_input_pattern', 'forbidden_input_pattern'])
+          select 10000 + ex.n, format('+ step %s%s%s', ex.slug,
+                   case when ex.e->>'step_type' <> 'single' then format(' (%s)', ex.e->>'step_type') else '' end,
+                   case when jsonb_array_length(ex.e->'deps') > 0
+                        then format(' depending on %s', (select string_agg(d, ', ') from jsonb_array_elements_text(ex.e->'deps') as d))
+                        else '' end)
+            from ex where not exists (select 1 from fo where fo.slug = ex.slug)
+          union all
+          select 20000 + c.ex_n * 10 + k.n, format('~ step %s: %s %s -> %s', c.slug, k.key,
+                   coalesce(c.fo_e->k.key #>> '{}', 'null'), coalesce(c.ex_e->k.key #>> '{}', 'null'))
+            from common as c
+           cross join unnest(array['step_type', 'deps', 'when_unmet', 'when_exhausted',
+                                   'required_input_pattern', 'forbidden_input_pattern'])
                       with ordinality as k(key, n)
-           where ex->k.key is distinct from fo->k.key
+           where c.ex_e->k.key is distinct from c.fo_e->k.key
+          union all
+          select 30000, format('~ step order: %s -> %s', o.found, o.expected)
+            from (select string_agg(c.slug, ', ' order by c.fo_n) as found,
+                         string_agg(c.slug, ', ' order by c.ex_n) as expected from common as c) as o
+           where o.found <> o.expected
         ) as d;
       v_differences := coalesce(v_differences, '{}') || coalesce(v_route_differences, '{}');
-      if not allow_recompile then
+      if on_change <> 'refuse' then
+        -- starts check their run's flow row (foreign key): holding it, the count below stays true
+        perform 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug for update;
+      end if;
+      select count(*), count(*) filter (where r.status = 'started') into v_runs, v_unfinished
+        from pgflow.runs as r where r.flow_slug = ensure_flow_compiled.flow_slug;
+      v_refused := case
+        when on_change = 'replace-if-idle' and v_unfinished > 0 then 'unfinished'
+        when on_change = 'replace' and v_runs > confirmed_runs then 'confirmation'
+      end;
+      if on_change = 'refuse' or v_refused is not null then
         return jsonb_build_object('status', 'mismatch', 'mismatch', to_jsonb(v_mismatch),
-                                  'differences', to_jsonb(v_differences), 'options_updated', '[]'::jsonb);
+                                  'differences', to_jsonb(v_differences), 'options_updated', '[]'::jsonb,
+                                  'generation', (select f.generation from pgflow.flows as f
+                                                  where f.flow_slug = ensure_flow_compiled.flow_slug),
+                                  'runs', v_runs, 'unfinished_runs', v_unfinished, 'refused', v_refused);
       end if;
       perform pgflow.delete_flow_and_data(flow_slug);
       v_status := 'recompiled';
@@ -208,7 +254,9 @@ begin
         union all select null from step_update where false
       ) as changes;
     return jsonb_build_object('status', 'verified', 'differences', '[]'::jsonb,
-                              'options_updated', coalesce(to_jsonb(v_updated), '[]'::jsonb));
+                              'options_updated', coalesce(to_jsonb(v_updated), '[]'::jsonb),
+                              'generation', (select f.generation from pgflow.flows as f
+                                              where f.flow_slug = ensure_flow_compiled.flow_slug));
   end if;
 
   perform pgflow.create_flow(flow_slug, (v_options->>'max_attempts')::integer,
@@ -237,6 +285,10 @@ begin
     );
   end loop;
   return jsonb_build_object('status', v_status, 'differences', coalesce(to_jsonb(v_differences), '[]'::jsonb),
-                            'options_updated', '[]'::jsonb);
+                            'options_updated', '[]'::jsonb,
+                            'generation', (select f.generation from pgflow.flows as f
+                                            where f.flow_slug = ensure_flow_compiled.flow_slug))
+         || case when v_status = 'recompiled'
+                 then jsonb_build_object('runs', v_runs, 'unfinished_runs', v_unfinished) else '{}'::jsonb end;
 end;
 $$;

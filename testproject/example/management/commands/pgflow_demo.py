@@ -92,7 +92,7 @@ class Command(PgflowCommand):
         with console.status("migrating"):
             call_command("migrate", verbosity=0, interactive=False)
         console.print("migrated")
-        result = compile_flow(demo_orders, allow_recompile=True)
+        result = compile_flow(demo_orders, on_change="replace-if-idle")
         console.print(f"flow {demo_orders.slug}: {result.status}")
         logs = Path(tempfile.mkdtemp(prefix="pgflow-demo-"))
         workers: list[tuple[subprocess.Popen[bytes], Path]] = []
