@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections
 from psycopg import sql
 
 _HIDDEN_SQL = """
@@ -44,7 +44,7 @@ def _cursor(using: str) -> Any:
 def waiting(flow_slugs: Sequence[str] | None = None, *, using: str = "default") -> list[Waiting]:
     """Queued tasks (of ``flow_slugs``, or all flows) whose messages are hidden, soonest first."""
     found: list[Waiting] = []
-    with transaction.atomic(using=using), _cursor(using) as cursor:
+    with _cursor(using) as cursor:
         cursor.execute(_HIDDEN_SQL, {"flows": None if flow_slugs is None else list(flow_slugs)})
         for queue_name, table, ids in cursor.fetchall():
             cursor.execute(
@@ -65,39 +65,77 @@ def advance(seconds: float, *, flows: Sequence[Any] | None = None, using: str = 
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
         raise ValueError(f"advance: seconds must be a number >= 0, got {seconds!r}")
     slugs = None if flows is None else [flow if isinstance(flow, str) else flow.slug for flow in flows]
-    return shift(float(seconds), slugs, using=using)
+    return _shift(float(seconds), slugs, queue_tables(slugs, using=using), using)[1]
 
 
-def shift(seconds: float, flow_slugs: Sequence[str] | None, *, using: str = "default") -> int:
-    visible = 0
-    slugs = None if flow_slugs is None else list(flow_slugs)
-    with transaction.atomic(using=using), _cursor(using) as cursor:
-        cursor.execute(_HIDDEN_SQL, {"flows": slugs})
-        for _queue_name, table, ids in cursor.fetchall():
-            cursor.execute(
-                sql.SQL(
-                    "update pgmq.{} set vt = vt - make_interval(secs => %s)"
-                    " where msg_id = any(%s) and vt > clock_timestamp()"
-                    " returning vt <= clock_timestamp()"
-                ).format(sql.Identifier(table)),
-                [seconds, ids],
-            )
-            visible += sum(1 for row in cursor.fetchall() if row[0])
+def queue_tables(flow_slugs: Sequence[str] | None, *, using: str = "default") -> list[tuple[str, str]]:
+    """(queue, PGMQ table) of every queue the flows' steps use."""
+    with _cursor(using) as cursor:
         cursor.execute(
-            "update pgflow.runs set not_before = not_before - make_interval(secs => %(secs)s)"
-            " where status = 'started' and not_before > clock_timestamp()"
-            " and (%(flows)s::text[] is null or flow_slug = any(%(flows)s::text[]))",
-            {"secs": seconds, "flows": slugs},
+            "select distinct queue_name, pgmq.format_table_name(queue_name, 'q') from pgflow.steps"
+            " where %(flows)s::text[] is null or flow_slug = any(%(flows)s::text[]) order by 1",
+            {"flows": None if flow_slugs is None else list(flow_slugs)},
         )
-    return visible
+        return [(str(row[0]), str(row[1])) for row in cursor.fetchall()]
 
 
-def skip_to_next(flow_slugs: Sequence[str] | None, *, using: str = "default") -> float | None:
-    """Advance to the moment the soonest hidden message becomes visible; the seconds skipped, or
-    None when nothing is waiting."""
-    pending = waiting(flow_slugs, using=using)
-    if not pending:
-        return None
-    seconds = max(pending[0].seconds, 0.0) + 0.001
-    shift(seconds, flow_slugs, using=using)
-    return seconds
+def skip_to_next(
+    flow_slugs: Sequence[str] | None, queues: Sequence[tuple[str, str]], *, using: str = "default"
+) -> float | None:
+    """Advance to the moment the soonest hidden message becomes visible, in one statement; the
+    seconds skipped, or None when nothing is waiting."""
+    return _shift(None, flow_slugs, queues, using)[0]
+
+
+def _shift(
+    seconds: float | None, flow_slugs: Sequence[str] | None, queues: Sequence[tuple[str, str]], using: str
+) -> tuple[float | None, int]:
+    """Move the hidden messages of queued tasks (on ``queues``) and delayed runs' ``not_before``
+    back by ``seconds`` (None: until the soonest message is due). Returns (seconds, now visible)."""
+    if not queues:
+        return None, 0
+    hidden = sql.SQL(" union all ").join(
+        sql.SQL(
+            "select {queue} as queue_name, m.msg_id, m.vt from pgmq.{table} as m where m.vt > clock_timestamp()"
+        ).format(queue=sql.Literal(queue), table=sql.Identifier(table))
+        for queue, table in queues
+    )
+    updates = sql.SQL(", ").join(
+        sql.SQL(
+            "{name} as (update pgmq.{table} as m set vt = m.vt - delta.d from due, delta"
+            " where due.queue_name = {queue} and m.msg_id = due.msg_id"
+            " returning m.vt <= clock_timestamp() as visible)"
+        ).format(name=sql.Identifier(f"u{index}"), table=sql.Identifier(table), queue=sql.Literal(queue))
+        for index, (queue, table) in enumerate(queues)
+    )
+    visible = sql.SQL(" + ").join(
+        sql.SQL("(select count(*) from {} where visible)").format(sql.Identifier(f"u{index}"))
+        for index in range(len(queues))
+    )
+    statement = sql.SQL(
+        """
+        with hidden as ({hidden}), due as (
+          select h.queue_name, h.msg_id, h.vt from hidden as h
+            join pgflow.step_tasks as t on t.queue_name = h.queue_name and t.message_id = h.msg_id
+            join pgflow.runs as r on r.run_id = t.run_id
+           where t.status = 'queued' and r.status = 'started'
+             and (%(flows)s::text[] is null or t.flow_slug = any(%(flows)s::text[]))
+        ), delta as (
+          select coalesce(make_interval(secs => %(secs)s),
+                          (select min(vt) from due) - clock_timestamp() + interval '1 millisecond') as d
+        ), {updates}, runs as (
+          update pgflow.runs as r set not_before = r.not_before - delta.d from delta
+           where delta.d is not null and r.status = 'started' and r.not_before > clock_timestamp()
+             and (%(flows)s::text[] is null or r.flow_slug = any(%(flows)s::text[]))
+          returning 1
+        )
+        select extract(epoch from (select d from delta))::float8, {visible}, (select count(*) from runs)
+        """
+    ).format(hidden=hidden, updates=updates, visible=visible)
+    with _cursor(using) as cursor:
+        cursor.execute(
+            statement, {"flows": None if flow_slugs is None else list(flow_slugs), "secs": seconds}
+        )
+        row = cursor.fetchone()
+    moved = None if row[0] is None else max(float(row[0]), 0.0)
+    return moved, int(row[1])

@@ -251,7 +251,10 @@ def drain(
         if progressed:
             continue
         if skip_delays:
-            seconds = clock.skip_to_next(limit if limit is not None else list(scope_key), using=using)
+            queues = [(sub.queue, session.queue_table(sub.queue)) for sub in subscriptions]
+            seconds = clock.skip_to_next(
+                limit if limit is not None else list(scope_key), list(dict.fromkeys(queues)), using=using
+            )
             if seconds is not None:
                 skipped += seconds
                 continue

@@ -10,6 +10,7 @@ batch's handlers have returned, and Django's connection is never closed between 
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import uuid
 from typing import Any
@@ -20,7 +21,7 @@ from psycopg import sql
 from psycopg.types.json import JsonbLoader
 
 from pgflow_django.worker.completer import Completer, Completion, Failure
-from pgflow_django.worker.engine import Engine
+from pgflow_django.worker.engine import Claim, Engine
 from pgflow_django.worker.runner import Runner
 from pgflow_django.worker.state import WorkerState
 
@@ -37,6 +38,7 @@ class InProcessEngine(Engine):
     def __init__(self, using: str) -> None:
         super().__init__({}, "in-process")
         self.using = using
+        self._bare = False
 
     @property
     def conn(self) -> psycopg.Connection[Any]:
@@ -46,11 +48,23 @@ class InProcessEngine(Engine):
         return raw
 
     def _rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
-        with transaction.atomic(using=self.using), self.conn.cursor() as cursor:
-            # Django loads jsonb as text on its connections; the worker's own connections decode it
-            cursor.adapters.register_loader("jsonb", JsonbLoader)
-            cursor.execute(query, params)
-            return cursor.fetchall() if cursor.description is not None else []
+        guarded = not self._bare and connections[self.using].in_atomic_block
+        with transaction.atomic(using=self.using) if guarded else contextlib.nullcontext():
+            with self.conn.cursor() as cursor:
+                # Django loads jsonb as text on its connections; the worker's own connections decode it
+                cursor.adapters.register_loader("jsonb", JsonbLoader)
+                cursor.execute(query, params)
+                return cursor.fetchall() if cursor.description is not None else []
+
+    def claim(self, *args: Any, **kwargs: Any) -> Claim:
+        """The worker's claim without a savepoint: a claim that fails raises to the caller anyway, and
+        it is the statement a drain runs most (completions keep theirs: the completer retries them
+        one by one, as a worker does, which an aborted transaction would not allow)."""
+        self._bare = True
+        try:
+            return super().claim(*args, **kwargs)
+        finally:
+            self._bare = False
 
     def recover(self, exc: BaseException) -> bool:
         """Nothing to reconnect: the caller's connection (and its transaction) is not ours to replace."""

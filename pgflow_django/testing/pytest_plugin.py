@@ -8,7 +8,6 @@ failures are cleared at teardown. ``pgflow_worker``: starts real ``pgflow_worker
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,12 @@ if TYPE_CHECKING:
     from pgflow_django.testing import DrainSummary, FailNext, Run, Waiting, override_handler
     from pgflow_django.testing.worker_process import WorkerProcess
 
-ENABLED = importlib.util.find_spec("pytest_django") is not None
+try:
+    import pytest_django  # noqa: F401
+except ImportError:
+    ENABLED = False
+else:
+    ENABLED = True
 
 _WORKERS = pytest.StashKey[list["WorkerProcess"]]()
 
