@@ -10,13 +10,12 @@ batch's handlers have returned, and Django's connection is never closed between 
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import uuid
 from typing import Any
 
 import psycopg
-from django.db import connections, transaction
+from django.db import connections
 from psycopg import sql
 from psycopg.types.json import JsonbLoader
 
@@ -30,6 +29,11 @@ IN_PROCESS_WORKER_ID = uuid.UUID("00000000-0000-4000-8000-00000000c0de")
 
 BATCH_SIZE = 100
 """Messages per claim and results per completion call: a real worker's completion batch size."""
+
+
+_SAVEPOINT = 'savepoint "pgflow_testing"'
+_RELEASE = 'release savepoint "pgflow_testing"'
+_ROLLBACK = 'rollback to savepoint "pgflow_testing"'
 
 
 class InProcessEngine(Engine):
@@ -48,13 +52,32 @@ class InProcessEngine(Engine):
         return raw
 
     def _rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
-        guarded = not self._bare and connections[self.using].in_atomic_block
-        with transaction.atomic(using=self.using) if guarded else contextlib.nullcontext():
-            with self.conn.cursor() as cursor:
-                # Django loads jsonb as text on its connections; the worker's own connections decode it
-                cursor.adapters.register_loader("jsonb", JsonbLoader)
+        conn = self.conn
+        with conn.cursor() as cursor:
+            # Django loads jsonb as text on its connections; the worker's own connections decode it
+            cursor.adapters.register_loader("jsonb", JsonbLoader)
+            if self._bare or not connections[self.using].in_atomic_block:
                 cursor.execute(query, params)
-                return cursor.fetchall() if cursor.description is not None else []
+            else:
+                self._in_savepoint(conn, cursor, query, params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+    @staticmethod
+    def _in_savepoint(
+        conn: psycopg.Connection[Any], cursor: psycopg.Cursor[Any], query: str | sql.Composed, params: Any
+    ) -> None:
+        """A savepoint, the statement and the release in one round trip (pipeline mode); after an
+        error only this statement is undone and the caller's transaction goes on."""
+        try:
+            with conn.cursor() as control, conn.pipeline():
+                control.execute(_SAVEPOINT)
+                cursor.execute(query, params)
+                control.execute(_RELEASE)
+        except psycopg.Error:
+            if not conn.broken:
+                conn.execute(_ROLLBACK)
+                conn.execute(_RELEASE)
+            raise
 
     def claim(self, *args: Any, **kwargs: Any) -> Claim:
         """The worker's claim without a savepoint: a claim that fails raises to the caller anyway, and
