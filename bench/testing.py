@@ -122,9 +122,21 @@ def main(argv: list[str] | None = None) -> int:
         version = cursor.fetchone()[0].split(" on ")[0]
     print(f"{version}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
     with transaction.atomic():  # the TestCase class's transaction, never committed
-        print(_line("run_flow 10 steps, 20-element map, 2 retries (compiles)", _sample(args.samples, args.warmup, ten_steps), 50))
+        print(
+            _line(
+                "run_flow 10 steps, 20-element map, 2 retries (compiles)",
+                _sample(args.samples, args.warmup, ten_steps),
+                50,
+            )
+        )
         compile_flow(ten)
-        print(_line("run_flow 10 steps, 20-element map, 2 retries (compiled)", _sample(args.samples, args.warmup, ten_steps), 50))
+        print(
+            _line(
+                "run_flow 10 steps, 20-element map, 2 retries (compiled)",
+                _sample(args.samples, args.warmup, ten_steps),
+                50,
+            )
+        )
         compile_flow(one)
 
         def timed_drain() -> None:

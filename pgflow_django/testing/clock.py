@@ -96,7 +96,8 @@ def _shift(
         return None, 0
     hidden = sql.SQL(" union all ").join(
         sql.SQL(
-            "select {queue} as queue_name, m.msg_id, m.vt from pgmq.{table} as m where m.vt > clock_timestamp()"
+            "select {queue} as queue_name, m.msg_id, m.vt from pgmq.{table} as m"
+            " where m.vt > clock_timestamp()"
         ).format(queue=sql.Literal(queue), table=sql.Identifier(table))
         for queue, table in queues
     )

@@ -150,8 +150,8 @@ class _Session:
         )
         if claim.fatal:
             raise DrainStuck(
-                f"unsupported work on queue={sub.queue} msg_ids={','.join(map(str, claim.fatal))}: as a worker "
-                f"would, the claim made the batch visible and paused flow={sub.flow_slug}"
+                f"unsupported work on queue={sub.queue} msg_ids={','.join(map(str, claim.fatal))}: "
+                "as a worker would, the claim made the batch visible and paused flow={sub.flow_slug}"
                 + (f" step={sub.step_slug}" if sub.step_slug else "")
                 + "; a message there matches no task of this flow (was it sent by hand?)"
             )
@@ -318,7 +318,9 @@ def _check_stuck(
                 "it to PGFLOW['FLOWS']"
             )
         elif status == "started":
-            holder = "this process's in-process runner" if worker_id == IN_PROCESS_WORKER_ID else str(worker_id)
+            holder = (
+                "this process's in-process runner" if worker_id == IN_PROCESS_WORKER_ID else str(worker_id)
+            )
             problems.append(
                 f"{task} is held by worker {holder} (attempt {attempts}); only that worker or stalled-task "
                 "recovery (manage.py pgflow_requeue_stalled) can finish it"

@@ -31,7 +31,7 @@ def _step(flow: Flow | str, step: StepRef) -> tuple[Flow, StepDefinition]:
     return resolved, resolved.get_step(step)
 
 
-class override_handler(ContextDecorator):  # noqa: N801 (used like a function, as mock.patch is)
+class override_handler(ContextDecorator):
     """Run ``handler`` instead of a step's own handler, as a context manager or a decorator.
 
     ``handler`` takes ``(input, ctx)`` or ``(input)``, sync or async, like any step handler; the
@@ -145,8 +145,8 @@ def effective_flows(flows: list[Flow]) -> list[Flow]:
 
 def _effective(flow: Flow) -> Flow:
     with _lock:
-        replaced = {step: stack[-1] for (slug, step), stack in _handlers.items() if slug == flow.slug and stack}
-        failing = {step for failure in _failures if failure.key[0] == flow.slug for step in [failure.key[1]]}
+        replaced = {step: stack[-1] for (slug, step), stack in _handlers.items() if slug == flow.slug}
+        failing = {failure.key[1] for failure in _failures if failure.key[0] == flow.slug}
     if not replaced and not failing:
         return flow
     steps = dict(flow.steps)
@@ -202,4 +202,3 @@ def _failing(
         return handler(*arguments(value, ctx))
 
     return wrapper
-

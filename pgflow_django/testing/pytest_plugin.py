@@ -8,7 +8,7 @@ failures are cleared at teardown. ``pgflow_worker``: starts real ``pgflow_worker
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +65,9 @@ class PgflowHelpers:
 
         return load_run(run_id, using=self.using)
 
-    def override_handler(self, flow: Flow | str, step: StepRef, handler: Callable[..., Any]) -> override_handler:
+    def override_handler(
+        self, flow: Flow | str, step: StepRef, handler: Callable[..., Any]
+    ) -> override_handler:
         from pgflow_django.testing import override_handler
 
         return override_handler(flow, step, handler)
@@ -136,7 +138,9 @@ if ENABLED:
         spawner.stop_all()
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
-        report: pytest.TestReport = yield
+    def pytest_runtest_makereport(
+        item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
         attach_worker_logs(report, item.stash.get(_WORKERS, []))
         return report

@@ -67,9 +67,8 @@ class WorkerProcess:
         deadline = time.monotonic() + timeout
         while READY_MARK not in self.log():
             if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"pgflow_worker {' '.join(self.args)} exited with {self.process.returncode}:\n{self.log()}"
-                )
+                code = self.process.returncode
+                raise RuntimeError(f"pgflow_worker {' '.join(self.args)} exited with {code}:\n{self.log()}")
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"pgflow_worker {' '.join(self.args)} did not start within {timeout}s:\n{self.log()}"

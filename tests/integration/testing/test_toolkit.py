@@ -58,7 +58,9 @@ class RunFlowTests(TestCase):
         assert run.output == {"third": {"n": 1, "flow_n": 1}}
         # another connection never sees it: nothing was committed
         with psycopg.connect(**connection_params()) as other:
-            assert other.execute("select count(*) from pgflow.runs where run_id = %s", [run.run_id]).fetchone() == (0,)
+            assert other.execute(
+                "select count(*) from pgflow.runs where run_id = %s", [run.run_id]
+            ).fetchone() == (0,)
 
     def test_ctx_is_what_a_worker_gives(self) -> None:
         seen: list[Any] = []
@@ -195,3 +197,15 @@ class DrainTests(TestCase):
         assert sorted(summary.completed) == sorted(ids)
         assert q1("select count(distinct last_worker_id) from pgflow.step_tasks") == 1
         assert q1("select last_worker_id from pgflow.step_tasks limit 1") == IN_PROCESS_WORKER_ID
+
+
+class StatementErrorTests(TestCase):
+    def test_an_output_postgres_refuses_is_a_failed_attempt_and_the_test_goes_on(self) -> None:
+        """The completion fails inside its own savepoint, the worker's completer records the failure
+        (as it does on its autocommit connection), and the test's transaction stays usable."""
+        with override_handler(example.chain, "first", lambda flow_input: {"text": "a\x00b"}):
+            run = run_flow(example.chain, {"n": 1})
+        assert run.status == "failed"
+        assert run.task("first").attempts == 3
+        assert all("output" in error for error in run.task("first").errors)
+        assert q1("select 1") == 1
