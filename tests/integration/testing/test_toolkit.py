@@ -209,3 +209,19 @@ class StatementErrorTests(TestCase):
         assert run.task("first").attempts == 3
         assert all("output" in error for error in run.task("first").errors)
         assert q1("select 1") == 1
+
+
+class TaskRunAfterTests(TestCase):
+    def test_run_after_is_held_or_brought_forward(self) -> None:
+        import datetime as dt
+
+        from django.utils import timezone
+
+        from testproject.example.tasks import add
+
+        result = add.using(run_after=timezone.now() + dt.timedelta(hours=1)).enqueue(1, 2)
+        held = drain(skip_delays=False)
+        assert held.tasks == 0 and len(held.waiting) == 1
+        assert drain().skipped_seconds == pytest.approx(3600, abs=5)
+        result.refresh()
+        assert result.return_value == 3
