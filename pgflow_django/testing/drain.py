@@ -157,6 +157,17 @@ class _Session:
             )
         return claim
 
+    def refuse_more(self, sub: _Subscription, max_tasks: int, scope: tuple[str, ...]) -> None:
+        """At ``max_tasks``: raise if ``sub`` still has a task to run (given back at once, as a
+        stopping worker releases its claims)."""
+        claim = self.claim(sub, 1)
+        if claim.tasks:
+            self.engine.release(claim.tasks)
+            raise DrainStuck(
+                f"drain ran max_tasks={max_tasks} attempts and work remains (flows: {', '.join(scope)}); "
+                "raise max_tasks if that much work is expected"
+            )
+
     def run_claimed(self, claim: Claim) -> int:
         for task in claim.tasks:
             self.state.take(task)
@@ -239,10 +250,8 @@ def drain(
             while True:
                 qty = min(BATCH_SIZE, max_tasks - session.tasks)
                 if qty <= 0:
-                    raise DrainStuck(
-                        f"drain ran max_tasks={max_tasks} attempts and work remains (flows: "
-                        f"{', '.join(scope_key)}); raise max_tasks if that much work is expected"
-                    )
+                    session.refuse_more(sub, max_tasks, scope_key)
+                    break
                 claim = session.claim(sub, qty)
                 if session.run_claimed(claim):
                     progressed = True

@@ -189,6 +189,9 @@ class DrainTests(TestCase):
         start_flow(example.chain, {"n": 1})
         with pytest.raises(DrainStuck, match="max_tasks=2"):
             drain(max_tasks=2)
+        # the third task was given back: queued, its attempt returned, and it runs next
+        rest = drain(max_tasks=1)
+        assert rest.tasks == 1 and len(rest.completed) == 1
 
     def test_the_summary(self) -> None:
         ids = [start_flow(example.chain, {"n": n}) for n in range(3)]
