@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.db import recreate_database, server_url, with_database
+from bench.db import drop_database, recreate_database, server_url, with_database
 
 DATABASE = "pgflow_bench_testing"
 
@@ -89,11 +89,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--database", default=DATABASE, help=f"database to (re)create (default {DATABASE})")
+    parser.add_argument("--drop", action="store_true", help="drop the database afterwards")
     args = parser.parse_args(argv)
 
     server = server_url()
-    recreate_database(server, DATABASE)
-    os.environ["DATABASE_URL"] = with_database(server, DATABASE)
+    recreate_database(server, args.database)
+    os.environ["DATABASE_URL"] = with_database(server, args.database)
+    try:
+        return _measure(args)
+    finally:
+        if args.drop:
+            from django.db import connections
+
+            connections.close_all()
+            drop_database(server, args.database)
+
+
+def _measure(args: argparse.Namespace) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     import django
 
