@@ -111,6 +111,11 @@ class Runner:
         finally:
             self.state.release(task)
 
+    def _fresh_connections(self) -> None:
+        """Around each handler a worker thread drops a broken or expired Django connection; an
+        in-process runner (``pgflow_django.testing``) keeps the caller's connection and transaction."""
+        close_old_connections()
+
     def _context(self, task: ClaimedTask, step: StepDefinition) -> TaskContext:
         extra: dict[str, Any] = {}
         if step.is_root and not step.is_map:
@@ -148,7 +153,7 @@ class Runner:
         return encode_output(output)
 
     def _run_plain(self, task: ClaimedTask, step: StepDefinition) -> None:
-        close_old_connections()
+        self._fresh_connections()
         try:
             output_json = self._call(task, step)
         except Exception as exc:
@@ -156,7 +161,7 @@ class Runner:
         else:
             self.completer.complete(task, output_json)
         finally:
-            close_old_connections()
+            self._fresh_connections()
 
     def _fail(self, task: ClaimedTask, exc: Exception) -> None:
         """Record a failed attempt: ``Retry`` chooses the delay, any other exception is an error."""
@@ -174,7 +179,7 @@ class Runner:
         self.completer.fail(task, recorded)
 
     def _run_atomic(self, task: ClaimedTask, step: StepDefinition) -> None:
-        close_old_connections()
+        self._fresh_connections()
         outcome: str | None = None
         output_json = ""
         try:
@@ -214,4 +219,4 @@ class Runner:
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("task completed %s", task.describe())
         finally:
-            close_old_connections()
+            self._fresh_connections()

@@ -1,0 +1,369 @@
+"""``drain`` and ``run_flow``: the worker's claim, handlers and completions, in the calling thread.
+
+Each pass claims every subscription a worker fleet would poll for the flows in scope (a plain flow's
+queue, each step queue of a step-queued flow, each shared queue of routed flows, with the same
+selectors), runs the claimed handlers one by one, and records their results through the worker's
+completer. When a pass finds nothing visible, delayed work is brought forward (``clock``) instead of
+waited for. What cannot finish is reported, never waited on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections
+
+from pgflow_django.dsl import Flow, RoutedFlow
+from pgflow_django.slugs import default_queue_name
+from pgflow_django.testing import clock, overrides
+from pgflow_django.testing.flows import known_flows, resolve_flow
+from pgflow_django.testing.inprocess import (
+    BATCH_SIZE,
+    IN_PROCESS_WORKER_ID,
+    InlineCompleter,
+    InlineRunner,
+    InProcessEngine,
+)
+from pgflow_django.testing.results import Run, load_run
+from pgflow_django.worker.engine import Claim
+from pgflow_django.worker.options import WorkerOptions
+from pgflow_django.worker.state import WorkerState
+
+
+class DrainStuck(AssertionError):
+    """Work that no drain can finish: it would wait forever (or longer than ``max_tasks`` allows)."""
+
+
+@dataclass(frozen=True)
+class DrainSummary:
+    """What one ``drain`` did."""
+
+    tasks: int
+    """Handler calls (attempts) it ran."""
+    failed_attempts: int
+    """Of those, attempts that failed (each retried or exhausted as the flow's options say)."""
+    runs: dict[uuid.UUID, str] = field(default_factory=dict)
+    """Status, at the end, of every run it ran a task for."""
+    skipped_seconds: float = 0.0
+    """Delays (back-off, start delays, run delays) brought forward instead of waited for."""
+    waiting: tuple[clock.Waiting, ...] = ()
+    """Tasks left waiting for their delay (only with ``skip_delays=False``)."""
+
+    @property
+    def completed(self) -> list[uuid.UUID]:
+        return [run_id for run_id, status in self.runs.items() if status == "completed"]
+
+    @property
+    def failed(self) -> list[uuid.UUID]:
+        return [run_id for run_id, status in self.runs.items() if status == "failed"]
+
+
+@dataclass(frozen=True)
+class _Subscription:
+    """What one worker polls: a queue, with a step selector or a shared queue's support set."""
+
+    flow_slug: str
+    queue: str
+    step_slug: str | None
+    support: tuple[tuple[str, str], ...]
+    shared: bool
+    visibility: int
+
+
+_QUEUE_TABLES: dict[str, str] = {}
+
+
+def _subscriptions(flows: Sequence[Flow]) -> list[_Subscription]:
+    """The subscriptions of the workers that would run ``flows``: one per plain flow, one per step of
+    a step-queued flow, one per shared queue (with every routed flow in scope that uses it)."""
+    minimum = WorkerOptions.read_visibility_seconds
+    found: list[_Subscription] = []
+    shared: dict[str, list[tuple[str, str]]] = {}
+    for flow in flows:
+        if isinstance(flow, RoutedFlow):
+            for slug, queue_name in flow.step_queues.items():
+                shared.setdefault(queue_name, []).append((flow.slug, slug))
+            continue
+        timeouts = {slug: step.options.timeout or flow.options.timeout for slug, step in flow.steps.items()}
+        if flow.queue_mode == "step":
+            found.extend(
+                _Subscription(
+                    flow.slug,
+                    flow.queue_for(slug),
+                    slug,
+                    ((flow.slug, slug),),
+                    False,
+                    max(minimum, timeouts[slug] + 2),
+                )
+                for slug in flow.steps
+            )
+        else:
+            found.append(
+                _Subscription(
+                    flow.slug,
+                    default_queue_name(flow.slug),
+                    None,
+                    tuple((flow.slug, slug) for slug in flow.steps),
+                    False,
+                    max([minimum, *(timeout + 2 for timeout in timeouts.values())]),
+                )
+            )
+    found.extend(
+        _Subscription(support[0][0], queue_name, None, tuple(support), True, minimum)
+        for queue_name, support in shared.items()
+    )
+    return found
+
+
+class _Session:
+    """One drain's engine, state, completer and runner on the caller's connection."""
+
+    def __init__(self, flows: Sequence[Flow], using: str) -> None:
+        self.using = using
+        self.engine = InProcessEngine(using)
+        self.state = WorkerState(BATCH_SIZE)
+        self.completer = InlineCompleter(self.engine, self.state)
+        self.runner = InlineRunner(overrides.effective_flows(list(flows)), self.state, self.completer, using)
+        self.tasks = 0
+        self.failed_attempts = 0
+        self.run_ids: set[uuid.UUID] = set()
+
+    def queue_table(self, queue_name: str) -> str:
+        table = _QUEUE_TABLES.get(queue_name)
+        if table is None:
+            table = _QUEUE_TABLES[queue_name] = self.engine.queue_table(queue_name)
+        return table
+
+    def claim(self, sub: _Subscription, qty: int) -> Claim:
+        claim = self.engine.claim(
+            sub.flow_slug,
+            sub.queue,
+            self.queue_table(sub.queue),
+            IN_PROCESS_WORKER_ID,
+            sub.visibility,
+            qty,
+            sub.step_slug,
+            sub.support if sub.shared else None,
+        )
+        if claim.fatal:
+            raise DrainStuck(
+                f"unsupported work on queue={sub.queue} msg_ids={','.join(map(str, claim.fatal))}: "
+                "as a worker would, the claim made the batch visible and paused flow={sub.flow_slug}"
+                + (f" step={sub.step_slug}" if sub.step_slug else "")
+                + "; a message there matches no task of this flow (was it sent by hand?)"
+            )
+        return claim
+
+    def refuse_more(self, sub: _Subscription, max_tasks: int, scope: tuple[str, ...]) -> None:
+        """At ``max_tasks``: raise if ``sub`` still has a task to run (given back at once, as a
+        stopping worker releases its claims)."""
+        claim = self.claim(sub, 1)
+        if claim.tasks:
+            self.engine.release(claim.tasks)
+            raise DrainStuck(
+                f"drain ran max_tasks={max_tasks} attempts and work remains (flows: {', '.join(scope)}); "
+                "raise max_tasks if that much work is expected"
+            )
+
+    def run_claimed(self, claim: Claim) -> int:
+        for task in claim.tasks:
+            self.state.take(task)
+            self.runner.run(task)
+            self.run_ids.add(task.run_id)
+        failures_before = self.completer.failures
+        self.completer.flush_pending()
+        self.tasks += len(claim.tasks)
+        self.failed_attempts += self.completer.failures - failures_before
+        return len(claim.tasks)
+
+
+def _scope(flows: Iterable[Flow | str] | None, using: str) -> tuple[list[Flow], list[str] | None]:
+    """The flows to run, and the slugs that limit the checks (None: every flow with a started run)."""
+    if flows is not None:
+        resolved = [resolve_flow(flow) for flow in flows]
+        return resolved, [flow.slug for flow in resolved]
+    with connections[using].cursor() as cursor:
+        cursor.execute("select distinct flow_slug from pgflow.runs where status = 'started' order by 1")
+        active = [row[0] for row in cursor.fetchall()]
+    if not active:
+        return [], None
+    available = known_flows()
+    return [available[slug] for slug in active if slug in available], None
+
+
+def _paused(flow_slugs: Sequence[str], using: str) -> dict[tuple[str, str], str]:
+    """Persisted pauses of these flows, by (flow, step or ''): their workers would not poll."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "select flow_slug, step_slug, reason from pgflow.worker_pauses where flow_slug = any(%s)",
+            [list(flow_slugs)],
+        )
+        return {(row[0], row[1]): row[2] for row in cursor.fetchall()}
+
+
+def _is_paused(sub: _Subscription, pauses: dict[tuple[str, str], str]) -> bool:
+    return any((flow, "") in pauses or (flow, step) in pauses for flow, step in sub.support)
+
+
+def drain(
+    *,
+    flows: Iterable[Flow | str] | None = None,
+    using: str = "default",
+    max_tasks: int = 10_000,
+    skip_delays: bool = True,
+) -> DrainSummary:
+    """Run everything runnable now, in this thread on this connection, until nothing is left.
+
+    ``flows`` limits it to those flows (default: every flow with a started run). With
+    ``skip_delays`` (the default), retry back-off and start or run delays are brought forward rather
+    than waited for; without it, delayed tasks are left and listed in ``waiting`` (``advance()``
+    moves time on). Raises ``DrainStuck`` for work that would wait forever: a task held by another
+    worker, a paused subscription, a run with no task left, a flow no Python ``Flow`` is known for,
+    or more than ``max_tasks`` attempts."""
+    if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1:
+        raise ValueError(f"drain: max_tasks must be a whole number >= 1, got {max_tasks!r}")
+    requested = None if flows is None else list(flows)
+    skipped = 0.0
+    session: _Session | None = None
+    pauses: dict[tuple[str, str], str] = {}
+    scope_key: tuple[str, ...] = ()
+    subscriptions: list[_Subscription] = []
+    while True:
+        scope, limit = _scope(requested, using)
+        key = tuple(flow.slug for flow in scope)
+        if session is None or key != scope_key:
+            previous = session
+            session = _Session(scope, using)
+            if previous is not None:
+                session.tasks, session.failed_attempts = previous.tasks, previous.failed_attempts
+                session.run_ids = previous.run_ids
+            scope_key = key
+            subscriptions = _subscriptions(scope)
+            pauses = _paused(key, using) if key else {}
+        progressed = False
+        for sub in subscriptions:
+            if _is_paused(sub, pauses):
+                continue
+            while True:
+                qty = min(BATCH_SIZE, max_tasks - session.tasks)
+                if qty <= 0:
+                    session.refuse_more(sub, max_tasks, scope_key)
+                    break
+                claim = session.claim(sub, qty)
+                if session.run_claimed(claim):
+                    progressed = True
+                if claim.read_count < qty:
+                    break
+        if progressed:
+            continue
+        if skip_delays:
+            queues = [(sub.queue, session.queue_table(sub.queue)) for sub in subscriptions]
+            seconds = clock.skip_to_next(
+                limit if limit is not None else list(scope_key), list(dict.fromkeys(queues)), using=using
+            )
+            if seconds is not None:
+                skipped += seconds
+                continue
+        break
+    assert session is not None
+    _check_stuck(limit, scope_key, pauses, skip_delays, using)
+    return DrainSummary(
+        tasks=session.tasks,
+        failed_attempts=session.failed_attempts,
+        runs=_statuses(session.run_ids, using),
+        skipped_seconds=skipped,
+        waiting=() if skip_delays else tuple(clock.waiting(limit, using=using)),
+    )
+
+
+def _statuses(run_ids: set[uuid.UUID], using: str) -> dict[uuid.UUID, str]:
+    if not run_ids:
+        return {}
+    with connections[using].cursor() as cursor:
+        cursor.execute("select run_id, status from pgflow.runs where run_id = any(%s)", [list(run_ids)])
+        return {uuid.UUID(str(row[0])): row[1] for row in cursor.fetchall()}
+
+
+_OPEN_SQL = """
+select r.run_id, r.flow_slug, t.step_slug, t.task_index, t.status, t.attempts_count, t.last_worker_id,
+       t.message_id
+  from pgflow.runs as r
+  left join pgflow.step_tasks as t on t.run_id = r.run_id and t.status in ('queued', 'started')
+ where r.status = 'started' and (%(flows)s::text[] is null or r.flow_slug = any(%(flows)s::text[]))
+ order by r.started_at, r.run_id, t.step_slug, t.task_index
+ limit 200
+"""
+
+
+def _check_stuck(
+    limit: list[str] | None,
+    scope: tuple[str, ...],
+    pauses: dict[tuple[str, str], str],
+    skip_delays: bool,
+    using: str,
+) -> None:
+    """Raise ``DrainStuck`` naming what no drain could finish; delayed tasks are not stuck."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(_OPEN_SQL, {"flows": limit})
+        rows = cursor.fetchall()
+    if not rows:
+        return
+    delayed = set()
+    if not skip_delays:
+        delayed = {item.message_id for item in clock.waiting(limit, using=using)}
+    problems: list[str] = []
+    for run_id, flow_slug, step_slug, task_index, status, attempts, worker_id, message_id in rows:
+        where = f"run {run_id} of flow {flow_slug!r}"
+        if step_slug is None:
+            problems.append(f"{where} is started but has no queued or running task (an engine fault)")
+            continue
+        task = f"{where}: task {step_slug}[{task_index}]"
+        if flow_slug not in scope:
+            problems.append(
+                f"{task} is {status} but no Python Flow is known for it; pass it in flows=[...] or add "
+                "it to PGFLOW['FLOWS']"
+            )
+        elif status == "started":
+            holder = (
+                "this process's in-process runner" if worker_id == IN_PROCESS_WORKER_ID else str(worker_id)
+            )
+            problems.append(
+                f"{task} is held by worker {holder} (attempt {attempts}); only that worker or stalled-task "
+                "recovery (manage.py pgflow_requeue_stalled) can finish it"
+            )
+        elif (flow_slug, "") in pauses or (flow_slug, step_slug) in pauses:
+            reason = pauses.get((flow_slug, step_slug)) or pauses.get((flow_slug, ""))
+            problems.append(
+                f"{task} is queued but its subscription is paused ({reason}); manage.py pgflow_resume "
+                f"{flow_slug} clears it"
+            )
+        elif message_id in delayed:
+            continue
+        else:
+            problems.append(f"{task} is queued but its message cannot be claimed (message {message_id})")
+    if problems:
+        shown = problems[:5] + ([f"... and {len(problems) - 5} more"] if len(problems) > 5 else [])
+        raise DrainStuck("drain cannot finish:\n  " + "\n  ".join(shown))
+
+
+def run_flow(
+    flow_or_slug: Flow | str,
+    input: Any,
+    *,
+    using: str = "default",
+    max_tasks: int = 10_000,
+) -> Run:
+    """Compile the flow if needed, start a run and drive it to its end in this thread, on the
+    caller's connection (inside ``TestCase`` everything rolls back). Delays are skipped. Other
+    runnable tasks of the same flow run too. Returns the run with its steps and tasks."""
+    from pgflow_django.client import start_flow
+    from pgflow_django.compiler import compile_flow
+
+    flow = resolve_flow(flow_or_slug)
+    compile_flow(flow, using=using)
+    run_id = start_flow(flow, input, using=using)
+    drain(flows=[flow], using=using, max_tasks=max_tasks)
+    return load_run(run_id, using=using)
