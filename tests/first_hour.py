@@ -20,7 +20,9 @@ from tests.workers import MANAGE, REPO, url_from_settings
 SETTINGS = "tests.first_hour_settings"
 
 
-def manage(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def manage(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """``manage.py ARGS`` with the first-hour settings on the test database (``env`` picks a variant)."""
     return subprocess.run(
         [sys.executable, str(MANAGE), *args],

@@ -78,11 +78,15 @@ def test_max_tasks_exits_after_exactly_n_and_concurrent_workers_lose_and_repeat_
     compile_flow(get_flow("example_ledger"))
     run_id = start_flow("example_ledger", [{"i": index} for index in range(30)])
 
-    code, err = finish(worker(database_url, "--flow", "example_ledger", "--max-tasks", "7", "--concurrency", "3"))
+    code, err = finish(
+        worker(database_url, "--flow", "example_ledger", "--max-tasks", "7", "--concurrency", "3")
+    )
     assert code == 0, err
     assert "claimed 7 task(s) of --max-tasks 7: stopping queue=example_ledger" in err
     assert completed_by(worker_id(err)) == 7
-    assert val("select count(*) from pgflow.step_tasks where run_id = %s and status = 'started'", [run_id]) == 0
+    assert (
+        val("select count(*) from pgflow.step_tasks where run_id = %s and status = 'started'", [run_id]) == 0
+    )
 
     pair = [
         worker(database_url, "--flow", "example_ledger", "--max-tasks", "8", "--concurrency", "4")

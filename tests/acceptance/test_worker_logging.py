@@ -121,7 +121,9 @@ def test_log_level_and_verbosity_zero_keep_warnings_only(
     quiet_worker: type[QuietProjectWorker], quiet: list[str]
 ) -> None:
     worker = quiet_worker("--flow", "example_flaky", *FAST, *quiet)
-    wait_until(lambda: q("select 1 from pgflow.workers where function_name = 'example_flaky'"), 30, "register")
+    wait_until(
+        lambda: q("select 1 from pgflow.workers where function_name = 'example_flaky'"), 30, "register"
+    )
     run_id = start_flow("example_flaky", {"n": 3})
     assert wait_for_run(run_id, timeout=30).status == "completed"
     worker.wait_for("handler failed")
