@@ -1,8 +1,8 @@
 """One process serving several queues (``--queue '*'``): one claim loop per queue, each in a thread.
 
 Every queue keeps its own worker registration, slots (``--concurrency`` per queue) and connections;
-they share the process's signals and its ``--max-tasks`` budget, and the process exits once every
-loop has stopped and drained.
+they share the process's signals, its ``--max-tasks`` budget and its ``--until-empty`` decision, and
+the process exits once every loop has stopped and drained.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import sys
 import threading
 from types import FrameType
 
-from pgflow_django.worker.budget import TaskBudget
 from pgflow_django.worker.supervisor import Worker
 
 logger = logging.getLogger("pgflow_django.worker")
@@ -26,9 +25,7 @@ JOIN_SLICE_SECONDS = 0.2
 class WorkerGroup:
     def __init__(self, workers: list[Worker]) -> None:
         self.workers = workers
-        budget = TaskBudget(workers[0].options.max_tasks)
-        for worker in workers:
-            worker.budget = budget
+        workers[0].share_limits(workers)
         self._signalled = False
         self._failed = False
 

@@ -22,7 +22,6 @@ import psycopg
 
 from pgflow_django.dsl import Flow
 from pgflow_django.worker.backoff import Backoff
-from pgflow_django.worker.budget import TaskBudget
 from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.engine import (
     ClaimedTask,
@@ -32,6 +31,7 @@ from pgflow_django.worker.engine import (
     first_line,
     is_transient,
 )
+from pgflow_django.worker.limits import TaskBudget, UntilEmpty
 from pgflow_django.worker.listener import Listener, insert_channel
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.pool import HandlerPool
@@ -121,6 +121,11 @@ class Worker:
         """Set when a claim met unsupported work: the process exits non-zero."""
         self.budget = TaskBudget(options.max_tasks)
         """``--max-tasks``; a process serving several queues gives all its workers one budget."""
+        self.until_empty = UntilEmpty()
+        """``--until-empty``; likewise shared by every queue of the process (see ``share_limits``)."""
+        self.until_empty.join(self, self._idle)
+        self.peers: list[Worker] = [self]
+        """Every claim loop of this process: ``--until-empty`` stops them together."""
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -295,7 +300,7 @@ class Worker:
                         break
                     self.state.wait_for_messages(BUDGET_WAIT_SECONDS)  # another queue holds the rest
                     continue
-                idle_before = self.state.in_flight == 0 and self._results_recorded()
+                snapshot = self.until_empty.snapshot() if opts.until_empty else None
                 claimed = 0
                 try:
                     claim = engine.claim(
@@ -311,6 +316,7 @@ class Worker:
                     claimed = len(claim.tasks)
                 finally:
                     self.budget.settle(qty, claimed)
+                    self.until_empty.claimed(claimed)
                 backoff.reset()
                 if claim.fatal:
                     logger.error(
@@ -355,9 +361,18 @@ class Worker:
                     self._dispatch(task)
                 if self._stop_when_spent():
                     break
-                if opts.until_empty and idle_before and not claim.tasks and claim.read_count < qty:
-                    logger.info("queue=%s has nothing runnable: stopping (--until-empty)", self.queue)
-                    self.state.request_stop()
+                if (
+                    snapshot is not None
+                    and not claim.tasks
+                    and claim.read_count < qty
+                    and self.until_empty.found_nothing(self, snapshot)
+                ):
+                    logger.info(
+                        "nothing runnable on queue(s) %s: stopping (--until-empty)",
+                        ",".join(peer.queue for peer in self.peers),
+                    )
+                    for peer in self.peers:
+                        peer.state.request_stop()
                     break
                 if claim.read_count >= qty:
                     need_read = True
@@ -405,8 +420,20 @@ class Worker:
         self.state.request_stop()
         return True
 
-    def _results_recorded(self) -> bool:
-        return self.completer is None or self.completer.unrecorded == 0
+    def _idle(self) -> bool:
+        """No task held and every handed result recorded: nothing of ours can start new work."""
+        return self.state.in_flight == 0 and (self.completer is None or self.completer.unrecorded == 0)
+
+    def share_limits(self, peers: list[Worker]) -> None:
+        """Make ``peers`` (this process's claim loops, this one included) share one ``--max-tasks``
+        budget and one ``--until-empty`` decision."""
+        budget = TaskBudget(self.options.max_tasks)
+        until_empty = UntilEmpty()
+        for peer in peers:
+            peer.budget = budget
+            peer.until_empty = until_empty
+            peer.peers = peers
+            until_empty.join(peer, peer._idle)
 
     def _dispatch(self, task: ClaimedTask) -> None:
         assert self.pool is not None and self.runner is not None

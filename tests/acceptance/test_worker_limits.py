@@ -16,6 +16,7 @@ import pytest
 from pgflow_django import start_flow, start_flows
 from pgflow_django.compiler import compile_flow
 from pgflow_django.registry import get_flow
+from testproject.example.support import open_thread, support_routed, support_routed_v2
 from testproject.example.tasks import add, send_welcome
 from tests.sql.support import q, val
 from tests.tasks_support import SETTINGS_MODULE, clean_task_flows, status
@@ -115,8 +116,44 @@ def test_until_empty_waits_for_the_steps_its_own_completions_start(
     runs = start_flows("example_chain", [{"n": index} for index in range(5)])
     code, err = finish(worker(database_url, "--flow", "example_chain", "--until-empty", "--concurrency", "2"))
     assert code == 0, err
-    assert "queue=example_chain has nothing runnable: stopping (--until-empty)" in err
+    assert "nothing runnable on queue(s) example_chain: stopping (--until-empty)" in err
     assert q("select status from pgflow.runs where run_id = any(%s)", [runs]) == [{"status": "completed"}] * 5
+
+
+@pytest.fixture
+def routed_cleaned(database_url: str) -> Iterator[str]:
+    from tests.integration.test_worker_shared_queues import _clean
+
+    _clean()
+    yield database_url
+    _clean()
+
+
+def test_queue_star_with_routed_flows_follows_runs_across_their_queues(routed_cleaned: str) -> None:
+    """Each support run hops support_fast -> support_bulk -> support_fast: a loop whose queue is
+    empty for a moment must not end the process while the other queue's completions feed it."""
+    for flow in (support_routed, support_routed_v2):
+        compile_flow(flow)
+    runs = [
+        open_thread("refund", ["please refund"], flow=support_routed, work_ms=200)[1],
+        open_thread("crash", ["an error", "a crash"], flow=support_routed_v2, work_ms=200)[1],
+    ]
+    code, err = finish(
+        worker(
+            routed_cleaned,
+            "--queue",
+            "*",
+            "--flow",
+            "support_routed",
+            "--flow",
+            "support_routed_v2",
+            "--until-empty",
+        )
+    )
+    assert code == 0, err
+    assert " started queue=support_bulk " in err and " started queue=support_fast " in err
+    assert "nothing runnable on queue(s) support_bulk,support_fast: stopping (--until-empty)" in err
+    assert q("select status from pgflow.runs where run_id = any(%s)", [runs]) == [{"status": "completed"}] * 2
 
 
 @pytest.fixture
