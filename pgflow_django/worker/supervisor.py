@@ -117,6 +117,9 @@ class Worker:
         self.read_visibility = options.read_visibility_seconds
         """How long a claim's read hides its batch (see ``prepare``)."""
         self._registered = False
+        self._signalled = False
+        """A first signal was handled: the next one exits at once (a drain after --max-tasks,
+        --until-empty or a pause is not a signal, so a supervisor's SIGTERM still drains)."""
         self.fatal = False
         """Set when a claim met unsupported work: the process exits non-zero."""
         self.budget = TaskBudget(options.max_tasks)
@@ -231,11 +234,12 @@ class Worker:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        if self.state.stopping.is_set():
+        if self._signalled:
             logger.warning("second %s: exiting now; stalled-task recovery will take over", name)
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             os._exit(128 + signum)
+        self._signalled = True
         logger.info(
             "%s: stopped polling; finishing %d in-flight task(s) within %.0fs",
             name,
@@ -415,9 +419,10 @@ class Worker:
             "claimed %d task(s) of --max-tasks %s: stopping queue=%s once in-flight tasks finish",
             self.budget.claimed,
             self.budget.limit,
-            self.queue,
+            ",".join(peer.queue for peer in self.peers),
         )
-        self.state.request_stop()
+        for peer in self.peers:
+            peer.state.request_stop()
         return True
 
     def _idle(self) -> bool:
