@@ -1,4 +1,7 @@
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.models.signals import pre_migrate
 
 
 class PgflowConfig(AppConfig):
@@ -9,3 +12,22 @@ class PgflowConfig(AppConfig):
 
     def ready(self) -> None:
         from pgflow_django import checks  # noqa: F401  (registers the system checks)
+
+        pre_migrate.connect(refuse_unsupported_database, sender=self, dispatch_uid="pgflow-database-guard")
+
+
+def refuse_unsupported_database(sender: AppConfig, using: str, plan: Any = None, **kwargs: Any) -> None:
+    """``migrate`` (even with ``--skip-checks``) stops with one line before pgflow's first migration
+    touches a database that is not PostgreSQL >= 15; other apps' migrations alone are let through."""
+    from django.core.management.base import CommandError
+    from django.db import router
+
+    from pgflow_django.dbguard import UnsupportedDatabase, require_postgresql
+
+    ours = any(migration.app_label == sender.label and not backwards for migration, backwards in plan or ())
+    if not ours or not router.allow_migrate(using, sender.label):
+        return
+    try:
+        require_postgresql(using)
+    except UnsupportedDatabase as exc:
+        raise CommandError(str(exc)) from None

@@ -9,6 +9,12 @@ Ids:
 - ``pgflow.E007`` one slug registered twice, by two different flows;
 - ``pgflow.E008`` PGMQ missing or older than supported (database check);
 - ``pgflow.E009`` the database cannot be inspected (database check);
+- ``pgflow.E020`` a database alias pgflow uses (``default``, and each ``PgflowTaskBackend``'s
+  ``DATABASE``) is not PostgreSQL; ``pgflow.E021`` its server is older than PostgreSQL 15 (database
+  check);
+- ``pgflow.E022`` ``pgmigrate`` installed without its companion apps ``pgactivity`` and ``pglock``
+  (its ``migrate`` then fails with ``LookupError`` as soon as it waits for a lock);
+- ``pgflow.E023`` ``PGMIGRATE_LOCK_TIMEOUT`` that is not a number of seconds or a timedelta;
 - ``pgflow.W001`` pgflow migrations not applied (database check; a warning, because deploy scripts often
   run ``check --database default`` before ``migrate``; not raised while ``migrate`` itself runs the
   checks).
@@ -30,8 +36,15 @@ from django.core import checks
 from django.db import DatabaseError, connections
 from django.utils.module_loading import module_has_submodule
 
+from pgflow_django.dbguard import vendor_problem, version_problem
 from pgflow_django.dsl import Flow
 from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, RULE, default_queue_name, slug_problem
+
+INSTALL_LINE = 'INSTALLED_APPS += ["pgactivity", "pglock", "pgmigrate", "pgflow_django"]'
+"""The one install line of the README, the quickstart and docs/django-tasks.md."""
+PGMIGRATE_COMPANIONS = ("pgactivity", "pglock")
+"""Apps django-pgmigrate's ``migrate`` looks up by label (pglock's models, pgactivity's pid)."""
+TASK_BACKEND_PATH = "pgflow_django.tasks.PgflowTaskBackend"
 
 PGMQ_QUEUE_NAME_LIMIT = MAX_FLOW_SLUG_LENGTH
 """PGMQ refuses longer queue names (its table names carry a prefix within PostgreSQL's 63 bytes)."""
@@ -146,6 +159,78 @@ def _one_flow(item: Registration) -> Iterable[checks.CheckMessage]:
             )
 
 
+def pgflow_aliases() -> list[str]:
+    """The database aliases pgflow works on: ``default`` (unless a router keeps pgflow's migrations
+    off it) and the ``DATABASE`` of every configured ``PgflowTaskBackend``, read from settings so
+    that a broken backend cannot hide the finding."""
+    from django.conf import settings
+    from django.db import router
+
+    aliases = ["default"] if router.allow_migrate("default", "pgflow") else []
+    tasks = getattr(settings, "TASKS", None)
+    for config in tasks.values() if isinstance(tasks, dict) else ():
+        if isinstance(config, dict) and config.get("BACKEND") == TASK_BACKEND_PATH:
+            raw = config.get("OPTIONS")
+            options = {
+                str(key).upper(): value for key, value in (raw if isinstance(raw, dict) else {}).items()
+            }
+            alias = str(options.get("DATABASE", "default"))
+            if alias not in aliases and alias in connections.settings:
+                aliases.append(alias)
+    return aliases
+
+
+@checks.register("pgflow")
+def check_install(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """The install line and the database engine: known from settings alone, so plain ``check`` (and
+    ``migrate``, ``runserver``) reports them before anything touches the database."""
+    messages = _companion_messages()
+    for alias in pgflow_aliases():
+        connection = connections[alias]
+        problem = vendor_problem(alias, connection.settings_dict, connection.vendor)
+        if problem is not None:
+            messages.append(
+                checks.Error(
+                    problem,
+                    hint="pgflow's tables, SQL functions and PGMQ queues exist only in PostgreSQL",
+                    obj=alias,
+                    id="pgflow.E020",
+                )
+            )
+    return messages
+
+
+def _companion_messages() -> list[checks.CheckMessage]:
+    from django.conf import settings
+
+    from pgflow_django.upgrade import _milliseconds
+
+    messages: list[checks.CheckMessage] = []
+    if apps.is_installed("pgmigrate"):
+        missing = [name for name in PGMIGRATE_COMPANIONS if not apps.is_installed(name)]
+        if missing:
+            messages.append(
+                checks.Error(
+                    f"INSTALLED_APPS has 'pgmigrate' without {', '.join(map(repr, missing))}: its migrate "
+                    "command fails with LookupError as soon as it waits for a lock",
+                    hint=f"use {INSTALL_LINE}, or drop 'pgmigrate' (pgflow's migrations do not need it)",
+                    id="pgflow.E022",
+                )
+            )
+    timeout = getattr(settings, "PGMIGRATE_LOCK_TIMEOUT", None)
+    try:
+        _milliseconds(timeout)
+    except TypeError:
+        messages.append(
+            checks.Error(
+                f"PGMIGRATE_LOCK_TIMEOUT must be a number of seconds or a timedelta, got {timeout!r}",
+                hint="for example PGMIGRATE_LOCK_TIMEOUT = 10",
+                id="pgflow.E023",
+            )
+        )
+    return messages
+
+
 @checks.register("pgflow", checks.Tags.database)
 def check_database(
     app_configs: Sequence[Any] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
@@ -161,7 +246,13 @@ def _database_messages(alias: str) -> list[checks.CheckMessage]:
     from pgflow_django.pgmq_install import MIN_PGMQ_VERSION, missing_functions
     from pgflow_django.worker.preflight import pending_migrations
 
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        return []  # pgflow.E020 when pgflow uses the alias; nothing to inspect either way
     try:
+        too_old = version_problem(alias, int(connection.pg_version))  # type: ignore[attr-defined]
+        if too_old is not None:
+            return [checks.Error(too_old, obj=alias, id="pgflow.E021")]
         pending = pending_migrations(alias)
         with connections[alias].cursor() as cursor:
             cursor.execute("select exists (select 1 from pg_namespace where nspname = 'pgmq')")

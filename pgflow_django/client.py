@@ -18,6 +18,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 from django.db import connections
 
+from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, StepType
 from pgflow_django.slugs import validate_flow_slug
 
@@ -101,6 +102,7 @@ def start_flow(
 
     ``delay`` (seconds, or a timedelta rounded up to whole seconds) keeps the run's first tasks
     invisible to workers until then."""
+    require_postgresql(using)
     slug = _flow_slug(flow_or_slug)
     body = _input_json(flow_or_slug, input, f"input of flow {slug!r}")
     chosen = None if run_id is None else _as_uuid(run_id)
@@ -130,6 +132,7 @@ def start_flows(
     using: str = "default",
 ) -> list[uuid.UUID]:
     """Start one run per input in a single database call; returns the run ids in input order."""
+    require_postgresql(using)
     slug = _flow_slug(flow_or_slug)
     bodies = [
         _input_json(flow_or_slug, item, f"input #{index} of flow {slug!r}")
@@ -155,6 +158,7 @@ def start_flows(
 
 def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
     """The run with its step states (in step order) and outputs; ``RunNotFound`` for an unknown id."""
+    require_postgresql(using)
     key = _as_uuid(run_id)
     with connections[using].cursor() as cursor:
         cursor.execute(_GET_RUN_SQL, [key])

@@ -28,6 +28,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string, module_has_submodule
 
+from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, RoutedFlow, route_flow
 from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, shared_queue_problem
 from pgflow_django.worker.context import TaskContext as StepContext
@@ -203,6 +204,7 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
         rolls back with the caller. The flow is compiled first if this process has not yet seen it."""
         from pgflow_django.client import start_flow
 
+        require_postgresql(self.using)
         self.validate_task(task)
         flow = self.flow_for(task)
         payload = {
@@ -226,6 +228,7 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
             run_id = uuid.UUID(str(result_id))
         except ValueError:
             raise tasks_api.TaskResultDoesNotExist(result_id) from None
+        require_postgresql(self.using)
         with connections[self.using].cursor() as cursor:
             cursor.execute(_RESULT_SQL, [STEP_SLUG, run_id])
             row = cursor.fetchone()

@@ -25,6 +25,7 @@ from django.db import Error as DjangoDatabaseError
 from rich.console import Console
 
 from pgflow_django.client import InvalidInput, RunNotFound
+from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import FlowDefinitionError
 from pgflow_django.operations import FlowNotFound
 from pgflow_django.registry import FlowNotRegistered
@@ -86,6 +87,7 @@ class PgflowCommand(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
+            require_postgresql()
             self.run(*args, **options)
         except _EXPECTED_ERRORS as exc:
             raise CommandError(one_line(exc)) from exc

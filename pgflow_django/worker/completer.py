@@ -53,16 +53,31 @@ class Completer(threading.Thread):
         self.flush_seconds = flush_ms / 1000.0
         self._queue: queue.SimpleQueue[Completion | Failure] = queue.SimpleQueue()
         self._stop_event = threading.Event()
+        self._unrecorded = 0
+        self._count_lock = threading.Lock()
 
     # -- called from handler threads -----------------------------------------------------------
 
     def complete(self, task: ClaimedTask, output_json: str) -> None:
+        self._handed(1)
         self._queue.put(Completion(task, output_json))
         self.state.result_ready(task)
 
     def fail(self, task: ClaimedTask, error_message: str, retry_delay: int | None = None) -> None:
+        self._handed(1)
         self._queue.put(Failure(task, error_message, retry_delay))
         self.state.result_ready(task)
+
+    def _handed(self, count: int) -> None:
+        with self._count_lock:
+            self._unrecorded += count
+
+    @property
+    def unrecorded(self) -> int:
+        """Results handed over and not yet written (queued, or in the batch being flushed): until they
+        are, the next steps they start have no messages yet (``--until-empty`` waits for them)."""
+        with self._count_lock:
+            return self._unrecorded
 
     def stop(self) -> None:
         """Finish what is queued, then exit."""
@@ -93,6 +108,8 @@ class Completer(threading.Thread):
                 logger.exception(
                     "could not record %d task result(s); recovery will run them again", len(batch)
                 )
+            finally:
+                self._handed(-len(batch))
         self.engine.close()
 
     def _collect(self, first: Completion | Failure) -> list[Completion | Failure]:

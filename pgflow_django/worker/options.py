@@ -32,6 +32,10 @@ class WorkerOptions:
     """The shortest time a claim's read hides its batch; a plain or step worker hides it for its
     longest step timeout + 2 s, the visibility the claim gives a task, so the claim need not write it."""
     using: str = "default"
+    max_tasks: int | None = None
+    """``--max-tasks``: stop (exit 0) once this many tasks were claimed and have finished."""
+    until_empty: bool = False
+    """``--until-empty``: stop (exit 0) once a read finds nothing runnable and no task is in flight."""
 
     @classmethod
     def from_settings(cls, flow_slug: str, **overrides: Any) -> WorkerOptions:
@@ -69,6 +73,10 @@ class WorkerOptions:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name.replace('_', '-')} must be > 0, got {getattr(self, name)!r}")
+        if self.max_tasks is not None and (
+            isinstance(self.max_tasks, bool) or not isinstance(self.max_tasks, int) or self.max_tasks < 1
+        ):
+            raise ValueError(f"max-tasks must be a whole number >= 1, got {self.max_tasks!r}")
         if self.conn_max_age is not None and self.conn_max_age < 0:
             raise ValueError(f"WORKER_CONN_MAX_AGE must be None or >= 0, got {self.conn_max_age!r}")
         for name in ("shutdown_timeout", "completion_flush_ms"):

@@ -69,8 +69,11 @@ def error_text(exc: BaseException) -> str:
 
 
 def _traceback(exc: BaseException) -> BaseException | None:
-    """A lost database connection needs no traceback in the log: the message says it all."""
-    return None if isinstance(exc, OperationalError | InterfaceError) else exc
+    """A failed attempt is expected work (retried, or recorded with its traceback in the run): one
+    log line, with the traceback only at debug level; never for a lost database connection."""
+    if isinstance(exc, OperationalError | InterfaceError) or not logger.isEnabledFor(logging.DEBUG):
+        return None
+    return exc
 
 
 async def _await(awaitable: Awaitable[Any]) -> Any:

@@ -31,6 +31,7 @@ from pgflow_django.worker.engine import (
     first_line,
     is_transient,
 )
+from pgflow_django.worker.limits import TaskBudget, UntilEmpty
 from pgflow_django.worker.listener import Listener, insert_channel
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.pool import HandlerPool
@@ -50,6 +51,13 @@ CLAIM_COALESCE_SECONDS = 0.001
 by one, and claiming each alone would spend a round trip per task (a third of the throughput)."""
 DELAYED_MESSAGE_SLACK = 0.005
 """Read a delayed message this long after it becomes visible, not a hair before."""
+BUDGET_WAIT_SECONDS = 0.05
+"""A loop whose ``--max-tasks`` share is reserved by another queue's claim looks again this soon."""
+RECOVERY_WORDS = {
+    "requeued": "task(s) requeued",
+    "permanently_stalled": "task(s) failed as permanently stalled",
+}
+"""How the stalled-recovery log line names each outcome of ``pgflow.requeue_stalled_tasks``."""
 SHARED_WARNINGS = {
     "unmatched": "match no task: left in the queue untouched (applications must not send to queues "
     "pgflow manages)",
@@ -112,8 +120,18 @@ class Worker:
         """The generation of each flow this worker compiled against; its claims read nothing once the
         database holds another one (the flow was replaced under it)."""
         self._registered = False
+        self._signalled = False
+        """A first signal was handled: the next one exits at once (a drain after --max-tasks,
+        --until-empty or a pause is not a signal, so a supervisor's SIGTERM still drains)."""
         self.fatal = False
         """Set when a claim met unsupported work: the process exits non-zero."""
+        self.budget = TaskBudget(options.max_tasks)
+        """``--max-tasks``; a process serving several queues gives all its workers one budget."""
+        self.until_empty = UntilEmpty()
+        """``--until-empty``; likewise shared by every queue of the process (see ``share_limits``)."""
+        self.until_empty.join(self, self._idle)
+        self.peers: list[Worker] = [self]
+        """Every claim loop of this process: ``--until-empty`` stops them together."""
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -192,12 +210,15 @@ class Worker:
         self.runner = Runner(self.flows, self.state, self.completer, opts.using)
         self.pool = HandlerPool(opts.concurrency, self.runner.run)
         logger.info(
-            "worker %s started queue=%s %s concurrency=%d batch=%d (at most %d database connections)",
+            "worker %s started queue=%s %s concurrency=%d batch=%d database=%s%s "
+            "(at most %d database connections)",
             self.worker_id,
             self.queue,
             self.subscription,
             opts.concurrency,
             opts.batch_size,
+            describe_database(opts.using, self._params),
+            _limits(opts),
             opts.max_connections,
         )
 
@@ -218,11 +239,12 @@ class Worker:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        if self.state.stopping.is_set():
+        if self._signalled:
             logger.warning("second %s: exiting now; stalled-task recovery will take over", name)
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             os._exit(128 + signum)
+        self._signalled = True
         logger.info(
             "%s: stopped polling; finishing %d in-flight task(s) within %.0fs",
             name,
@@ -281,18 +303,30 @@ class Worker:
                 if need_read and free < wanted:
                     self.state.wait_for_slots(wanted, CLAIM_COALESCE_SECONDS)
                     free = self.state.free_slots()
-                qty = min(opts.batch_size, free)
-                claim = engine.claim(
-                    self.flow.slug,
-                    self.queue,
-                    self.queue_table,
-                    self.worker_id,
-                    self.read_visibility,
-                    qty,
-                    self.step_slug,
-                    self.registration.support if self.shared else None,
-                    self.generations,
-                )
+                qty = self.budget.reserve(min(opts.batch_size, free))
+                if qty == 0:
+                    if self._stop_when_spent():
+                        break
+                    self.state.wait_for_messages(BUDGET_WAIT_SECONDS)  # another queue holds the rest
+                    continue
+                snapshot = self.until_empty.snapshot() if opts.until_empty else None
+                claimed = 0
+                try:
+                    claim = engine.claim(
+                        self.flow.slug,
+                        self.queue,
+                        self.queue_table,
+                        self.worker_id,
+                        self.read_visibility,
+                        qty,
+                        self.step_slug,
+                        self.registration.support if self.shared else None,
+                        self.generations,
+                    )
+                    claimed = len(claim.tasks)
+                finally:
+                    self.budget.settle(qty, claimed)
+                    self.until_empty.claimed(claimed)
                 backoff.reset()
                 if claim.stale:
                     logger.error(
@@ -345,6 +379,21 @@ class Worker:
                     )
                 for task in claim.tasks:
                     self._dispatch(task)
+                if self._stop_when_spent():
+                    break
+                if (
+                    snapshot is not None
+                    and not claim.tasks
+                    and claim.read_count < qty
+                    and self.until_empty.found_nothing(self, snapshot)
+                ):
+                    logger.info(
+                        "nothing runnable on queue(s) %s: stopping (--until-empty)",
+                        ",".join(peer.queue for peer in self.peers),
+                    )
+                    for peer in self.peers:
+                        peer.state.request_stop()
+                    break
                 if claim.read_count >= qty:
                     need_read = True
                     idle_wait = opts.poll_interval
@@ -379,6 +428,34 @@ class Worker:
                 self.state.stopping.wait(delay)
                 need_read = True
 
+    def _stop_when_spent(self) -> bool:
+        if not self.budget.spent:
+            return False
+        logger.info(
+            "claimed %d task(s) of --max-tasks %s: stopping queue=%s once in-flight tasks finish",
+            self.budget.claimed,
+            self.budget.limit,
+            ",".join(peer.queue for peer in self.peers),
+        )
+        for peer in self.peers:
+            peer.state.request_stop()
+        return True
+
+    def _idle(self) -> bool:
+        """No task held and every handed result recorded: nothing of ours can start new work."""
+        return self.state.in_flight == 0 and (self.completer is None or self.completer.unrecorded == 0)
+
+    def share_limits(self, peers: list[Worker]) -> None:
+        """Make ``peers`` (this process's claim loops, this one included) share one ``--max-tasks``
+        budget and one ``--until-empty`` decision."""
+        budget = TaskBudget(self.options.max_tasks)
+        until_empty = UntilEmpty()
+        for peer in peers:
+            peer.budget = budget
+            peer.until_empty = until_empty
+            peer.peers = peers
+            until_empty.join(peer, peer._idle)
+
     def _dispatch(self, task: ClaimedTask) -> None:
         assert self.pool is not None and self.runner is not None
         self.state.take(task)
@@ -403,8 +480,10 @@ class Worker:
         counts = {str(row[0]): int(row[1]) for row in rows if len(row) > 1 and row[1]}
         if counts:
             logger.warning(
-                "stalled-task recovery: %s",
-                ", ".join(f"{outcome}={count}" for outcome, count in counts.items()),
+                "stalled-task recovery (tasks whose worker stopped answering): %s",
+                ", ".join(
+                    f"{count} {RECOVERY_WORDS.get(outcome, outcome)}" for outcome, count in counts.items()
+                ),
             )
         if counts.get("requeued"):
             # Requeued messages became visible without an insert: read now rather than at the next poll.
@@ -419,6 +498,12 @@ class Worker:
         deadline = time.monotonic() + opts.shutdown_timeout
         drained = self.state.wait_for_drain(min(opts.shutdown_timeout, opts.heartbeat_seconds))
         while not drained and time.monotonic() < deadline:
+            logger.info(
+                "draining queue=%s: %d task(s) still running, %.0fs left before they are released",
+                self.queue,
+                self.state.in_flight,
+                max(0.0, deadline - time.monotonic()),
+            )
             if self.engine is not None and self._registered:
                 self._bounded(
                     lambda engine: engine.heartbeat(self.registration),
@@ -482,3 +567,18 @@ class Worker:
                     return None
                 time.sleep(backoff.next())
         return None
+
+
+def describe_database(alias: str, params: dict[str, Any]) -> str:
+    """``default (app@db.example:5432)``: which database the worker works on, without credentials."""
+    where = str(params.get("host") or "local socket")
+    if params.get("port"):
+        where += f":{params['port']}"
+    return f"{alias} ({params.get('dbname', '?')}@{where})"
+
+
+def _limits(options: WorkerOptions) -> str:
+    parts = [f" max-tasks={options.max_tasks}"] if options.max_tasks else []
+    if options.until_empty:
+        parts.append(" until-empty")
+    return "".join(parts)

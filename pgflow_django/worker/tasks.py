@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.core.exceptions import ImproperlyConfigured
 
 from pgflow_django.dsl import Flow
 from pgflow_django.worker.preflight import PreflightError
 
+if TYPE_CHECKING:
+    from pgflow_django.tasks import PgflowTaskBackend
 
-def task_flows(queue: str | None) -> tuple[str, list[Flow]]:
-    """The queue to poll and its task flows; one clear error when nothing can run."""
+
+def _backends() -> list[PgflowTaskBackend]:
+    """The configured PgflowTaskBackends; one clear error when there is none."""
     from django.conf import settings
 
     if not getattr(settings, "TASKS", None):
@@ -25,6 +30,12 @@ def task_flows(queue: str | None) -> tuple[str, list[Flow]]:
         raise PreflightError(str(exc)) from None
     if not backends:
         raise PreflightError("no TASKS backend is pgflow_django.tasks.PgflowTaskBackend; configure one first")
+    return backends
+
+
+def task_flows(queue: str | None) -> tuple[str, list[Flow]]:
+    """The queue to poll and its task flows; one clear error when nothing can run."""
+    backends = _backends()
     if queue is None:
         queues = sorted({name for backend in backends for name in backend.queues})
         if not queues or "default" in queues:
@@ -54,3 +65,36 @@ def task_flows(queue: str | None) -> tuple[str, list[Flow]]:
             "in OPTIONS['MODULES'] of each PgflowTaskBackend"
         )
     return queue, list(flows.values())
+
+
+ALL_QUEUES = "*"
+"""``--queue '*'``: every queue of the task backends."""
+
+
+def task_queues(exclude: list[str]) -> list[tuple[str, list[Flow]]]:
+    """``--queue '*'``: each configured queue (a backend's ``QUEUES``, or the queues its tasks name
+    when it lists none) with its task flows, minus ``exclude``; queues without a task are skipped."""
+    backends = _backends()
+    names: set[str] = set()
+    for backend in backends:
+        names.update(backend.queues or {task.queue_name for task in backend.discover_tasks()})
+    unknown = sorted(set(exclude) - names)
+    if unknown:
+        raise PreflightError(
+            f"--exclude-queue {', '.join(unknown)}: not a queue of the task backends "
+            f"({', '.join(sorted(names)) or 'none'})"
+        )
+    chosen = sorted(names - set(exclude))
+    found: list[tuple[str, list[Flow]]] = []
+    for queue in chosen:
+        try:
+            found.append(task_flows(queue))
+        except PreflightError as exc:
+            if not str(exc).startswith("no task found"):
+                raise
+    if not found:
+        raise PreflightError(
+            f"--queue '*' found no queue with a task (queues: {', '.join(chosen) or 'none'}); tasks are "
+            "discovered in installed apps' tasks modules and in OPTIONS['MODULES'] of each PgflowTaskBackend"
+        )
+    return found

@@ -10,7 +10,9 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from pgflow_django.dsl import Flow
 from pgflow_django.management.cli import PgflowCommand, positive_float, positive_int
+from pgflow_django.worker.logs import LEVELS
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -35,8 +37,9 @@ class Command(PgflowCommand):
         "runs every step their persisted routes send to Q; work it does not support is left untouched.\n"
         "The first signal stops polling and lets in-flight tasks finish within --shutdown-timeout\n"
         "(the rest are released); a second one exits at once and leaves them to stalled-task recovery.\n"
-        "A worker holds at most --concurrency + 3 database connections. Defaults come from\n"
-        "settings.PGFLOW (WORKER_* keys)."
+        "A worker holds at most --concurrency + 3 database connections per queue. Defaults come from\n"
+        "settings.PGFLOW (WORKER_* keys). It logs to stderr unless the project routes the pgflow_django\n"
+        "logger itself (LOGGING): --log-level, or -v 0 (warnings), 1 (info), 2 (debug)."
     )
     examples = """
   manage.py pgflow_worker --flow process_order
@@ -44,9 +47,12 @@ class Command(PgflowCommand):
   manage.py pgflow_worker --queue thread_processing --flow support_v1 --flow support_v2
   manage.py pgflow_worker --flow process_order --concurrency 20 --batch-size 20
   manage.py pgflow_worker --flow process_order --shutdown-timeout 120
+  manage.py pgflow_worker --tasks --queue '*' --exclude-queue bulk --max-tasks 1000
+  manage.py pgflow_worker --flow process_order --until-empty --log-level warning
 
-exit codes: 0 stopped by a signal after draining; 1 could not start (unknown flow, database not
-migrated, changed flow definition); 2 bad arguments; 128 + signal number after a second signal
+exit codes: 0 stopped by a signal after draining, or after --max-tasks / --until-empty; 1 could not
+start (unknown flow, database not PostgreSQL or not migrated, changed flow definition); 2 bad
+arguments; 128 + signal number after a second signal
 """
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -64,7 +70,33 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
         parser.add_argument(
             "--queue",
             help="a shared queue of the routed flows given with --flow: the worker runs every step their "
-            "persisted routes send there",
+            "persisted routes send there; '*' serves every queue (of the task backends with --tasks, of "
+            "the routed flows' routes otherwise), one claim loop per queue",
+        )
+        parser.add_argument(
+            "--exclude-queue",
+            action="append",
+            default=[],
+            metavar="QUEUE",
+            help="with --queue '*': leave this queue out (repeatable)",
+        )
+        parser.add_argument(
+            "--max-tasks",
+            type=positive_int,
+            help="exit 0 once this many tasks were claimed and finished (for memory hygiene, like "
+            "Celery's --max-tasks-per-child); the process claims no more than that",
+        )
+        parser.add_argument(
+            "--until-empty",
+            action="store_true",
+            help="exit 0 once nothing is runnable: a read finds no message and no task is in flight "
+            "(delayed retries and run_after in the future are left for later); for cron and CI",
+        )
+        parser.add_argument(
+            "--log-level",
+            choices=LEVELS,
+            type=str.lower,
+            help="level of the pgflow_django logger (default: from -v: 0 warning, 1 info, 2 debug)",
         )
         parser.add_argument(
             "--step",
@@ -112,43 +144,37 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
     def run(self, *args: Any, **options: Any) -> None:
         from pgflow_django.compiler import FlowMismatch
         from pgflow_django.worker import PreflightError, Worker, WorkerOptions
-        from pgflow_django.worker.preflight import resolve_flow
+        from pgflow_django.worker.group import WorkerGroup
+        from pgflow_django.worker.logs import configure
 
+        configure(options["verbosity"], options["log_level"])
         try:
-            if (options["queue"] is not None or options["tasks"]) and options["step"]:
-                raise PreflightError(
-                    "--step selects a step-queued flow's step; a --queue or --tasks worker takes no --step"
+            subscriptions = self._subscriptions(options)
+            workers: list[Worker] = []
+            for queue, flows in subscriptions:
+                worker_options = WorkerOptions.from_settings(
+                    flows[0].slug,
+                    step_slug=options["step"],
+                    queue=queue,
+                    concurrency=options["concurrency"],
+                    batch_size=options["batch_size"],
+                    poll_interval=options["poll_interval"],
+                    max_poll_seconds=options["max_poll_seconds"],
+                    shutdown_timeout=options["shutdown_timeout"],
+                    heartbeat_seconds=options["heartbeat_seconds"],
+                    stalled_check_seconds=options["stalled_check_seconds"],
+                    max_tasks=options["max_tasks"],
+                    until_empty=options["until_empty"] or None,
                 )
-            if bool(options["tasks"]) == bool(options["flow"]):
-                raise PreflightError(
-                    "pass --flow F (a flow's worker) or --tasks (a Django tasks worker), exactly one of them"
-                )
-            if options["tasks"]:
-                from pgflow_django.worker.tasks import task_flows
-
-                options["queue"], flows = task_flows(options["queue"])
-            else:
-                flows = [resolve_flow(slug) for slug in options["flow"]]
-            flow = flows[0]
-            worker_options = WorkerOptions.from_settings(
-                flow.slug,
-                step_slug=options["step"],
-                queue=options["queue"],
-                concurrency=options["concurrency"],
-                batch_size=options["batch_size"],
-                poll_interval=options["poll_interval"],
-                max_poll_seconds=options["max_poll_seconds"],
-                shutdown_timeout=options["shutdown_timeout"],
-                heartbeat_seconds=options["heartbeat_seconds"],
-                stalled_check_seconds=options["stalled_check_seconds"],
-            )
-            worker = Worker(flows, worker_options)
-            status = worker.prepare()
+                worker = Worker(flows, worker_options)
+                status = worker.prepare()
+                logger.info("%s %s", worker.subscription, status)
+                workers.append(worker)
         except (PreflightError, FlowMismatch, ValueError) as exc:
             raise CommandError(str(exc)) from None
-        logger.info("%s %s", worker.subscription, status)
-        code = worker.run()
-        if worker.abandoned_handlers:
+        runner: Worker | WorkerGroup = workers[0] if len(workers) == 1 else WorkerGroup(workers)
+        code = runner.run()
+        if runner.abandoned_handlers:
             # Handler threads still running past the shutdown timeout cannot be joined; their tasks
             # were released, so leave without waiting for them.
             sys.stdout.flush()
@@ -156,3 +182,47 @@ migrated, changed flow definition); 2 bad arguments; 128 + signal number after a
             os._exit(code)
         if code:
             sys.exit(code)
+
+    def _subscriptions(self, options: dict[str, Any]) -> list[tuple[str | None, list[Flow]]]:
+        """(queue, flows) for each claim loop: one, or one per queue with ``--queue '*'``."""
+        from pgflow_django.dsl import RoutedFlow
+        from pgflow_django.worker import PreflightError
+        from pgflow_django.worker.preflight import resolve_flow
+        from pgflow_django.worker.tasks import ALL_QUEUES, task_flows, task_queues
+
+        queue = options["queue"]
+        if (queue is not None or options["tasks"]) and options["step"]:
+            raise PreflightError(
+                "--step selects a step-queued flow's step; a --queue or --tasks worker takes no --step"
+            )
+        if bool(options["tasks"]) == bool(options["flow"]):
+            raise PreflightError(
+                "pass --flow F (a flow's worker) or --tasks (a Django tasks worker), exactly one of them"
+            )
+        if options["exclude_queue"] and queue != ALL_QUEUES:
+            raise PreflightError("--exclude-queue narrows --queue '*'; pass --queue '*' with it")
+        if options["tasks"]:
+            if queue == ALL_QUEUES:
+                return list(task_queues(options["exclude_queue"]))
+            chosen, flows = task_flows(queue)
+            return [(chosen, flows)]
+        flows = [resolve_flow(slug) for slug in options["flow"]]
+        if queue != ALL_QUEUES:
+            return [(queue, flows)]
+        routed = [flow for flow in flows if isinstance(flow, RoutedFlow)]
+        if len(routed) != len(flows):
+            plain = next(flow.slug for flow in flows if not isinstance(flow, RoutedFlow))
+            raise PreflightError(
+                f"--queue '*' serves the shared queues of routed flows; flow {plain!r} is not routed "
+                f"(run it with --flow {plain} alone)"
+            )
+        names = sorted({name for flow in routed for name in flow.queues})
+        unknown = sorted(set(options["exclude_queue"]) - set(names))
+        if unknown:
+            raise PreflightError(
+                f"--exclude-queue {', '.join(unknown)}: not a queue of these flows ({', '.join(names)})"
+            )
+        chosen_names = [name for name in names if name not in options["exclude_queue"]]
+        if not chosen_names:
+            raise PreflightError("--exclude-queue leaves no queue to serve")
+        return [(name, [flow for flow in routed if name in flow.queues]) for name in chosen_names]

@@ -1,0 +1,42 @@
+"""The worker's default log output: like ``runserver`` or a Celery worker, it speaks on stderr.
+
+A project without ``LOGGING`` for ``pgflow_django`` would otherwise see nothing (Python drops INFO
+records that reach no handler): no start-up line, no drain, no stop. A project that routes the
+``pgflow_django`` logger (or the root logger) keeps its own handlers, so nothing prints twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Final, TextIO
+
+LOGGER_NAME: Final = "pgflow_django"
+LEVELS: Final = ("debug", "info", "warning", "error")
+FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def level_for(verbosity: int, log_level: str | None) -> int:
+    """``--log-level`` when given, else from ``-v``: 0 warnings and errors, 1 info, 2 and 3 debug."""
+    if log_level:
+        return int(getattr(logging, log_level.upper()))
+    if verbosity <= 0:
+        return logging.WARNING
+    return logging.INFO if verbosity == 1 else logging.DEBUG
+
+
+def configure(verbosity: int = 1, log_level: str | None = None, stream: TextIO | None = None) -> bool:
+    """Make the worker's records visible; returns True when it added its own stderr handler.
+
+    The level is set on the ``pgflow_django`` logger when the project left it unset, or when
+    ``--log-level`` was given explicitly; handlers are added only when none would receive a record.
+    """
+    logger = logging.getLogger(LOGGER_NAME)
+    if log_level or logger.level == logging.NOTSET:
+        logger.setLevel(level_for(verbosity, log_level))
+    if logger.hasHandlers():
+        return False
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    logger.addHandler(handler)
+    return True
