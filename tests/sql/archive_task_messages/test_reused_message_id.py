@@ -95,7 +95,8 @@ def test_a_batch_with_a_reused_id_archives_the_others(warnings: list[str]) -> No
     _reinsert("f", reused)
     others = [int(task(start("f"), "a")["message_id"]) for _ in range(2)]
 
-    q("select pgflow.archive_task_messages(array['f', 'f', 'f'], %s::bigint[])", [[others[0], reused, others[1]]])
+    batch = [others[0], reused, others[1]]
+    q("select pgflow.archive_task_messages(array['f', 'f', 'f'], %s::bigint[])", [batch])
 
     assert live_ids("f") == set()
     assert archived_ids("f") == {reused, *others}

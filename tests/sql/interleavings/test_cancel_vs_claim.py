@@ -63,9 +63,7 @@ def test_a_cancel_waiting_for_read_messages_does_not_deadlock_with_the_claim() -
 
         with first.transaction():
             assert _read(first, len(ids)) == ids
-            cancel = Background(
-                lambda: second.execute("select pgflow.cancel_run(%s)", [run_id]).fetchone()
-            )
+            cancel = Background(lambda: second.execute("select pgflow.cancel_run(%s)", [run_id]).fetchone())
             assert wait_for_lock_wait(observer, backend_pid(second), cancel) == "transactionid"
             # the cancel holds the run and the tasks and waits for the messages: the claim must not
             # wait for the tasks in turn

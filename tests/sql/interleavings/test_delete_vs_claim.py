@@ -1,6 +1,6 @@
 """Deleting a flow while a worker claims its tasks: a deletion waits for a claim in progress, a claim
-during a deletion skips the tasks it holds; then nothing of the flow remains and nothing is claimed from deleted rows; the claimer's late
-completion and failure change nothing and raise nothing."""
+during a deletion skips the tasks it holds; then nothing of the flow remains and nothing is claimed
+from deleted rows; the claimer's late completion and failure change nothing and raise nothing."""
 
 from __future__ import annotations
 
