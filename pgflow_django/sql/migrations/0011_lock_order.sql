@@ -172,7 +172,7 @@ begin
       join pgflow.step_tasks as t
         on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
      where k.outcome = 'claimed' and t.status = 'queued'
-       for update of t skip locked
+       for no key update of t skip locked
   ), claimed as (
     update pgflow.step_tasks as t
        set status = 'started', attempts_count = t.attempts_count + 1, started_at = now(),
