@@ -25,9 +25,11 @@ from pgflow_django.slugs import InvalidSlug
 
 if TYPE_CHECKING:
     from pgflow_django.client import (
+        CancelResult,
         RunNotFound,
         RunView,
         StepStateView,
+        cancel_run,
         get_run,
         start_flow,
         start_flows,
@@ -40,6 +42,8 @@ _LAZY = {
     "start_flows": "pgflow_django.client",
     "get_run": "pgflow_django.client",
     "wait_for_run": "pgflow_django.client",
+    "cancel_run": "pgflow_django.client",
+    "CancelResult": "pgflow_django.client",
     "RunView": "pgflow_django.client",
     "StepStateView": "pgflow_django.client",
     "RunNotFound": "pgflow_django.client",
@@ -49,6 +53,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "CancelResult",
     "CompileResult",
     "Flow",
     "FlowDefinitionError",
@@ -63,6 +68,7 @@ __all__ = [
     "StepOptions",
     "StepQueuedFlow",
     "StepStateView",
+    "cancel_run",
     "compile_flow",
     "get_run",
     "route_flow",

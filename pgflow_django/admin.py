@@ -1,8 +1,8 @@
 """Django admin for pgflow: read-only pages of flows, runs, step tasks and workers.
 
 Nothing here writes a pgflow table: every field is read-only and add, change and delete are refused.
-The two run actions (cancel, re-run) call the SQL API (``pgflow.cancel_run``, ``pgflow.rerun``) and
-are recorded in Django's admin log.
+The two run actions call the SQL API: cancel through ``pgflow_django.cancel_run`` (the path of
+``manage.py pgflow_cancel``), re-run through ``pgflow.rerun``; both are recorded in Django's admin log.
 
 Django's admin refuses to register models with a composite primary key (``Step``, ``StepState``,
 ``StepTask``), so steps and step states are tables on their flow's and run's pages, and the step
@@ -25,6 +25,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from pgflow_django import dag
+from pgflow_django.client import CancelResult, RunNotFound, cancel_run
 from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask, Worker, WorkerPause
 
 if TYPE_CHECKING:
@@ -194,14 +195,14 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         self,
         request: HttpRequest,
         queryset: QuerySet[Run],
-        function: str,
+        call: Callable[[uuid.UUID], Any],
         describe: Callable[[Run, Any], tuple[bool, str]],
     ) -> None:
         done = skipped = 0
         for run in queryset.order_by("started_at"):
             try:
-                result = _call(function, run.run_id)
-            except DatabaseError as error:
+                result = call(run.run_id)
+            except (DatabaseError, RunNotFound) as error:
                 skipped += 1
                 self.message_user(request, f"Run {run.run_id}: {error}".strip(), messages.ERROR)
                 continue
@@ -218,12 +219,12 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
 
     @admin.action(description="Cancel selected started runs", permissions=["cancel_runs"])
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
-        def describe(run: Run, result: Any) -> tuple[bool, str]:
-            if result == "cancelled":
+        def describe(run: Run, result: CancelResult) -> tuple[bool, str]:
+            if result.cancelled:
                 return True, f"Cancelled run {run.run_id} via pgflow.cancel_run."
-            return False, f"Run {run.run_id} was not cancelled: its status is {result}."
+            return False, f"Run {run.run_id} was not cancelled: its status is {result.status}."
 
-        self._act(request, queryset, "cancel_run", describe)
+        self._act(request, queryset, cancel_run, describe)
 
     @admin.action(description="Re-run selected finished runs", permissions=["rerun_runs"])
     def rerun_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
@@ -233,7 +234,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         finished = queryset.exclude(status="started")
         for run in queryset.filter(status="started"):
             self.message_user(request, f"Run {run.run_id} is still started; not re-run.", messages.WARNING)
-        self._act(request, finished, "rerun", describe)
+        self._act(request, finished, lambda run_id: _call("rerun", run_id), describe)
 
     def get_urls(self) -> list[URLPattern]:
         tasks = StepTaskAdmin(StepTask, self.admin_site)

@@ -14,9 +14,9 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, cast
 
-from django.db import connections
+from django.db import DatabaseError, connections, transaction
 
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, StepType
@@ -26,6 +26,8 @@ RunStatus: TypeAlias = Literal["started", "completed", "failed"]
 StepStatus: TypeAlias = Literal["created", "started", "completed", "failed", "skipped", "cancelled"]
 TERMINAL_RUN_STATUSES: Final = frozenset({"completed", "failed"})
 
+_NO_DATA_FOUND: Final = "P0002"
+"""The SQLSTATE ``pgflow.cancel_run`` raises for an unknown run."""
 _NUL_ESCAPE: Final = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
@@ -164,9 +166,7 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
         cursor.execute(_GET_RUN_SQL, [key])
         rows = cursor.fetchall()
     if not rows:
-        raise RunNotFound(
-            f"no run {key}: check the id, or commit the transaction that started it (it may also be pruned)"
-        )
+        raise _run_not_found(key)
     first = rows[0]
     steps = tuple(
         StepStateView(
@@ -201,6 +201,39 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
         failed_at=first[9],
         steps=steps,
     )
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What ``cancel_run`` did to one run."""
+
+    run_id: uuid.UUID
+    cancelled: bool
+    """False when the run had already finished: nothing changed."""
+    status: RunStatus
+    """The run's status after the call: ``failed`` once cancelled, else the status it finished with."""
+
+
+def cancel_run(run_id: uuid.UUID | str, *, reason: str | None = None, using: str = "default") -> CancelResult:
+    """Cancel a started run (``pgflow.cancel_run``): it ends failed with the error ``cancelled`` (or
+    ``cancelled: <reason>``), its unfinished tasks are cancelled and their messages archived, so no
+    worker claims or completes anything of it afterwards; a handler already running finishes, but its
+    completion is ignored. A finished run is left as it is (``cancelled`` False); ``RunNotFound`` for
+    an unknown id. Joins the caller's transaction when there is one (the cancel commits with it)."""
+    key = _as_uuid(run_id)
+    if reason is not None:
+        _check_text(reason, "reason")
+    try:
+        with transaction.atomic(using=using), connections[using].cursor() as cursor:
+            cursor.execute("select pgflow.cancel_run(%s, %s)", [key, reason])
+            outcome = str(cursor.fetchone()[0])
+    except DatabaseError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == _NO_DATA_FOUND:
+            raise _run_not_found(key) from None
+        raise
+    if outcome == "cancelled":
+        return CancelResult(run_id=key, cancelled=True, status="failed")
+    return CancelResult(run_id=key, cancelled=False, status=cast(RunStatus, outcome))
 
 
 def wait_for_run(
@@ -265,6 +298,24 @@ def _input_json(flow_or_slug: Flow | str, value: Any, what: str) -> str:
                 f"element; got {type(value).__name__}"
             )
     return text
+
+
+def _run_not_found(key: uuid.UUID) -> RunNotFound:
+    return RunNotFound(
+        f"no run {key}: check the id, or commit the transaction that started it (it may also be pruned)"
+    )
+
+
+def _check_text(value: str, what: str) -> None:
+    """Refuse what PostgreSQL's text cannot hold, before any SQL runs."""
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL character, which PostgreSQL cannot store; remove it")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{what} is not valid UTF-8 text (it holds a lone surrogate); pass plain text"
+        ) from None
 
 
 def _as_uuid(value: object) -> uuid.UUID:

@@ -45,6 +45,15 @@ class FlowSummary:
     runs: int
     active_runs: int
     live_workers: int
+    shared_queues: tuple[str, ...] = ()
+    """The declared shared queues a routed flow's steps use: they stay, only its messages go."""
+
+    @property
+    def what_goes(self) -> str:
+        """The queue part of a deletion, worded for private queues or shared ones."""
+        if not self.shared_queues:
+            return "its queue"
+        return f"its messages on shared queue(s) {', '.join(self.shared_queues)} (the queues stay)"
 
 
 def requeue_stalled(*, using: str = "default") -> RequeueResult:
@@ -104,18 +113,29 @@ def describe_flow(slug: str, *, using: str = "default") -> FlowSummary:
                      where w.stopped_at is null and w.deprecated_at is null
                        and w.last_heartbeat_at > now() - make_interval(secs => %(live_after)s)
                        and exists (select 1 from pgflow.worker_support as s
-                                    where s.worker_id = w.worker_id and s.flow_slug = %(slug)s))
+                                    where s.worker_id = w.worker_id and s.flow_slug = %(slug)s)),
+                   (select coalesce(array_agg(distinct s.queue_name order by s.queue_name), '{}')
+                      from pgflow.steps as s
+                      join pgflow.shared_queues as sq on sq.queue_name = s.queue_name
+                     where s.flow_slug = %(slug)s)
             """,
             {"slug": slug, "live_after": live_after},
         )
-        exists, runs, active, workers = cursor.fetchone()
+        exists, runs, active, workers, shared = cursor.fetchone()
     if not exists:
         raise FlowNotFound(_not_found(slug, using))
-    return FlowSummary(flow_slug=slug, runs=int(runs), active_runs=int(active), live_workers=int(workers))
+    return FlowSummary(
+        flow_slug=slug,
+        runs=int(runs),
+        active_runs=int(active),
+        live_workers=int(workers),
+        shared_queues=tuple(shared),
+    )
 
 
 def delete_flow(slug: str, *, using: str = "default") -> FlowSummary:
-    """Delete a compiled flow with all its runs, tasks and its queue; returns what was deleted."""
+    """Delete a compiled flow with all its runs and tasks, and its private queues (a routed flow's
+    shared queues stay, without its messages); returns what was deleted."""
     with transaction.atomic(using=using):
         summary = describe_flow(slug, using=using)
         with connections[using].cursor() as cursor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+
+logger = logging.getLogger("pgflow_django.worker")
 
 DJANGO_ONLY_OPTIONS = frozenset(
     {"isolation_level", "server_side_binding", "assume_role", "pool", "cursor_factory", "context"}
@@ -55,7 +58,16 @@ def connect(params: dict[str, Any], role: str) -> psycopg.Connection[Any]:
     keywords = dict(params)
     keywords.setdefault("application_name", f"pgflow_worker {role}")
     keywords.setdefault("connect_timeout", 10)
-    return psycopg.connect(autocommit=True, **keywords)
+    conn = psycopg.connect(autocommit=True, **keywords)
+    conn.add_notice_handler(_log_server_warning)
+    return conn
+
+
+def _log_server_warning(diagnostic: psycopg.errors.Diagnostic) -> None:
+    """The engine's SQL warns when it repairs something by itself (a message deleted because its id
+    was already archived): psycopg drops notices unless handled, so the worker's log repeats them."""
+    if diagnostic.severity_nonlocalized == "WARNING":
+        logger.warning("database warning: %s", diagnostic.message_primary)
 
 
 def first_line(exc: BaseException) -> str:

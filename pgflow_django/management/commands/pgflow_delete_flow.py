@@ -13,9 +13,11 @@ from pgflow_django.operations import FlowSummary, delete_flow, describe_flow
 
 class Command(PgflowCommand):
     help = (
-        "Delete a compiled flow: its runs, step states, tasks, steps and its PGMQ queue (live messages\n"
-        "included). This cannot be undone. Asks for confirmation on a terminal; without a terminal\n"
-        "(scripts, CI) it refuses unless --yes is given. Stop the flow's workers first."
+        "Delete a compiled flow: its runs, step states, tasks, steps and its PGMQ queues (live messages\n"
+        "included); a routed flow's shared queues stay, only its own messages on them are deleted.\n"
+        "Runs being started meanwhile are waited for and deleted too. This cannot be undone. Asks for\n"
+        "confirmation on a terminal; without a terminal (scripts, CI) it refuses unless --yes is given.\n"
+        "Stop the flow's workers first."
     )
     examples = """
   manage.py pgflow_delete_flow process_order_v1
@@ -33,18 +35,13 @@ exit codes: 0 deleted; 1 not confirmed, no such flow, or another error; 2 bad ar
         slug: str = options["flow"]
         summary = describe_flow(slug)
         if summary.live_workers:
-            self.stderr.write(
-                self.style.WARNING(
-                    f"warning: {summary.live_workers} live worker(s) serve flow {slug!r}; they will fail "
-                    "once its queue is gone: stop them first"
-                )
-            )
+            self.stderr.write(self.style.WARNING(_live_workers_warning(summary)))
         if not options["yes"]:
             self._confirm(summary, options.get("stdin") or sys.stdin)
         with self.working(f"deleting flow {slug!r}", no_color=options["no_color"]):
             deleted = delete_flow(slug)
         if options["verbosity"] > 0:
-            self.stdout.write(f"deleted flow {slug!r}: {deleted.runs} run(s) and its queue")
+            self.stdout.write(f"deleted flow {slug!r}: {deleted.runs} run(s) and {deleted.what_goes}")
 
     def _confirm(self, summary: FlowSummary, stdin: Any) -> None:
         slug = summary.flow_slug
@@ -55,10 +52,25 @@ exit codes: 0 deleted; 1 not confirmed, no such flow, or another error; 2 bad ar
             )
         active = f", {summary.active_runs} still in progress" if summary.active_runs else ""
         self.stdout.write(
-            f"This deletes flow {slug!r} with its {summary.runs} run(s){active}, their tasks and its queue."
+            f"This deletes flow {slug!r} with its {summary.runs} run(s){active}, their tasks and "
+            f"{summary.what_goes}."
         )
         self.stdout.write("Type the flow slug to confirm: ", ending="")
         self.stdout.flush()
         answer = stdin.readline()
         if answer.strip() != slug:
             raise CommandError(f"not confirmed; flow {slug!r} was not deleted")
+
+
+def _live_workers_warning(summary: FlowSummary) -> str:
+    slug, count = summary.flow_slug, summary.live_workers
+    if not summary.shared_queues:
+        return (
+            f"warning: {count} live worker(s) serve flow {slug!r}; they will fail once its queue is gone: "
+            "stop them first"
+        )
+    return (
+        f"warning: {count} live worker(s) on shared queue(s) {', '.join(summary.shared_queues)} support "
+        f"flow {slug!r}; the queues stay and these workers keep running, but find no work of it any more: "
+        "restart them without it"
+    )

@@ -1,6 +1,9 @@
 -- Starts one run per element of the JSON array `inputs`, in one call. Every input is checked before
 -- any row is written: a flow whose root step is a map needs array inputs. start_delay (seconds)
 -- delays the runs: their first tasks' messages become visible no earlier than now + start_delay.
+-- Holds the flow's start lock in shared mode until the caller's transaction ends: starts run side by
+-- side, while a deletion (pgflow.delete_flow_and_data takes it exclusively) waits for them, and a
+-- start that comes during a deletion waits for it, then finds the flow gone.
 create or replace function pgflow.start_flows(
   flow_slug text, inputs jsonb, run_ids uuid[] default null, start_delay integer default null
 )
@@ -12,6 +15,7 @@ declare
   v_bad bigint;
   v_ids uuid[];
 begin
+  perform pg_advisory_xact_lock_shared(hashtextextended('pgflow:start:' || flow_slug, 0));
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flows.flow_slug) then
     raise exception 'flow % does not exist: compile it first (manage.py pgflow_compile)', quote_literal(coalesce(flow_slug, 'NULL'))
       using errcode = '22023';

@@ -5,6 +5,11 @@
 -- message the read already hid that long is not written again), defers the
 -- visibility of 'started' ones to their stalled-recovery deadline, archives the messages whose
 -- outcome is in `archived`, and returns one claim_record per message.
+-- Lock order: every other writer locks run, then task, then message; the claim already holds its
+-- messages (the read locked them), so it never waits for a task: a task another transaction holds
+-- (a cancel, a failing run, a skipped step, a deletion, each about to end it) is skipped, reported
+-- 'started' and its message left hidden as the read set it. Waiting would close a cycle with that
+-- writer, which waits for the message next.
 create or replace function pgflow.claim_classified(
   queue_name text, worker_id uuid, ids bigint[], runs uuid[], steps text[], indexes integer[],
   outcomes text[], archived text[]
@@ -16,14 +21,21 @@ declare
   v_claimed pgflow.step_tasks[];
 begin
   -- the callers checked each task's run and step; a run that fails or a step that is skipped
-  -- meanwhile terminalizes its queued tasks, which the status recheck on the locked row sees
-  with claimed as (
+  -- meanwhile terminalizes its queued tasks, which the status recheck on the locked row sees; a
+  -- row locked by another transaction is skipped, never waited for (see above)
+  with lockable as (
+    select t.run_id, t.step_slug, t.task_index
+      from unnest(runs, steps, indexes, outcomes) as k(run_id, step_slug, task_index, outcome)
+      join pgflow.step_tasks as t
+        on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+     where k.outcome = 'claimed' and t.status = 'queued'
+       for no key update of t skip locked
+  ), claimed as (
     update pgflow.step_tasks as t
        set status = 'started', attempts_count = t.attempts_count + 1, started_at = now(),
            last_worker_id = claim_classified.worker_id
-      from unnest(runs, steps, indexes, outcomes) as k(run_id, step_slug, task_index, outcome)
-     where k.outcome = 'claimed'
-       and t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+      from lockable as l
+     where t.run_id = l.run_id and t.step_slug = l.step_slug and t.task_index = l.task_index
        and t.status = 'queued'
     returning t.*
   )

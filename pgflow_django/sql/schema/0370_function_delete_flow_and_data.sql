@@ -3,10 +3,12 @@
 -- their archives), then the flow row last. Every queue of the persisted route (pgflow.flow_queues)
 -- is validated first (exactly one pgmq.meta spelling, its objects present, referenced by no other flow): a
 -- missing, ambiguous, malformed or shared queue fails the whole call and drops nothing. Runtime rows
--- are locked before the queues (the order every writer uses). Messages are not archived one by one:
--- dropping a queue drops its table and archive together. Serialised with compilation by the
--- per-flow advisory lock. Shared queues (pgflow.shared_queues) are never dropped: only this flow's
--- live messages on them are deleted, found through its task snapshots.
+-- and tasks are locked before the queues' messages (run, task, message: the order every writer
+-- uses). Messages are not archived one by one: dropping a queue drops its table and archive
+-- together. Serialised with compilation by the per-flow advisory lock, and with starts by the
+-- flow's start lock (taken exclusively: runs being started commit first, later starts find the flow
+-- gone). Shared queues (pgflow.shared_queues) are never dropped: only this flow's live messages on
+-- them are deleted, found through its task snapshots. The workers' support rows for the flow go too.
 create or replace function pgflow.delete_flow_and_data(flow_slug text)
 returns void
 language plpgsql
@@ -17,9 +19,12 @@ declare
   v_spellings text[] := '{}';
   v_problem text;
   v_other text;
+  v_shared_queues text[];
+  v_shared_msgs bigint[];
 begin
   perform pg_advisory_xact_lock_shared(hashtextextended('pgflow:migrate', 0));
   perform pg_advisory_xact_lock(hashtextextended('pgflow:compile:' || flow_slug, 0));
+  perform pg_advisory_xact_lock(hashtextextended('pgflow:start:' || flow_slug, 0));
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug) then
     raise exception 'flow % does not exist', quote_literal(coalesce(flow_slug, 'NULL')) using errcode = '22023';
   end if;
@@ -53,24 +58,31 @@ begin
     end if;
   end loop;
 
+  with gone as (
+    delete from pgflow.step_tasks as t
+     where t.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug)
+    returning t.queue_name, t.message_id, t.status
+  )
+  select coalesce(array_agg(g.queue_name), '{}'), coalesce(array_agg(g.message_id), '{}')
+    into v_shared_queues, v_shared_msgs
+    from gone as g
+    join pgflow.shared_queues as sq on sq.queue_name = g.queue_name
+   where g.message_id is not null and g.status in ('queued', 'started');
+
   -- on shared queues, only this flow's own messages go (found through its task snapshots); the
   -- queues, their archives and every other message stay
-  perform pgmq.delete(t.queue_name, array_agg(t.message_id order by t.message_id))
-     from pgflow.step_tasks as t
-     join pgflow.shared_queues as sq on sq.queue_name = t.queue_name
-    where t.flow_slug = delete_flow_and_data.flow_slug and t.message_id is not null
-      and t.status in ('queued', 'started')
-      and to_regclass(format('pgmq.%I', pgmq.format_table_name(t.queue_name, 'q'))) is not null
-    group by t.queue_name;
+  perform pgmq.delete(m.queue_name, array_agg(m.msg_id order by m.msg_id))
+     from unnest(v_shared_queues, v_shared_msgs) as m(queue_name, msg_id)
+    where to_regclass(format('pgmq.%I', pgmq.format_table_name(m.queue_name, 'q'))) is not null
+    group by m.queue_name;
 
-  delete from pgflow.step_tasks as t
-   where t.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
   delete from pgflow.step_states as ss
    where ss.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
   delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.deps as d where d.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.worker_pauses as p where p.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.worker_support as ws where ws.flow_slug = delete_flow_and_data.flow_slug;
 
   foreach v_queue in array v_spellings loop
     perform pgmq.drop_queue(v_queue);

@@ -1,7 +1,9 @@
--- Cancels a started run: it ends as failed with reason 'cancelled', its unfinished tasks are
--- cancelled and their messages archived, exactly as a failed run. Returns 'cancelled', or the run's
--- status when it was not started (nothing changes then).
-create or replace function pgflow.cancel_run(run_id uuid)
+-- Cancels a started run: it ends as failed with reason 'cancelled' (or 'cancelled: <reason>'), its
+-- unfinished tasks are cancelled and their messages archived, exactly as a failed run. Returns
+-- 'cancelled', or the run's status when it was not started (nothing changes then). Locks the run,
+-- then its tasks, then their messages, the order every writer uses; the claim, which holds messages
+-- first, skips a task it finds locked, so a cancel never deadlocks with workers.
+create or replace function pgflow.cancel_run(run_id uuid, reason text default null)
 returns text
 language plpgsql
 as $$
@@ -15,7 +17,8 @@ begin
   if v_status <> 'started' then
     return v_status;
   end if;
-  perform pgflow.fail_run(cancel_run.run_id, 'cancelled');
+  perform pgflow.fail_run(cancel_run.run_id,
+                          'cancelled' || coalesce(': ' || nullif(btrim(cancel_run.reason), ''), ''));
   return 'cancelled';
 end;
 $$;

@@ -1,6 +1,6 @@
-"""Deleting a flow while a worker claims its tasks: whichever goes first, the other waits for its locks,
-then nothing of the flow remains and nothing is claimed from deleted rows; the claimer's late
-completion and failure change nothing and raise nothing."""
+"""Deleting a flow while a worker claims its tasks: a deletion waits for a claim in progress, a claim
+during a deletion skips the tasks it holds; then nothing of the flow remains and nothing is claimed
+from deleted rows; the claimer's late completion and failure change nothing and raise nothing."""
 
 from __future__ import annotations
 
@@ -63,15 +63,15 @@ def test_deletion_waits_for_a_claim_in_progress() -> None:
         check_invariants(observer, require_terminal=True)
 
 
-def test_claim_waits_for_a_deletion_in_progress_and_claims_nothing() -> None:
+def test_claim_during_a_deletion_in_progress_skips_its_tasks_and_claims_nothing() -> None:
+    """The claim holds its messages, so it never waits for the tasks the deletion holds (the deletion
+    then waits for the queue): it answers at once and claims nothing."""
     with sessions(FLOW) as (first, second, observer):
         run_id, ids = _flow_with_run(observer)
 
         with first.transaction():
             first.execute("select pgflow.delete_flow_and_data(%s)", [FLOW])
-            job = Background(lambda: claim(second, FLOW, ids, uuid.uuid4()))
-            wait_for_lock_wait(observer, backend_pid(second), job)
-        outcomes = job.result()
+            outcomes = claim(second, FLOW, ids, uuid.uuid4())
 
         assert [row[1] for row in outcomes] == ids
         assert all(outcome != "claimed" and attempt is None for outcome, _, attempt in outcomes), outcomes
