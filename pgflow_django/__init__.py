@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         wait_for_run,
     )
     from pgflow_django.compiler import CompileResult, FlowMismatch, compile_flow
+    from pgflow_django.operations import FlowNotFound
 
 _LAZY = {
     "start_flow": "pgflow_django.client",
@@ -46,6 +47,7 @@ _LAZY = {
     "compile_flow": "pgflow_django.compiler",
     "CompileResult": "pgflow_django.compiler",
     "FlowMismatch": "pgflow_django.compiler",
+    "FlowNotFound": "pgflow_django.operations",
 }
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "Flow",
     "FlowDefinitionError",
     "FlowMismatch",
+    "FlowNotFound",
     "FlowOptions",
     "InvalidSlug",
     "Retry",

@@ -42,6 +42,7 @@ from pgflow_django.worker.preflight import (
 )
 from pgflow_django.worker.runner import Runner
 from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.unsupported import UnsupportedWork
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -53,10 +54,9 @@ DELAYED_MESSAGE_SLACK = 0.005
 SHARED_WARNINGS = {
     "unmatched": "match no task: left in the queue untouched (applications must not send to queues "
     "pgflow manages)",
-    "unsupported": "belong to flows or steps this worker does not run: left untouched for their workers "
-    "(manage.py pgflow_coverage lists the handlers each queue needs)",
 }
-"""Shared-queue claim outcomes that are not this worker's to run: warned about, never stop the worker."""
+"""Shared-queue claim outcomes that are not this worker's to run: warned about, never stop the worker
+(``unsupported`` work is named once per flow step, by ``UnsupportedWork``)."""
 
 
 class Worker:
@@ -111,6 +111,7 @@ class Worker:
         self._registered = False
         self.fatal = False
         """Set when a claim met unsupported work: the process exits non-zero."""
+        self.unsupported = UnsupportedWork(self.queue)
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -310,6 +311,8 @@ class Worker:
                             self.queue,
                             ",".join(map(str, ids)),
                         )
+                if claim.unclaimed.get("unsupported"):
+                    self.unsupported.report(engine.conn, claim.unclaimed["unsupported"])
                 foreign = claim.unclaimed.get("foreign", [])
                 if foreign:
                     logger.warning(
