@@ -145,6 +145,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     date_hierarchy = "started_at"
     ordering = ("-started_at",)
     readonly_fields = ("dag_picture", "step_states_table", "tasks_link")
+    exclude = ("error_message",)
     actions = ("cancel_runs", "rerun_runs")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:

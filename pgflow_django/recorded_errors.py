@@ -23,16 +23,19 @@ class RecordedError:
 
 
 def read_error(text: str) -> RecordedError:
-    """The summary and traceback of a recorded error; text that is not a task blob is its own summary."""
-    if not text.startswith(ERROR_PREFIX):
+    """The summary and traceback of a recorded error; text without a task blob is its own summary.
+
+    The blob may follow a prefix: a run's error reads ``step call failed: django-task-error:{...}``."""
+    head, found, blob = text.partition(ERROR_PREFIX)
+    if not found:
         return RecordedError(text)
     try:
-        detail = json.loads(text[len(ERROR_PREFIX) :])
+        detail = json.loads(blob)
         class_path = str(detail["exception_class_path"])
         trace = str(detail["traceback"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return RecordedError(text)
-    return RecordedError(_summary(class_path, trace), trace or None)
+    return RecordedError(head + _summary(class_path, trace), trace or None)
 
 
 def _summary(class_path: str, trace: str) -> str:
