@@ -48,8 +48,11 @@ MAX_SECONDS: Final = 100 * 365 * 86400.0
 """Largest number of seconds an option takes (100 years): beyond it, time arithmetic overflows."""
 MAX_DURATION: Final = timedelta(seconds=MAX_SECONDS)
 
-_CONTROL: Final = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-"""C0 (newline apart), DEL, C1 and the bidirectional overrides that reorder what a terminal shows."""
+_CONTROL: Final = re.compile(
+    r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+"""C0 (newline apart), DEL, C1, the bidirectional overrides that reorder what a terminal shows, and
+lone surrogates (which no terminal encoding can write)."""
 _SGR: Final = re.compile(r"\x1b\[[0-9;]*m")
 """A colour code, as Django's terminal styles write them."""
 _SHOWN_ARGUMENT: Final = 40
