@@ -25,7 +25,6 @@ from tests.integration.commands_support import (
     stderr_lines,
 )
 
-
 compiled_elsewhere = Flow("cmd_compiled_elsewhere", max_attempts=1, timeout=5)
 
 
