@@ -111,10 +111,9 @@ class PgflowCommand(BaseCommand):
     def execute(self, *args: Any, **options: Any) -> Any:
         """Plain writes and the final error line are stripped of control characters: both may carry
         text from the database or the command line."""
-        if options.get("stdout"):
-            options["stdout"] = PrintableOutput(options["stdout"])
-        if options.get("stderr"):
-            options["stderr"] = PrintableOutput(options["stderr"])
+        for name in ("stdout", "stderr"):  # call_command's streams: Django wraps them again (and ends lines)
+            if options.get(name):
+                options[name] = PrintableOutput(options[name], ending="")
         self.stdout = PrintableOutput(self.stdout)
         self.stderr = PrintableOutput(self.stderr)
         try:
@@ -144,7 +143,7 @@ class PgflowCommand(BaseCommand):
     def working(self, message: str, *, no_color: bool = False) -> AbstractContextManager[object]:
         """A spinner on stderr while one long statement runs; nothing when stderr is not a terminal."""
         console = self.console(stderr=True, no_color=no_color)
-        return console.status(message) if console.is_terminal else nullcontext()
+        return console.status(printable(message, markup=True)) if console.is_terminal else nullcontext()
 
     def write_json(self, value: Any) -> None:
         self.stdout.write(to_json(value))

@@ -181,3 +181,15 @@ def test_watch_stays_readable_at_80_columns() -> None:
     ]
     for entry in expected:
         assert any(entry in line for line in lines), f"{entry!r} is broken across lines:\n{text}"
+
+
+def test_call_command_streams_keep_their_line_endings() -> None:
+    """``call_command(stdout=...)``: Django wraps the stream again; an ``ending=""`` write (a prompt,
+    the coverage query) gets no newline from the inner wrapper."""
+    from django.core.management.base import OutputWrapper
+
+    out = StringIO()
+    wrapped = OutputWrapper(PrintableOutput(out, ending=""))
+    wrapped.write("Type the flow slug to confirm: ", ending="")
+    wrapped.write("\x1b[2Jnext")
+    assert out.getvalue() == "Type the flow slug to confirm: \\x1b[2Jnext\n"
