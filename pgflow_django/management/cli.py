@@ -43,10 +43,10 @@ from pgflow_django.slugs import InvalidSlug
 USAGE_ERROR: Final = 2
 """Exit code for bad arguments, as argparse uses."""
 MAX_COUNT: Final = 2**31 - 1
-"""Largest whole number an option takes (PostgreSQL's integer): a limit beyond it means "all"."""
+"""Largest whole number an option takes (PostgreSQL's integer): a larger one is refused as an argument
+rather than failing in the database."""
 MAX_SECONDS: Final = 100 * 365 * 86400.0
 """Largest number of seconds an option takes (100 years): beyond it, time arithmetic overflows."""
-MAX_DURATION: Final = timedelta(seconds=MAX_SECONDS)
 
 _CONTROL: Final = re.compile(
     r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
