@@ -285,7 +285,7 @@ def _unknown_flow_as_not_found(slug: str, using: str) -> Iterator[None]:
         ):
             raise
         compiled: list[str] = []
-        if not connections[using].in_atomic_block:
+        if connections[using].get_autocommit():  # else the failed statement aborted the transaction
             with connections[using].cursor() as cursor:
                 cursor.execute("select flow_slug from pgflow.flows")
                 compiled = [row[0] for row in cursor.fetchall()]
