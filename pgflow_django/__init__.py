@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         wait_for_run,
     )
     from pgflow_django.compiler import CompileResult, FlowMismatch, compile_flow
+    from pgflow_django.operations import FlowNotFound
 
 _LAZY = {
     "start_flow": "pgflow_django.client",
@@ -50,6 +51,7 @@ _LAZY = {
     "compile_flow": "pgflow_django.compiler",
     "CompileResult": "pgflow_django.compiler",
     "FlowMismatch": "pgflow_django.compiler",
+    "FlowNotFound": "pgflow_django.operations",
 }
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "Flow",
     "FlowDefinitionError",
     "FlowMismatch",
+    "FlowNotFound",
     "FlowOptions",
     "InvalidSlug",
     "Retry",

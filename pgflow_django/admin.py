@@ -27,6 +27,10 @@ from django.utils.safestring import SafeString, mark_safe
 from pgflow_django import dag
 from pgflow_django.client import CancelResult, RunNotFound, cancel_run
 from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask, Worker, WorkerPause
+from pgflow_django.recorded_errors import read_error
+
+_MAX_MESSAGE_ID = 2**63 - 1
+"""PGMQ message ids are bigint: a longer number matches no task."""
 
 if TYPE_CHECKING:
     _FlowAdmin = admin.ModelAdmin[Flow]
@@ -67,6 +71,20 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], css_class: str
     )
     return format_html(
         '<table class="{}"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>', css_class, head, body
+    )
+
+
+def _error_html(text: str | None) -> SafeString | None:
+    """A recorded error as its one-line summary; a Django task's traceback in a collapsed block."""
+    if not text:
+        return None
+    error = read_error(text)
+    if error.traceback is None:
+        return format_html("{}", error.summary)
+    return format_html(
+        '{}<details class="pgflow-traceback"><summary>traceback</summary><pre>{}</pre></details>',
+        error.summary,
+        error.traceback,
     )
 
 
@@ -128,7 +146,17 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     date_hierarchy = "started_at"
     ordering = ("-started_at",)
     readonly_fields = ("dag_picture", "step_states_table", "tasks_link")
+    exclude = ("error_message",)
     actions = ("cancel_runs", "rerun_runs")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        """The run's error shown as ``ExceptionClass: message`` (with its traceback collapsed)."""
+        fields = super().get_readonly_fields(request, obj)
+        return ["error" if name == "error_message" else name for name in fields]
+
+    @admin.display(description="error message")
+    def error(self, obj: Run) -> SafeString | None:
+        return _error_html(obj.error_message)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Run], search_term: str
@@ -167,7 +195,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
                 s.remaining_tasks,
                 s.remaining_deps,
                 s.skip_reason,
-                s.error_message,
+                _error_html(s.error_message),
                 s.started_at,
                 s.completed_at or s.failed_at or s.skipped_at,
             )
@@ -287,7 +315,9 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
             return queryset.filter(run_id=uuid.UUID(term)), False
         except ValueError:
             pass
-        if term.isdigit():
+        if term.isascii() and term.isdigit():  # str.isdigit() alone accepts "²", which int() refuses
+            if len(term) > len(str(_MAX_MESSAGE_ID)) or int(term) > _MAX_MESSAGE_ID:
+                return queryset.none(), False
             return queryset.filter(message_id=int(term)), False
         return queryset.filter(queue_name=term.lower()), False
 

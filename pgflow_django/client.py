@@ -6,20 +6,24 @@ commits or rolls back with the caller's writes, so a run never starts for an ord
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, TypeAlias, cast
 
-from django.db import DatabaseError, connections, transaction
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, DataError, connections, transaction
 
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, StepType
+from pgflow_django.operations import FlowNotFound
 from pgflow_django.slugs import validate_flow_slug
 
 RunStatus: TypeAlias = Literal["started", "completed", "failed"]
@@ -29,6 +33,8 @@ TERMINAL_RUN_STATUSES: Final = frozenset({"completed", "failed"})
 _NO_DATA_FOUND: Final = "P0002"
 """The SQLSTATE ``pgflow.cancel_run`` raises for an unknown run."""
 _NUL_ESCAPE: Final = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+_LISTED_FLOWS: Final = 20
+"""At most this many flow slugs in a not-found message."""
 
 
 class InvalidInput(ValueError):
@@ -108,7 +114,7 @@ def start_flow(
     slug = _flow_slug(flow_or_slug)
     body = _input_json(flow_or_slug, input, f"input of flow {slug!r}")
     chosen = None if run_id is None else _as_uuid(run_id)
-    with connections[using].cursor() as cursor:
+    with connections[using].cursor() as cursor, _unknown_flow_as_not_found(slug, using):
         cursor.execute(
             "select run_id from pgflow.start_flow(%s, %s::jsonb, %s::uuid, %s::integer)",
             [slug, body, chosen, _delay_seconds(delay)],
@@ -150,7 +156,7 @@ def start_flows(
         ids = [_as_uuid(value) for value in run_ids]
     if not bodies:
         return []
-    with connections[using].cursor() as cursor:
+    with connections[using].cursor() as cursor, _unknown_flow_as_not_found(slug, using):
         cursor.execute(
             "select count(*) from pgflow.start_flows(%s, %s::jsonb, %s::uuid[])",
             [slug, f"[{','.join(bodies)}]", ids],
@@ -269,6 +275,58 @@ select r.run_id, r.flow_slug, r.status, r.input::text, r.output::text, r.error_m
  where r.run_id = %s
  order by st.step_index
 """
+
+
+def flow_not_found(slug: str, compiled: Iterable[str] = ()) -> str:
+    """One line for a slug no compiled flow has: the known flows (registered in this project, plus
+    ``compiled`` ones the caller read from the database) and the closest match."""
+    registered = _registered_slugs()
+    if slug in registered:
+        return (
+            f"flow {slug!r} is registered but not compiled in this database: run "
+            f"`manage.py pgflow_compile {slug}` (a worker for it compiles it too)"
+        )
+    known = sorted({*registered, *compiled})
+    listed = ", ".join(known[:_LISTED_FLOWS]) or "none"
+    if len(known) > _LISTED_FLOWS:
+        listed += f" and {len(known) - _LISTED_FLOWS} more"
+    close = difflib.get_close_matches(slug, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"no flow {slug!r} (known flows: {listed}){hint}"
+
+
+def _registered_slugs() -> list[str]:
+    from pgflow_django.registry import get_flows
+
+    try:
+        return list(get_flows())
+    except (ImproperlyConfigured, ImportError):
+        return []  # a broken registry is reported by `manage.py check`, not by this message
+
+
+@contextmanager
+def _unknown_flow_as_not_found(slug: str, using: str) -> Iterator[None]:
+    """The SQL API's "flow does not exist" (SQLSTATE 22023) becomes ``FlowNotFound``, one line.
+
+    The compiled flows are listed too when the connection is in autocommit (a command, a script):
+    inside the caller's transaction the failed statement has aborted it, so only the registered
+    ones are."""
+    try:
+        yield
+    except DataError as exc:
+        cause = exc.__cause__
+        primary = getattr(getattr(cause, "diag", None), "message_primary", None) or ""
+        if (
+            not primary.startswith(f"flow '{slug}' does not exist")
+            or getattr(cause, "sqlstate", None) != "22023"
+        ):
+            raise
+        compiled: list[str] = []
+        if connections[using].get_autocommit():  # else the failed statement aborted the transaction
+            with connections[using].cursor() as cursor:
+                cursor.execute("select flow_slug from pgflow.flows")
+                compiled = [row[0] for row in cursor.fetchall()]
+        raise FlowNotFound(flow_not_found(slug, compiled)) from None
 
 
 def _flow_slug(flow_or_slug: Flow | str) -> str:

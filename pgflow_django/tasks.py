@@ -30,6 +30,7 @@ from django.utils.module_loading import import_string, module_has_submodule
 
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, RoutedFlow, route_flow
+from pgflow_django.recorded_errors import ERROR_PREFIX
 from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, shared_queue_problem
 from pgflow_django.worker.context import TaskContext as StepContext
 from pgflow_django.worker.runner import MAX_ERROR_LENGTH
@@ -83,7 +84,6 @@ STEP_SLUG: Final = "call"
 """The one step of every task flow."""
 MAX_TRACEBACK: Final = 8000
 """Characters of traceback kept per failed attempt (the engine stores at most 10,000 per error)."""
-ERROR_PREFIX: Final = "django-task-error:"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,8 +218,11 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
         delay = None
         if task.run_after is not None:
             delay = max(0, math.ceil((task.run_after - timezone.now()).total_seconds()))
-        run_id = start_flow(flow, payload, run_id=uuid.uuid4(), delay=delay, using=self.using)
-        result = self.get_result(str(run_id))
+        # read back in the starting transaction: a worker cannot have claimed the task yet, so the
+        # result is READY (as Django's database backends return it), never a racing RUNNING
+        with transaction.atomic(using=self.using):
+            run_id = start_flow(flow, payload, run_id=uuid.uuid4(), delay=delay, using=self.using)
+            result = self.get_result(str(run_id))
         tasks_api.task_enqueued.send(type(self), task_result=result)
         return result
 

@@ -2,13 +2,16 @@
 
 Every command derives from ``PgflowCommand`` so that an operator (or a deploy script) always gets the
 same contract: ``--help`` with examples, one line on stderr for any mistake, and documented exit codes
-(0 success, 1 failure, 2 bad arguments).
+(0 success, 1 failure, 2 bad arguments). Text that comes from users (handler errors, inputs, outputs,
+pause notes) is printed through ``printable``: it never reaches the terminal as control sequences or
+as Rich markup.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import uuid
@@ -20,9 +23,16 @@ from typing import Any, ClassVar, Final, TextIO
 
 import psycopg
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser, DjangoHelpFormatter
+from django.core.management.base import (
+    BaseCommand,
+    CommandError,
+    CommandParser,
+    DjangoHelpFormatter,
+    OutputWrapper,
+)
 from django.db import Error as DjangoDatabaseError
 from rich.console import Console
+from rich.markup import escape
 
 from pgflow_django.client import InvalidInput, RunNotFound
 from pgflow_django.dbguard import require_postgresql
@@ -33,6 +43,20 @@ from pgflow_django.slugs import InvalidSlug
 
 USAGE_ERROR: Final = 2
 """Exit code for bad arguments, as argparse uses."""
+MAX_COUNT: Final = 2**31 - 1
+"""Largest whole number an option takes (PostgreSQL's integer): a larger one is refused as an argument
+rather than failing in the database."""
+MAX_SECONDS: Final = 100 * 365 * 86400.0
+"""Largest number of seconds an option takes (100 years): beyond it, time arithmetic overflows."""
+
+_CONTROL: Final = re.compile(
+    r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+"""C0 (newline apart), DEL, C1, the bidirectional overrides that reorder what a terminal shows, and
+lone surrogates (which no terminal encoding can write)."""
+_SGR: Final = re.compile(r"\x1b\[[0-9;]*m")
+"""A colour code, as Django's terminal styles write them."""
+_SHOWN_ARGUMENT: Final = 40
 
 _DURATION_PART: Final = re.compile(r"(\d+)\s*([smhdw])")
 _DURATION_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -80,10 +104,26 @@ class PgflowCommand(BaseCommand):
         try:
             parser.parse_args(argv[2:])
         except CommandError as exc:
-            message = str(exc).removeprefix("Error: ")
+            message = printable(str(exc).removeprefix("Error: "))
             self.stderr.write(f"{parser.prog}: error: {message} (see --help)")
             sys.exit(USAGE_ERROR)
         super().run_from_argv(argv)
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        """Plain writes and the final error line are stripped of control characters: both may carry
+        text from the database or the command line."""
+        for name in ("stdout", "stderr"):  # call_command's streams: Django wraps them again (and ends lines)
+            if options.get(name):
+                options[name] = PrintableOutput(options[name], ending="")
+        self.stdout = PrintableOutput(self.stdout)
+        self.stderr = PrintableOutput(self.stderr)
+        try:
+            return super().execute(*args, **options)
+        except CommandError as exc:
+            message = printable(str(exc), newlines=True)
+            if message == str(exc):
+                raise
+            raise CommandError(message, returncode=exc.returncode) from exc
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -105,17 +145,66 @@ class PgflowCommand(BaseCommand):
     def working(self, message: str, *, no_color: bool = False) -> AbstractContextManager[object]:
         """A spinner on stderr while one long statement runs; nothing when stderr is not a terminal."""
         console = self.console(stderr=True, no_color=no_color)
-        return console.status(message) if console.is_terminal else nullcontext()
+        return console.status(printable(message, markup=True)) if console.is_terminal else nullcontext()
 
     def write_json(self, value: Any) -> None:
         self.stdout.write(to_json(value))
 
 
+class PrintableOutput(OutputWrapper):
+    """Django's output wrapper, writing every message through ``printable`` (newlines kept).
+
+    A safety net under the commands' own escaping of user text: only the colour codes of Django's
+    ``self.style`` (SGR sequences) pass through as they are."""
+
+    def __init__(self, out: Any, ending: str = "\n") -> None:
+        super().__init__(getattr(out, "_out", out), ending)
+        self.style_func = getattr(out, "style_func", None)
+
+    def write(self, msg: str = "", style_func: Any = None, ending: str | None = None) -> None:  # type: ignore[override]
+        parts = _SGR.split(msg)
+        codes = _SGR.findall(msg)
+        text = printable(parts[0], newlines=True) + "".join(
+            code + printable(part, newlines=True) for code, part in zip(codes, parts[1:], strict=True)
+        )
+        super().write(text, style_func, ending)
+
+
 def make_console(stream: Any, *, no_color: bool = False) -> Console:
-    """A rich console on the stream under Django's ``OutputWrapper`` (which would add newlines)."""
-    out: TextIO = getattr(stream, "_out", stream)
+    """A rich console on the stream under Django's ``OutputWrapper`` (which would add newlines).
+
+    Markup is off: no string printed through it is read as Rich markup, so a ``[/bold]`` in a handler
+    error is shown, not parsed (or crashed on). Control characters are ``printable``'s job."""
+    out: TextIO = stream
+    while isinstance(out, OutputWrapper):
+        out = out._out
     is_tty = bool(getattr(out, "isatty", lambda: False)())
-    return Console(file=out, no_color=no_color, highlight=False, width=None if is_tty else 160)
+    return Console(file=out, no_color=no_color, highlight=False, markup=False, width=None if is_tty else 160)
+
+
+def printable(value: object, *, newlines: bool = False, markup: bool = False) -> str:
+    """User-controlled text made safe to print: control characters (ESC, OSC, C0 and C1, DEL, bidi
+    overrides) become visible ``\\xNN`` escapes, so nothing typed into an error or an input drives
+    the operator's terminal. ``newlines`` keeps line breaks (else they read as spaces); ``markup``
+    also escapes Rich markup, for the few renderables that parse it whatever the console says
+    (progress and status descriptions)."""
+    text = str(value).replace("\r\n", "\n")
+    if not newlines:
+        text = text.replace("\n", " ")
+    text = _CONTROL.sub(_visible, text)
+    return escape(text) if markup else text
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code == 0x09:
+        return "    "
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def shown_argument(text: str) -> str:
+    """An argument quoted in an error message, cut short: a 5,000-digit number is not repeated."""
+    return repr(text if len(text) <= _SHOWN_ARGUMENT else f"{text[:_SHOWN_ARGUMENT]}...")
 
 
 def one_line(exc: BaseException) -> str:
@@ -146,8 +235,12 @@ def describe_database_error(exc: BaseException) -> str:
 
 
 def to_json(value: Any) -> str:
-    """Indented JSON; UUIDs and times as strings. Message ids must be made strings by the caller."""
-    return json.dumps(value, indent=2, default=_json_default, ensure_ascii=False)
+    """Indented JSON; UUIDs and times as strings. Message ids must be made strings by the caller.
+
+    Non-ASCII text stays readable, except the characters ``printable`` escapes: JSON escapes C0 on its
+    own, and DEL, C1 and bidi overrides become ``\\uXXXX`` here (the same JSON value)."""
+    text = json.dumps(value, indent=2, default=_json_default, ensure_ascii=False)
+    return _CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def _json_default(value: Any) -> Any:
@@ -166,34 +259,52 @@ def _json_default(value: Any) -> Any:
 
 
 def parse_duration(text: str) -> timedelta:
-    """``7d``, ``12h``, ``30m``, ``3600s``, ``1w`` or combinations such as ``1h30m``."""
+    """``7d``, ``12h``, ``30m``, ``3600s``, ``1w`` or combinations such as ``1h30m``, up to 100 years."""
     compact = text.strip().lower()
-    parts = _DURATION_PART.findall(compact)
-    if not compact or _DURATION_PART.sub("", compact).strip():
+    parts = _DURATION_PART.findall(compact) if compact.isascii() else []
+    if not parts or _DURATION_PART.sub("", compact).strip():
         raise argparse.ArgumentTypeError(
-            f"invalid duration {text!r}: use whole numbers with a unit s, m, h, d or w "
+            f"invalid duration {shown_argument(text)}: use whole numbers with a unit s, m, h, d or w "
             "(e.g. 7d, 12h, 30m, 3600s, 1h30m)"
         )
-    return timedelta(seconds=sum(int(number) * _DURATION_UNITS[unit] for number, unit in parts))
+    seconds = 0
+    for number, unit in parts:
+        if len(number.lstrip("0")) > 12:
+            seconds = int(MAX_SECONDS) + 1
+            break
+        seconds += int(number) * _DURATION_UNITS[unit]
+    if seconds > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"duration {shown_argument(text)} is too long: at most {int(MAX_SECONDS) // 86400}d (100 years)"
+        )
+    return timedelta(seconds=seconds)
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
+    """A whole number from 1 to ``MAX_COUNT``, written in ASCII digits."""
+    digits = text.strip().removeprefix("+")
+    significant = digits.lstrip("0")
+    if not (digits.isascii() and digits.isdigit()) or not significant:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {shown_argument(text)}")
+    if len(significant) > len(str(MAX_COUNT)) or int(significant) > MAX_COUNT:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 1 to {MAX_COUNT}, got {shown_argument(text)}"
+        )
+    return int(significant)
 
 
 def positive_float(text: str) -> float:
+    """A number of seconds above 0 and at most ``MAX_SECONDS`` (100 years), written in ASCII."""
+    stripped = text.strip()
     try:
-        value = float(text)
+        value = float(stripped) if stripped.isascii() and len(stripped) <= 64 else math.nan
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+        value = math.nan
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds > 0 (at most {MAX_SECONDS:.0f}, 100 years), "
+            f"got {shown_argument(text)}"
+        )
     return value
 
 
@@ -201,14 +312,16 @@ def run_id(text: str) -> uuid.UUID:
     try:
         return uuid.UUID(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a UUID") from None
+        raise argparse.ArgumentTypeError(f"{shown_argument(text)} is not a UUID") from None
 
 
 def load_json_argument(text: str, option: str = "--input") -> Any:
     """A JSON document, ``-`` for standard input or ``@path`` for a file.
 
     Read in ``handle`` rather than as an argparse type, because arguments are parsed twice (once to
-    report usage errors) and standard input can be read only once.
+    report usage errors) and standard input can be read only once. A document Python cannot read
+    back (an integer of more than 4,300 digits, nesting deeper than the interpreter's recursion
+    limit) is refused like malformed JSON: one line, exit 2.
     """
     source = option
     if text == "-":
@@ -218,13 +331,21 @@ def load_json_argument(text: str, option: str = "--input") -> Any:
         try:
             with open(path, encoding="utf-8") as handle:
                 text = handle.read()
-        except OSError as exc:
-            raise CommandError(f"{option}: cannot read {path}: {exc.strerror}") from None
+        except (OSError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise CommandError(f"{option}: cannot read {path}: {reason}", returncode=USAGE_ERROR) from None
         source = path
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CommandError(f"{source} is not valid JSON: {exc}") from None
+        raise CommandError(f"{source} is not valid JSON: {exc}", returncode=USAGE_ERROR) from None
+    except RecursionError:
+        raise CommandError(
+            f"{source} is nested too deeply to read (more than about {sys.getrecursionlimit()} levels)",
+            returncode=USAGE_ERROR,
+        ) from None
+    except ValueError as exc:
+        raise CommandError(f"{source} cannot be read: {one_line(exc)}", returncode=USAGE_ERROR) from None
 
 
 @contextmanager

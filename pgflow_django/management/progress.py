@@ -9,6 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from pgflow_django.client import RunView, StepStateView
+from pgflow_django.management.cli import printable, to_json
+from pgflow_django.recorded_errors import read_error
 
 STATUS_STYLES = {
     "created": "dim",
@@ -22,7 +24,23 @@ STATUS_STYLES = {
 
 
 def status_text(status: str) -> Text:
-    return Text(status, style=STATUS_STYLES.get(status, ""))
+    return Text(printable(status), style=STATUS_STYLES.get(status, ""))
+
+
+def error_summary(text: str | None) -> str:
+    """A recorded error as one printable line (a Django task's ``ExceptionClass: message``)."""
+    return "" if not text else printable(read_error(text).summary)
+
+
+def error_traceback(text: str | None) -> str | None:
+    """The traceback recorded with an error (Django tasks record one), printable, or None."""
+    trace = read_error(text).traceback if text else None
+    return None if trace is None else printable(trace.rstrip(), newlines=True)
+
+
+def json_text(value: Any) -> Text:
+    """A JSON value (an input or output) as indented text, its control characters escaped."""
+    return Text(to_json(value))
 
 
 def tasks_done(state: StepStateView) -> str:
@@ -43,8 +61,8 @@ def steps_table(view: RunView, *, title: str | None = None) -> Table:
     table.add_column("note", overflow="fold", max_width=70)
     for state in view.steps:
         table.add_row(
-            state.step_slug,
-            state.step_type,
+            printable(state.step_slug),
+            printable(state.step_type),
             status_text(state.status),
             tasks_done(state),
             _note(state),
@@ -55,7 +73,7 @@ def steps_table(view: RunView, *, title: str | None = None) -> Table:
 def run_title(view: RunView) -> Text:
     title = Text()
     title.append(f"run {view.run_id} ", style="bold")
-    title.append(f"of {view.flow_slug}: ")
+    title.append(f"of {printable(view.flow_slug)}: ")
     title.append_text(status_text(view.status))
     elapsed = _elapsed(view.started_at, view.completed_at or view.failed_at)
     if elapsed:
@@ -65,9 +83,9 @@ def run_title(view: RunView) -> Text:
 
 def _note(state: StepStateView) -> str:
     if state.error_message:
-        return state.error_message
+        return error_summary(state.error_message)
     if state.skip_reason:
-        return state.skip_reason.replace("_", " ")
+        return printable(state.skip_reason.replace("_", " "))
     return ""
 
 

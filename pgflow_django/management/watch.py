@@ -1,6 +1,8 @@
 """``pgflow_runs --watch``: one snapshot of the active runs (step progress) and of the flow queues.
 
 Two read-only statements per snapshot, on Django's connection (autocommit, so each snapshot is fresh).
+Laid out to stay readable in an 80-column terminal: a run is a line of its own (id, flow, age, steps
+left) with its steps' progress below, wrapped between entries, never inside one.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from typing import Any
 
 from django.db import connection
 from django.utils import timezone
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
+from pgflow_django.management.cli import printable
 from pgflow_django.management.progress import STATUS_STYLES, format_seconds
 
 RUNS_SQL = """
@@ -103,61 +106,86 @@ def take_snapshot(flow: str | None, limit: int) -> Snapshot:
     return Snapshot(timezone.now(), list(runs.values()), queues)
 
 
+class Wrapped:
+    """Entries left to right, separated by two spaces and wrapped between entries: a line breaks
+    inside an entry only when that entry alone is wider than the terminal."""
+
+    def __init__(self, entries: list[Text], *, indent: int = 0) -> None:
+        self.entries = entries
+        self.indent = indent
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = max(options.max_width, self.indent + 1)
+        line, used = Text(" " * self.indent), self.indent
+        for entry in self.entries:
+            if used > self.indent and used + 2 + entry.cell_len > width:
+                yield line
+                line, used = Text(" " * self.indent), self.indent
+            if used > self.indent:
+                line.append("  ")
+                used += 2
+            line.append_text(entry)
+            used += entry.cell_len
+        yield line
+
+
 def render(snapshot: Snapshot, *, flow: str | None, interval: float, limit: int) -> RenderableType:
-    header = Text(style="bold")
-    header.append(f"pgflow: {len(snapshot.runs)} active run(s)")
-    if flow:
-        header.append(f" of {flow}")
-    header.append(
-        f"  {timezone.localtime(snapshot.taken_at):%Y-%m-%d %H:%M:%S}"
-        f"  (every {format_seconds(interval)}; Ctrl-C to stop)",
-        style="dim",
+    title = f"pgflow: {len(snapshot.runs)} active run(s)" + (f" of {printable(flow)}" if flow else "")
+    header = Wrapped(
+        [
+            Text(title, style="bold"),
+            Text(f"{timezone.localtime(snapshot.taken_at):%Y-%m-%d %H:%M:%S}", style="dim"),
+            Text(f"(every {format_seconds(interval)}; Ctrl-C to stop)", style="dim"),
+        ]
     )
-    parts: list[RenderableType] = [header, _runs_table(snapshot)]
+    parts: list[RenderableType] = [header, _runs_section(snapshot)]
     if len(snapshot.runs) == limit:
         parts.append(Text(f"showing the newest {limit} active runs; use --limit for more", style="dim"))
     parts.append(_queues_table(snapshot))
     return Group(*parts)
 
 
-def _runs_table(snapshot: Snapshot) -> RenderableType:
+def _runs_section(snapshot: Snapshot) -> RenderableType:
     if not snapshot.runs:
         return Text("no active runs")
-    table = Table(title="active runs", title_justify="left")
-    table.add_column("run id", no_wrap=True)
-    table.add_column("flow")
-    table.add_column("running for", justify="right")
-    table.add_column("steps left", justify="right")
-    table.add_column("step progress (completed/total tasks)", overflow="fold")
+    parts: list[RenderableType] = [Text("active runs (step: completed/total tasks)", style="italic")]
     for run in snapshot.runs:
-        progress = Text()
-        for index, step in enumerate(run.steps):
-            if index:
-                progress.append("  ")
-            progress.append(f"{step.step_slug} {step.label}", style=STATUS_STYLES.get(step.status, ""))
-        table.add_row(
-            run.run_id,
-            run.flow_slug,
-            format_seconds(max(0.0, (snapshot.taken_at - run.started_at).total_seconds())),
-            str(run.remaining_steps),
-            progress,
+        age = format_seconds(max(0.0, (snapshot.taken_at - run.started_at).total_seconds()))
+        parts.append(
+            Wrapped(
+                [
+                    Text(run.run_id, style="bold"),
+                    Text(printable(run.flow_slug)),
+                    Text(f"running for {age}"),
+                    Text(f"{run.remaining_steps} step(s) left"),
+                ]
+            )
         )
-    return table
+        parts.append(
+            Wrapped(
+                [
+                    Text(
+                        f"{printable(step.step_slug)} {step.label}", style=STATUS_STYLES.get(step.status, "")
+                    )
+                    for step in run.steps
+                ],
+                indent=2,
+            )
+        )
+    return Group(*parts)
 
 
 def _queues_table(snapshot: Snapshot) -> RenderableType:
     if not snapshot.queues:
         return Text("no flow queues")
-    table = Table(title="queues", title_justify="left")
-    table.add_column("queue")
-    table.add_column("messages", justify="right")
-    table.add_column("visible", justify="right")
-    table.add_column("in flight / delayed", justify="right")
-    table.add_column("oldest", justify="right")
+    table = Table(title="queues (hidden: in flight or delayed)", title_justify="left")
+    table.add_column("queue", overflow="fold")
+    for column in ("messages", "visible", "hidden", "oldest"):
+        table.add_column(column, justify="right", no_wrap=True)
     for queue in snapshot.queues:
         hidden = "" if queue.visible is None else str(queue.length - queue.visible)
         table.add_row(
-            queue.queue_name,
+            printable(queue.queue_name),
             str(queue.length),
             "" if queue.visible is None else str(queue.visible),
             hidden,

@@ -43,6 +43,7 @@ from pgflow_django.worker.preflight import (
 )
 from pgflow_django.worker.runner import Runner
 from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.unsupported import UnsupportedWork
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -61,10 +62,9 @@ RECOVERY_WORDS = {
 SHARED_WARNINGS = {
     "unmatched": "match no task: left in the queue untouched (applications must not send to queues "
     "pgflow manages)",
-    "unsupported": "belong to flows or steps this worker does not run: left untouched for their workers "
-    "(manage.py pgflow_coverage lists the handlers each queue needs)",
 }
-"""Shared-queue claim outcomes that are not this worker's to run: warned about, never stop the worker."""
+"""Shared-queue claim outcomes that are not this worker's to run: warned about, never stop the worker
+(``unsupported`` work is named once per flow step, by ``UnsupportedWork``)."""
 
 
 class Worker:
@@ -132,6 +132,8 @@ class Worker:
         self.until_empty.join(self, self._idle)
         self.peers: list[Worker] = [self]
         """Every claim loop of this process: ``--until-empty`` stops them together."""
+
+        self.unsupported = UnsupportedWork(self.queue)
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -360,6 +362,8 @@ class Worker:
                             self.queue,
                             ",".join(map(str, ids)),
                         )
+                if claim.unclaimed.get("unsupported"):
+                    self.unsupported.report(engine.conn, claim.unclaimed["unsupported"])
                 foreign = claim.unclaimed.get("foreign", [])
                 if foreign:
                     logger.warning(

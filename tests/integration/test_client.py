@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.db import DataError, connection, transaction
+from django.test import override_settings
 
 from pgflow_django import (
     Flow,
@@ -23,6 +24,7 @@ from pgflow_django import (
     wait_for_run,
 )
 from pgflow_django.client import InvalidInput
+from tests.integration.commands_flows import REGISTERED
 from tests.sql.support import claim, complete, fail, live_ids, run_step, val
 
 
@@ -143,12 +145,29 @@ def test_root_map_needs_an_array_input() -> None:
     assert get_run(run_id).step("each").initial_tasks == 3
 
 
-def test_unknown_flow_is_a_clear_database_error() -> None:
-    with (
-        pytest.raises(DataError, match="flow 'never_compiled' does not exist: compile it first"),
-        transaction.atomic(),
-    ):
-        start_flow("never_compiled", {})
+def test_unknown_flow_raises_flow_not_found_in_one_line() -> None:
+    """Not django's DataError with PL/pgSQL context lines: the library's own exception, exported."""
+    from pgflow_django import FlowNotFound
+
+    val("select count(pgflow.delete_flow_and_data(flow_slug)) from pgflow.flows where flow_slug = 'cmd_boom'")
+    with override_settings(PGFLOW={"FLOWS": list(REGISTERED)}):
+        with pytest.raises(FlowNotFound) as caught, transaction.atomic():
+            start_flow("cmd_gret", {})
+        message = str(caught.value)
+        assert "\n" not in message and "PL/pgSQL" not in message
+        assert message.startswith("no flow 'cmd_gret' (known flows: ")
+        assert "cmd_boom, cmd_greet, cmd_squares" in message
+        assert message.endswith("did you mean 'cmd_greet'?")
+        with pytest.raises(FlowNotFound, match="no flow 'cmd_gret'"), transaction.atomic():
+            start_flows("cmd_gret", [{}, {}])
+        with (
+            pytest.raises(
+                FlowNotFound, match=r"flow 'cmd_boom' is registered but not compiled .*pgflow_compile"
+            ),
+            transaction.atomic(),
+        ):
+            start_flow("cmd_boom", {})
+    assert issubclass(FlowNotFound, LookupError)
 
 
 def test_invalid_slug_and_run_id_are_refused_before_sql(orders: Flow) -> None:

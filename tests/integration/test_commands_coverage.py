@@ -230,7 +230,7 @@ class TestCommand:
     def test_lists_uncovered_routes_then_the_query_and_exits_3(self) -> None:
         deployed_workers()
         start_flow("cov_stepped", {"n": 1})
-        code, out, err = run_command("--flow", "cov_stepped")
+        code, out, err = run_command("--flow", "cov_stepped", "-v", "2")
         assert code == 3
         assert out.startswith(
             "1 of 2 route(s) of flow cov_stepped have no live worker "
@@ -263,13 +263,15 @@ class TestCommand:
         assert code == 0, err
         assert out.startswith("all 2 route(s) of flow cov_plain have a live worker (")
         assert "FLOW " not in out  # nothing to list without --all
+        assert "-- the query" not in out and "select" not in out  # the SQL only at -v 2
+        code, out, err = run_command("--flow", "cov_plain", "-v", "2")
         assert printed_query(out) == coverage_sql(flow="cov_plain")
         code, out, _ = run_command("--flow", "cov_plain", "-v", "0")
         assert (code, out.splitlines()) == (0, [out.splitlines()[0]])  # -v 0: the summary, no query
 
     def test_live_seconds_widens_the_window(self) -> None:
         deployed_workers()
-        code, out, _ = run_command("--flow", "cov_stepped", "--live-seconds", "90")
+        code, out, _ = run_command("--flow", "cov_stepped", "--live-seconds", "90", "-v", "2")
         assert code == 0
         assert "heartbeat within 90 s" in out
         assert "values (90.0::float8, 'cov_stepped'::text)" in printed_query(out)
@@ -346,7 +348,7 @@ class TestCommand:
 
     def test_no_flows_compiled(self) -> None:
         q("select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows")  # rolled back after the test
-        code, out, _ = run_command()
+        code, out, _ = run_command("-v", "2")
         assert code == 0
         assert out.startswith("no flows compiled")
         assert printed_query(out) == coverage_sql()
@@ -358,7 +360,7 @@ def test_manage_py_exit_codes(database_url: str) -> None:
     compile_flow(stepped_queues)
     try:
         deployed_workers()
-        result = manage(database_url, "pgflow_coverage", "--flow", "cov_stepped")
+        result = manage(database_url, "pgflow_coverage", "--flow", "cov_stepped", "-v", "2")
         assert result.returncode == 3, result.stderr
         assert "cov_stepped  deliver  cov_stepped__deliver" in result.stdout
         assert stderr_lines(result) == [

@@ -53,14 +53,24 @@ def test_filters_by_flow_status_and_limit(runs: dict[str, uuid.UUID]) -> None:
     greet_started = listed("--flow", "cmd_greet", "--status", "started")
     assert [item["run_id"] for item in greet_started] == [str(runs["started"])]
     assert len(listed("--flow", "cmd_greet", "--limit", "1")) == 1
-    assert listed("--flow", "cmd_nothing") == []
+    assert listed("--flow", "cmd_boom", "--status", "completed") == []
+
+
+def test_a_flow_that_does_not_exist_is_refused_not_an_empty_list(runs: dict[str, uuid.UUID]) -> None:
+    for args in (("--flow", "cmd_nothing"), ("--flow", "cmd_nothing", "--format", "json")):
+        with pytest.raises(CommandError) as caught:
+            call("pgflow_runs", *args)
+        assert caught.value.returncode == 2
+        assert str(caught.value).startswith("--flow: no flow 'cmd_nothing' (known flows: cmd_boom, cmd_greet")
+    with pytest.raises(CommandError, match=r"did you mean 'cmd_greet'\?$"):
+        call("pgflow_runs", "--flow", "cmd_greeet")
 
 
 def test_text_list(runs: dict[str, uuid.UUID]) -> None:
     out, _ = call("pgflow_runs", "--flow", "cmd_greet")
     assert str(runs["completed"]) in out and str(runs["started"]) in out
     assert "completed" in out
-    empty, _ = call("pgflow_runs", "--flow", "cmd_nothing")
+    empty, _ = call("pgflow_runs", "--flow", "cmd_boom", "--status", "started")
     assert empty.strip() == "no runs matching the filters"
 
 

@@ -60,9 +60,16 @@ def test_step_progress_counts_completed_tasks(runs: dict[str, uuid.UUID]) -> Non
 
 
 def test_no_active_runs() -> None:
-    out, _ = call("pgflow_runs", "--watch", "--flow", "cmd_nothing", "--iterations", "1")
-    assert "0 active run(s) of cmd_nothing" in out
-    assert "no active runs" in out and "no flow queues" in out
+    compile_flow(commands_flows.boom)
+    out, _ = call("pgflow_runs", "--watch", "--flow", "cmd_boom", "--iterations", "1")
+    assert "0 active run(s) of cmd_boom" in out
+    assert "no active runs" in out and "no flow queues" not in out
+
+
+def test_watching_a_flow_that_does_not_exist_is_refused() -> None:
+    with pytest.raises(CommandError, match=r"--flow: no flow 'cmd_nothing' \(known flows: ") as caught:
+        call("pgflow_runs", "--watch", "--flow", "cmd_nothing", "--iterations", "1")
+    assert caught.value.returncode == 2
 
 
 def test_ctrl_c_ends_the_watch_with_success(
@@ -99,8 +106,6 @@ def test_sigint_in_a_subprocess_exits_0(database_url: str) -> None:
             str(workers.MANAGE),
             "pgflow_runs",
             "--watch",
-            "--flow",
-            "cmd_nothing",
             "--interval",
             "0.2",
         ],

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.core.management.base import CommandError
 
+from pgflow_django import Flow
 from pgflow_django.compiler import compile_flow
 from tests import workers
 from tests.integration import commands_flows
@@ -23,6 +24,13 @@ from tests.integration.commands_support import (
     scalar,
     stderr_lines,
 )
+
+compiled_elsewhere = Flow("cmd_compiled_elsewhere", max_attempts=1, timeout=5)
+
+
+@compiled_elsewhere.step()
+def only(flow_input: Any) -> Any:
+    return flow_input
 
 
 @pytest.fixture
@@ -80,9 +88,40 @@ class TestStart:
         with pytest.raises(CommandError, match="must be a JSON array"):
             call("pgflow_start", "cmd_squares", "--input", '{"n": 1}')
 
-    def test_flow_not_compiled(self) -> None:
-        with pytest.raises(CommandError, match="flow 'cmd_ghost' does not exist: compile it first"):
-            call("pgflow_start", "cmd_ghost", "--input", "{}")
+    def test_unknown_flow_lists_the_known_ones_with_the_closest_match(self) -> None:
+        with pytest.raises(CommandError) as caught:
+            call("pgflow_start", "cmd_gret", "--input", "{}")
+        message = str(caught.value)
+        assert message.startswith("no flow 'cmd_gret' (known flows: cmd_boom, cmd_greet, cmd_squares")
+        assert message.endswith("; did you mean 'cmd_greet'?")
+        assert "compile it first" not in message and "\n" not in message
+
+    def test_a_registered_flow_not_yet_compiled_says_how_to_compile_it(self) -> None:
+        drop_command_flows()  # rolled back after the test
+        with pytest.raises(CommandError, match=r"^flow 'cmd_greet' is registered but not compiled in this"):
+            call("pgflow_start", "cmd_greet", "--input", "{}")
+
+    @pytest.mark.parametrize(
+        ("content", "reason"),
+        [
+            ("[" + "9" * 5000 + "]", "cannot be read: Exceeds the limit (4300 digits)"),
+            ("[" * 100_000 + "]" * 100_000, "is nested too deeply to read"),
+            ("{oops", "is not valid JSON"),
+        ],
+        ids=["5000-digit integer", "deep nesting", "malformed"],
+    )
+    def test_unreadable_input_files_are_one_line_and_exit_2(
+        self, tmp_path: Path, content: str, reason: str
+    ) -> None:
+        path = tmp_path / "input.json"
+        path.write_text(content)
+        runs = scalar("select count(*) from pgflow.runs")
+        with pytest.raises(CommandError) as caught:
+            call("pgflow_start", "cmd_greet", "--input", f"@{path}")
+        assert caught.value.returncode == 2
+        assert str(caught.value).startswith(f"{path} {reason}")
+        assert "\n" not in str(caught.value)
+        assert scalar("select count(*) from pgflow.runs") == runs
 
     def test_invalid_slug(self) -> None:
         with pytest.raises(CommandError, match="flow slug 'no way'"):
@@ -149,3 +188,16 @@ def test_wait_exits_1_when_the_run_fails(database_url: str, worker_for: workers.
     assert lines[0].startswith("CommandError: run ")
     assert "failed" in lines[0] and "boom on purpose" in lines[0]
     assert "explode" in result.stdout
+
+
+@pytest.mark.django_db(transaction=True)
+def test_flows_compiled_but_not_registered_are_listed_too() -> None:
+    """A command runs in autocommit, so after the refused start it can read the compiled flows."""
+    compile_flow(compiled_elsewhere)
+    try:
+        with pytest.raises(
+            CommandError, match=r"cmd_compiled_elsewhere.*did you mean 'cmd_compiled_elsewhere'\?$"
+        ):
+            call("pgflow_start", "cmd_compiled_elswhere", "--input", "{}")
+    finally:
+        scalar("select pgflow.delete_flow_and_data('cmd_compiled_elsewhere')")

@@ -215,6 +215,35 @@ def test_enqueue_rolls_back_with_the_caller_and_a_later_enqueue_compiles_again(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_enqueue_returns_ready_even_when_a_worker_claims_the_task_at_once(
+    committed: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In autocommit a worker can claim the task between the start and the read-back; the result
+    ``enqueue`` returns is the one of the enqueue (READY, as Django's database backends return it)."""
+    from pgflow_django import client
+
+    real_start = client.start_flow
+    claimed: list[int] = []
+
+    def start_then_claim_elsewhere(*args: Any, **kwargs: Any) -> uuid.UUID:
+        run_id = real_start(*args, **kwargs)
+        cursor = committed.execute(  # what a worker's claim writes, from its own connection
+            "update pgflow.step_tasks set status = 'started', started_at = now(), attempts_count = 1 "
+            "where run_id = %s",
+            [run_id],
+        )
+        claimed.append(cursor.rowcount)
+        return run_id
+
+    monkeypatch.setattr(client, "start_flow", start_then_claim_elsewhere)
+    result = add.enqueue(5, 5)
+    assert claimed == [0], "the run must not be visible to another connection before the read-back"
+    assert result.status == status.READY
+    assert result.started_at is None and result.worker_ids == []
+    assert _visible(committed, result.id)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_enqueue_commits_with_the_caller(committed: psycopg.Connection[Any]) -> None:
     with transaction.atomic():
         result = add.enqueue(3, 3)

@@ -31,13 +31,13 @@ class Command(PgflowCommand):
         "pgflow.worker_support). Run it for a new concrete flow version after starting its workers and\n"
         "before switching callers to it, or in a deploy script: exit code 3 means some step's work would\n"
         "wait for a worker that is not there.\n\n"
-        "Lists each (flow, step, queue) without a live worker, with its pending (queued or started) tasks,\n"
-        "then prints the SQL it ran, to copy into psql. A worker is live when it is not stopped, not\n"
-        f"deprecated, and its heartbeat is younger than --live-seconds (default {LIVE_HEARTBEATS} x\n"
-        'PGFLOW["WORKER_HEARTBEAT_SECONDS"]).'
+        "Lists each (flow, step, queue) without a live worker, with its pending (queued or started) tasks;\n"
+        "-v 2 also prints the SQL it ran, to copy into psql (--sql prints only that). A worker is live\n"
+        "when it is not stopped, not deprecated, and its heartbeat is younger than --live-seconds\n"
+        f'(default {LIVE_HEARTBEATS} x PGFLOW["WORKER_HEARTBEAT_SECONDS"]).'
     )
     examples = """
-  manage.py pgflow_coverage                         uncovered routes of every flow, then the query
+  manage.py pgflow_coverage                         uncovered routes of every flow (-v 2: and the query)
   manage.py pgflow_coverage --flow support_v2       gate a new version before switching callers
   manage.py pgflow_coverage --all                   every route with its live worker count
   manage.py pgflow_coverage --format json | jq '.routes[] | select(.live_workers == 0)'
@@ -98,7 +98,7 @@ exit codes: 0 every route has a live worker (or no flow is compiled); 1 error (e
             )
         else:
             self._text(routes, uncovered, shown, flow, live_seconds, no_flows)
-            if options["verbosity"] >= 1:
+            if options["verbosity"] >= 2:
                 self.stdout.write(f"\n{SQL_HEADING}\n{query}", ending="")
         if uncovered:
             raise CommandError(

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from pgflow_django.management.cli import PgflowCommand
+from pgflow_django.management.cli import PgflowCommand, printable
 from pgflow_django.operations import pause, pauses
 
 
@@ -44,7 +44,8 @@ exit codes: 0 done; 1 error (e.g. unknown flow); 2 bad arguments
             for item in found:
                 self.stdout.write(
                     f"{item.flow_slug}{' step=' + item.step_slug if item.step_slug else ''} "
-                    f"queue={item.queue_name} {item.reason}" + (f": {item.detail}" if item.detail else "")
+                    f"queue={item.queue_name} {item.reason}"
+                    + (f": {printable(item.detail)}" if item.detail else "")
                 )
             return
         result = pause(options["flow"], options["step"], detail=options["detail"])

@@ -14,11 +14,27 @@ from django.utils import timezone
 from rich.live import Live
 from rich.table import Table
 
-from pgflow_django.client import RunView, get_run
-from pgflow_django.management.cli import PgflowCommand, positive_float, positive_int, run_id
-from pgflow_django.management.progress import format_seconds, run_dict, run_title, status_text, steps_table
+from pgflow_django.client import RunView, flow_not_found, get_run
+from pgflow_django.management.cli import (
+    USAGE_ERROR,
+    PgflowCommand,
+    positive_float,
+    positive_int,
+    printable,
+    run_id,
+)
+from pgflow_django.management.progress import (
+    error_summary,
+    error_traceback,
+    format_seconds,
+    json_text,
+    run_dict,
+    run_title,
+    status_text,
+    steps_table,
+)
 from pgflow_django.management.watch import render, take_snapshot
-from pgflow_django.models import Run, StepTask
+from pgflow_django.models import Flow, Run, StepTask
 from pgflow_django.slugs import InvalidSlug, validate_flow_slug
 
 DEFAULT_LIMIT = 20
@@ -39,7 +55,10 @@ class Command(PgflowCommand):
   manage.py pgflow_runs --watch                           live view of active runs and queue depths
   manage.py pgflow_runs --watch --flow process_order --interval 5
 
+With --tasks -v 2, the traceback recorded with each failed task (a Django task's) follows the table.
+
 exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or another error; 2 bad arguments
+(also --flow naming no compiled flow)
 """
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -78,7 +97,11 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
             try:
                 validate_flow_slug(options["flow"], "--flow")
             except InvalidSlug as exc:
-                raise CommandError(str(exc)) from None
+                raise CommandError(str(exc), returncode=USAGE_ERROR) from None
+            compiled = list(Flow.objects.values_list("flow_slug", flat=True))
+            if options["flow"] not in compiled:
+                message = flow_not_found(options["flow"], compiled)
+                raise CommandError(f"--flow: {message}", returncode=USAGE_ERROR)
         as_json = options["format"] == "json"
         key: uuid.UUID | None = options["run_id"]
         if options["watch"]:
@@ -169,12 +192,12 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
             finished = row["completed_at"] or row["failed_at"]
             table.add_row(
                 str(row["run_id"]),
-                row["flow_id"],
+                printable(row["flow_id"]),
                 status_text(row["status"]),
                 _when(row["started_at"]),
                 format_seconds((finished - row["started_at"]).total_seconds()) if finished else "",
                 str(row["remaining_steps"]),
-                row["error_message"] or "",
+                error_summary(row["error_message"]),
             )
         console.print(table)
         if len(rows) == limit:
@@ -208,12 +231,24 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
         console.print(run_title(view))
         console.print(steps_table(view))
         if view.error_message:
-            console.print(f"error: {view.error_message}", style="red")
+            console.print(f"error: {error_summary(view.error_message)}", style="red")
         if view.status == "completed":
             console.print("output:")
-            console.print_json(data=view.output)
+            console.print(json_text(view.output))
         if options["tasks"]:
             console.print(_tasks_table(tasks))
+            if options["verbosity"] >= 2:
+                self._tracebacks(console, tasks)
+        elif options["verbosity"] >= 2 and error_traceback(view.error_message):
+            console.print(f"traceback:\n{error_traceback(view.error_message)}")
+
+    def _tracebacks(self, console: Any, tasks: Sequence[Mapping[str, Any]]) -> None:
+        """Each failed task's recorded traceback, under a line naming the task."""
+        for task in tasks:
+            trace = error_traceback(task["error_message"])
+            if trace:
+                console.print(f"traceback of {printable(task['step_slug'])}[{task['task_index']}]:")
+                console.print(trace)
 
 
 def _run_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -243,12 +278,12 @@ def _tasks_table(tasks: Sequence[Mapping[str, Any]]) -> Table:
         table.add_column(column, overflow="fold", max_width=60 if column == "error" else None)
     for task in tasks:
         table.add_row(
-            task["step_slug"],
+            printable(task["step_slug"]),
             str(task["task_index"]),
             status_text(task["status"]),
             str(task["attempts_count"]),
             "" if task["message_id"] is None else str(task["message_id"]),
-            task["error_message"] or "",
+            error_summary(task["error_message"]),
         )
     return table
 

@@ -20,7 +20,14 @@ from pgflow_django.management.cli import (
     positive_float,
     run_id,
 )
-from pgflow_django.management.progress import format_seconds, run_dict, run_title, steps_table
+from pgflow_django.management.progress import (
+    error_summary,
+    format_seconds,
+    json_text,
+    run_dict,
+    run_title,
+    steps_table,
+)
 from pgflow_django.registry import get_flows
 
 TIMED_OUT = 3
@@ -40,8 +47,9 @@ class Command(PgflowCommand):
   echo '[1, 2, 3]' | manage.py pgflow_start squares --input - --wait --timeout 60 --format json
   RUN=$(manage.py pgflow_start process_order --input '{}')   # the run id alone, for scripts
 
-exit codes: 0 started (with --wait: completed); 1 the run failed, or an error (unknown flow, bad
-input); 2 bad arguments; 3 --timeout passed before the run finished (it keeps running); 130 Ctrl-C
+exit codes: 0 started (with --wait: completed); 1 the run failed, or an error (unknown flow: the
+known ones are listed, with the closest match); 2 bad arguments (also an --input that is not
+readable JSON); 3 --timeout passed before the run finished (it keeps running); 130 Ctrl-C
 """
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -87,7 +95,8 @@ input); 2 bad arguments; 3 --timeout passed before the run finished (it keeps ru
                 returncode=TIMED_OUT,
             )
         if view.status == "failed":
-            raise CommandError(f"run {started} failed: {view.error_message or 'no error message'}")
+            reason = error_summary(view.error_message) or "no error message"
+            raise CommandError(f"run {started} failed: {reason}")
 
     def _wait(self, key: uuid.UUID, timeout: float | None, *, no_color: bool) -> RunView:
         """Poll the run; on a terminal, redraw its step table in place (on stderr, keeping stdout clean)."""
@@ -121,7 +130,7 @@ input); 2 bad arguments; 3 --timeout passed before the run finished (it keeps ru
         if view.status == "completed":
             if verbosity > 0:
                 console.print("output:")
-            console.print_json(data=view.output)
+            console.print(json_text(view.output))
 
 
 def _live(view: RunView) -> Group:
