@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -19,13 +18,18 @@ from typing import Any, Final, Literal, TypeAlias
 from django.db import connections
 
 from pgflow_django.dsl import Flow, StepType
+from pgflow_django.encoding import (
+    MAX_INT_DIGITS,
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    NotEncodable,
+    encode_json,
+)
 from pgflow_django.slugs import validate_flow_slug
 
 RunStatus: TypeAlias = Literal["started", "completed", "failed"]
 StepStatus: TypeAlias = Literal["created", "started", "completed", "failed", "skipped"]
 TERMINAL_RUN_STATUSES: Final = frozenset({"completed", "failed"})
-
-_NUL_ESCAPE: Final = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 class InvalidInput(ValueError):
@@ -241,18 +245,22 @@ def _flow_slug(flow_or_slug: Flow | str) -> str:
 
 
 def _input_json(flow_or_slug: Flow | str, value: Any, what: str) -> str:
-    """Serialise before any SQL runs, so bad input is one clear error and nothing is written."""
+    """Serialise before any SQL runs, so bad input is one clear error and nothing is written; the
+    same JSON rule and bounds as handler outputs (``pgflow_django.encoding``)."""
     try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        text = encode_json(value, escape_text=False)
+    except NotEncodable as exc:
+        if exc.kind == "text":
+            raise InvalidInput(f"{what} {exc.reason}; remove it") from None
+        if exc.kind == "bound":
+            raise InvalidInput(
+                f"{what} cannot be stored: {exc.reason} (the engine's limits: {MAX_JSON_DEPTH} nested "
+                f"levels, {MAX_JSON_BYTES} bytes, integers of {MAX_INT_DIGITS} digits)"
+            ) from None
         raise InvalidInput(
-            f"{what} is not JSON-serialisable ({exc}); pass dicts, lists, strings, finite numbers, "
-            "booleans and None"
+            f"{what} is {exc.reason.replace(': ', ' (', 1)}); pass dicts, lists, strings, finite "
+            "numbers, booleans, None, or datetimes, decimals and UUIDs (stored as strings)"
         ) from None
-    if _NUL_ESCAPE.search(text):
-        raise InvalidInput(
-            f"{what} contains a NUL character (\\u0000), which PostgreSQL cannot store; remove it"
-        )
     if isinstance(flow_or_slug, Flow) and not isinstance(value, list | tuple):
         root_maps = [step.slug for step in flow_or_slug.steps.values() if step.is_map and step.is_root]
         if root_maps:
