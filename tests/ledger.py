@@ -54,6 +54,12 @@ DOOMED_FLOW = "rel_doomed"
 STEP_FLOW = "rel_steps"
 ROUTED_FLOWS = ("rel_routed", "rel_routed_b")
 SHARED_QUEUE = "rel_shared"
+POISON_FLOW = "rel_poison"
+"""Atomic root step ``effect`` (both ledgers) -> atomic ``after``; what ``effect`` does is chosen by its
+input (``POISON_KINDS``): the poison fault scenarios (issue 15)."""
+POISON_FLOWS = (POISON_FLOW, "rel_poison_plain", "rel_poison_async")
+"""The same kinds with plain handlers (execution ledger only) and with an async root handler."""
+POISON_KINDS = ("ok", "sleep", "nul", "retry_nul", "deep", "exit", "interrupt", "cancel", "genexit")
 FLOW_SLUGS = (
     LEDGER_FLOW,
     *OUTPUT_FLOWS,
@@ -63,6 +69,7 @@ FLOW_SLUGS = (
     DOOMED_FLOW,
     STEP_FLOW,
     *ROUTED_FLOWS,
+    *POISON_FLOWS,
 )
 """The flows of ``tests/ledger_flows.py`` (kept here: importing that module would define the flows in the
 test process too)."""
