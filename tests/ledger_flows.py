@@ -9,8 +9,11 @@ with a clear error and keeps going.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import decimal
 import math
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -54,8 +57,14 @@ OUTPUTS: dict[str, Callable[[], Any]] = {
     "nul": lambda: {"text": "a\x00b"},
     "surrogate": lambda: "\ud800",
     "deep": lambda: _nested(5000),
+    "django": lambda: {
+        "at": datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
+        "amount": decimal.Decimal("1.50"),
+        "id": uuid.UUID(int=1),
+    },
 }
-"""Outputs by name: ``ok`` is storable; every other one is refused by JSON or by PostgreSQL's jsonb."""
+"""Outputs by name: ``ok`` and ``django`` (Django's types, stored as strings) are storable; every other
+one is refused by the engine's JSON rule."""
 
 
 def _nested(depth: int) -> Any:

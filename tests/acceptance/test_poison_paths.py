@@ -7,17 +7,23 @@
   input SQL builds one level deeper); one past it fails at once, on both completion paths.
 - A handler error or retry message holding NUL and a lone surrogate is recorded (escaped) on every
   attempt, so the retry policy runs its course instead of the task stalling until recovery.
+- One JSON rule on both sides (issue 14, item 7): datetimes, decimals and UUIDs in a run input and in
+  a handler output are stored as the strings DjangoJSONEncoder makes of them.
 - SystemExit, KeyboardInterrupt, CancelledError and GeneratorExit out of a handler fail the attempt
   like any exception; the worker keeps running.
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
+import uuid
 from typing import Any
 
 import pytest
 
+from pgflow_django import start_flow
 from pgflow_django.encoding import MAX_JSON_DEPTH
 from tests import ledger
 from tests.acceptance.faults import FAST, Rig, alive
@@ -178,3 +184,28 @@ def test_a_handler_s_base_exception_fails_the_attempt_under_the_retry_policy(
     assert rig.db.run_statuses([after]) == {after: "completed"}, "the worker goes on"
     alive(worker)
     _check(rig, flow)
+
+
+def test_djangos_types_are_stored_as_strings_in_inputs_and_outputs(rig: Rig) -> None:
+    flow = ledger.OUTPUT_FLOWS[0]
+    worker = rig.spawn(flow, *FAST)
+    run_id = str(
+        start_flow(
+            flow,
+            {
+                "kind": "django",
+                "at": datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
+                "amount": decimal.Decimal("1.50"),
+                "id": uuid.UUID(int=1),
+            },
+        )
+    )
+    rig.db.wait_finished([flow], 20)
+    strings = {"at": "2026-01-02T03:04:05Z", "amount": "1.50", "id": str(uuid.UUID(int=1))}
+    assert rig.db.val("select input from pgflow.runs where run_id = %s", [run_id]) == {
+        "kind": "django",
+        **strings,
+    }
+    assert rig.db.val("select output from pgflow.runs where run_id = %s", [run_id]) == {"emit": strings}
+    alive(worker)
+    rig.db.check()
