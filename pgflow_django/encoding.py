@@ -34,7 +34,7 @@ _INT_BOUND: Final = 10**MAX_INT_DIGITS
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _NUL_ESCAPE: Final = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 """A JSON ``\\u0000`` escape that is not an escaped backslash followed by ``u0000``."""
-_LONG_DIGITS: Final = re.compile(f"[0-9]{{{MAX_INT_DIGITS + 1}}}")
+_CONTAINERS: Final = (dict, list, tuple)
 
 
 class NotEncodable(ValueError):
@@ -68,7 +68,7 @@ def encode_json(value: Any, *, escape_text: bool) -> str:
 
     ``escape_text`` escapes NUL and lone surrogates inside strings as ``clean_text`` does; without it
     they are refused. The bounds are checked on the encoded text first (C-speed scans), and the value
-    is walked only when a scan says it might exceed one."""
+    is walked only when a scan says it might exceed one (more brackets than the depth bound)."""
     try:
         text = json.dumps(
             value, cls=DjangoJSONEncoder, allow_nan=False, ensure_ascii=False, separators=(",", ":")
@@ -79,9 +79,11 @@ def encode_json(value: Any, *, escape_text: bool) -> str:
         if "integer string conversion" in str(exc):
             raise NotEncodable(f"integer exceeds {MAX_INT_DIGITS} digits", "bound") from None
         raise NotEncodable(f"not JSON-serialisable: {_first_line(exc)}", "type") from None
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH or _LONG_DIGITS.search(text):
-        _check_bounds(value)
-    nul = _NUL_ESCAPE.search(text) is not None
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _too_deep(value):
+        raise NotEncodable(f"nested deeper than {MAX_JSON_DEPTH} levels", "bound")
+    if not 0 < sys.get_int_max_str_digits() <= MAX_INT_DIGITS:
+        _check_integers(value)  # json.dumps enforced the bound itself, unless the process raised it
+    nul = "\\u0000" in text and _NUL_ESCAPE.search(text) is not None
     surrogate = _SURROGATE.search(text)
     if not escape_text:
         if nul:
@@ -115,16 +117,32 @@ def decode_json(text: str) -> Any:
         raise NotDecodable(_first_line(exc)) from None
 
 
-def _check_bounds(value: Any) -> None:
-    """Walk ``value`` without recursion: its nesting depth and the size of its integers."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list | tuple):
-            if depth >= MAX_JSON_DEPTH:
-                raise NotEncodable(f"nested deeper than {MAX_JSON_DEPTH} levels", "bound")
+def _too_deep(value: Any) -> bool:
+    """Whether ``value`` nests more than ``MAX_JSON_DEPTH`` containers, level by level (no recursion,
+    and only containers are kept from one level to the next)."""
+    level = [value] if isinstance(value, _CONTAINERS) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_JSON_DEPTH:
+            return True
+        below: list[Any] = []
+        for item in level:
             children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
+            below.extend([child for child in children if isinstance(child, _CONTAINERS)])
+        level = below
+    return False
+
+
+def _check_integers(value: Any) -> None:
+    """Walk ``value`` without recursion (its depth is already bounded) for integers too long."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
         elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= _INT_BOUND:
             raise NotEncodable(f"integer exceeds {MAX_INT_DIGITS} digits", "bound")
 
