@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,6 +22,13 @@ from django.db import DatabaseError, DataError, connections, transaction
 
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, StepType
+from pgflow_django.encoding import (
+    MAX_INT_DIGITS,
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    NotEncodable,
+    encode_json,
+)
 from pgflow_django.operations import FlowNotFound
 from pgflow_django.slugs import validate_flow_slug
 
@@ -32,7 +38,6 @@ TERMINAL_RUN_STATUSES: Final = frozenset({"completed", "failed"})
 
 _NO_DATA_FOUND: Final = "P0002"
 """The SQLSTATE ``pgflow.cancel_run`` raises for an unknown run."""
-_NUL_ESCAPE: Final = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _LISTED_FLOWS: Final = 20
 """At most this many flow slugs in a not-found message."""
 
@@ -336,18 +341,22 @@ def _flow_slug(flow_or_slug: Flow | str) -> str:
 
 
 def _input_json(flow_or_slug: Flow | str, value: Any, what: str) -> str:
-    """Serialise before any SQL runs, so bad input is one clear error and nothing is written."""
+    """Serialise before any SQL runs, so bad input is one clear error and nothing is written; the
+    same JSON rule and bounds as handler outputs (``pgflow_django.encoding``)."""
     try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        text = encode_json(value, escape_text=False)
+    except NotEncodable as exc:
+        if exc.kind == "text":
+            raise InvalidInput(f"{what} {exc.reason}; remove it") from None
+        if exc.kind == "bound":
+            raise InvalidInput(
+                f"{what} cannot be stored: {exc.reason} (the engine's limits: {MAX_JSON_DEPTH} nested "
+                f"levels, {MAX_JSON_BYTES} bytes, integers of {MAX_INT_DIGITS} digits)"
+            ) from None
         raise InvalidInput(
-            f"{what} is not JSON-serialisable ({exc}); pass dicts, lists, strings, finite numbers, "
-            "booleans and None"
+            f"{what} is {exc.reason.replace(': ', ' (', 1)}); pass dicts, lists, strings, finite "
+            "numbers, booleans, None, or datetimes, decimals and UUIDs (stored as strings)"
         ) from None
-    if _NUL_ESCAPE.search(text):
-        raise InvalidInput(
-            f"{what} contains a NUL character (\\u0000), which PostgreSQL cannot store; remove it"
-        )
     if isinstance(flow_or_slug, Flow) and not isinstance(value, list | tuple):
         root_maps = [step.slug for step in flow_or_slug.steps.values() if step.is_map and step.is_root]
         if root_maps:

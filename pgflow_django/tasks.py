@@ -30,6 +30,7 @@ from django.utils.module_loading import import_string, module_has_submodule
 
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, RoutedFlow, route_flow
+from pgflow_django.encoding import clean_text
 from pgflow_django.recorded_errors import ERROR_PREFIX
 from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, shared_queue_problem
 from pgflow_django.worker.context import TaskContext as StepContext
@@ -98,11 +99,15 @@ class PgflowTask(tasks_api.Task):  # type: ignore[misc, name-defined]
 
 
 class TaskFailure(Exception):
-    """A task function raised: carries the class path and traceback the engine records verbatim."""
+    """A task function raised (or returned what cannot be stored): carries the class path and
+    traceback the engine records verbatim; an output that cannot be stored is not retried."""
 
     def __init__(self, exc: BaseException) -> None:
+        from pgflow_django.worker.runner import OutputNotSerialisable
+
         self.exception_class_path = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        text = "".join(traceback.format_exception(exc))
+        self.pgflow_permanent = isinstance(exc, OutputNotSerialisable)
+        text = clean_text("".join(traceback.format_exception(exc)))
         keep = MAX_TRACEBACK
         while True:
             self.traceback = text[-keep:]
@@ -202,16 +207,21 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
     def enqueue(self, task: Any, args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
         """Start the task's run on Django's connection: inside ``transaction.atomic()`` it commits or
         rolls back with the caller. The flow is compiled first if this process has not yet seen it."""
-        from pgflow_django.client import start_flow
+        from pgflow_django.client import InvalidInput, start_flow
 
         require_postgresql(self.using)
         self.validate_task(task)
         flow = self.flow_for(task)
-        payload = {
-            "task": module_path(task),
-            "args": tasks_api.normalize_json(list(args)),
-            "kwargs": tasks_api.normalize_json(dict(kwargs)),
-        }
+        try:
+            payload = {
+                "task": module_path(task),
+                "args": tasks_api.normalize_json(list(args)),
+                "kwargs": tasks_api.normalize_json(dict(kwargs)),
+            }
+        except RecursionError:
+            raise InvalidInput(
+                f"arguments of task {module_path(task)} are nested deeper than Python's recursion limit"
+            ) from None
         if task.run_after is not None:
             payload["run_after"] = task.run_after.isoformat()
         self._ensure_compiled(flow)
@@ -396,8 +406,6 @@ class _TaskHandler:
         self.__name__ = STEP_SLUG
 
     def __call__(self, payload: dict[str, Any], ctx: StepContext) -> Any:
-        from pgflow_django.worker.runner import encode_output
-
         result = self.backend.get_result(str(ctx.run_id))
         object.__setattr__(result, "status", tasks_api.TaskResultStatus.RUNNING)
         tasks_api.task_started.send(type(self.backend), task_result=result)
@@ -407,9 +415,8 @@ class _TaskHandler:
                 value = self.task.call(tasks_api.TaskContext(task_result=result), *args, **kwargs)
             else:
                 value = self.task.call(*args, **kwargs)
-            output = tasks_api.normalize_json(value)
-            encode_output(output)  # NaN and infinities fail here, before task_finished says SUCCESSFUL
-        except Exception as exc:
+            output = _task_output(value)
+        except BaseException as exc:  # SystemExit, CancelledError...: the task's own, recorded as FAILED
             failure = TaskFailure(exc)
             object.__setattr__(result, "status", tasks_api.TaskResultStatus.FAILED)
             object.__setattr__(result, "finished_at", timezone.now())
@@ -425,6 +432,22 @@ class _TaskHandler:
         object.__setattr__(result, "_return_value", output)
         tasks_api.task_finished.send(type(self.backend), task_result=result)
         return output
+
+
+def _task_output(value: Any) -> Any:
+    """The return value as Django's tasks framework stores it (``normalize_json``), refused here when
+    the engine cannot store it, before task_finished says SUCCESSFUL."""
+    from pgflow_django.worker.runner import OutputNotSerialisable, encode_output
+
+    try:
+        output = tasks_api.normalize_json(value)
+    except RecursionError:
+        reason = "nested deeper than Python's recursion limit"
+        raise OutputNotSerialisable(f"output not encodable: {reason}") from None
+    except (TypeError, ValueError) as exc:
+        raise OutputNotSerialisable(f"output not encodable: {exc}") from None
+    encode_output(output)
+    return output
 
 
 def _task_error(entry: Mapping[str, Any]) -> Any:

@@ -54,6 +54,12 @@ DOOMED_FLOW = "rel_doomed"
 STEP_FLOW = "rel_steps"
 ROUTED_FLOWS = ("rel_routed", "rel_routed_b")
 SHARED_QUEUE = "rel_shared"
+POISON_FLOW = "rel_poison"
+"""Atomic root step ``effect`` (both ledgers) -> atomic ``after``; what ``effect`` does is chosen by its
+input (``POISON_KINDS``): the poison fault scenarios (issue 15)."""
+POISON_FLOWS = (POISON_FLOW, "rel_poison_plain", "rel_poison_async")
+"""The same kinds with plain handlers (execution ledger only) and with an async root handler."""
+POISON_KINDS = ("ok", "sleep", "nul", "retry_nul", "deep", "exit", "interrupt", "cancel", "genexit")
 FLOW_SLUGS = (
     LEDGER_FLOW,
     *OUTPUT_FLOWS,
@@ -63,6 +69,7 @@ FLOW_SLUGS = (
     DOOMED_FLOW,
     STEP_FLOW,
     *ROUTED_FLOWS,
+    *POISON_FLOWS,
 )
 """The flows of ``tests/ledger_flows.py`` (kept here: importing that module would define the flows in the
 test process too)."""
@@ -350,3 +357,30 @@ def exactly_once_violations(cursor: Cursor, flow_slug: str) -> list[str]:
 def assert_exactly_once(cursor: Cursor, flow_slug: str) -> None:
     problems = exactly_once_violations(cursor, flow_slug)
     assert not problems, f"ledger of {flow_slug} broken:\n" + "\n".join(problems[:50])
+
+
+def failure_violations(cursor: Cursor, flow_slug: str) -> list[str]:
+    """Every failure of one flow is on record (issue 15): a failed task holds its error and one
+    ``attempt_errors`` entry per attempt, and no task of the flow ended permanently stalled (the
+    fate of a task whose failure could not be written, or whose claim batch could not be decoded)."""
+    problems: list[str] = []
+    for run_id, step_slug, index, attempts, entries, error, stalled in _rows(
+        cursor,
+        "select run_id, step_slug, task_index, attempts_count, jsonb_array_length(attempt_errors), "
+        "       error_message, permanently_stalled_at is not null "
+        "  from pgflow.step_tasks "
+        " where flow_slug = %s and status = 'failed' "
+        "   and (error_message is null or jsonb_array_length(attempt_errors) <> attempts_count "
+        "        or permanently_stalled_at is not null)",
+        [flow_slug],
+    ):
+        problems.append(
+            f"failed task {run_id}/{step_slug}/{index}: {attempts} attempts, {entries} recorded errors, "
+            f"error {error!r}" + (", permanently stalled" if stalled else "")
+        )
+    return problems
+
+
+def assert_failures_recorded(cursor: Cursor, flow_slug: str) -> None:
+    problems = failure_violations(cursor, flow_slug)
+    assert not problems, f"failures of {flow_slug} not on record:\n" + "\n".join(problems[:50])

@@ -8,12 +8,16 @@ with a clear error and keeps going.
 
 from __future__ import annotations
 
+import asyncio
+import datetime
+import decimal
 import math
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
-from pgflow_django import Flow, RoutedFlow, StepQueuedFlow, route_flow, with_step_queues
+from pgflow_django import Flow, Retry, RoutedFlow, StepQueuedFlow, route_flow, with_step_queues
 from pgflow_django.worker import TaskContext
 from tests.ledger import (
     DOOMED_FLOW,
@@ -22,6 +26,7 @@ from tests.ledger import (
     LEDGER_FLOW,
     OUTPUT_FLOWS,
     PLAIN_FLOW,
+    POISON_FLOWS,
     ROUTED_FLOWS,
     SHARED_QUEUE,
     STEP_FLOW,
@@ -52,8 +57,14 @@ OUTPUTS: dict[str, Callable[[], Any]] = {
     "nul": lambda: {"text": "a\x00b"},
     "surrogate": lambda: "\ud800",
     "deep": lambda: _nested(5000),
+    "django": lambda: {
+        "at": datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
+        "amount": decimal.Decimal("1.50"),
+        "id": uuid.UUID(int=1),
+    },
 }
-"""Outputs by name: ``ok`` is storable; every other one is refused by JSON or by PostgreSQL's jsonb."""
+"""Outputs by name: ``ok`` and ``django`` (Django's types, stored as strings) are storable; every other
+one is refused by the engine's JSON rule."""
 
 
 def _nested(depth: int) -> Any:
@@ -154,3 +165,70 @@ routed: RoutedFlow = route_flow(
 routed_b: RoutedFlow = route_flow(
     _two_steps(ROUTED_FLOWS[1]), queues={"work": SHARED_QUEUE, "total": SHARED_QUEUE}
 )
+
+
+# ---------------------------------------------------------------- poison scenarios (issue 15)
+
+POISON_ERROR = "bad \x00 byte and lone \ud800 surrogate"
+"""What the ``nul`` and ``retry_nul`` kinds raise: PostgreSQL text holds neither character."""
+
+RAISED: dict[str, Callable[[], BaseException]] = {
+    "nul": lambda: RuntimeError(POISON_ERROR),
+    "retry_nul": lambda: Retry(delay=0, message=POISON_ERROR),
+    "exit": lambda: SystemExit(3),
+    "interrupt": KeyboardInterrupt,
+    "cancel": asyncio.CancelledError,
+    "genexit": GeneratorExit,
+}
+
+
+def _depth(value: Any) -> int:
+    depth = 0
+    while isinstance(value, list):
+        depth, value = depth + 1, value[0] if value else None
+    return depth
+
+
+def _poison_output(flow_input: Any, ctx: TaskContext) -> Any:
+    """The root step's behaviour, named by ``flow_input["kind"]`` (``POISON_KINDS``); an input without
+    a kind (a poisoned one, once decodable) is returned as it is."""
+    kind = flow_input.get("kind") if isinstance(flow_input, dict) else None
+    if kind in RAISED:
+        raise RAISED[kind]()
+    if kind == "sleep" and ctx.attempt == 1:
+        time.sleep(float(flow_input.get("sleep", 120)))
+    if kind == "deep":
+        return _nested(int(flow_input["depth"]))
+    return {"attempt": ctx.attempt}
+
+
+def _poison_flow(slug: str, *, atomic: bool) -> Flow:
+    flow = Flow(slug, timeout=10, max_attempts=3, base_delay=0)
+
+    @flow.step(slug="effect", atomic=atomic)
+    def effect(flow_input: Any, ctx: TaskContext) -> Any:
+        record_execution(ctx)
+        if atomic:
+            record_effect(ctx)
+        return _poison_output(flow_input, ctx)
+
+    @flow.step(depends_on=["effect"], atomic=atomic)
+    def after(deps: Any, ctx: TaskContext) -> Any:
+        """Its input is built by SQL one level deeper than ``effect``'s output: report that depth."""
+        record_execution(ctx)
+        if atomic:
+            record_effect(ctx)
+        return {"depth": _depth(deps["effect"]) + 1}
+
+    return flow
+
+
+poison = _poison_flow(POISON_FLOWS[0], atomic=True)
+poison_plain = _poison_flow(POISON_FLOWS[1], atomic=False)
+poison_async = Flow(POISON_FLOWS[2], timeout=10, max_attempts=2, base_delay=0)
+
+
+@poison_async.step()
+async def raise_async(flow_input: Any, ctx: TaskContext) -> Any:
+    await asyncio.sleep(0)
+    return _poison_output(flow_input, ctx)

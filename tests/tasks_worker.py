@@ -4,7 +4,9 @@ to the ledger, so that tests can read what the worker process sent."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.dispatch import receiver
@@ -26,6 +28,30 @@ def gated(key: str) -> str:
             raise TimeoutError(f"gate {key} was never opened")
         time.sleep(0.05)
     return key
+
+
+RAISED: dict[str, Callable[[], BaseException]] = {
+    "exit": lambda: SystemExit(3),
+    "interrupt": KeyboardInterrupt,
+    "cancel": asyncio.CancelledError,
+    "genexit": GeneratorExit,
+    "nul": lambda: ValueError("bad \x00 byte and lone \ud800 surrogate"),
+}
+
+
+@tasks_api.package.task(max_attempts=2, base_delay=0)
+def raises(kind: str) -> None:
+    """Raises what ``kind`` names (``RAISED``) on every attempt: two attempts, no delay between."""
+    raise RAISED[kind]()
+
+
+@tasks_api.package.task(max_attempts=3, base_delay=0)
+def nested_result(depth: int) -> Any:
+    """Returns lists nested ``depth`` deep: past the engine's bound no retry can help."""
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
 
 
 def _record(name: str, sender: Any, task_result: Any) -> None:

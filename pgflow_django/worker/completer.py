@@ -38,6 +38,8 @@ class Failure:
     task: ClaimedTask
     error_message: str
     retry_delay: int | None = None
+    permanent: bool = False
+    """No retry can fix it (an input or output the engine cannot handle): the task fails at once."""
 
 
 class Abandoned(Exception):
@@ -63,9 +65,16 @@ class Completer(threading.Thread):
         self._queue.put(Completion(task, output_json))
         self.state.result_ready(task)
 
-    def fail(self, task: ClaimedTask, error_message: str, retry_delay: int | None = None) -> None:
+    def fail(
+        self,
+        task: ClaimedTask,
+        error_message: str,
+        retry_delay: int | None = None,
+        *,
+        permanent: bool = False,
+    ) -> None:
         self._handed(1)
-        self._queue.put(Failure(task, error_message, retry_delay))
+        self._queue.put(Failure(task, error_message, retry_delay, permanent))
         self.state.result_ready(task)
 
     def _handed(self, count: int) -> None:
@@ -187,15 +196,18 @@ class Completer(threading.Thread):
         except Exception as exc:
             message = f"could not record the task's output: {first_line(exc)}"
             logger.error("%s %s", message, item.task.describe())
-            self._fail(Failure(item.task, message))
+            self._fail(Failure(item.task, message, permanent=True))
             return
         _log_completion(item.task, outcome)
 
     def _fail(self, item: Failure) -> None:
+        def record() -> str:
+            if item.permanent:
+                return self.engine.reject_task(item.task, item.error_message)
+            return self.engine.fail_task(item.task, item.error_message, item.retry_delay)
+
         try:
-            outcome = self._retrying(
-                lambda: self.engine.fail_task(item.task, item.error_message, item.retry_delay)
-            )
+            outcome = self._retrying(record)
         except Abandoned:
             raise
         except Exception as exc:

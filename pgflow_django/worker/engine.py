@@ -18,6 +18,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from pgflow_django.encoding import NotDecodable, clean_text, decode_json
+
 logger = logging.getLogger("pgflow_django.worker")
 
 DJANGO_ONLY_OPTIONS = frozenset(
@@ -95,6 +97,8 @@ class ClaimedTask:
     input: Any
     queue: str = ""
     """The queue the message was read from ('' means the flow's default queue)."""
+    input_error: str | None = None
+    """Why ``input`` could not be decoded (then None): the task fails alone, without a retry."""
 
     @property
     def key(self) -> tuple[uuid.UUID, str, int]:
@@ -163,7 +167,7 @@ with stale as materialized (
     from ids
 )
 select ids.n, next_visible.seconds,
-       t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input, t.outcome,
+       t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input::text, t.outcome,
        stale.flows
 from ids cross join next_visible cross join stale
 left join lateral pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s, %(step)s) as t
@@ -268,20 +272,7 @@ class Engine:
             params["flows"] = [flow for flow, _ in shared_support]
             params["steps"] = [step for _, step in shared_support]
         rows = self._rows(query, params)
-        tasks = [
-            ClaimedTask(
-                flow_slug=row[2],
-                run_id=row[3],
-                step_slug=row[4],
-                task_index=row[5],
-                message_id=row[6],
-                attempt=row[7],
-                input=row[8],
-                queue=queue,
-            )
-            for row in rows
-            if row[9] == "claimed"
-        ]
+        tasks = [_claimed_task(row, queue) for row in rows if row[9] == "claimed"]
         unclaimed: dict[str, list[int]] = {}
         for row in rows:
             if row[9] is not None and row[9] != "claimed":
@@ -459,9 +450,48 @@ class Engine:
         return str(
             self._scalar(
                 "select pgflow.fail_task(%s, %s, %s, %s, %s, %s::integer)",
-                [task.run_id, task.step_slug, task.task_index, task.attempt, error_message, retry_delay],
+                [
+                    task.run_id,
+                    task.step_slug,
+                    task.task_index,
+                    task.attempt,
+                    clean_text(error_message),
+                    retry_delay,
+                ],
             )
         )
+
+    def reject_task(self, task: ClaimedTask, error_message: str) -> str:
+        """Fail the attempt with no retry: its input or output can never be handled."""
+        return str(
+            self._scalar(
+                "select pgflow.reject_task(%s, %s, %s, %s, %s)",
+                [task.run_id, task.step_slug, task.task_index, task.attempt, clean_text(error_message)],
+            )
+        )
+
+
+def _claimed_task(row: tuple[Any, ...], queue: str) -> ClaimedTask:
+    """One claimed row, its input decoded on its own: an input this process cannot decode fails only
+    its own task (the claim has committed; raising here would strand the whole batch)."""
+    value: Any = None
+    problem: str | None = None
+    if row[8] is not None:
+        try:
+            value = decode_json(row[8])
+        except NotDecodable as exc:
+            problem = f"input not decodable: {exc.reason}"
+    return ClaimedTask(
+        flow_slug=row[2],
+        run_id=row[3],
+        step_slug=row[4],
+        task_index=row[5],
+        message_id=row[6],
+        attempt=row[7],
+        input=value,
+        queue=queue,
+        input_error=problem,
+    )
 
 
 def completion_item(task: ClaimedTask, output_json: str) -> str:

@@ -8,12 +8,10 @@ writes commit together with the completion, or roll back when the claim turned o
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 from collections.abc import Awaitable
 from typing import Any
 
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import (
     DataError,
     InterfaceError,
@@ -24,6 +22,7 @@ from django.db import (
 )
 
 from pgflow_django.dsl import Flow, Retry, StepDefinition
+from pgflow_django.encoding import NotEncodable, clean_text, encode_json
 from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.context import TaskContext
 from pgflow_django.worker.engine import ClaimedTask, first_line
@@ -35,12 +34,15 @@ MAX_ERROR_LENGTH = 10_000
 
 
 class OutputNotSerialisable(TypeError):
-    pass
+    """The handler's output breaks the engine's JSON rule (``pgflow_django.encoding``): no retry
+    changes that, so the task fails at once."""
+
+    pgflow_permanent = True
 
 
 class OutputNotStorable(ValueError):
-    """PostgreSQL refused the encoded output (e.g. a NUL character in jsonb): the handler did nothing
-    wrong, so this is recorded as one line, like the completer does for plain handlers."""
+    """PostgreSQL refused the encoded output: the handler did nothing wrong, so this is recorded as
+    one line, like the completer does for plain handlers, and not retried."""
 
 
 class _Discard(Exception):
@@ -52,20 +54,22 @@ class _Discard(Exception):
 
 
 def encode_output(output: Any) -> str:
-    """JSON text of a handler output; falsy values stay themselves, NaN and unknown types are refused."""
+    """JSON text of a handler output under the engine's one JSON rule; falsy values stay themselves,
+    NUL and lone surrogates in strings are escaped, NaN, unknown types and values past the bounds are
+    refused."""
     try:
-        return json.dumps(output, cls=DjangoJSONEncoder, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise OutputNotSerialisable(f"the handler's output is not JSON-serialisable: {exc}") from None
+        return encode_json(output, escape_text=True)
+    except NotEncodable as exc:
+        raise OutputNotSerialisable(f"output not encodable: {exc.reason}") from None
 
 
 def error_text(exc: BaseException) -> str:
     """What the engine records for a failed attempt; an exception may supply it (``pgflow_error_text``)."""
     recorded = getattr(exc, "pgflow_error_text", None)
     if isinstance(recorded, str):
-        return recorded[:MAX_ERROR_LENGTH]
+        return clean_text(recorded)[:MAX_ERROR_LENGTH]
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text[:MAX_ERROR_LENGTH]
+    return clean_text(text)[:MAX_ERROR_LENGTH]
 
 
 def _traceback(exc: BaseException) -> BaseException | None:
@@ -105,6 +109,9 @@ class Runner:
                 self.completer.fail(
                     task, f"step {task.step_slug!r} of flow {task.flow_slug!r} is not defined in this worker"
                 )
+            elif task.input_error is not None:
+                logger.error("%s %s", task.input_error, task.describe())
+                self.completer.fail(task, task.input_error, permanent=True)
             elif step.atomic:
                 self._run_atomic(task, step)
             else:
@@ -159,18 +166,26 @@ class Runner:
         self._fresh_connections()
         try:
             output_json = self._call(task, step)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit, CancelledError...: the handler's, not the worker's
             self._fail(task, exc)
         else:
             self.completer.complete(task, output_json)
         finally:
             self._fresh_connections()
 
-    def _fail(self, task: ClaimedTask, exc: Exception) -> None:
-        """Record a failed attempt: ``Retry`` chooses the delay, any other exception is an error."""
+    def _fail(self, task: ClaimedTask, exc: BaseException) -> None:
+        """Record a failed attempt: ``Retry`` chooses the delay, an output the engine cannot store
+        fails the task at once, any other exception is an error under the retry policy.
+
+        Handlers run on pool threads, which never receive the worker's signals: a ``SystemExit``,
+        ``KeyboardInterrupt``, ``CancelledError`` or ``GeneratorExit`` here is the handler's own."""
         if isinstance(exc, Retry):
             logger.info("handler asked for a retry in %ss %s", exc.delay, task.describe())
             self.completer.fail(task, exc.message, exc.delay)
+            return
+        if isinstance(exc, OutputNotSerialisable):
+            logger.error("%s %s", exc, task.describe())
+            self.completer.fail(task, str(exc), permanent=True)
             return
         recorded = error_text(exc)
         if getattr(exc, "pgflow_error_text", None) is not None:
@@ -179,7 +194,7 @@ class Runner:
             logger.warning("handler failed %s: %s", task.describe(), exc, exc_info=_traceback(cause))
         else:
             logger.warning("handler failed %s: %s", task.describe(), recorded, exc_info=_traceback(exc))
-        self.completer.fail(task, recorded)
+        self.completer.fail(task, recorded, permanent=getattr(exc, "pgflow_permanent", False) is True)
 
     def _run_atomic(self, task: ClaimedTask, step: StepDefinition) -> None:
         self._fresh_connections()
@@ -215,8 +230,8 @@ class Runner:
                 self.completer.complete(task, output_json)
         except OutputNotStorable as exc:
             logger.error("%s %s", exc, task.describe())
-            self.completer.fail(task, str(exc))
-        except Exception as exc:
+            self.completer.fail(task, str(exc), permanent=True)
+        except BaseException as exc:  # as in _run_plain: the handler's own, whatever its class
             self._fail(task, exc)
         else:
             if logger.isEnabledFor(logging.DEBUG):

@@ -5,9 +5,10 @@ harness (tests/ledger.py).
   with wrong or missing fields) sent straight into a flow's queue while a worker runs real runs: each is
   archived with a warning naming the queue and its message id; the worker keeps running; every run
   completes with every effect exactly once and the invariants hold.
-- A handler output that cannot be stored (not JSON, NaN, NUL characters, lone surrogates, nesting too
-  deep for jsonb), from a plain and from an ``atomic=True`` handler: the task fails with a clear error,
-  an atomic handler's writes roll back, and the worker keeps running and completes the next run.
+- A handler output that cannot be stored (not JSON, NaN, nesting past the engine's depth bound), from
+  a plain and from an ``atomic=True`` handler: the task fails with a clear error, an atomic handler's
+  writes roll back, and the worker keeps running and completes the next run. Strings with NUL
+  characters or lone surrogates are stored escaped (issue 15, item 2).
 """
 
 from __future__ import annotations
@@ -139,8 +140,8 @@ def test_foreign_bodies_are_archived_with_a_warning_while_real_runs_complete_exa
     assert worker.wait(15) == 0
 
 
-BAD_OUTPUTS = ["object", "set", "bytes", "nan", "inf", "nul", "surrogate", "deep"]
-CLEAR = ("not JSON-serialisable", "could not record", "recursion depth", "Unicode", "type json")
+BAD_OUTPUTS = ["object", "set", "bytes", "nan", "inf", "deep"]
+CLEAR = ("not JSON-serialisable", "could not record", "nested deeper than")
 """What the first line of a failed task's error says about an output that could not be stored."""
 
 
@@ -187,10 +188,34 @@ def test_unstorable_outputs_fail_their_task_and_the_worker_goes_on(
 def test_atomic_unstorable_output_error_is_one_line_like_the_plain_path(ledger_workers: Spawner) -> None:
     flow = ledger.OUTPUT_FLOWS[1]
     worker = ledger_workers(flow, *FAST)
-    runs = {kind: _start(flow, {"kind": kind}) for kind in ("nul", "surrogate")}
+    runs = {kind: _start(flow, {"kind": kind}) for kind in ("set", "deep")}
     wait_until(lambda: _all_terminal(flow), 30, "the runs to finish", interval=0.2)
     for kind, run_id in runs.items():
         error = str(_scalar("select error_message from pgflow.step_tasks where run_id = %s", [run_id]))
-        assert error.startswith("could not record the task's output: "), (kind, error)
+        assert error.startswith("output not encodable: "), (kind, error)
         assert "\n" not in error, (kind, error)
     assert "handler failed" not in worker.log(), "the handler did nothing wrong: its output was refused"
+
+
+@pytest.mark.parametrize("flow", ledger.OUTPUT_FLOWS)
+def test_nul_and_lone_surrogates_in_outputs_are_stored_escaped(ledger_workers: Spawner, flow: str) -> None:
+    worker = ledger_workers(flow, *FAST)
+    runs = {kind: _start(flow, {"kind": kind}) for kind in ("nul", "surrogate")}
+    wait_until(lambda: _all_terminal(flow), 30, "the runs to finish", interval=0.2)
+    outputs = {
+        kind: _scalar("select output::text from pgflow.step_states where run_id = %s", [run_id])
+        for kind, run_id in runs.items()
+    }
+    assert {kind: json.loads(str(text)) for kind, text in outputs.items()} == {
+        "nul": {"text": "a\\u0000b"},
+        "surrogate": "\\ud800",
+    }
+    statuses = {
+        _scalar("select status from pgflow.runs where run_id = %s", [run_id]) for run_id in runs.values()
+    }
+    assert statuses == {"completed"}
+    assert "could not record" not in worker.log()
+    with connection.cursor() as cursor:
+        ledger.assert_invariants(cursor)
+    worker.terminate()
+    assert worker.wait(15) == 0

@@ -68,7 +68,7 @@ def test_a_batch_that_raises_is_retried_item_by_item(engine: Engine) -> None:
     first, second, third = statuses(tasks)
     assert first == ("completed", {"ok": 0}, None)
     assert third == ("completed", [], None)
-    assert second[0] == "queued", "the bad item is failed (and retried), not left started"
+    assert second[0] == "failed", "the bad item is failed at once (no retry stores it), not left started"
     assert second[2] is not None and second[2].startswith("could not record the task's output")
 
 
