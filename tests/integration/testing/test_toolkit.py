@@ -202,15 +202,23 @@ class DrainTests(TestCase):
         assert q1("select last_worker_id from pgflow.step_tasks limit 1") == IN_PROCESS_WORKER_ID
 
 
-class StatementErrorTests(TestCase):
-    def test_an_output_postgres_refuses_is_a_failed_attempt_and_the_test_goes_on(self) -> None:
-        """The completion fails inside its own savepoint, the worker's completer records the failure
-        (as it does on its autocommit connection), and the test's transaction stays usable."""
-        with override_handler(example.chain, "first", lambda flow_input: {"text": "a\x00b"}):
+class OutputRuleTests(TestCase):
+    def test_a_nul_in_an_output_is_stored_escaped_and_the_run_goes_on(self) -> None:
+        with override_handler(example.chain, "first", lambda flow_input: {"n": 1, "text": "a\x00b"}):
+            run = run_flow(example.chain, {"n": 1})
+        assert run.status == "completed"
+        assert run.task("first").attempts == 1
+        assert run.task("first").output == {"n": 1, "text": "a\\u0000b"}
+
+    def test_an_output_past_the_bound_fails_at_once_and_the_test_goes_on(self) -> None:
+        deep: Any = []
+        for _ in range(600):
+            deep = [deep]
+        with override_handler(example.chain, "first", lambda flow_input: deep):
             run = run_flow(example.chain, {"n": 1})
         assert run.status == "failed"
-        assert run.task("first").attempts == 3
-        assert all("output" in error for error in run.task("first").errors)
+        assert run.task("first").attempts == 1, "a value the engine refuses is not retried"
+        assert "output not encodable" in (run.task("first").error_message or "")
         assert q1("select 1") == 1
 
 
