@@ -82,3 +82,30 @@ def test_logs_name_message_ids_but_never_inputs(spawn_worker: Callable[..., Work
     assert "queue=example_chain" in log
     assert str(secret) not in log
     assert str(secret + 1) not in log
+
+
+def test_atomic_handler_records_when_its_transitions_happened(
+    spawn_worker: Callable[..., WorkerProcess],
+) -> None:
+    """An atomic handler completes inside the transaction it opened before running: the completion
+    time is when the completion happened, not when that transaction began."""
+    spawn_worker("example_ledger")
+    run_id = start_flow("example_ledger", [{"sleep": 1.5}])
+    assert wait_for_run(run_id, timeout=30).status == "completed"
+    row = q(
+        """
+        select extract(epoch from t.completed_at - t.started_at) as task_seconds,
+               extract(epoch from s.completed_at - t.completed_at) as step_after_task,
+               extract(epoch from r.completed_at - t.completed_at) as run_after_task,
+               extract(epoch from r.completed_at - r.started_at) as run_seconds
+          from pgflow.step_tasks as t
+          join pgflow.step_states as s using (run_id, step_slug)
+          join pgflow.runs as r using (run_id)
+         where t.run_id = %s
+        """,
+        [run_id],
+    )[0]
+    assert row["task_seconds"] >= 1.5, row
+    assert row["step_after_task"] >= 0, row
+    assert row["run_after_task"] >= 0, row
+    assert row["run_seconds"] >= 1.5, row

@@ -3,7 +3,7 @@ create table pgflow.flows (
   opt_max_attempts integer not null default 3 check (opt_max_attempts >= 1),
   opt_base_delay integer not null default 1 check (opt_base_delay >= 0),
   opt_timeout integer not null default 60 check (opt_timeout >= 1),
-  created_at timestamptz not null default now(),
+  created_at timestamptz not null default clock_timestamp(),
   -- 'flow': every step on the default queue lower(flow_slug); 'step': each step on its own private
   -- generated queue (pgflow.step_queue_name); 'routed': each step on a declared shared queue
   -- (pgflow.shared_queues). Part of a concrete flow's identity, like its shape.

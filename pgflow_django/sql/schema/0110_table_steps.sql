@@ -12,7 +12,7 @@ create table pgflow.steps (
   forbidden_input_pattern jsonb check (forbidden_input_pattern is null or jsonb_typeof(forbidden_input_pattern) = 'object'),
   when_unmet text not null default 'skip' check (when_unmet in ('fail', 'skip', 'skip-cascade')),
   when_exhausted text not null default 'fail' check (when_exhausted in ('fail', 'skip', 'skip-cascade')),
-  created_at timestamptz not null default now(),
+  created_at timestamptz not null default clock_timestamp(),
   queue_name text not null constraint steps_queue_name_check check (pgflow.is_valid_queue_name(queue_name)),
   primary key (flow_slug, step_slug),
   unique (flow_slug, step_index),

@@ -2,8 +2,8 @@ create table pgflow.workers (
   worker_id uuid primary key,
   queue_name text not null,
   function_name text not null,
-  started_at timestamptz not null default now(),
-  last_heartbeat_at timestamptz not null default now(),
+  started_at timestamptz not null default clock_timestamp(),
+  last_heartbeat_at timestamptz not null default clock_timestamp(),
   deprecated_at timestamptz,
   stopped_at timestamptz
 );

@@ -6,7 +6,7 @@ create table pgflow.runs (
   output jsonb,
   error_message text,
   remaining_steps integer not null default 0 check (remaining_steps >= 0),
-  started_at timestamptz not null default now(),
+  started_at timestamptz not null default clock_timestamp(),
   completed_at timestamptz,
   failed_at timestamptz,
   rerun_of uuid constraint runs_rerun_of_fkey references pgflow.runs (run_id) on delete set null,

@@ -11,7 +11,7 @@ create table pgflow.step_states (
   output jsonb,
   error_message text,
   skip_reason text check (skip_reason in ('condition_unmet', 'handler_failed', 'dependency_skipped')),
-  created_at timestamptz not null default now(),
+  created_at timestamptz not null default clock_timestamp(),
   started_at timestamptz,
   completed_at timestamptz,
   failed_at timestamptz,

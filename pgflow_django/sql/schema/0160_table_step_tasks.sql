@@ -13,7 +13,7 @@ create table pgflow.step_tasks (
   requeued_count integer not null default 0 check (requeued_count >= 0),
   last_requeued_at timestamptz,
   permanently_stalled_at timestamptz,
-  queued_at timestamptz not null default now(),
+  queued_at timestamptz not null default clock_timestamp(),
   started_at timestamptz,
   completed_at timestamptz,
   failed_at timestamptz,

@@ -8,6 +8,6 @@ create table pgflow.worker_pauses (
   queue_name text not null,
   reason text not null check (reason in ('fatal', 'operator')),
   detail text,
-  paused_at timestamptz not null default now(),
+  paused_at timestamptz not null default clock_timestamp(),
   primary key (flow_slug, step_slug)
 );

@@ -5,5 +5,5 @@ create table pgflow.shared_queues (
   queue_name text primary key
     constraint shared_queues_queue_name_check
     check (pgflow.is_valid_queue_name(queue_name) and position('__' in queue_name) = 0),
-  declared_at timestamptz not null default now()
+  declared_at timestamptz not null default clock_timestamp()
 );

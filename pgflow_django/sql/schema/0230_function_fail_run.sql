@@ -11,7 +11,7 @@ declare
   v_msgs bigint[];
 begin
   update pgflow.runs as r
-     set status = 'failed', failed_at = now(), error_message = fail_run.error_message,
+     set status = 'failed', failed_at = clock_timestamp(), error_message = fail_run.error_message,
          remaining_steps = (select count(*) from pgflow.step_states as ss
                              where ss.run_id = r.run_id and ss.status not in ('completed', 'skipped'))
    where r.run_id = fail_run.run_id and r.status = 'started';

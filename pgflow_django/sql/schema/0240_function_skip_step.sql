@@ -19,7 +19,7 @@ begin
      where skip_step.cascade
   ), skipped as (
     update pgflow.step_states as ss
-       set status = 'skipped', skip_reason = tg.reason, skipped_at = now(), remaining_tasks = null
+       set status = 'skipped', skip_reason = tg.reason, skipped_at = clock_timestamp(), remaining_tasks = null
       from (select distinct on (t.step_slug) t.step_slug, t.reason
               from targets as t
              order by t.step_slug, (t.reason = 'dependency_skipped')) as tg

@@ -18,7 +18,7 @@ begin
   update pgflow.runs as r
      set remaining_steps = c.open_steps,
          status = case when c.open_steps = 0 then 'completed' else r.status end,
-         completed_at = case when c.open_steps = 0 then now() end,
+         completed_at = case when c.open_steps = 0 then clock_timestamp() end,
          output = case when c.open_steps = 0 then (
            select jsonb_object_agg(ss.step_slug, ss.output)
              from pgflow.step_states as ss

@@ -13,7 +13,7 @@ declare
 begin
   with started as (
     update pgflow.step_states as ss
-       set status = 'started', started_at = now(), remaining_tasks = ss.initial_tasks
+       set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
       from pgflow.runs as r, pgflow.steps as s
      where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
        and ss.initial_tasks > 0

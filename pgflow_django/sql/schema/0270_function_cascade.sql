@@ -75,7 +75,7 @@ begin
       end if;
       if v_unmet.when_unmet = 'fail' then
         update pgflow.step_states as ss
-           set status = 'failed', failed_at = now(), error_message = 'condition unmet'
+           set status = 'failed', failed_at = clock_timestamp(), error_message = 'condition unmet'
          where ss.run_id = v_unmet.run_id and ss.step_slug = v_unmet.step_slug;
         perform pgflow.fail_run(v_unmet.run_id, format('step %s: condition unmet', v_unmet.step_slug));
       else
@@ -87,7 +87,7 @@ begin
     -- ready steps without tasks (maps over empty arrays) complete at once with an empty output
     update pgflow.step_states as ss
        set status = 'completed', output = '[]'::jsonb, remaining_tasks = 0,
-           started_at = now(), completed_at = now()
+           started_at = clock_timestamp(), completed_at = clock_timestamp()
       from pgflow.runs as r
      where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
        and ss.initial_tasks = 0

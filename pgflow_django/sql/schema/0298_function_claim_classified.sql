@@ -32,7 +32,7 @@ begin
        for no key update of t skip locked
   ), claimed as (
     update pgflow.step_tasks as t
-       set status = 'started', attempts_count = t.attempts_count + 1, started_at = now(),
+       set status = 'started', attempts_count = t.attempts_count + 1, started_at = clock_timestamp(),
            last_worker_id = claim_classified.worker_id
       from lockable as l
      where t.run_id = l.run_id and t.step_slug = l.step_slug and t.task_index = l.task_index

@@ -120,7 +120,7 @@ begin
             format('unsupported work on queue %s: message ids %s', v_queue,
                    (select string_agg(f::text, ',' order by f) from unnest(v_fatal) as f)))
     on conflict on constraint worker_pauses_pkey do update
-      set reason = excluded.reason, detail = excluded.detail, queue_name = excluded.queue_name, paused_at = now();
+      set reason = excluded.reason, detail = excluded.detail, queue_name = excluded.queue_name, paused_at = clock_timestamp();
     return query
       select case when e.outcome in ('fatal', 'missing') then e.outcome else 'released' end,
              e.id, null::text, null::uuid, null::text, null::integer, null::integer, null::jsonb

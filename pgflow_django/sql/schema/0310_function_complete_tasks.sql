@@ -99,7 +99,7 @@ begin
   end if;
 
   update pgflow.step_tasks as t
-     set status = 'completed', output = c.output, completed_at = now()
+     set status = 'completed', output = c.output, completed_at = clock_timestamp()
     from unnest(v_items) as c
    where c.outcome = 'completed'
      and t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index;
@@ -124,7 +124,7 @@ begin
     update pgflow.step_states as ss
        set remaining_tasks = ss.remaining_tasks - done.n,
            status = case when ss.remaining_tasks = done.n then 'completed' else ss.status end,
-           completed_at = case when ss.remaining_tasks = done.n then now() end,
+           completed_at = case when ss.remaining_tasks = done.n then clock_timestamp() end,
            output = case
              when ss.remaining_tasks <> done.n then null
              when s.step_type = 'single' then done.first_output
@@ -167,14 +167,14 @@ begin
       continue;
     end if;
     update pgflow.step_tasks as t
-       set status = 'failed', failed_at = now(),
+       set status = 'failed', failed_at = clock_timestamp(),
            output = (select c.output from unnest(v_items) as c
                       where c.run_id = v_bad.run_id and c.step_slug = v_bad.step_slug
                         and c.task_index = v_bad.task_index),
            error_message = format('output of %s is not an array, but map step %s needs one', v_bad.step_slug, v_bad.map_slug)
      where t.run_id = v_bad.run_id and t.step_slug = v_bad.step_slug and t.task_index = v_bad.task_index;
     update pgflow.step_states as ss
-       set status = 'failed', failed_at = now(),
+       set status = 'failed', failed_at = clock_timestamp(),
            error_message = format('output is not an array, but map step %s needs one', v_bad.map_slug)
      where ss.run_id = v_bad.run_id and ss.step_slug = v_bad.step_slug;
     perform pgflow.fail_run(v_bad.run_id,

@@ -11,7 +11,7 @@ declare
   v_when text;
 begin
   update pgflow.step_tasks as t
-     set status = 'failed', failed_at = now(), error_message = exhaust_task.error_message
+     set status = 'failed', failed_at = clock_timestamp(), error_message = exhaust_task.error_message
    where t.run_id = exhaust_task.run_id and t.step_slug = exhaust_task.step_slug
      and t.task_index = exhaust_task.task_index
   returning t.* into v_task;
@@ -23,7 +23,7 @@ begin
 
   if v_when = 'fail' then
     update pgflow.step_states as ss
-       set status = 'failed', failed_at = now(), error_message = exhaust_task.error_message
+       set status = 'failed', failed_at = clock_timestamp(), error_message = exhaust_task.error_message
      where ss.run_id = exhaust_task.run_id and ss.step_slug = exhaust_task.step_slug;
     perform pgflow.fail_run(exhaust_task.run_id, format('step %s failed: %s', exhaust_task.step_slug, exhaust_task.error_message));
     return 'failed';

@@ -46,7 +46,7 @@ begin
   end if;
 
   v_error := jsonb_build_object('attempt', v_task.attempts_count, 'worker_id', v_task.last_worker_id,
-                                'error', fail_task.error_message, 'failed_at', now());
+                                'error', fail_task.error_message, 'failed_at', clock_timestamp());
   select coalesce(s.opt_max_attempts, f.opt_max_attempts),
          coalesce(fail_task.retry_delay,
                   least(floor(coalesce(s.opt_base_delay, f.opt_base_delay) * power(2, v_task.attempts_count)), 2147483647)::integer)
@@ -56,7 +56,7 @@ begin
 
   if v_task.attempts_count < v_max_attempts then
     update pgflow.step_tasks as t
-       set status = 'queued', error_message = fail_task.error_message, queued_at = now(),
+       set status = 'queued', error_message = fail_task.error_message, queued_at = clock_timestamp(),
            attempt_errors = t.attempt_errors || jsonb_build_array(v_error)
      where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index;
     perform pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id], array[v_delay]);

@@ -41,7 +41,7 @@ begin
   update pgflow.step_tasks as t
      set attempt_errors = t.attempt_errors || jsonb_build_array(jsonb_build_object(
            'attempt', v_task.attempts_count, 'worker_id', v_task.last_worker_id,
-           'error', reject_task.error_message, 'failed_at', now()))
+           'error', reject_task.error_message, 'failed_at', clock_timestamp()))
    where t.run_id = reject_task.run_id and t.step_slug = reject_task.step_slug
      and t.task_index = reject_task.task_index;
   return pgflow.exhaust_task(reject_task.run_id, reject_task.step_slug, reject_task.task_index,

@@ -25,7 +25,7 @@ begin
 
   with released as (
     update pgflow.step_tasks as t
-       set status = 'queued', queued_at = now()
+       set status = 'queued', queued_at = clock_timestamp()
       from jsonb_array_elements(items) as i, pgflow.runs as r, pgflow.step_states as ss,
            pgflow.steps as s, pgflow.flows as f
      where t.run_id = (i->>'run_id')::uuid and t.step_slug = i->>'step_slug'

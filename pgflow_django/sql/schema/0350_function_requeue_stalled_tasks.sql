@@ -47,7 +47,7 @@ begin
        and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
   ), requeued as (
     update pgflow.step_tasks as t
-       set status = 'queued', requeued_count = t.requeued_count + 1, last_requeued_at = now(), queued_at = now()
+       set status = 'queued', requeued_count = t.requeued_count + 1, last_requeued_at = clock_timestamp(), queued_at = clock_timestamp()
       from stalled as st
      where st.can_requeue
        and t.run_id = st.run_id and t.step_slug = st.step_slug and t.task_index = st.task_index
@@ -58,7 +58,7 @@ begin
               from requeued as rq where rq.message_id is not null group by rq.queue_name) as g
   ), marked as (
     update pgflow.step_tasks as t
-       set permanently_stalled_at = now()
+       set permanently_stalled_at = clock_timestamp()
       from stalled as st
      where not st.can_requeue
        and t.run_id = st.run_id and t.step_slug = st.step_slug and t.task_index = st.task_index

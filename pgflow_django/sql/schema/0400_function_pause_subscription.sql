@@ -25,7 +25,7 @@ begin
                        and s.step_slug = pause_subscription.step_slug), lower(flow_slug)),
           reason, detail)
   on conflict on constraint worker_pauses_pkey do update
-    set reason = excluded.reason, detail = excluded.detail, paused_at = now()
+    set reason = excluded.reason, detail = excluded.detail, paused_at = clock_timestamp()
     where p.reason <> 'fatal' or excluded.reason = 'fatal';
   select * into v_pause from pgflow.worker_pauses as p
    where p.flow_slug = pause_subscription.flow_slug and p.step_slug = coalesce(pause_subscription.step_slug, '');
