@@ -8,13 +8,11 @@ the process exits once every loop has stopped and drained.
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import sys
 import threading
 from types import FrameType
 
-from pgflow_django.worker.supervisor import Worker
+from pgflow_django.worker.supervisor import Worker, exit_now
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -65,10 +63,7 @@ class WorkerGroup:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self._signalled:
-            logger.warning("second %s: exiting now; stalled-task recovery will take over", name)
-            for stream in (sys.stdout, sys.stderr):
-                stream.flush()
-            os._exit(128 + signum)
+            exit_now(signum)
         self._signalled = True
         logger.info(
             "%s: stopped polling queues %s; finishing %d in-flight task(s) within %.0fs",

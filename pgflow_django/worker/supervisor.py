@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 
@@ -65,6 +65,16 @@ SHARED_WARNINGS = {
 }
 """Shared-queue claim outcomes that are not this worker's to run: warned about, never stop the worker
 (``unsupported`` work is named once per flow step, by ``UnsupportedWork``)."""
+
+
+def exit_now(signum: int) -> NoReturn:
+    """A second stop signal: exit at once and leave in-flight tasks to stalled-task recovery."""
+    logger.warning(
+        "second %s: exiting now; stalled-task recovery will take over", signal.Signals(signum).name
+    )
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(128 + signum)
 
 
 class Worker:
@@ -242,10 +252,7 @@ class Worker:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self._signalled:
-            logger.warning("second %s: exiting now; stalled-task recovery will take over", name)
-            for stream in (sys.stdout, sys.stderr):
-                stream.flush()
-            os._exit(128 + signum)
+            exit_now(signum)
         self._signalled = True
         logger.info(
             "%s: stopped polling; finishing %d in-flight task(s) within %.0fs",
