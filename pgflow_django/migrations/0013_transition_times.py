@@ -1,4 +1,4 @@
-"""State timestamps record when each transition happened (clock_timestamp()), not when its transaction began."""
+"""State timestamps record when each transition happened (clock_timestamp()), not its transaction start."""
 
 from django.db import migrations
 
