@@ -8,8 +8,9 @@
 -- on_change says what a changed definition may do: 'refuse' (never deletes); 'replace-if-idle'
 -- (replaces only when no run is unfinished); 'replace' (an explicit request: replaces, but when
 -- confirmed_runs is given, only while the flow has no more runs than the caller showed and had
--- confirmed). Before counting, a replacement locks the flow row, which every start's foreign key
--- check needs: no run can start between the count and the deletion. "refused" names why a
+-- confirmed). Before counting, a replacement takes the flow's start lock exclusively (every start
+-- holds it shared until its transaction ends, before it touches a row): no run can start between the
+-- count and the deletion, and no row lock is held while waiting for starts. "refused" names why a
 -- replacement did not happen ('unfinished' or 'confirmation'). Routing is the queue mode
 -- ('flow', 'step' or 'routed') and the route: generated for plain and step-queued flows (the
 -- definition may carry the route its client generated, "route": {step: queue}, which must equal the
@@ -189,8 +190,8 @@ begin
         ) as d;
       v_differences := coalesce(v_differences, '{}') || coalesce(v_route_differences, '{}');
       if on_change <> 'refuse' then
-        -- starts check their run's flow row (foreign key): holding it, the count below stays true
-        perform 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug for update;
+        -- starts hold this lock shared until they commit: holding it, the count below stays true
+        perform pg_advisory_xact_lock(hashtextextended('pgflow:start:' || ensure_flow_compiled.flow_slug, 0));
       end if;
       select count(*), count(*) filter (where r.status = 'started') into v_runs, v_unfinished
         from pgflow.runs as r where r.flow_slug = ensure_flow_compiled.flow_slug;

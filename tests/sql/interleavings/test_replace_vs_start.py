@@ -95,3 +95,43 @@ def test_no_run_of_the_old_shape_starts_while_the_replacement_runs() -> None:
             ).fetchone() == (1,)
         finally:
             starter.execute("select pgflow.delete_flow_and_data(%s)", [FLOW])
+
+
+def test_a_start_between_its_lock_and_its_insert_does_not_deadlock_a_replacement() -> None:
+    """The start has taken its shared start lock but not yet inserted its run (the foreign key check
+    on the flow row comes with the insert) when a replacement begins: the replacement waits for the
+    start lock before it touches the flow row, so the start finishes and is counted, and neither
+    side dies with a deadlock."""
+    results: dict[str, Any] = {}
+    with other_connection() as starter, other_connection() as replacer:
+        try:
+            compile_in(starter, BASE, "refuse")
+            with starter.transaction():
+                starter.execute(
+                    "select pg_advisory_xact_lock_shared(hashtextextended('pgflow:start:' || %s, 0))", [FLOW]
+                )
+
+                def replace() -> None:
+                    replacer.execute("set statement_timeout = '10s'")
+                    try:
+                        results["answer"] = compile_in(replacer, OTHER, "replace-if-idle")
+                    except psycopg.Error as exc:
+                        results["error"] = exc
+
+                thread = threading.Thread(target=replace)
+                thread.start()
+                thread.join(timeout=1.0)
+                assert thread.is_alive(), "the replacement must wait for the start in progress"
+                starter.execute("set local statement_timeout = '10s'")
+                starter.execute("select pgflow.start_flow(%s, '{}'::jsonb)", [FLOW])
+            thread.join(timeout=10)
+            assert not thread.is_alive()
+            assert "error" not in results, results
+            answer = results["answer"]
+            assert (answer["status"], answer["refused"], answer["unfinished_runs"]) == (
+                "mismatch",
+                "unfinished",
+                1,
+            )
+        finally:
+            starter.execute("select pgflow.delete_flow_and_data(%s)", [FLOW])
