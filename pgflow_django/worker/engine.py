@@ -78,9 +78,16 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+PROGRAM_LIMIT_EXCEEDED = "54"
+"""SQLSTATE class psycopg files under OperationalError, yet the same statement fails again (a jsonb
+value past PostgreSQL's size limit, a statement too complex): retrying it would never end."""
+
+
 def is_transient(exc: BaseException) -> bool:
     """True for errors worth retrying unchanged (lost connection, restart, deadlock, serialization),
     False when the statement itself is wrong and would fail again."""
+    if isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith(PROGRAM_LIMIT_EXCEEDED):
+        return False
     return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
 
 

@@ -79,3 +79,26 @@ def test_a_stale_item_does_not_undo_the_batch(engine: Engine) -> None:
     completer.flush([Completion(tasks[0], "0"), Completion(stale, "1"), Completion(tasks[2], "false")])
     completer.engine.close()
     assert statuses(tasks) == [("completed", 0, None), ("started", None, None), ("completed", False, None)]
+
+
+def test_a_batch_past_a_program_limit_is_not_retried_forever(engine: Engine) -> None:
+    """PostgreSQL refuses JSON nested past its stack depth with SQLSTATE 54001, which psycopg files
+    under OperationalError: the batch falls back to one item at a time instead of retrying the same
+    statement forever, and the item past the limit fails alone."""
+    import threading
+
+    tasks = claim(engine, 3)
+    too_deep = "[" * 200_000 + "]" * 200_000
+    completer = Completer(Engine(connection_params(), "test-completer"), WorkerState(4), 100, 2.0)
+    batch = [Completion(tasks[0], "1"), Completion(tasks[1], too_deep), Completion(tasks[2], "2")]
+    flush = threading.Thread(target=completer.flush, args=(batch,), daemon=True)
+    flush.start()
+    flush.join(timeout=30)
+    try:
+        assert not flush.is_alive(), "the completer retried a statement that fails the same way every time"
+    finally:
+        completer.engine.close()
+    first, second, third = statuses(tasks)
+    assert first == ("completed", 1, None)
+    assert third == ("completed", 2, None)
+    assert second[0] == "failed"
