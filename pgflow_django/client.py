@@ -289,7 +289,8 @@ def flow_not_found(slug: str, compiled: Iterable[str] = ()) -> str:
     if slug in registered:
         return (
             f"flow {slug!r} is registered but not compiled in this database: run "
-            f"`manage.py pgflow_compile {slug}` (a worker for it compiles it too)"
+            f"`manage.py pgflow_compile {slug}` (a worker for it compiles it too), or in a test call "
+            "pgflow_django.compile_flow(flow) first (run_flow compiles for you)"
         )
     known = sorted({*registered, *compiled})
     listed = ", ".join(known[:_LISTED_FLOWS]) or "none"
