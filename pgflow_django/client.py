@@ -27,6 +27,7 @@ from pgflow_django.encoding import (
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
     NotEncodable,
+    check_storable_text,
     encode_json,
 )
 from pgflow_django.operations import FlowNotFound
@@ -233,7 +234,7 @@ def cancel_run(run_id: uuid.UUID | str, *, reason: str | None = None, using: str
     an unknown id. Joins the caller's transaction when there is one (the cancel commits with it)."""
     key = _as_uuid(run_id)
     if reason is not None:
-        _check_text(reason, "reason")
+        check_storable_text(reason, "reason")
     try:
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
             cursor.execute("select pgflow.cancel_run(%s, %s)", [key, reason])
@@ -372,18 +373,6 @@ def _run_not_found(key: uuid.UUID) -> RunNotFound:
     return RunNotFound(
         f"no run {key}: check the id, or commit the transaction that started it (it may also be pruned)"
     )
-
-
-def _check_text(value: str, what: str) -> None:
-    """Refuse what PostgreSQL's text cannot hold, before any SQL runs."""
-    if "\x00" in value:
-        raise ValueError(f"{what} contains a NUL character, which PostgreSQL cannot store; remove it")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(
-            f"{what} is not valid UTF-8 text (it holds a lone surrogate); pass plain text"
-        ) from None
 
 
 def _as_uuid(value: object) -> uuid.UUID:

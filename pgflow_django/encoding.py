@@ -63,6 +63,15 @@ def clean_text(text: str) -> str:
     return _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
+def check_storable_text(value: str, what: str) -> None:
+    """Refuse a caller's plain text PostgreSQL cannot hold (NUL, a lone surrogate) before any SQL runs:
+    the caller can fix it, unlike a recorded error, which ``clean_text`` escapes instead."""
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL character, which PostgreSQL cannot store; remove it")
+    if _SURROGATE.search(value) is not None:
+        raise ValueError(f"{what} is not valid UTF-8 text (it holds a lone surrogate); pass plain text")
+
+
 def encode_json(value: Any, *, escape_text: bool) -> str:
     """JSON text of ``value`` within the engine's bounds, or ``NotEncodable``.
 
