@@ -7,11 +7,15 @@ rolled back after each sample as Django's ``TestCase`` does:
 - ``run_flow`` of a 10-step flow with a 20-element map and two retried failures (compiled in the
   sample, as a test that does not compile in ``setUpTestData`` pays it, and compiled beforehand);
 - ``drain()`` of 100 one-step runs started beforehand.
+
+After each timing, one more sample counts its round trips to the database (``bench.roundtrips``),
+which the machine's load does not change; ``--profile`` splits them by phase.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import sys
@@ -19,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench import roundtrips
 from bench.db import drop_database, recreate_database, server_url, with_database
 
 DATABASE = "pgflow_bench_testing"
@@ -74,6 +79,18 @@ def _sample(samples: int, warmup: int, body: Callable[[], None]) -> list[float]:
     return times
 
 
+def _counted(body: Callable[[], None], profile: bool) -> str:
+    """One more sample of ``body`` (rolled back like the others), counting its round trips."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        with roundtrips.counting() as tally:
+            body()
+        transaction.set_rollback(True)
+    line = f"{'':<4}{tally.total} round trips ({tally.statements} statements)"
+    return "\n".join([line, *tally.lines()]) if profile else line
+
+
 def _line(name: str, times: list[float], target: float) -> str:
     ordered = sorted(times)
     p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
@@ -91,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--database", default=DATABASE, help=f"database to (re)create (default {DATABASE})")
     parser.add_argument("--drop", action="store_true", help="drop the database afterwards")
+    parser.add_argument("--profile", action="store_true", help="split the round trips by phase")
     args = parser.parse_args(argv)
 
     server = server_url()
@@ -118,6 +136,7 @@ def _measure(args: argparse.Namespace) -> int:
     from pgflow_django.testing import drain, fail_next, run_flow
 
     call_command("migrate", verbosity=0)
+    logging.getLogger("pgflow_django").setLevel(logging.ERROR)  # the injected failures log warnings
     ten, one = _flows()
 
     def ten_steps() -> None:
@@ -142,6 +161,7 @@ def _measure(args: argparse.Namespace) -> int:
                 50,
             )
         )
+        print(_counted(ten_steps, args.profile))
         compile_flow(ten)
         print(
             _line(
@@ -150,6 +170,7 @@ def _measure(args: argparse.Namespace) -> int:
                 50,
             )
         )
+        print(_counted(ten_steps, args.profile))
         compile_flow(one)
 
         def timed_drain() -> None:
@@ -161,6 +182,17 @@ def _measure(args: argparse.Namespace) -> int:
         drains: list[float] = []
         _sample(args.samples, args.warmup, timed_drain)
         print(_line("drain() of 100 one-step runs (started beforehand)", drains[args.warmup :], 200))
+
+        def counted_drain() -> None:
+            start_flows(one, [{"i": i} for i in range(100)])
+            with roundtrips.counting() as tally:
+                hundred()
+            tallies.append(tally)
+
+        tallies: list[roundtrips.Tally] = []
+        _sample(1, 0, counted_drain)
+        drain_line = f"{'':<4}{tallies[0].total} round trips ({tallies[0].statements} statements)"
+        print("\n".join([drain_line, *tallies[0].lines()]) if args.profile else drain_line)
         transaction.set_rollback(True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0

@@ -10,8 +10,10 @@ batch's handlers have returned, and Django's connection is never closed between 
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -34,6 +36,33 @@ BATCH_SIZE = 100
 _SAVEPOINT = 'savepoint "pgflow_testing"'
 _RELEASE = 'release savepoint "pgflow_testing"'
 _ROLLBACK = 'rollback to savepoint "pgflow_testing"'
+
+
+_GENERIC_PLANS = (
+    "select current_setting('plan_cache_mode'), set_config('plan_cache_mode', 'force_generic_plan', %s)"
+)
+
+
+@contextlib.contextmanager
+def generic_plans(using: str) -> Iterator[None]:
+    """Generic plans for the engine's SQL functions while a drain runs, then the caller's setting back.
+
+    PostgreSQL plans each statement of a PL/pgSQL function again on every call while it judges a
+    custom plan cheaper than a generic one, which it does for the engine's ``= any(ids)`` statements:
+    planning was most of a completion's cost. The statements and their results are the same; only
+    their plans are kept. Inside a transaction the setting is local to it; in autocommit it is set
+    for the session and put back afterwards."""
+    connection = connections[using]
+    local = connection.in_atomic_block
+    with connection.cursor() as cursor:
+        cursor.execute(_GENERIC_PLANS, [local])
+        previous = cursor.fetchone()[0]
+    try:
+        yield
+    finally:
+        if previous != "force_generic_plan" and connection.connection is not None:
+            with contextlib.suppress(Exception), connection.cursor() as cursor:
+                cursor.execute("select set_config('plan_cache_mode', %s, %s)", [previous, local])
 
 
 class InProcessEngine(Engine):

@@ -236,3 +236,35 @@ class TaskRunAfterTests(TestCase):
         assert drain().skipped_seconds == pytest.approx(3600, abs=5)
         result.refresh()
         assert result.return_value == 3
+
+
+class PlannerSettingTests(TestCase):
+    """A drain plans the engine's functions generically (docs/testing.md, "How fast"); the test's
+    own setting is back afterwards, also when the drain raises."""
+
+    def test_the_callers_plan_cache_mode_is_kept(self) -> None:
+        q1("select set_config('plan_cache_mode', 'force_custom_plan', true)")
+        seen: list[str] = []
+
+        def first(flow_input: Any) -> Any:
+            seen.append(q1("show plan_cache_mode"))
+            return {"n": flow_input["n"]}
+
+        with override_handler(example.chain, "first", first):
+            assert run_flow(example.chain, {"n": 1}).status == "completed"
+        assert seen == ["force_generic_plan"]
+        assert q1("show plan_cache_mode") == "force_custom_plan"
+        start_flow(example.chain, {"n": 2})
+        assert drain().tasks == 3
+        assert q1("show plan_cache_mode") == "force_custom_plan"
+        with fail_next(example.chain, "first", times=10), pytest.raises(DrainStuck):
+            start_flow(example.chain, {"n": 3})
+            drain(max_tasks=1)
+        assert q1("show plan_cache_mode") == "force_custom_plan"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_plan_cache_mode_in_autocommit_is_put_back(clean_example_flows: None) -> None:
+    compile_flow(example.chain)
+    assert run_flow(example.chain, {"n": 1}).status == "completed"
+    assert q1("show plan_cache_mode") == "auto"
