@@ -9,6 +9,7 @@ waited for. What cannot finish is reported, never waited on.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -138,8 +139,8 @@ class _Session:
             table = _QUEUE_TABLES[queue_name] = self.engine.queue_table(queue_name)
         return table
 
-    def claim(self, sub: _Subscription, qty: int) -> Claim:
-        claim = self.engine.claim(
+    def _claim_args(self, sub: _Subscription, qty: int) -> tuple[Any, ...]:
+        return (
             sub.flow_slug,
             sub.queue,
             self.queue_table(sub.queue),
@@ -149,6 +150,9 @@ class _Session:
             sub.step_slug,
             sub.support if sub.shared else None,
         )
+
+    def claim(self, sub: _Subscription, qty: int) -> Claim:
+        claim = self.engine.claim(*self._claim_args(sub, qty))
         if claim.fatal:
             raise DrainStuck(
                 f"unsupported work on queue={sub.queue} msg_ids={','.join(map(str, claim.fatal))}: "
@@ -169,13 +173,18 @@ class _Session:
                 "raise max_tasks if that much work is expected"
             )
 
-    def run_claimed(self, claim: Claim) -> int:
+    def run_claimed(self, claim: Claim, following: tuple[_Subscription, int] | None = None) -> int:
+        """Run the claimed handlers and record their results; ``following`` (the claim the drain makes
+        next) is sent in the same round trip as the results when one statement records them all."""
         for task in claim.tasks:
             self.state.take(task)
             self.runner.run(task)
             self.run_ids.add(task.run_id)
         failures_before = self.completer.failures
-        self.completer.flush_pending()
+        ahead = None
+        if following is not None:
+            ahead = functools.partial(self.engine.claim_next, *self._claim_args(*following))
+        self.completer.flush_pending(ahead)
         self.tasks += len(claim.tasks)
         self.failed_attempts += self.completer.failures - failures_before
         return len(claim.tasks)
@@ -267,7 +276,15 @@ def _drain(
                     nothing_hidden = False
                     break
                 claim = session.claim(sub, qty)
-                if session.run_claimed(claim):
+                following = None
+                if claim.tasks:
+                    following = _following(
+                        subscriptions, index, claim.read_count == qty, pauses, requested is not None
+                    )
+                left = max_tasks - session.tasks - len(claim.tasks)
+                if session.run_claimed(
+                    claim, None if following is None or left < 1 else (following, min(BATCH_SIZE, left))
+                ):
                     progressed = True
                     recorded += 1
                 elif claim.read_count == 0:
@@ -304,6 +321,24 @@ def _drain(
         skipped_seconds=skipped,
         waiting=() if skip_delays else tuple(clock.waiting(limit, using=using)),
     )
+
+
+def _following(
+    subscriptions: list[_Subscription],
+    index: int,
+    full: bool,
+    pauses: dict[tuple[str, str], str],
+    fixed_scope: bool,
+) -> _Subscription | None:
+    """The subscription the drain claims from after a batch from ``subscriptions[index]``: the same
+    one after a full batch, else the next one polled (with a fixed scope, the next pass's first)."""
+    if full:
+        return subscriptions[index]
+    polled = [sub for sub in subscriptions if not _is_paused(sub, pauses)]
+    later = [sub for sub in subscriptions[index + 1 :] if not _is_paused(sub, pauses)]
+    if later:
+        return later[0]
+    return polled[0] if fixed_scope and polled else None
 
 
 def _statuses(run_ids: set[uuid.UUID], using: str) -> dict[uuid.UUID, str]:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import queue
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -65,6 +66,16 @@ def generic_plans(using: str) -> Iterator[None]:
                 cursor.execute("select set_config('plan_cache_mode', %s, %s)", [previous, local])
 
 
+@dataclass
+class _Rider:
+    """The drain's next claim, composed ahead so that it travels with the statement recording the
+    batch in hand (one round trip for both); ``rows`` once it has been sent."""
+
+    query: str | sql.Composed
+    params: Any
+    rows: list[tuple[Any, ...]] | None = None
+
+
 class InProcessEngine(Engine):
     """The worker's statements on Django's connection for ``using``, each in its own savepoint."""
 
@@ -72,6 +83,8 @@ class InProcessEngine(Engine):
         super().__init__({}, "in-process")
         self.using = using
         self._bare = False
+        self._composing = False
+        self._rider: _Rider | None = None
 
     @property
     def conn(self) -> psycopg.Connection[Any]:
@@ -81,37 +94,87 @@ class InProcessEngine(Engine):
         return raw
 
     def _rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
+        if self._composing:
+            self._rider = _Rider(query, params)
+            return []
+        rider, self._rider = self._rider, None
+        if self._bare:
+            if rider is not None and rider.rows is not None:
+                return rider.rows  # ``claim`` checked that it is this statement
+            rider = None
+        elif rider is not None and rider.rows is not None:
+            # sent already: kept for its claim if it took something; one that read nothing is
+            # dropped, as what this statement records may make messages visible
+            self._rider = rider if rider.rows and rider.rows[0][0] else None
+            rider = None
         conn = self.conn
-        with conn.cursor() as cursor:
+        with conn.cursor() as cursor, conn.cursor() as claim:
             # Django loads jsonb as text on its connections; the worker's own connections decode it
             cursor.adapters.register_loader("jsonb", JsonbLoader)
-            if self._bare or not connections[self.using].in_atomic_block:
+            claim.adapters.register_loader("jsonb", JsonbLoader)
+            if self._bare or (rider is None and not connections[self.using].in_atomic_block):
                 cursor.execute(query, params)
             else:
-                self._in_savepoint(conn, cursor, query, params)
+                self._in_savepoint(conn, cursor, query, params, claim, rider)
+                if rider is not None:
+                    rider.rows = claim.fetchall()
+                    self._rider = rider
             return cursor.fetchall() if cursor.description is not None else []
 
-    @staticmethod
     def _in_savepoint(
-        conn: psycopg.Connection[Any], cursor: psycopg.Cursor[Any], query: str | sql.Composed, params: Any
+        self,
+        conn: psycopg.Connection[Any],
+        cursor: psycopg.Cursor[Any],
+        query: str | sql.Composed,
+        params: Any,
+        claim: psycopg.Cursor[Any],
+        rider: _Rider | None,
     ) -> None:
-        """A savepoint, the statement and the release in one round trip (pipeline mode); after an
-        error only this statement is undone and the caller's transaction goes on."""
+        """A savepoint, the statement (and the next claim, if composed) and the release in one round
+        trip (pipeline mode); after an error only this statement is undone (the claim with it) and the
+        caller's transaction goes on. In autocommit the pair is one implicit transaction."""
+        savepoint = connections[self.using].in_atomic_block
         try:
             with conn.cursor() as control, conn.pipeline():
-                control.execute(_SAVEPOINT)
+                if savepoint:
+                    control.execute(_SAVEPOINT)
                 cursor.execute(query, params)
-                control.execute(_RELEASE)
+                if rider is not None:
+                    claim.execute(rider.query, rider.params)
+                if savepoint:
+                    control.execute(_RELEASE)
         except psycopg.Error:
-            if not conn.broken:
+            if savepoint and not conn.broken:
                 conn.execute(_ROLLBACK)
                 conn.execute(_RELEASE)
             raise
 
+    def claim_next(self, *args: Any, **kwargs: Any) -> None:
+        """Compose ``claim(*args, **kwargs)`` (the worker's statement, not run here) to send it with
+        the next statement, which records the batch in hand: the claim then sees what it recorded."""
+        self._composing = True
+        try:
+            super().claim(*args, **kwargs)
+        finally:
+            self._composing = False
+
     def claim(self, *args: Any, **kwargs: Any) -> Claim:
         """The worker's claim without a savepoint: a claim that fails raises to the caller anyway, and
         it is the statement a drain runs most (completions keep theirs: the completer retries them
-        one by one, as a worker does, which an aborted transaction would not allow)."""
+        one by one, as a worker does, which an aborted transaction would not allow). A claim sent
+        ahead with the last completion is answered from what it returned; it must be this claim (its
+        tasks are held for it)."""
+        sent = self._rider if self._rider is not None and self._rider.rows is not None else None
+        if sent is not None:
+            self._rider = None
+            self.claim_next(*args, **kwargs)
+            asked, self._rider = self._rider, None
+            if asked is None or asked.query != sent.query or asked.params != sent.params:
+                raise AssertionError(
+                    "in-process drain: the claim sent ahead is not the one asked for (a defect in the "
+                    f"drain's order of claims): sent {sent.params!r}, asked {None if asked is None else asked.params!r}"
+                )
+            self._rider = sent
         self._bare = True
         try:
             return super().claim(*args, **kwargs)
@@ -134,15 +197,21 @@ class InlineCompleter(Completer):
         self.failures = 0
         """Failed attempts handed on so far."""
 
-    def flush_pending(self) -> int:
-        """Record every result handed on so far, in batches as the worker's completer would."""
+    def flush_pending(self, before: Callable[[], None] | None = None) -> int:
+        """Record every result handed on so far, in batches as the worker's completer would.
+        ``before`` is called first when one statement will record them all (completions only, or a
+        single failure)."""
         batch: list[Completion | Failure] = []
         while True:
             try:
                 batch.append(self._queue.get_nowait())
             except queue.Empty:
                 break
-        self.failures += sum(1 for item in batch if isinstance(item, Failure))
+        failures = sum(1 for item in batch if isinstance(item, Failure))
+        self.failures += failures
+        statements = (1 if len(batch) > failures else 0) + failures
+        if before is not None and statements == 1 and len(batch) <= self.batch_size:
+            before()
         for start in range(0, len(batch), self.batch_size):
             self.flush(batch[start : start + self.batch_size])
         return len(batch)

@@ -268,3 +268,37 @@ def test_plan_cache_mode_in_autocommit_is_put_back(clean_example_flows: None) ->
     compile_flow(example.chain)
     assert run_flow(example.chain, {"n": 1}).status == "completed"
     assert q1("show plan_cache_mode") == "auto"
+
+
+class ClaimSentAheadTests(TestCase):
+    """The drain sends its next claim with the statement recording a batch (one round trip); asking
+    for another claim than the one sent ahead is a defect, never a silent second claim."""
+
+    def args(self, qty: int) -> tuple[Any, ...]:
+        return ("example_chain", "example_chain", "q_example_chain", IN_PROCESS_WORKER_ID, 12, qty)
+
+    def setUp(self) -> None:
+        from pgflow_django.testing.inprocess import InProcessEngine
+
+        compile_flow(example.chain)
+        self.runs = {start_flow(example.chain, {"n": n}) for n in range(2)}
+        self.engine = InProcessEngine("default")
+
+    def test_the_claim_asked_for_is_answered_by_the_one_sent_ahead(self) -> None:
+        self.engine.claim_next(*self.args(1))
+        assert self.engine.queue_table("example_chain") == "q_example_chain"  # the claim travels here
+        assert q1("select count(*) from pgflow.step_tasks where status = 'started'") == 1
+        claim = self.engine.claim(*self.args(1))
+        assert [task.attempt for task in claim.tasks] == [1]
+        assert q1("select count(*) from pgflow.step_tasks where status = 'started'") == 1
+
+    def test_another_claim_than_the_one_sent_ahead_is_refused(self) -> None:
+        self.engine.claim_next(*self.args(1))
+        self.engine.queue_table("example_chain")
+        with pytest.raises(AssertionError, match="the claim sent ahead is not the one asked for"):
+            self.engine.claim(*self.args(2))
+
+    def test_a_claim_composed_but_never_sent_is_dropped(self) -> None:
+        self.engine.claim_next(*self.args(1))
+        assert q1("select count(*) from pgflow.step_tasks where status = 'started'") == 0
+        assert len(self.engine.claim(*self.args(2)).tasks) == 2
