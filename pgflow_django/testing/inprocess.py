@@ -170,9 +170,10 @@ class InProcessEngine(Engine):
             self.claim_next(*args, **kwargs)
             asked, self._rider = self._rider, None
             if asked is None or asked.query != sent.query or asked.params != sent.params:
+                wanted = None if asked is None else asked.params
                 raise AssertionError(
                     "in-process drain: the claim sent ahead is not the one asked for (a defect in the "
-                    f"drain's order of claims): sent {sent.params!r}, asked {None if asked is None else asked.params!r}"
+                    f"drain's order of claims): sent {sent.params!r}, asked {wanted!r}"
                 )
             self._rider = sent
         self._bare = True
