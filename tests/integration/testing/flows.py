@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pgflow_django import Flow, Retry
+from pgflow_django import Flow, Retry, route_flow, with_step_queues
 from pgflow_django.worker.context import TaskContext
 
 retried = Flow("testing_retried", max_attempts=3, base_delay=0, timeout=10)
@@ -63,3 +63,37 @@ def after(deps: Any) -> Any:
 @skipping.step()
 def independent(flow_input: Any) -> Any:
     return len(flow_input)
+
+
+def _squares(slug: str) -> Flow:
+    """numbers -> square (one task per number; 2 fails its first attempt) -> total. Built in a
+    function so that only the queued versions below are module attributes (one flow per slug)."""
+    flow = Flow(slug, max_attempts=2, base_delay=0, timeout=10)
+
+    @flow.step()
+    def numbers(flow_input: Any) -> Any:
+        return list(range(1, flow_input["count"] + 1))
+
+    @flow.map(array=numbers)
+    def square(item: Any, ctx: TaskContext) -> Any:
+        if item == 2 and ctx.attempt == 1:
+            raise RuntimeError("square 2, attempt 1")
+        return item * item
+
+    @flow.step(depends_on=[square])
+    def total(deps: Any) -> Any:
+        return sum(deps["square"])
+
+    return flow
+
+
+stepped = with_step_queues(_squares("testing_stepped"))
+"""Every step on its own queue: one worker per step (``--flow testing_stepped --step S``)."""
+
+SHARED_QUEUES = ("testing_parity_a", "testing_parity_b")
+
+routed = route_flow(
+    _squares("testing_routed"),
+    queues={"numbers": SHARED_QUEUES[0], "square": SHARED_QUEUES[1], "total": SHARED_QUEUES[0]},
+)
+"""Steps on two shared queues: one worker per queue (``--queue Q --flow testing_routed``)."""
