@@ -1,4 +1,7 @@
-"""Each example flow runs to completion on a real worker process."""
+"""Each example flow runs to completion. What only needs the flow's semantics runs in-process, in the
+test's transaction (``pgflow_django.testing.run_flow``: the worker's claim, handlers and completions;
+``tests/integration/testing/test_same_as_worker.py`` proves the rows equal a worker subprocess's); what
+needs the worker process itself (timed reads, its log, concurrent handlers) runs on a real one."""
 
 from __future__ import annotations
 
@@ -6,38 +9,39 @@ from collections.abc import Callable
 
 import pytest
 
-from pgflow_django import start_flow, start_flows, wait_for_run
+from pgflow_django import start_flow, wait_for_run
+from pgflow_django.testing import run_flow
 from tests.sql.support import q, val
 from tests.workers import WorkerProcess
 
-pytestmark = pytest.mark.django_db(transaction=True)
+worker_test = pytest.mark.django_db(transaction=True)
 
 
-def test_chain_with_async_step_and_flow_input(spawn_worker: Callable[..., WorkerProcess]) -> None:
-    spawn_worker("example_chain")
-    run = wait_for_run(start_flow("example_chain", {"n": 5}), timeout=30)
+@pytest.mark.django_db
+def test_chain_with_async_step_and_flow_input() -> None:
+    run = run_flow("example_chain", {"n": 5})
     assert run.status == "completed"
     assert run.output == {"third": {"n": 9, "flow_n": 5}}
     assert run.step("second").output == {"n": 12, "flow_n": 5}
 
 
-def test_map_flow_including_an_empty_map(spawn_worker: Callable[..., WorkerProcess]) -> None:
-    spawn_worker("example_map", "--concurrency", "4")
-    ten, empty = start_flows("example_map", [{"count": 10}, {"count": 0}])
-    assert wait_for_run(ten, timeout=30).output == {"total": sum(i * i for i in range(10))}
-    assert wait_for_run(empty, timeout=30).output == {"total": 0}
+@pytest.mark.django_db
+def test_map_flow_including_an_empty_map() -> None:
+    ten, empty = run_flow("example_map", {"count": 10}), run_flow("example_map", {"count": 0})
+    assert ten.output == {"total": sum(i * i for i in range(10))}
+    assert empty.output == {"total": 0}
 
 
-def test_condition_takes_one_branch(spawn_worker: Callable[..., WorkerProcess]) -> None:
-    spawn_worker("example_condition")
-    big, small = start_flows("example_condition", [{"n": 50}, {"n": 1}])
-    big_run, small_run = wait_for_run(big, timeout=30), wait_for_run(small, timeout=30)
+@pytest.mark.django_db
+def test_condition_takes_one_branch() -> None:
+    big_run, small_run = run_flow("example_condition", {"n": 50}), run_flow("example_condition", {"n": 1})
     assert big_run.output == {"big": "big"}
     assert small_run.output == {"small": "small"}
     assert small_run.step("big").status == "skipped"
     assert big_run.step("small").status == "skipped"
 
 
+@worker_test
 def test_failure_then_success_and_handler_chosen_retry(spawn_worker: Callable[..., WorkerProcess]) -> None:
     """The retries' messages are delayed (2 s, then 1 s): a timed read picks them up, not the 60 s poll."""
     worker = spawn_worker("example_flaky", "--poll-interval", "60", "--max-poll-seconds", "60")
@@ -61,6 +65,7 @@ def test_failure_then_success_and_handler_chosen_retry(spawn_worker: Callable[..
     assert "the first call fails on purpose" in worker.log()
 
 
+@worker_test
 def test_atomic_handler_writes_once_per_task(spawn_worker: Callable[..., WorkerProcess]) -> None:
     spawn_worker("example_ledger", "--concurrency", "4")
     run_id = start_flow("example_ledger", list(range(25)))
@@ -71,6 +76,7 @@ def test_atomic_handler_writes_once_per_task(spawn_worker: Callable[..., WorkerP
     assert val("select count(*) from example_ledgerentry where flow = 'example_ledger'") == 25
 
 
+@worker_test
 def test_logs_name_message_ids_but_never_inputs(spawn_worker: Callable[..., WorkerProcess]) -> None:
     worker = spawn_worker("example_chain")
     secret = 918273645546372819
@@ -84,14 +90,11 @@ def test_logs_name_message_ids_but_never_inputs(spawn_worker: Callable[..., Work
     assert str(secret + 1) not in log
 
 
-def test_atomic_handler_records_when_its_transitions_happened(
-    spawn_worker: Callable[..., WorkerProcess],
-) -> None:
+@pytest.mark.django_db
+def test_atomic_handler_records_when_its_transitions_happened() -> None:
     """An atomic handler completes inside the transaction it opened before running: the completion
     time is when the completion happened, not when that transaction began."""
-    spawn_worker("example_ledger")
-    run_id = start_flow("example_ledger", [{"sleep": 1.5}])
-    assert wait_for_run(run_id, timeout=30).status == "completed"
+    run_id = run_flow("example_ledger", [{"sleep": 1.5}]).run_id
     row = q(
         """
         select extract(epoch from t.completed_at - t.started_at) as task_seconds,
