@@ -9,7 +9,7 @@ both back by N seconds is exactly what N seconds of waiting would do to the clai
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,16 +79,38 @@ def queue_tables(flow_slugs: Sequence[str] | None, *, using: str = "default") ->
         return [(str(row[0]), str(row[1])) for row in cursor.fetchall()]
 
 
+Execute = Callable[[sql.Composed, dict[str, Any]], list[tuple[Any, ...]]]
+"""Runs one statement and returns its rows (a drain passes its engine's, so the next claim can travel
+with it)."""
+
+
 def skip_to_next(
-    flow_slugs: Sequence[str] | None, queues: Sequence[tuple[str, str]], *, using: str = "default"
+    flow_slugs: Sequence[str] | None,
+    queues: Sequence[tuple[str, str]],
+    *,
+    using: str = "default",
+    execute: Execute | None = None,
 ) -> float | None:
     """Advance to the moment the soonest hidden message becomes visible, in one statement; the
     seconds skipped, or None when nothing is waiting."""
-    return _shift(None, flow_slugs, queues, using)[0]
+    return _shift(None, flow_slugs, queues, using, execute)[0]
+
+
+def _django_rows(using: str) -> Execute:
+    def execute(statement: sql.Composed, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with _cursor(using) as cursor:
+            cursor.execute(statement, params)
+            return list(cursor.fetchall())
+
+    return execute
 
 
 def _shift(
-    seconds: float | None, flow_slugs: Sequence[str] | None, queues: Sequence[tuple[str, str]], using: str
+    seconds: float | None,
+    flow_slugs: Sequence[str] | None,
+    queues: Sequence[tuple[str, str]],
+    using: str,
+    execute: Execute | None = None,
 ) -> tuple[float | None, int]:
     """Move the hidden messages of queued tasks (on ``queues``) and delayed runs' ``not_before``
     back by ``seconds`` (None: until the soonest message is due). Returns (seconds, now visible)."""
@@ -133,10 +155,7 @@ def _shift(
         select extract(epoch from (select d from delta))::float8, {visible}, (select count(*) from runs)
         """
     ).format(hidden=hidden, updates=updates, visible=visible)
-    with _cursor(using) as cursor:
-        cursor.execute(
-            statement, {"flows": None if flow_slugs is None else list(flow_slugs), "secs": seconds}
-        )
-        row = cursor.fetchone()
+    run = execute or _django_rows(using)
+    row = run(statement, {"flows": None if flow_slugs is None else list(flow_slugs), "secs": seconds})[0]
     moved = None if row[0] is None else max(float(row[0]), 0.0)
     return moved, int(row[1])

@@ -305,11 +305,20 @@ def _drain(
         # The claims that read nothing also saw no hidden message on their queues: nothing to bring forward
         if skip_delays and not (settled and nothing_hidden):
             queues = [(sub.queue, session.queue_table(sub.queue)) for sub in subscriptions]
+            first = _following(subscriptions, len(subscriptions), False, pauses, requested is not None)
+            left = max_tasks - session.tasks
+            if first is not None and left > 0:  # the next pass's first claim travels with the skip
+                session.engine.claim_next(*session._claim_args(first, min(BATCH_SIZE, left)))
             seconds = clock.skip_to_next(
-                limit if limit is not None else list(scope_key), list(dict.fromkeys(queues)), using=using
+                limit if limit is not None else list(scope_key),
+                list(dict.fromkeys(queues)),
+                using=using,
+                execute=session.engine.rows,
             )
             if seconds is not None:
                 skipped += seconds
+                continue
+            if session.engine.sent_ahead():  # due by now without a skip: the next pass runs it
                 continue
         break
     assert session is not None

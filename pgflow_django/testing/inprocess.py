@@ -149,6 +149,19 @@ class InProcessEngine(Engine):
                 conn.execute(_RELEASE)
             raise
 
+    def rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
+        """Run a statement of the toolkit's own (a time skip) as the engine runs a completion: in a
+        savepoint, with a claim composed ahead travelling with it."""
+        return self._rows(query, params)
+
+    def sent_ahead(self) -> int:
+        """Messages the claim sent ahead read (0 when none was sent); one that read nothing is dropped."""
+        rider = self._rider
+        read = int(rider.rows[0][0]) if rider is not None and rider.rows else 0
+        if not read:
+            self._rider = None
+        return read
+
     def claim_next(self, *args: Any, **kwargs: Any) -> None:
         """Compose ``claim(*args, **kwargs)`` (the worker's statement, not run here) to send it with
         the next statement, which records the batch in hand: the claim then sees what it recorded."""
