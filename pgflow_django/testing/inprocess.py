@@ -5,7 +5,8 @@ sees it. These subclasses keep every statement of the worker (``Engine``), its c
 (``Completer.flush``) and its handler code (``Runner``), and change only where they run: each engine
 statement runs in a savepoint of the caller's transaction (as the worker's autocommit statements each
 stand alone, an error undoes only that statement), completions are recorded as soon as a claimed
-batch's handlers have returned, and Django's connection is never closed between handlers.
+batch's handlers have returned (inside a transaction the drain's next claim travels in the same
+round trip), and Django's connection is never closed between handlers.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class InProcessEngine(Engine):
             self._rider = _Rider(query, params)
             return []
         rider, self._rider = self._rider, None
+        in_transaction = connections[self.using].in_atomic_block
         if self._bare:
             if rider is not None and rider.rows is not None:
                 return rider.rows  # ``claim`` checked that it is this statement
@@ -107,12 +109,16 @@ class InProcessEngine(Engine):
             # dropped, as what this statement records may make messages visible
             self._rider = rider if rider.rows and rider.rows[0][0] else None
             rider = None
+        elif not in_transaction:
+            # in autocommit each statement commits alone, as the worker's do: a claim sent with it
+            # would hold the completion's run locks until the claim ends
+            rider = None
         conn = self.conn
         with conn.cursor() as cursor, conn.cursor() as claim:
             # Django loads jsonb as text on its connections; the worker's own connections decode it
             cursor.adapters.register_loader("jsonb", JsonbLoader)
             claim.adapters.register_loader("jsonb", JsonbLoader)
-            if self._bare or (rider is None and not connections[self.using].in_atomic_block):
+            if self._bare or not in_transaction:
                 cursor.execute(query, params)
             else:
                 self._in_savepoint(conn, cursor, query, params, claim, rider)
@@ -121,8 +127,8 @@ class InProcessEngine(Engine):
                     self._rider = rider
             return cursor.fetchall() if cursor.description is not None else []
 
+    @staticmethod
     def _in_savepoint(
-        self,
         conn: psycopg.Connection[Any],
         cursor: psycopg.Cursor[Any],
         query: str | sql.Composed,
@@ -132,19 +138,16 @@ class InProcessEngine(Engine):
     ) -> None:
         """A savepoint, the statement (and the next claim, if composed) and the release in one round
         trip (pipeline mode); after an error only this statement is undone (the claim with it) and the
-        caller's transaction goes on. In autocommit the pair is one implicit transaction."""
-        savepoint = connections[self.using].in_atomic_block
+        caller's transaction goes on."""
         try:
             with conn.cursor() as control, conn.pipeline():
-                if savepoint:
-                    control.execute(_SAVEPOINT)
+                control.execute(_SAVEPOINT)
                 cursor.execute(query, params)
                 if rider is not None:
                     claim.execute(rider.query, rider.params)
-                if savepoint:
-                    control.execute(_RELEASE)
+                control.execute(_RELEASE)
         except psycopg.Error:
-            if savepoint and not conn.broken:
+            if not conn.broken:
                 conn.execute(_ROLLBACK)
                 conn.execute(_RELEASE)
             raise
