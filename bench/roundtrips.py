@@ -18,8 +18,8 @@ import psycopg
 PHASES = (
     ("ensure_flow_compiled", "compile"),
     ("pgflow.start_flow", "start"),
-    ("worker_pauses", "pauses"),
-    ("plan_cache_mode", "planner setting"),
+    ("worker_pauses", "setup (pauses, planner)"),
+    ("plan_cache_mode", "setup (pauses, planner)"),
     ("with stale as materialized", "claim"),
     ("pgflow.complete_task", "complete"),
     ("pgflow.fail_task", "fail"),
@@ -57,7 +57,7 @@ class Tally:
     def lines(self) -> list[str]:
         ordered = sorted(self.round_trips, key=lambda phase: -self.milliseconds[phase])
         return [
-            f"    {phase:<20} {self.round_trips[phase]:3d} round trips  {self.milliseconds[phase]:6.1f} ms"
+            f"    {phase:<24} {self.round_trips[phase]:3d} round trips  {self.milliseconds[phase]:6.1f} ms"
             for phase in ordered
         ]
 

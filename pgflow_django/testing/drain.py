@@ -24,10 +24,12 @@ from pgflow_django.testing.flows import known_flows, resolve_flow
 from pgflow_django.testing.inprocess import (
     BATCH_SIZE,
     IN_PROCESS_WORKER_ID,
+    GenericPlans,
     InlineCompleter,
     InlineRunner,
     InProcessEngine,
-    generic_plans,
+    Statement,
+    together,
 )
 from pgflow_django.testing.results import Run, load_run
 from pgflow_django.worker.engine import Claim
@@ -204,14 +206,19 @@ def _scope(flows: Iterable[Flow | str] | None, using: str) -> tuple[list[Flow], 
     return [available[slug] for slug in active if slug in available], None
 
 
-def _paused(flow_slugs: Sequence[str], using: str) -> dict[tuple[str, str], str]:
-    """Persisted pauses of these flows, by (flow, step or ''): their workers would not poll."""
-    with connections[using].cursor() as cursor:
-        cursor.execute(
-            "select flow_slug, step_slug, reason from pgflow.worker_pauses where flow_slug = any(%s)",
-            [list(flow_slugs)],
-        )
-        return {(row[0], row[1]): row[2] for row in cursor.fetchall()}
+_PAUSES_SQL = "select flow_slug, step_slug, reason from pgflow.worker_pauses where flow_slug = any(%s)"
+
+
+def _paused(flow_slugs: Sequence[str], using: str, planner: GenericPlans) -> dict[tuple[str, str], str]:
+    """Persisted pauses of these flows, by (flow, step or ''): their workers would not poll. The
+    planner setting is applied with the first such read, before any claim."""
+    statements = [(_PAUSES_SQL, [list(flow_slugs)])]
+    if not planner.applied:
+        statements.insert(0, planner.apply())
+    results = together(using, statements)
+    if not planner.applied:
+        planner.applied_with(results[0])
+    return {(row[0], row[1]): row[2] for row in results[-1]}
 
 
 def _is_paused(sub: _Subscription, pauses: dict[tuple[str, str], str]) -> bool:
@@ -235,12 +242,20 @@ def drain(
     or more than ``max_tasks`` attempts."""
     if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1:
         raise ValueError(f"drain: max_tasks must be a whole number >= 1, got {max_tasks!r}")
-    with generic_plans(using):
-        return _drain(None if flows is None else list(flows), using, max_tasks, skip_delays)
+    planner = GenericPlans(using)
+    try:
+        return _drain(None if flows is None else list(flows), using, max_tasks, skip_delays, planner)
+    finally:
+        planner.put_back_alone()
 
 
 def _drain(
-    requested: list[Flow | str] | None, using: str, max_tasks: int, skip_delays: bool, statuses: bool = True
+    requested: list[Flow | str] | None,
+    using: str,
+    max_tasks: int,
+    skip_delays: bool,
+    planner: GenericPlans,
+    statuses: bool = True,
 ) -> DrainSummary:
     skipped = 0.0
     session: _Session | None = None
@@ -260,7 +275,7 @@ def _drain(
                 session.run_ids = previous.run_ids
             scope_key = key
             subscriptions = _subscriptions(scope)
-            pauses = _paused(key, using) if key else {}
+            pauses = _paused(key, using, planner) if key else {}
         progressed = False
         empty_at: dict[int, int] = {}
         """Per subscription: ``recorded`` when its last claim read nothing."""
@@ -322,7 +337,7 @@ def _drain(
                 continue
         break
     assert session is not None
-    _check_stuck(limit, scope_key, pauses, skip_delays, using)
+    _check_stuck(limit, scope_key, pauses, skip_delays, using, planner.put_back())
     return DrainSummary(
         tasks=session.tasks,
         failed_attempts=session.failed_attempts,
@@ -375,11 +390,11 @@ def _check_stuck(
     pauses: dict[tuple[str, str], str],
     skip_delays: bool,
     using: str,
+    then: Statement | None = None,
 ) -> None:
-    """Raise ``DrainStuck`` naming what no drain could finish; delayed tasks are not stuck."""
-    with connections[using].cursor() as cursor:
-        cursor.execute(_OPEN_SQL, {"flows": limit})
-        rows = cursor.fetchall()
+    """Raise ``DrainStuck`` naming what no drain could finish; delayed tasks are not stuck. ``then``
+    (putting the planner setting back) travels in the same round trip."""
+    rows = together(using, [(_OPEN_SQL, {"flows": limit}), *([then] if then is not None else [])])[0]
     if not rows:
         return
     delayed = set()
@@ -436,6 +451,9 @@ def run_flow(
     flow = resolve_flow(flow_or_slug)
     compile_flow(flow, using=using)
     run_id = start_flow(flow, input, using=using)
-    with generic_plans(using):
-        _drain([flow], using, max_tasks, skip_delays=True, statuses=False)
+    planner = GenericPlans(using)
+    try:
+        _drain([flow], using, max_tasks, True, planner, statuses=False)
+    finally:
+        planner.put_back_alone()
     return load_run(run_id, using=using)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,31 +40,66 @@ _RELEASE = 'release savepoint "pgflow_testing"'
 _ROLLBACK = 'rollback to savepoint "pgflow_testing"'
 
 
-_GENERIC_PLANS = (
-    "select current_setting('plan_cache_mode'), set_config('plan_cache_mode', 'force_generic_plan', %s)"
-)
+Statement = tuple[str, Any]
 
 
-@contextlib.contextmanager
-def generic_plans(using: str) -> Iterator[None]:
+def together(using: str, statements: Sequence[Statement]) -> list[list[tuple[Any, ...]]]:
+    """Run a few of the toolkit's own statements in one round trip (pipeline mode) on the caller's
+    connection, in order; the rows of each."""
+    django_connection = connections[using]
+    django_connection.ensure_connection()
+    conn: psycopg.Connection[Any] = django_connection.connection
+    cursors = [conn.cursor() for _ in statements]
+    try:
+        with conn.pipeline():
+            for cursor, (query, params) in zip(cursors, statements, strict=True):
+                cursor.execute(query, params)
+        return [list(cursor.fetchall()) if cursor.description is not None else [] for cursor in cursors]
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+class GenericPlans:
     """Generic plans for the engine's SQL functions while a drain runs, then the caller's setting back.
 
     PostgreSQL plans each statement of a PL/pgSQL function again on every call while it judges a
     custom plan cheaper than a generic one, which it does for the engine's ``= any(ids)`` statements:
     planning was most of a completion's cost. The statements and their results are the same; only
     their plans are kept. Inside a transaction the setting is local to it; in autocommit it is set
-    for the session and put back afterwards."""
-    connection = connections[using]
-    local = connection.in_atomic_block
-    with connection.cursor() as cursor:
-        cursor.execute(_GENERIC_PLANS, [local])
-        previous = cursor.fetchone()[0]
-    try:
-        yield
-    finally:
-        if previous != "force_generic_plan" and connection.connection is not None:
-            with contextlib.suppress(Exception), connection.cursor() as cursor:
-                cursor.execute("select set_config('plan_cache_mode', %s, %s)", [previous, local])
+    for the session and put back afterwards. Setting and putting back travel with the drain's first
+    and last statements (``together``)."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self.local = False
+        self.applied = False
+        self.previous: str | None = None
+
+    def apply(self) -> Statement:
+        self.local = connections[self.using].in_atomic_block
+        return (
+            "select current_setting('plan_cache_mode'),"
+            " set_config('plan_cache_mode', 'force_generic_plan', %s)",
+            [self.local],
+        )
+
+    def applied_with(self, rows: list[tuple[Any, ...]]) -> None:
+        self.applied, self.previous = True, str(rows[0][0])
+
+    def put_back(self) -> Statement | None:
+        """The statement that puts the caller's setting back (None: nothing to put back); once."""
+        previous, self.previous = self.previous, None
+        if previous is None or previous == "force_generic_plan":
+            return None
+        return ("select set_config('plan_cache_mode', %s, %s)", [previous, self.local])
+
+    def put_back_alone(self) -> None:
+        """After an error: put the setting back if the connection still allows it."""
+        statement = self.put_back()
+        if statement is not None and connections[self.using].connection is not None:
+            with contextlib.suppress(Exception):
+                together(self.using, [statement])
 
 
 @dataclass
