@@ -302,3 +302,14 @@ class ClaimSentAheadTests(TestCase):
         self.engine.claim_next(*self.args(1))
         assert q1("select count(*) from pgflow.step_tasks where status = 'started'") == 0
         assert len(self.engine.claim(*self.args(2)).tasks) == 2
+
+    def test_a_statement_that_fails_undoes_the_claim_sent_with_it(self) -> None:
+        from pgflow_django.worker.engine import ClaimedTask
+
+        task = ClaimedTask("example_chain", uuid.uuid4(), "first", 0, 1, 1, None)
+        self.engine.claim_next(*self.args(1))
+        with pytest.raises(psycopg.Error):
+            self.engine.complete_task(task, "not json")
+        assert q1("select count(*) from pgflow.step_tasks where status = 'started'") == 0
+        claim = self.engine.claim(*self.args(2))
+        assert [task.attempt for task in claim.tasks] == [1, 1], "the undone claim counted no attempt"
