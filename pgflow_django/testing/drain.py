@@ -141,7 +141,7 @@ class _Session:
             table = _QUEUE_TABLES[queue_name] = self.engine.queue_table(queue_name)
         return table
 
-    def _claim_args(self, sub: _Subscription, qty: int) -> tuple[Any, ...]:
+    def claim_args(self, sub: _Subscription, qty: int) -> tuple[Any, ...]:
         return (
             sub.flow_slug,
             sub.queue,
@@ -154,7 +154,7 @@ class _Session:
         )
 
     def claim(self, sub: _Subscription, qty: int) -> Claim:
-        claim = self.engine.claim(*self._claim_args(sub, qty))
+        claim = self.engine.claim(*self.claim_args(sub, qty))
         if claim.fatal:
             raise DrainStuck(
                 f"unsupported work on queue={sub.queue} msg_ids={','.join(map(str, claim.fatal))}: "
@@ -185,7 +185,7 @@ class _Session:
         failures_before = self.completer.failures
         ahead = None
         if following is not None:
-            ahead = functools.partial(self.engine.claim_next, *self._claim_args(*following))
+            ahead = functools.partial(self.engine.claim_next, *self.claim_args(*following))
         self.completer.flush_pending(ahead)
         self.tasks += len(claim.tasks)
         self.failed_attempts += self.completer.failures - failures_before
@@ -323,7 +323,7 @@ def _drain(
             first = _following(subscriptions, len(subscriptions), False, pauses, requested is not None)
             left = max_tasks - session.tasks
             if first is not None and left > 0:  # the next pass's first claim travels with the skip
-                session.engine.claim_next(*session._claim_args(first, min(BATCH_SIZE, left)))
+                session.engine.claim_next(*session.claim_args(first, min(BATCH_SIZE, left)))
             seconds = clock.skip_to_next(
                 limit if limit is not None else list(scope_key),
                 list(dict.fromkeys(queues)),

@@ -95,7 +95,8 @@ class GenericPlans:
         return ("select set_config('plan_cache_mode', %s, %s)", [previous, self.local])
 
     def put_back_alone(self) -> None:
-        """After an error: put the setting back if the connection still allows it."""
+        """Put the setting back on its own if the drain's last read did not (it raised first), when
+        the connection still allows it."""
         statement = self.put_back()
         if statement is not None and connections[self.using].connection is not None:
             with contextlib.suppress(Exception):
