@@ -28,9 +28,9 @@ from pgflow_django.testing.inprocess import (
     InProcessEngine,
 )
 from pgflow_django.testing.results import Run, load_run
-from pgflow_django.worker.engine import Claim
+from pgflow_django.worker.connection import Claim
 from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.slots import WorkerState
 
 
 class DrainStuck(AssertionError):

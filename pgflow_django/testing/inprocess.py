@@ -20,9 +20,9 @@ from psycopg import sql
 from psycopg.types.json import JsonbLoader
 
 from pgflow_django.worker.completer import Completer, Completion, Failure
-from pgflow_django.worker.engine import Claim, Engine
+from pgflow_django.worker.connection import Claim, Engine
 from pgflow_django.worker.runner import Runner
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.slots import WorkerState
 
 IN_PROCESS_WORKER_ID = uuid.UUID("00000000-0000-4000-8000-00000000c0de")
 """The worker id in-process claims record (``last_worker_id``, ``attempt_errors``): easy to tell apart."""

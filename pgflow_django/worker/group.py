@@ -12,7 +12,7 @@ import signal
 import threading
 from types import FrameType
 
-from pgflow_django.worker.supervisor import Worker, exit_now
+from pgflow_django.worker.queue_worker import Worker, exit_now
 
 logger = logging.getLogger("pgflow_django.worker")
 

@@ -13,8 +13,8 @@ import psycopg
 from psycopg import sql
 
 from pgflow_django.worker.backoff import Backoff
-from pgflow_django.worker.engine import connect, first_line
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.connection import connect, first_line
+from pgflow_django.worker.slots import WorkerState
 
 logger = logging.getLogger("pgflow_django.worker")
 

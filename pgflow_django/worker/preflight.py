@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import DatabaseError, connections
 
 from pgflow_django.dsl import Flow, RoutedFlow
-from pgflow_django.worker.engine import first_line
+from pgflow_django.worker.connection import first_line
 
 PROTOCOL_VERSION = 4
 """The worker/database protocol this worker speaks; ``pgflow.protocol_version()`` must return the same."""

@@ -24,9 +24,9 @@ from django.db import (
 from pgflow_django.dsl import Flow, Retry, StepDefinition
 from pgflow_django.encoding import NotEncodable, clean_text, encode_json
 from pgflow_django.worker.completer import Completer
+from pgflow_django.worker.connection import ClaimedTask, first_line
 from pgflow_django.worker.context import TaskContext
-from pgflow_django.worker.engine import ClaimedTask, first_line
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.slots import WorkerState
 
 logger = logging.getLogger("pgflow_django.worker")
 

@@ -12,9 +12,9 @@ import pytest
 from django.db import connection
 
 from pgflow_django import Flow, compile_flow, start_flows
-from pgflow_django.worker.engine import Engine, connection_params
+from pgflow_django.worker.connection import Engine, connection_params
 from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.supervisor import Worker
+from pgflow_django.worker.queue_worker import Worker
 from tests.sql.support import q
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -21,7 +21,7 @@ from pgflow_django.testing import (
     override_handler,
     run_flow,
 )
-from pgflow_django.worker.engine import connection_params
+from pgflow_django.worker.connection import connection_params
 from testproject.example import flows as example
 from testproject.example.models import LedgerEntry
 

@@ -23,7 +23,7 @@ import psycopg
 from pgflow_django.dsl import Flow
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.completer import Completer
-from pgflow_django.worker.engine import (
+from pgflow_django.worker.connection import (
     ClaimedTask,
     Engine,
     Registration,
@@ -42,7 +42,7 @@ from pgflow_django.worker.preflight import (
     resolve_subscription,
 )
 from pgflow_django.worker.runner import Runner
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.slots import WorkerState
 from pgflow_django.worker.unsupported import UnsupportedWork
 
 logger = logging.getLogger("pgflow_django.worker")
