@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from django.db import connections
 from psycopg import sql
+from psycopg.rows import dict_row
 from psycopg.types.json import JsonbLoader
 
 from pgflow_django.worker.completer import Completer, Completion, Failure
@@ -51,9 +52,9 @@ class InProcessEngine(Engine):
         raw: psycopg.Connection[Any] = django_connection.connection
         return raw
 
-    def _rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
+    def _rows(self, query: str | sql.Composed, params: Any = None) -> list[dict[str, Any]]:
         conn = self.conn
-        with conn.cursor() as cursor:
+        with conn.cursor(row_factory=dict_row) as cursor:
             # Django loads jsonb as text on its connections; the worker's own connections decode it
             cursor.adapters.register_loader("jsonb", JsonbLoader)
             if self._bare or not connections[self.using].in_atomic_block:

@@ -26,7 +26,7 @@ from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.connection import (
     ClaimedTask,
     Engine,
-    Registration,
+    WorkerRegistration,
     connection_params,
     first_line,
     is_transient,
@@ -113,7 +113,7 @@ class Worker:
                 (flow.slug, step) for step in ((self.step_slug,) if self.step_slug else flow.steps)
             )
         """``queue``: the one queue this worker polls. ``subscription``: how logs name what it runs."""
-        self.registration = Registration(
+        self.registration = WorkerRegistration(
             worker_id=self.worker_id, queue=self.queue, function_name=self.function_name, support=support
         )
         self.state = WorkerState(options.concurrency)
@@ -488,7 +488,7 @@ class Worker:
         if rows is None:
             logger.debug("stalled-task recovery is running in another worker")
             return
-        counts = {str(row[0]): int(row[1]) for row in rows if len(row) > 1 and row[1]}
+        counts = {row.outcome: int(row.task_count) for row in rows if row.task_count}
         if counts:
             logger.warning(
                 "stalled-task recovery (tasks whose worker stopped answering): %s",

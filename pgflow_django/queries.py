@@ -1,0 +1,452 @@
+"""Every statement the Python side sends to the database, by name, with the rows it returns.
+
+One home for the SQL run from Python (the worker, the client, commands, the admin, coverage, the
+upgrade preflight, the tasks backend, the testing toolkit): each statement is a :class:`Query`, whose
+result columns are named in the SELECT and read into a small typed row by those names (never by
+position), through one small interface: :func:`fetch_all`, :func:`fetch_one` and :func:`value`, on a
+Django cursor or a psycopg one alike. Migration-time SQL stays in ``pgflow_django/sql/``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Generic, NamedTuple, TypeVar
+
+from psycopg import sql
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Query(Generic[R]):
+    """A named statement and the row type its result columns are read into, by column name."""
+
+    name: str
+    text: str
+    row: Callable[..., R]
+
+    def statement(self, **identifiers: str) -> str | sql.Composed:
+        """The text, with ``{name}`` placeholders filled with quoted identifiers when it has any."""
+        if not identifiers:
+            return self.text
+        return sql.SQL(self.text).format(**{key: sql.Identifier(value) for key, value in identifiers.items()})
+
+
+def read_rows(query: Query[R], description: Sequence[Any] | None, rows: Sequence[Sequence[Any]]) -> list[R]:
+    """Rows read into ``query.row`` by the names of their columns (``description`` as a DB-API cursor
+    gives it), so a column added or moved in the SELECT can never shift the others."""
+    if description is None:
+        return []
+    names = [column[0] for column in description]
+    return [query.row(**dict(zip(names, row, strict=True))) for row in rows]
+
+
+def fetch_all(cursor: Any, query: Query[R], params: Any = None, **identifiers: str) -> list[R]:
+    """Run ``query`` on a Django or psycopg cursor; every row, read into its row type."""
+    cursor.execute(query.statement(**identifiers), params)
+    if cursor.description is None:
+        return []
+    return read_rows(query, cursor.description, cursor.fetchall())
+
+
+def fetch_one(cursor: Any, query: Query[R], params: Any = None, **identifiers: str) -> R | None:
+    """The first row of ``query`` (None when it returned none)."""
+    rows = fetch_all(cursor, query, params, **identifiers)
+    return rows[0] if rows else None
+
+
+class Value(NamedTuple):
+    """The one column of a single-value statement (selected ``as value``)."""
+
+    value: Any
+
+
+def value(cursor: Any, query: Query[Value], params: Any = None, **identifiers: str) -> Any:
+    """The single value of a one-column, one-row statement (None when it returned no row)."""
+    row = fetch_one(cursor, query, params, **identifiers)
+    return None if row is None else row.value
+
+
+def _value(name: str, text: str) -> Query[Value]:
+    return Query(name, text, Value)
+
+
+# -- the worker's claim --------------------------------------------------------------------------------
+
+
+class ClaimRow(NamedTuple):
+    """One row of the claim: the read's totals on every row, and one task (or unclaimed message) each."""
+
+    read_count: int
+    next_visible: float | None
+    flow_slug: str | None
+    run_id: uuid.UUID | None
+    step_slug: str | None
+    task_index: int | None
+    message_id: int | None
+    attempt: int | None
+    input: str | None
+    outcome: str | None
+    stale_flows: list[str] | None
+
+
+_CLAIM_READ: Final = """
+with stale as materialized (
+  select coalesce(array_agg(g.flow_slug order by g.flow_slug), '{{}}'::text[]) as flows
+    from unnest(%(gen_flows)s::text[], %(gens)s::bigint[]) as g(flow_slug, generation)
+   where not exists (select 1 from pgflow.flows as f
+                      where f.flow_slug = g.flow_slug and f.generation = g.generation)
+), msgs as materialized (
+  update pgmq.{table} as m
+     set last_read_at = clock_timestamp(), vt = clock_timestamp() + make_interval(secs => %(vt)s),
+         read_ct = m.read_ct + 1
+    from (select msg_id from pgmq.{table}
+           where vt <= clock_timestamp() and cardinality((select flows from stale)) = 0
+           order by msg_id
+           limit %(qty)s
+             for update skip locked) as visible
+   where m.msg_id = visible.msg_id
+  returning m.msg_id
+), ids as (
+  select coalesce(array_agg(msg_id order by msg_id), '{{}}'::bigint[]) as arr, count(*) as n from msgs
+), next_visible as (
+  select (select extract(epoch from q.vt - clock_timestamp())::float8
+            from pgmq.{table} as q
+           where q.msg_id <> all(ids.arr)
+           order by q.vt
+           limit 1) as seconds
+    from ids
+)
+select ids.n as read_count, next_visible.seconds as next_visible,
+       t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input::text as input,
+       t.outcome, stale.flows as stale_flows
+from ids cross join next_visible cross join stale
+left join lateral """
+"""Read and claim in one statement: one round trip, and a crash in between leaves nothing hidden.
+
+The read is ``pgmq.read``'s own statement written out for this queue's table: PGMQ builds it as dynamic
+SQL, planned again on every call, while psycopg prepares this statement on its connection once it has
+run a few times (the planning was most of a one-message claim's cost).
+
+``next_visible`` (seen from the statement's snapshot, so without the messages it just read) says when
+the earliest hidden message (a retry or start delay) becomes visible, from the queue's ``vt`` index
+(the first entry not just read), so its cost does not grow with the backlog: notifications fire on insert
+only, so a delayed message needs a timed read to be picked up on time.
+
+``stale`` lists the worker's flows whose generation in ``pgflow.flows`` is no longer the one it compiled
+against (replaced or recompiled since): then nothing is read. The check and the read share the
+statement's snapshot, and a replaced flow's new messages are written by transactions that commit after
+the replacement, so a read that could see one would also see the new generation: an old-shape worker is
+never handed a task of the new shape.
+
+The statement ends where the two claims differ: which function turns the read messages into tasks
+(:func:`_claim` completes it).
+"""
+
+
+def _claim(name: str, start_tasks: str) -> Query[ClaimRow]:
+    return Query(name, f"{_CLAIM_READ}{start_tasks} as t\n       on cardinality(ids.arr) > 0\n", ClaimRow)
+
+
+CLAIM: Final = _claim("claim", "pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s, %(step)s)")
+"""The claim on a flow's queue (or one step's private queue); ``{table}`` is the queue's PGMQ table."""
+
+CLAIM_SHARED: Final = _claim(
+    "claim_shared",
+    "pgflow.start_shared_tasks(%(queue)s, ids.arr, %(worker)s, %(flows)s::text[], %(steps)s::text[])",
+)
+"""The claim on a declared shared queue: it carries the worker's exact support set."""
+
+CLAIM_VISIBILITY: Final = _value(
+    "claim_visibility",
+    """
+    select max(coalesce(s.opt_timeout, f.opt_timeout)) + 2 as value
+      from unnest(%s::text[], %s::text[]) as p(flow_slug, step_slug)
+      join pgflow.steps as s on s.flow_slug = p.flow_slug and s.step_slug = p.step_slug
+      join pgflow.flows as f on f.flow_slug = s.flow_slug
+    """,
+)
+"""The longest effective timeout + 2 s among (flow, step) pairs: the visibility the claim sets."""
+
+QUEUE_TABLE: Final = _value("queue_table", "select pgmq.format_table_name(%s, 'q') as value")
+
+
+class InsertNotifications(NamedTuple):
+    notifies: bool
+    throttle_ms: int
+
+
+INSERT_NOTIFICATIONS: Final = Query(
+    "insert_notifications",
+    """
+    select exists (
+             select 1 from pg_trigger
+              where tgrelid = to_regclass(format('pgmq.%%I', %s::text))
+                and tgname in ('pgflow_notify_insert', 'trigger_notify_queue_insert_listeners')
+                and not tgisinternal) as notifies,
+           coalesce((select throttle_interval_ms from pgmq.notify_insert_throttle
+                      where queue_name = %s), 0) as throttle_ms
+    """,
+    InsertNotifications,
+)
+"""Whether inserts into a queue notify listeners (the engine's trigger or PGMQ's), and PGMQ's throttle."""
+
+
+class StepRoute(NamedTuple):
+    flow_slug: str
+    step_slug: str
+
+
+SHARED_SUPPORT: Final = Query(
+    "shared_support",
+    "select flow_slug, step_slug from pgflow.steps where queue_name = %s and flow_slug = any(%s)"
+    " order by flow_slug, step_index",
+    StepRoute,
+)
+"""The (flow, step) pairs that the persisted routes of some flows send to one queue."""
+
+# -- worker registration and heartbeats ------------------------------------------------------------------
+
+HEARTBEAT: Final = _value(
+    "heartbeat",
+    """
+    with worker as (
+      insert into pgflow.workers (worker_id, queue_name, function_name)
+      values (%(id)s, %(queue)s, %(name)s)
+      on conflict (worker_id) do update set last_heartbeat_at = now()
+      returning worker_id, deprecated_at is not null as deprecated, xmax = 0 as inserted
+    ), support as (
+      insert into pgflow.worker_support (worker_id, flow_slug, step_slug)
+      select worker.worker_id, s.flow_slug, s.step_slug
+        from worker
+       cross join unnest(%(flows)s::text[], %(steps)s::text[]) as s(flow_slug, step_slug)
+       where worker.inserted
+      on conflict do nothing
+    )
+    select deprecated as value from worker
+    """,
+)
+"""Register or refresh a worker (its support set too, when the row was pruned); true when deprecated."""
+
+MARK_STOPPED: Final = _value(
+    "mark_stopped",
+    "update pgflow.workers set stopped_at = now(), last_heartbeat_at = now() where worker_id = %s",
+)
+
+LIVE_HEARTBEATS: Final = 3
+"""A worker is live while its last heartbeat is younger than this many heartbeat periods."""
+
+LIVE_WORKER: Final = """
+w.stopped_at is null and w.deprecated_at is null
+and w.last_heartbeat_at > now() - make_interval(secs => {live_seconds})
+"""
+"""The one definition of a live worker ``w`` (not stopped, not deprecated, a recent heartbeat), with
+``{live_seconds}`` the window (``LIVE_HEARTBEATS`` heartbeat periods, see ``conf.live_worker_seconds``)."""
+
+# -- pauses -----------------------------------------------------------------------------------------------
+
+
+class PauseRow(NamedTuple):
+    """A paused worker subscription (``step_slug`` is '' for a whole flow)."""
+
+    flow_slug: str
+    step_slug: str
+    queue_name: str
+    reason: str
+    detail: str | None
+
+
+SUBSCRIPTIONS_PAUSE: Final = Query(
+    "subscriptions_pause",
+    """
+    select p.flow_slug, p.step_slug, p.queue_name, p.reason, p.detail
+      from unnest(%s::text[], %s::text[]) as s(flow_slug, step_slug)
+     cross join lateral pgflow.subscription_pause(s.flow_slug, s.step_slug) as p
+     where p.flow_slug is not null
+     order by (p.reason = 'fatal') desc, p.paused_at, p.flow_slug, p.step_slug
+     limit 1
+    """,
+    PauseRow,
+)
+"""The pause holding one of several subscriptions: each subscription's own pause is what
+``pgflow.subscription_pause`` (the one definition) says; of those, a fatal one first, then the oldest."""
+
+PAUSE_SUBSCRIPTION: Final = Query(
+    "pause_subscription",
+    "select flow_slug, step_slug, queue_name, reason, detail "
+    "from pgflow.pause_subscription(%s, %s, 'operator', %s)",
+    PauseRow,
+)
+"""Set an operator pause (a fatal pause already there is kept)."""
+
+LOCK_PAUSE: Final = Query(
+    "lock_pause",
+    "select flow_slug, step_slug, queue_name, reason, detail from pgflow.worker_pauses "
+    "where flow_slug = %s and step_slug = %s for update",
+    PauseRow,
+)
+
+RESUME_SUBSCRIPTION: Final = _value(
+    "resume_subscription", "select pgflow.resume_subscription(%s, %s) as value"
+)
+
+ALL_PAUSES: Final = Query(
+    "all_pauses",
+    "select flow_slug, step_slug, queue_name, reason, detail from pgflow.worker_pauses order by paused_at",
+    PauseRow,
+)
+
+# -- stalled-task recovery -------------------------------------------------------------------------------
+
+STALLED_LOCK_KEY: Final = "pgflow:requeue_stalled"
+"""Advisory-lock name that lets one caller at a time run stalled-task recovery."""
+
+STALLED_LOCK_TIMEOUT: Final = "2s"
+"""How long recovery waits for a row another transaction holds before it gives up until its next pass.
+
+Recovery holds its runs' locks while it requeues their tasks; waiting without bound for a message a
+claim holds would hold up every completion of those runs behind it (and keep vacuum from the queue)."""
+
+TRY_STALLED_LOCK: Final = _value(
+    "try_stalled_lock", "select pg_try_advisory_xact_lock(hashtext(%s)) as value"
+)
+WAIT_STALLED_LOCK: Final = _value(
+    "wait_stalled_lock", "select pg_advisory_xact_lock(hashtext(%s)) is null as value"
+)
+SET_STALLED_LOCK_TIMEOUT: Final = _value(
+    "set_stalled_lock_timeout", "select set_config('lock_timeout', %s, true) as value"
+)
+
+
+class RecoveryCount(NamedTuple):
+    outcome: str
+    task_count: int
+
+
+REQUEUE_STALLED: Final = Query(
+    "requeue_stalled",
+    "select outcome, task_count from pgflow.requeue_stalled_tasks()",
+    RecoveryCount,
+)
+
+
+def requeue_stalled(cursor: Any, *, wait: bool) -> list[RecoveryCount] | None:
+    """Stalled-task recovery, the one path of workers and commands: inside the caller's transaction,
+    under the recovery advisory lock (``wait=False``: None when another caller holds it) and with
+    ``STALLED_LOCK_TIMEOUT`` (``LockNotAvailable`` when rows it needs stay busy; nothing changed)."""
+    if wait:
+        value(cursor, WAIT_STALLED_LOCK, [STALLED_LOCK_KEY])
+    elif not value(cursor, TRY_STALLED_LOCK, [STALLED_LOCK_KEY]):
+        return None
+    value(cursor, SET_STALLED_LOCK_TIMEOUT, [STALLED_LOCK_TIMEOUT])
+    return fetch_all(cursor, REQUEUE_STALLED)
+
+
+# -- recording results -------------------------------------------------------------------------------------
+
+
+class TaskOutcome(NamedTuple):
+    run_id: uuid.UUID
+    step_slug: str
+    task_index: int
+    outcome: str
+
+
+RELEASE_TASKS: Final = _value(
+    "release_tasks",
+    "select count(*) as value from pgflow.release_tasks(%s::jsonb) where outcome = 'released'",
+)
+"""Give claims back (attempt returned, message visible now); how many were still held."""
+
+COMPLETE_TASKS: Final = Query(
+    "complete_tasks",
+    "select run_id, step_slug, task_index, outcome from pgflow.complete_tasks(%s::jsonb)",
+    TaskOutcome,
+)
+
+COMPLETE_TASK: Final = _value(
+    "complete_task", "select pgflow.complete_task(%s, %s, %s, %s, %s::jsonb) as value"
+)
+"""One task's completion (run_id, step_slug, task_index, attempt, output json): its outcome."""
+
+FAIL_TASK: Final = _value("fail_task", "select pgflow.fail_task(%s, %s, %s, %s, %s, %s::integer) as value")
+REJECT_TASK: Final = _value("reject_task", "select pgflow.reject_task(%s, %s, %s, %s, %s) as value")
+
+RUN_INPUT: Final = _value("run_input", "select input::text as value from pgflow.runs where run_id = %s")
+"""A run's input as JSON text (a handler's ``ctx.flow_input``)."""
+
+
+class UnsupportedGroup(NamedTuple):
+    flow_slug: str
+    step_slug: str
+    task_path: str | None
+    message_ids: list[int]
+
+
+UNSUPPORTED_WORK: Final = Query(
+    "unsupported_work",
+    """
+    select t.flow_slug, t.step_slug, r.input ->> 'task' as task_path,
+           array_agg(t.message_id order by t.message_id) as message_ids
+      from pgflow.step_tasks as t
+      join pgflow.runs as r on r.run_id = t.run_id
+     where t.queue_name = %s and t.message_id = any(%s)
+     group by 1, 2, 3
+     order by 1, 2, 3
+    """,
+    UnsupportedGroup,
+)
+"""Messages a shared-queue claim left alone, grouped by (flow, step) and the Django task they run."""
+
+# -- maintenance operations -------------------------------------------------------------------------------
+
+PRUNE: Final = _value(
+    "prune", "select pgflow.prune_data_older_than(make_interval(secs => %s))::text as value"
+)
+PRUNE_SHARED_ARCHIVE: Final = _value(
+    "prune_shared_archive", "select pgflow.prune_shared_archive(%s, make_interval(secs => %s)) as value"
+)
+DELETE_FLOW: Final = _value("delete_flow", "select pgflow.delete_flow_and_data(%s) as value")
+
+
+class FlowSlugRow(NamedTuple):
+    flow_slug: str
+
+
+COMPILED_FLOWS: Final = Query(
+    "compiled_flows", "select flow_slug from pgflow.flows order by flow_slug", FlowSlugRow
+)
+COMPILED_FLOW_COUNT: Final = _value("compiled_flow_count", "select count(*) as value from pgflow.flows")
+
+
+class FlowUsage(NamedTuple):
+    exists: bool
+    runs: int
+    active_runs: int
+    live_workers: int
+    shared_queues: list[str]
+
+
+FLOW_USAGE: Final = Query(
+    "flow_usage",
+    """
+    select exists (select 1 from pgflow.flows where flow_slug = %(slug)s) as exists,
+           (select count(*) from pgflow.runs where flow_slug = %(slug)s) as runs,
+           (select count(*) from pgflow.runs
+             where flow_slug = %(slug)s and status = 'started') as active_runs,
+           (select count(*) from pgflow.workers as w
+             where """
+    + LIVE_WORKER.format(live_seconds="%(live_seconds)s").strip()
+    + """
+               and exists (select 1 from pgflow.worker_support as s
+                            where s.worker_id = w.worker_id and s.flow_slug = %(slug)s)) as live_workers,
+           (select coalesce(array_agg(distinct s.queue_name order by s.queue_name), '{}')
+              from pgflow.steps as s
+              join pgflow.shared_queues as sq on sq.queue_name = s.queue_name
+             where s.flow_slug = %(slug)s) as shared_queues
+    """,
+    FlowUsage,
+)
+"""What deleting a flow would remove, and who still uses it."""
