@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 OnShapeChange: TypeAlias = Literal["refuse", "replace-if-idle"]
 SHAPE_CHANGE_POLICIES: tuple[OnShapeChange, ...] = ("refuse", "replace-if-idle")
@@ -44,6 +44,16 @@ class PgflowSettings:
     completion_flush_ms: float = 2.0
     completion_batch_size: int = 100
     worker_conn_max_age: float | None = None
+
+
+LIVE_HEARTBEATS: Final = 3
+"""A worker is live while its last heartbeat is younger than this many heartbeat periods."""
+
+
+def live_worker_seconds() -> float:
+    """The heartbeat window that makes a worker live: ``LIVE_HEARTBEATS`` x
+    ``PGFLOW["WORKER_HEARTBEAT_SECONDS"]`` (15 s with the defaults); ``queries.LIVE_WORKER`` applies it."""
+    return LIVE_HEARTBEATS * get_settings().worker_heartbeat_seconds
 
 
 def get_settings() -> PgflowSettings:

@@ -235,20 +235,18 @@ MARK_STOPPED: Final = _value(
     "update pgflow.workers set stopped_at = now(), last_heartbeat_at = now() where worker_id = %s",
 )
 
-LIVE_HEARTBEATS: Final = 3
-"""A worker is live while its last heartbeat is younger than this many heartbeat periods."""
-
 LIVE_WORKER: Final = """
 w.stopped_at is null and w.deprecated_at is null
 and w.last_heartbeat_at > now() - make_interval(secs => {live_seconds})
 """
 """The one definition of a live worker ``w`` (not stopped, not deprecated, a recent heartbeat), with
-``{live_seconds}`` the window (``LIVE_HEARTBEATS`` heartbeat periods, see ``conf.live_worker_seconds``)."""
+``{live_seconds}`` the window (``conf.live_worker_seconds``: ``LIVE_HEARTBEATS`` heartbeat periods)."""
 
 # -- pauses -----------------------------------------------------------------------------------------------
 
 
-class PauseRow(NamedTuple):
+@dataclass(frozen=True)
+class Pause:
     """A paused worker subscription (``step_slug`` is '' for a whole flow)."""
 
     flow_slug: str
@@ -268,16 +266,37 @@ SUBSCRIPTIONS_PAUSE: Final = Query(
      order by (p.reason = 'fatal') desc, p.paused_at, p.flow_slug, p.step_slug
      limit 1
     """,
-    PauseRow,
+    Pause,
 )
 """The pause holding one of several subscriptions: each subscription's own pause is what
 ``pgflow.subscription_pause`` (the one definition) says; of those, a fatal one first, then the oldest."""
+
+WORKER_PAUSES: Final = Query(
+    "worker_pauses",
+    """
+    with subscription as (
+      select s.flow_slug, s.step_slug from pgflow.worker_support as s where s.worker_id = %(id)s
+      union all
+      select w.function_name, '' from pgflow.workers as w
+       where w.worker_id = %(id)s
+         and not exists (select 1 from pgflow.worker_support as s where s.worker_id = w.worker_id)
+    )
+    select distinct p.flow_slug, p.step_slug, p.queue_name, p.reason, p.detail
+      from subscription as s
+     cross join lateral pgflow.subscription_pause(s.flow_slug, s.step_slug) as p
+     where p.flow_slug is not null
+     order by p.flow_slug, p.step_slug
+    """,
+    Pause,
+)
+"""The pauses holding one worker's subscriptions: its support set (a worker row written without one
+is taken at its function name, a plain flow's subscription), each through ``pgflow.subscription_pause``."""
 
 PAUSE_SUBSCRIPTION: Final = Query(
     "pause_subscription",
     "select flow_slug, step_slug, queue_name, reason, detail "
     "from pgflow.pause_subscription(%s, %s, 'operator', %s)",
-    PauseRow,
+    Pause,
 )
 """Set an operator pause (a fatal pause already there is kept)."""
 
@@ -285,7 +304,7 @@ LOCK_PAUSE: Final = Query(
     "lock_pause",
     "select flow_slug, step_slug, queue_name, reason, detail from pgflow.worker_pauses "
     "where flow_slug = %s and step_slug = %s for update",
-    PauseRow,
+    Pause,
 )
 
 RESUME_SUBSCRIPTION: Final = _value(
@@ -295,7 +314,7 @@ RESUME_SUBSCRIPTION: Final = _value(
 ALL_PAUSES: Final = Query(
     "all_pauses",
     "select flow_slug, step_slug, queue_name, reason, detail from pgflow.worker_pauses order by paused_at",
-    PauseRow,
+    Pause,
 )
 
 # -- stalled-task recovery -------------------------------------------------------------------------------
@@ -450,3 +469,91 @@ FLOW_USAGE: Final = Query(
     FlowUsage,
 )
 """What deleting a flow would remove, and who still uses it."""
+
+
+RERUN: Final = _value("rerun", "select pgflow.rerun(%s) as value")
+"""Start a new run linked to a finished one (the admin's re-run action); its id."""
+
+# -- coverage ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RouteCoverage:
+    """One (queue, flow, step) that needs a worker, and how many live workers run it."""
+
+    flow_slug: str
+    step_slug: str
+    step_index: int
+    queue_name: str
+    queue_mode: str
+    """The flow's queue mode: ``flow`` (every step on ``lower(flow_slug)``), ``step`` (private queues)
+    or ``routed`` (declared shared queues)."""
+    in_route: bool
+    """True: the flow's persisted route. False: only live tasks still use this queue (an older route)."""
+    pending_tasks: int
+    """Queued or started tasks of this (flow, step) whose message is in this queue."""
+    live_workers: int
+    """Live workers polling this queue whose support set holds this (flow, step)."""
+    paused: str | None
+    """The reason (``operator`` or ``fatal``) when this step's worker subscription is paused."""
+
+    @property
+    def covered(self) -> bool:
+        return self.live_workers > 0
+
+
+COVERAGE: Final = Query(
+    "coverage",
+    """\
+-- pgflow coverage: each (queue, flow, step) that a persisted route or a live task needs,
+-- with the live workers that poll that queue and run that step. Parameters: the first lines.
+with params (live_seconds, flow_slug) as (
+  values ({live_seconds}::float8, {flow}::text)  -- heartbeat window in seconds; one flow, or null for all
+),
+live_support as (
+  select w.worker_id, w.queue_name, ws.flow_slug, ws.step_slug
+    from pgflow.workers as w
+    join pgflow.worker_support as ws on ws.worker_id = w.worker_id
+   cross join params as p
+   where """
+    + LIVE_WORKER.format(live_seconds="p.live_seconds").strip().replace("\n", "\n     ")
+    + """
+),
+routes as (
+  select s.queue_name, s.flow_slug, s.step_slug
+    from pgflow.steps as s
+   cross join params as p
+   where p.flow_slug is null or s.flow_slug = p.flow_slug
+),
+pending as (
+  select t.queue_name, t.flow_slug, t.step_slug, count(*) as pending_tasks
+    from pgflow.step_tasks as t
+   cross join params as p
+   where t.status in ('queued', 'started')
+     and (p.flow_slug is null or t.flow_slug = p.flow_slug)
+   group by t.queue_name, t.flow_slug, t.step_slug
+),
+needed as (
+  select coalesce(r.queue_name, t.queue_name) as queue_name,
+         coalesce(r.flow_slug, t.flow_slug) as flow_slug,
+         coalesce(r.step_slug, t.step_slug) as step_slug,
+         r.step_slug is not null as in_route,
+         coalesce(t.pending_tasks, 0) as pending_tasks
+    from routes as r
+    full join pending as t
+      on t.queue_name = r.queue_name and t.flow_slug = r.flow_slug and t.step_slug = r.step_slug
+)
+select n.flow_slug, n.step_slug, s.step_index, n.queue_name, f.queue_mode, n.in_route, n.pending_tasks,
+       (select count(*) from live_support as ls
+         where ls.queue_name = n.queue_name and ls.flow_slug = n.flow_slug
+           and ls.step_slug = n.step_slug) as live_workers,
+       (select wp.reason from pgflow.subscription_pause(n.flow_slug, n.step_slug) as wp) as paused
+  from needed as n
+  join pgflow.flows as f on f.flow_slug = n.flow_slug
+  join pgflow.steps as s on s.flow_slug = n.flow_slug and s.step_slug = n.step_slug
+ order by n.flow_slug, s.step_index, n.in_route desc, n.queue_name;
+""",
+    RouteCoverage,
+)
+"""The coverage query, with ``{live_seconds}`` and ``{flow}`` placeholders for SQL literals (see
+``coverage.coverage_sql``: an operator can paste exactly what ``pgflow_coverage`` ran)."""
