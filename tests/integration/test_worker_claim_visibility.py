@@ -43,7 +43,7 @@ def engine(transactional_db: None) -> Iterator[Engine]:
 
 
 def test_the_worker_reads_with_its_longest_step_timeout_plus_2_seconds(engine: Engine) -> None:
-    worker = Worker(timed, WorkerOptions.from_settings(timed.slug))
+    worker = Worker(timed, WorkerOptions.from_settings())
     worker.prepare()
     try:
         assert worker.read_visibility == 92

@@ -153,7 +153,6 @@ arguments; 128 + signal number after a second signal
             workers: list[Worker] = []
             for queue, flows in subscriptions:
                 worker_options = WorkerOptions.from_settings(
-                    flows[0].slug,
                     step_slug=options["step"],
                     queue=queue,
                     concurrency=options["concurrency"],
