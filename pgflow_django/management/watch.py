@@ -85,13 +85,15 @@ class QueueDepth:
 
 
 @dataclass
-class Snapshot:
+class WatchFrame:
+    """One refresh of ``pgflow_runs --watch``: the active runs and the queue depths, taken together."""
+
     taken_at: datetime
     runs: list[ActiveRun]
     queues: list[QueueDepth]
 
 
-def take_snapshot(flow: str | None, limit: int) -> Snapshot:
+def take_snapshot(flow: str | None, limit: int) -> WatchFrame:
     params: dict[str, Any] = {"flow": flow, "limit": limit}
     runs: dict[str, ActiveRun] = {}
     with connection.cursor() as cursor:
@@ -103,7 +105,7 @@ def take_snapshot(flow: str | None, limit: int) -> Snapshot:
             run.steps.append(StepProgress(step_slug, status, completed, total))
         cursor.execute(QUEUES_SQL, params)
         queues = [QueueDepth(*row) for row in cursor.fetchall()]
-    return Snapshot(timezone.now(), list(runs.values()), queues)
+    return WatchFrame(timezone.now(), list(runs.values()), queues)
 
 
 class Wrapped:
@@ -129,7 +131,7 @@ class Wrapped:
         yield line
 
 
-def render(snapshot: Snapshot, *, flow: str | None, interval: float, limit: int) -> RenderableType:
+def render(snapshot: WatchFrame, *, flow: str | None, interval: float, limit: int) -> RenderableType:
     title = f"pgflow: {len(snapshot.runs)} active run(s)" + (f" of {printable(flow)}" if flow else "")
     header = Wrapped(
         [
@@ -145,7 +147,7 @@ def render(snapshot: Snapshot, *, flow: str | None, interval: float, limit: int)
     return Group(*parts)
 
 
-def _runs_section(snapshot: Snapshot) -> RenderableType:
+def _runs_section(snapshot: WatchFrame) -> RenderableType:
     if not snapshot.runs:
         return Text("no active runs")
     parts: list[RenderableType] = [Text("active runs (step: completed/total tasks)", style="italic")]
@@ -175,7 +177,7 @@ def _runs_section(snapshot: Snapshot) -> RenderableType:
     return Group(*parts)
 
 
-def _queues_table(snapshot: Snapshot) -> RenderableType:
+def _queues_table(snapshot: WatchFrame) -> RenderableType:
     if not snapshot.queues:
         return Text("no flow queues")
     table = Table(title="queues (hidden: in flight or delayed)", title_justify="left")

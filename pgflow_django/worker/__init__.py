@@ -6,6 +6,6 @@ See ``queue_worker`` for the thread and connection layout (at most ``concurrency
 from pgflow_django.worker.context import TaskContext
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.preflight import PreflightError
-from pgflow_django.worker.queue_worker import Worker
+from pgflow_django.worker.queue_worker import QueueWorker
 
-__all__ = ["PreflightError", "TaskContext", "Worker", "WorkerOptions"]
+__all__ = ["PreflightError", "QueueWorker", "TaskContext", "WorkerOptions"]

@@ -77,7 +77,7 @@ def exit_now(signum: int) -> NoReturn:
     os._exit(128 + signum)
 
 
-class Worker:
+class QueueWorker:
     """One worker process: one queue, and the flows (one, or several routed ones on a shared queue)
     whose tasks it runs there."""
 
@@ -140,7 +140,7 @@ class Worker:
         self.until_empty = UntilEmpty()
         """``--until-empty``; likewise shared by every queue of the process (see ``share_limits``)."""
         self.until_empty.join(self, self._idle)
-        self.peers: list[Worker] = [self]
+        self.peers: list[QueueWorker] = [self]
         """Every claim loop of this process: ``--until-empty`` stops them together."""
 
         self.unsupported = UnsupportedWork(self.queue)
@@ -456,7 +456,7 @@ class Worker:
         """No task held and every handed result recorded: nothing of ours can start new work."""
         return self.state.in_flight == 0 and (self.completer is None or self.completer.unrecorded == 0)
 
-    def share_limits(self, peers: list[Worker]) -> None:
+    def share_limits(self, peers: list[QueueWorker]) -> None:
         """Make ``peers`` (this process's claim loops, this one included) share one ``--max-tasks``
         budget and one ``--until-empty`` decision."""
         budget = TaskBudget(self.options.max_tasks)
