@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from psycopg import sql
@@ -418,6 +419,209 @@ UNSUPPORTED_WORK: Final = Query(
     UnsupportedGroup,
 )
 """Messages a shared-queue claim left alone, grouped by (flow, step) and the Django task they run."""
+
+# -- starting, reading and cancelling runs -----------------------------------------------------------
+
+START_FLOW: Final = _value(
+    "start_flow",
+    "select run_id as value from pgflow.start_flow(%s, %s::jsonb, %s::uuid, %s::integer)",
+)
+"""Start one run (flow slug, input json, run id or null, delay seconds or null); its id."""
+
+START_FLOWS: Final = _value(
+    "start_flows", "select count(*) as value from pgflow.start_flows(%s, %s::jsonb, %s::uuid[])"
+)
+"""Start one run per element of a JSON array of inputs, with the given run ids."""
+
+CANCEL_RUN: Final = _value("cancel_run", "select pgflow.cancel_run(%s, %s) as value")
+"""Cancel a started run (run id, reason or null): ``cancelled``, or the status it had finished with."""
+
+
+class RunStepRow(NamedTuple):
+    """A run and one of its step states (the step columns are null for a run without any)."""
+
+    run_id: uuid.UUID
+    flow_slug: str
+    status: str
+    input: str | None
+    output: str | None
+    error_message: str | None
+    remaining_steps: int
+    started_at: datetime
+    completed_at: datetime | None
+    failed_at: datetime | None
+    step_slug: str | None
+    step_type: str | None
+    step_index: int | None
+    step_status: str | None
+    step_output: str | None
+    step_error_message: str | None
+    skip_reason: str | None
+    remaining_tasks: int | None
+    initial_tasks: int | None
+    step_created_at: datetime | None
+    step_started_at: datetime | None
+    step_completed_at: datetime | None
+    step_failed_at: datetime | None
+    step_skipped_at: datetime | None
+
+
+GET_RUN: Final = Query(
+    "get_run",
+    """
+    select r.run_id, r.flow_slug, r.status, r.input::text as input, r.output::text as output,
+           r.error_message, r.remaining_steps, r.started_at, r.completed_at, r.failed_at,
+           s.step_slug, st.step_type, st.step_index, s.status as step_status,
+           s.output::text as step_output, s.error_message as step_error_message, s.skip_reason,
+           s.remaining_tasks, s.initial_tasks, s.created_at as step_created_at,
+           s.started_at as step_started_at, s.completed_at as step_completed_at,
+           s.failed_at as step_failed_at, s.skipped_at as step_skipped_at
+      from pgflow.runs r
+      left join pgflow.step_states s on s.run_id = r.run_id
+      left join pgflow.steps st on st.flow_slug = s.flow_slug and st.step_slug = s.step_slug
+     where r.run_id = %s
+     order by st.step_index
+    """,
+    RunStepRow,
+)
+"""A run and its step states in one statement (one consistent snapshot), in step order."""
+
+
+class ActiveRunStep(NamedTuple):
+    run_id: uuid.UUID
+    flow_slug: str
+    started_at: datetime
+    remaining_steps: int
+    step_slug: str
+    status: str
+    initial_tasks: int | None
+    completed_tasks: int
+    tasks: int
+
+
+ACTIVE_RUN_STEPS: Final = Query(
+    "active_run_steps",
+    """
+    with active as (
+        select run_id, flow_slug, started_at, remaining_steps
+        from pgflow.runs
+        where status = 'started' and (%(flow)s::text is null or flow_slug = %(flow)s)
+        order by started_at desc, run_id
+        limit %(limit)s
+    )
+    select a.run_id, a.flow_slug, a.started_at, a.remaining_steps,
+           ss.step_slug, ss.status, ss.initial_tasks,
+           count(t.task_index) filter (where t.status = 'completed') as completed_tasks,
+           count(t.task_index) as tasks
+    from active a
+    join pgflow.step_states ss on ss.run_id = a.run_id
+    join pgflow.steps s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+    left join pgflow.step_tasks t on t.run_id = ss.run_id and t.step_slug = ss.step_slug
+    group by a.run_id, a.flow_slug, a.started_at, a.remaining_steps,
+             ss.step_slug, ss.status, ss.initial_tasks, s.step_index
+    order by a.started_at desc, a.run_id, s.step_index
+    """,
+    ActiveRunStep,
+)
+"""The newest started runs (of one flow, or all) with each step's task progress (``pgflow_runs --watch``)."""
+
+
+class QueueDepthRow(NamedTuple):
+    queue_name: str
+    queue_length: int
+    visible: int | None
+    oldest_msg_age_sec: int | None
+
+
+FLOW_QUEUE_DEPTHS: Final = Query(
+    "flow_queue_depths",
+    """
+    select m.queue_name, m.queue_length,
+           (to_jsonb(m) ->> 'queue_visible_length')::bigint as visible,
+           m.oldest_msg_age_sec
+    from pgmq.metrics_all() m
+    where m.queue_name in (
+        select queue_name from pgflow.steps where %(flow)s::text is null or flow_slug = %(flow)s
+    )
+    order by m.queue_name
+    """,
+    QueueDepthRow,
+)
+"""PGMQ's metrics of the queues the flows' steps use. ``queue_visible_length`` is read through jsonb
+because older PGMQ releases do not report it."""
+
+# -- the Django tasks backend ------------------------------------------------------------------------
+
+
+class TaskRunRow(NamedTuple):
+    """A task's run, its one task and its output; fields named as the backend's result reads them."""
+
+    flow_slug: str
+    run_status: str
+    payload: Any
+    enqueued_at: datetime
+    finished_at: datetime | None
+    task_status: str | None
+    started_at: datetime | None
+    last_worker_id: uuid.UUID | None
+    attempt_errors: Any
+    output: Any
+    queue_name: str
+    exhausted_by_recovery: bool
+    task_error: str | None
+
+
+TASK_RESULT: Final = Query(
+    "task_result",
+    """
+    select r.flow_slug, r.status as run_status, r.input as payload, r.started_at as enqueued_at,
+           coalesce(r.completed_at, r.failed_at) as finished_at,
+           t.status as task_status, t.started_at, t.last_worker_id,
+           coalesce(t.attempt_errors, '[]'::jsonb) as attempt_errors,
+           ss.output, s.queue_name, t.permanently_stalled_at is not null as exhausted_by_recovery,
+           t.error_message as task_error
+      from pgflow.runs as r
+      join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = %s
+      left join pgflow.step_tasks as t
+        on t.run_id = r.run_id and t.step_slug = s.step_slug and t.task_index = 0
+      left join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = s.step_slug
+     where r.run_id = %s
+    """,
+    TaskRunRow,
+)
+"""A task run's state (step slug, run id): its run, its one task (attempts, errors, worker), its output."""
+
+# -- start-up checks ----------------------------------------------------------------------------------
+
+
+class Signature(NamedTuple):
+    signature: str
+
+
+MISSING_FUNCTIONS: Final = Query(
+    "missing_functions",
+    "select sig as signature from unnest(%s::text[]) as sig where to_regprocedure(sig) is null",
+    Signature,
+)
+"""Which of some function signatures the database does not define."""
+
+PROTOCOL_VERSION: Final = _value("protocol_version", "select pgflow.protocol_version() as value")
+HAS_WORKERS_TABLE: Final = _value(
+    "has_workers_table", "select to_regclass('pgflow.workers') is not null as value"
+)
+HAS_PGMQ_SCHEMA: Final = _value(
+    "has_pgmq_schema", "select exists (select 1 from pg_namespace where nspname = 'pgmq') as value"
+)
+READ_ONLY_TRANSACTION: Final = _value("read_only_transaction", "set transaction read only")
+"""Make the current transaction read-only (``pgflow_audit`` reads, never writes)."""
+
+# -- compiling --------------------------------------------------------------------------------------
+
+ENSURE_FLOW_COMPILED: Final = _value(
+    "ensure_flow_compiled",
+    "select pgflow.ensure_flow_compiled(%s, %s::jsonb, %s::text, %s::bigint)::text as value",
+)
+"""Compile or verify a flow (slug, shape json, shape-change policy, confirmed run count): a JSON answer."""
 
 # -- maintenance operations -------------------------------------------------------------------------------
 
