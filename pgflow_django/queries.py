@@ -615,6 +615,42 @@ HAS_PGMQ_SCHEMA: Final = _value(
 READ_ONLY_TRANSACTION: Final = _value("read_only_transaction", "set transaction read only")
 """Make the current transaction read-only (``pgflow_audit`` reads, never writes)."""
 
+# -- the upgrade preflight (migration 0003) and its audit ---------------------------------------------
+
+HAS_QUEUE_MODES: Final = _value(
+    "has_queue_modes",
+    "select exists (select 1 from pg_attribute where attrelid = to_regclass('pgflow.flows') "
+    "and attname = 'queue_mode' and not attisdropped) as value",
+)
+"""Whether the database has migration 0005's queue modes (the refined audit checks apply)."""
+
+SET_LOCK_TIMEOUT: Final = _value("set_lock_timeout", "select set_config('lock_timeout', %s, true) as value")
+MIGRATE_LOCK: Final = _value(
+    "migrate_lock", "select pg_advisory_xact_lock(hashtextextended(%s, 0)) is null as value"
+)
+HOLDS_MIGRATE_LOCK: Final = _value(
+    "holds_migrate_lock",
+    "select exists (select 1 from pg_locks where locktype = 'advisory' and pid = pg_backend_pid()"
+    " and granted and mode = 'ExclusiveLock' and objsubid = 1"
+    " and ((classid::bigint << 32) | objid::bigint) = hashtextextended(%s, 0)) as value",
+)
+"""Whether this transaction holds the migration advisory lock exclusively."""
+
+UPGRADE_LOCKED_TABLES: Final = (
+    "pgflow.flows",
+    "pgflow.steps",
+    "pgflow.deps",
+    "pgflow.runs",
+    "pgflow.step_states",
+    "pgflow.step_tasks",
+    "pgflow.workers",
+)
+LOCK_UPGRADE_TABLES: Final = _value(
+    "lock_upgrade_tables", f"lock table {', '.join(UPGRADE_LOCKED_TABLES)} in share row exclusive mode"
+)
+"""The tables the upgrade converts, locked against writers until the migration commits."""
+LOCK_PGMQ_META: Final = _value("lock_pgmq_meta", "lock table pgmq.meta in share mode")
+
 # -- compiling --------------------------------------------------------------------------------------
 
 ENSURE_FLOW_COMPILED: Final = _value(
