@@ -44,7 +44,7 @@ __all__ = [
     "live_worker_seconds",
 ]
 
-COVERAGE_SQL: Final = queries.COVERAGE.text
+COVERAGE_SQL: Final = queries.COVERAGE_SQL
 """The coverage query, with ``{live_seconds}`` and ``{flow}`` placeholders for SQL literals (see
 :func:`coverage_sql`). Its columns are the fields of :class:`RouteCoverage`."""
 

@@ -289,7 +289,7 @@ class Engine:
         )
 
     def mark_stopped(self, worker_id: uuid.UUID) -> None:
-        self._rows(queries.MARK_STOPPED.text, [worker_id])
+        self._fetch(queries.MARK_STOPPED, [worker_id])
 
     def requeue_stalled(self) -> list[queries.RecoveryCount] | None:
         """Run stalled-task recovery unless another caller is running it (then None).
