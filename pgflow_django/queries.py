@@ -210,6 +210,9 @@ SHARED_SUPPORT: Final = Query(
 )
 """The (flow, step) pairs that the persisted routes of some flows send to one queue."""
 
+LISTEN: Final = _value("listen", "listen {channel}")
+"""Subscribe the listener's connection to a queue's insert channel."""
+
 # -- worker registration and heartbeats ------------------------------------------------------------------
 
 HEARTBEAT: Final = _value(
@@ -801,6 +804,12 @@ COVERAGE: Final = Query("coverage", COVERAGE_SQL, RouteCoverage)
 
 
 # -- the testing toolkit (pgflow_django.testing) ---------------------------------------------------------
+
+SAVEPOINT: Final = _value("savepoint", 'savepoint "pgflow_testing"')
+RELEASE_SAVEPOINT: Final = _value("release_savepoint", 'release savepoint "pgflow_testing"')
+ROLLBACK_TO_SAVEPOINT: Final = _value("rollback_to_savepoint", 'rollback to savepoint "pgflow_testing"')
+"""In-process statements each run in this savepoint of the test's transaction, as a worker's each
+stand alone: an error undoes only that statement."""
 
 FLOWS_WITH_STARTED_RUNS: Final = Query(
     "flows_with_started_runs",

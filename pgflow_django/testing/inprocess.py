@@ -20,6 +20,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import JsonbLoader
 
+from pgflow_django import queries
 from pgflow_django.worker.completer import Completer, Completion, Failure
 from pgflow_django.worker.connection import Claim, Engine
 from pgflow_django.worker.runner import Runner
@@ -32,9 +33,9 @@ BATCH_SIZE = 100
 """Messages per claim and results per completion call: a real worker's completion batch size."""
 
 
-_SAVEPOINT = 'savepoint "pgflow_testing"'
-_RELEASE = 'release savepoint "pgflow_testing"'
-_ROLLBACK = 'rollback to savepoint "pgflow_testing"'
+_SAVEPOINT = queries.SAVEPOINT.text
+_RELEASE = queries.RELEASE_SAVEPOINT.text
+_ROLLBACK = queries.ROLLBACK_TO_SAVEPOINT.text
 
 
 class InProcessEngine(Engine):
