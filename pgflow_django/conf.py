@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
 OnShapeChange: TypeAlias = Literal["refuse", "replace-if-idle"]
@@ -56,23 +56,24 @@ DEFAULTS: dict[str, Any] = {
     "ALLOW_RECOMPILE": None,  # removed; False is accepted (it meant "refuse"), True is an error
     **{setting.key: setting.default for setting in SETTINGS},
 }
-_DEFAULT = {setting.key: setting.default for setting in SETTINGS}
 
 
 @dataclass(frozen=True)
 class PgflowSettings:
-    flows: list[str] = field(default_factory=list)
-    on_shape_change: OnShapeChange = "refuse"
-    worker_concurrency: int = _DEFAULT["WORKER_CONCURRENCY"]
-    worker_batch_size: int = _DEFAULT["WORKER_BATCH_SIZE"]
-    worker_poll_interval: float = _DEFAULT["WORKER_POLL_INTERVAL"]
-    worker_max_poll_seconds: float = _DEFAULT["WORKER_MAX_POLL_SECONDS"]
-    worker_shutdown_timeout: float = _DEFAULT["WORKER_SHUTDOWN_TIMEOUT"]
-    worker_heartbeat_seconds: float = _DEFAULT["WORKER_HEARTBEAT_SECONDS"]
-    stalled_check_seconds: float = _DEFAULT["STALLED_CHECK_SECONDS"]
-    completion_flush_ms: float = _DEFAULT["COMPLETION_FLUSH_MS"]
-    completion_batch_size: int = _DEFAULT["COMPLETION_BATCH_SIZE"]
-    worker_conn_max_age: float | None = _DEFAULT["WORKER_CONN_MAX_AGE"]
+    """``settings.PGFLOW`` read with the defaults of :data:`SETTINGS` (built by :func:`get_settings`)."""
+
+    flows: list[str]
+    on_shape_change: OnShapeChange
+    worker_concurrency: int
+    worker_batch_size: int
+    worker_poll_interval: float
+    worker_max_poll_seconds: float
+    worker_shutdown_timeout: float
+    worker_heartbeat_seconds: float
+    stalled_check_seconds: float
+    completion_flush_ms: float
+    completion_batch_size: int
+    worker_conn_max_age: float | None
 
 
 LIVE_HEARTBEATS: Final = 3

@@ -8,19 +8,22 @@ import re
 from pathlib import Path
 
 from django.core.management import load_command_class
+from django.test import override_settings
 
-from pgflow_django.conf import DEFAULTS, SETTINGS, PgflowSettings
+from pgflow_django.conf import DEFAULTS, SETTINGS, PgflowSettings, get_settings
 from pgflow_django.worker.options import WorkerOptions
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
 
 
 def test_settings_and_worker_options_take_their_defaults_from_the_table() -> None:
-    settings_fields = {field.name: field.default for field in dataclasses.fields(PgflowSettings)}
+    with override_settings(PGFLOW={}):
+        settings = get_settings()
     option_fields = {field.name: field.default for field in dataclasses.fields(WorkerOptions)}
+    assert {field.name for field in dataclasses.fields(PgflowSettings)} >= {s.attribute for s in SETTINGS}
     for setting in SETTINGS:
         assert DEFAULTS[setting.key] == setting.default
-        assert settings_fields[setting.attribute] == setting.default, setting.key
+        assert getattr(settings, setting.attribute) == setting.default, setting.key
         assert setting.option is not None
         assert option_fields[setting.option] == setting.default, setting.key
 
