@@ -35,7 +35,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check pgflow_django tests testproject bench noxfile.py .ci
+	$(BIN)/ruff format --check pgflow_django tests testproject bench noxfile.py docs_hooks.py .ci
 	DATABASE_URL=$${DATABASE_URL:-postgresql://localhost/unused} $(BIN)/mypy pgflow_django
 
 typecheck: $(STAMP)
