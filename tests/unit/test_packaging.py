@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 from packaging.version import Version
+from trove_classifiers import classifiers as known_classifiers
 
 from pgflow_django.pgmq_install import MIN_PGMQ_VERSION, bundled_version
 
@@ -68,6 +69,10 @@ def test_classifiers_name_every_tested_python_and_django() -> None:
     assert classifiers("Framework :: Django :: ") == {row[1] for row in rows}
     lowest = min(Version(row[0]) for row in rows)
     assert PROJECT["requires-python"] == f">={lowest}"
+
+
+def test_every_classifier_is_one_pypi_accepts() -> None:
+    assert [c for c in PROJECT["classifiers"] if c not in known_classifiers] == []
 
 
 def test_the_version_lives_in_pyproject_only() -> None:
