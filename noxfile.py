@@ -48,7 +48,7 @@ def interpreter(version: str) -> str:
     root = os.environ.get("PYENV_ROOT") or (
         subprocess.run(["pyenv", "root"], capture_output=True, text=True).stdout.strip()
         if shutil.which("pyenv")
-        else ""
+        else str(Path.home() / ".pyenv")
     )
     candidates = sorted(
         glob.glob(f"{root}/versions/{version}.*/bin/{name}") if root else [],
