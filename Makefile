@@ -19,7 +19,7 @@ help:
 	@echo "make docs       build the documentation site in strict mode (site/)"
 	@echo "make dist       build the sdist and wheel (dist/) and check them with twine"
 	@echo "make wheel-smoke  install the built wheel in a clean venv: startproject, migrate, one flow run"
-	@echo "make matrix     the unit + SQL suites on every supported Python x Django (nox)"
+	@echo "make matrix     the unit + SQL suites on the other supported Python x Django (nox --list)"
 
 $(STAMP): pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "error: no python3 >= 3.11 found on PATH; install one or set PYTHON=..." >&2; exit 2; fi
