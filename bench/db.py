@@ -22,7 +22,7 @@ def server_url() -> str:
     url = os.environ.get("DATABASE_URL")
     if url:
         return url
-    from pgflow_django.embedded import database_url
+    from testproject.embedded import database_url
 
     return database_url(REPO_DIR / ".pgdata")
 

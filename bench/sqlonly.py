@@ -18,7 +18,7 @@ from typing import Any
 from psycopg.conninfo import conninfo_to_dict
 
 from bench.cpu import CpuMeter, own_backend_pid
-from pgflow_django.worker.engine import Engine, completion_item
+from pgflow_django.worker.connection import Engine, completion_item
 
 _LEFT = "select exists(select 1 from pgflow.runs where flow_slug = %s and status = 'started')"
 

@@ -24,9 +24,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from pgflow_django import dag
+from pgflow_django import dag, queries
 from pgflow_django.client import CancelResult, RunNotFound, cancel_run
-from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask, Worker, WorkerPause
+from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask, Worker
 from pgflow_django.recorded_errors import read_error
 
 _MAX_MESSAGE_ID = 2**63 - 1
@@ -131,11 +131,9 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
         return _table(headers, rows, "pgflow-steps")
 
 
-def _call(function: str, run_id: uuid.UUID) -> Any:
+def _rerun(run_id: uuid.UUID) -> Any:
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"select pgflow.{function}(%s)", [run_id])
-        row = cursor.fetchone()
-    return row[0] if row else None
+        return queries.value(cursor, queries.RERUN, [run_id])
 
 
 @admin.register(Run)
@@ -262,7 +260,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         finished = queryset.exclude(status="started")
         for run in queryset.filter(status="started"):
             self.message_user(request, f"Run {run.run_id} is still started; not re-run.", messages.WARNING)
-        self._act(request, finished, lambda run_id: _call("rerun", run_id), describe)
+        self._act(request, finished, _rerun, describe)
 
     def get_urls(self) -> list[URLPattern]:
         tasks = StepTaskAdmin(StepTask, self.admin_site)
@@ -361,5 +359,8 @@ class WorkerAdmin(ReadOnlyAdminMixin, _WorkerAdmin):
 
     @admin.display(description="paused")
     def paused(self, obj: Worker) -> str:
-        pauses = WorkerPause.objects.filter(flow_slug=obj.function_name).order_by("step_slug")
-        return ", ".join(f"{p.step_slug or '(flow)'}: {p.reason}" for p in pauses) or "-"
+        """The pauses holding the worker's subscriptions (its support set: a plain flow's steps, one
+        step of a step-queued flow, a shared queue's routed steps), as the worker itself sees them."""
+        with connection.cursor() as cursor:
+            pauses = queries.fetch_all(cursor, queries.WORKER_PAUSES, {"id": obj.worker_id})
+        return ", ".join(f"{p.flow_slug} {p.step_slug or '(flow)'}: {p.reason}" for p in pauses) or "-"

@@ -36,6 +36,7 @@ from django.core import checks
 from django.db import DatabaseError, connections
 from django.utils.module_loading import module_has_submodule
 
+from pgflow_django import queries
 from pgflow_django.dbguard import vendor_problem, version_problem
 from pgflow_django.dsl import Flow
 from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, RULE, default_queue_name, slug_problem
@@ -255,9 +256,7 @@ def _database_messages(alias: str) -> list[checks.CheckMessage]:
             return [checks.Error(too_old, obj=alias, id="pgflow.E021")]
         pending = pending_migrations(alias)
         with connections[alias].cursor() as cursor:
-            cursor.execute("select exists (select 1 from pg_namespace where nspname = 'pgmq')")
-            row = cursor.fetchone()
-            has_schema = bool(row and row[0])
+            has_schema = bool(queries.value(cursor, queries.HAS_PGMQ_SCHEMA))
             missing = missing_functions(cursor) if has_schema else []
     except DatabaseError as exc:
         return [

@@ -20,6 +20,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, DataError, connections, transaction
 
+from pgflow_django import queries
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, StepType
 from pgflow_django.encoding import (
@@ -121,12 +122,8 @@ def start_flow(
     body = _input_json(flow_or_slug, input, f"input of flow {slug!r}")
     chosen = None if run_id is None else _as_uuid(run_id)
     with connections[using].cursor() as cursor, _unknown_flow_as_not_found(slug, using):
-        cursor.execute(
-            "select run_id from pgflow.start_flow(%s, %s::jsonb, %s::uuid, %s::integer)",
-            [slug, body, chosen, _delay_seconds(delay)],
-        )
-        row = cursor.fetchone()
-    return _as_uuid(row[0])
+        started = queries.value(cursor, queries.START_FLOW, [slug, body, chosen, _delay_seconds(delay)])
+    return _as_uuid(started)
 
 
 def _delay_seconds(delay: timedelta | int | None) -> int | None:
@@ -163,10 +160,7 @@ def start_flows(
     if not bodies:
         return []
     with connections[using].cursor() as cursor, _unknown_flow_as_not_found(slug, using):
-        cursor.execute(
-            "select count(*) from pgflow.start_flows(%s, %s::jsonb, %s::uuid[])",
-            [slug, f"[{','.join(bodies)}]", ids],
-        )
+        queries.value(cursor, queries.START_FLOWS, [slug, f"[{','.join(bodies)}]", ids])
     return ids
 
 
@@ -175,42 +169,41 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
     require_postgresql(using)
     key = _as_uuid(run_id)
     with connections[using].cursor() as cursor:
-        cursor.execute(_GET_RUN_SQL, [key])
-        rows = cursor.fetchall()
+        rows = queries.fetch_all(cursor, queries.GET_RUN, [key])
     if not rows:
         raise _run_not_found(key)
     first = rows[0]
     steps = tuple(
         StepStateView(
-            step_slug=row[10],
-            step_type=row[11],
-            step_index=row[12],
-            status=row[13],
-            output=_loads(row[14]),
-            error_message=row[15],
-            skip_reason=row[16],
-            remaining_tasks=row[17],
-            initial_tasks=row[18],
-            created_at=row[19],
-            started_at=row[20],
-            completed_at=row[21],
-            failed_at=row[22],
-            skipped_at=row[23],
+            step_slug=row.step_slug,
+            step_type=cast(StepType, row.step_type),
+            step_index=cast(int, row.step_index),
+            status=cast(StepStatus, row.step_status),
+            output=_loads(row.step_output),
+            error_message=row.step_error_message,
+            skip_reason=row.skip_reason,
+            remaining_tasks=row.remaining_tasks,
+            initial_tasks=row.initial_tasks,
+            created_at=cast(datetime, row.step_created_at),
+            started_at=row.step_started_at,
+            completed_at=row.step_completed_at,
+            failed_at=row.step_failed_at,
+            skipped_at=row.step_skipped_at,
         )
         for row in rows
-        if row[10] is not None
+        if row.step_slug is not None
     )
     return RunView(
-        run_id=_as_uuid(first[0]),
-        flow_slug=first[1],
-        status=first[2],
-        input=_loads(first[3]),
-        output=_loads(first[4]),
-        error_message=first[5],
-        remaining_steps=first[6],
-        started_at=first[7],
-        completed_at=first[8],
-        failed_at=first[9],
+        run_id=_as_uuid(first.run_id),
+        flow_slug=first.flow_slug,
+        status=cast(RunStatus, first.status),
+        input=_loads(first.input),
+        output=_loads(first.output),
+        error_message=first.error_message,
+        remaining_steps=first.remaining_steps,
+        started_at=first.started_at,
+        completed_at=first.completed_at,
+        failed_at=first.failed_at,
         steps=steps,
     )
 
@@ -237,8 +230,7 @@ def cancel_run(run_id: uuid.UUID | str, *, reason: str | None = None, using: str
         check_storable_text(reason, "reason")
     try:
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
-            cursor.execute("select pgflow.cancel_run(%s, %s)", [key, reason])
-            outcome = str(cursor.fetchone()[0])
+            outcome = str(queries.value(cursor, queries.CANCEL_RUN, [key, reason]))
     except DatabaseError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == _NO_DATA_FOUND:
             raise _run_not_found(key) from None
@@ -267,20 +259,6 @@ def wait_for_run(
                 f"(unfinished steps: {', '.join(pending) or 'none'}); is a worker running for this flow?"
             )
         time.sleep(min(poll, remaining))
-
-
-_GET_RUN_SQL: Final = """
-select r.run_id, r.flow_slug, r.status, r.input::text, r.output::text, r.error_message, r.remaining_steps,
-       r.started_at, r.completed_at, r.failed_at,
-       s.step_slug, st.step_type, st.step_index, s.status, s.output::text, s.error_message, s.skip_reason,
-       s.remaining_tasks, s.initial_tasks, s.created_at, s.started_at, s.completed_at, s.failed_at,
-       s.skipped_at
-  from pgflow.runs r
-  left join pgflow.step_states s on s.run_id = r.run_id
-  left join pgflow.steps st on st.flow_slug = s.flow_slug and st.step_slug = s.step_slug
- where r.run_id = %s
- order by st.step_index
-"""
 
 
 def flow_not_found(slug: str, compiled: Iterable[str] = ()) -> str:
@@ -331,8 +309,7 @@ def _unknown_flow_as_not_found(slug: str, using: str) -> Iterator[None]:
         compiled: list[str] = []
         if connections[using].get_autocommit():  # else the failed statement aborted the transaction
             with connections[using].cursor() as cursor:
-                cursor.execute("select flow_slug from pgflow.flows")
-                compiled = [row[0] for row in cursor.fetchall()]
+                compiled = [row.flow_slug for row in queries.fetch_all(cursor, queries.COMPILED_FLOWS)]
         raise FlowNotFound(flow_not_found(slug, compiled)) from None
 
 

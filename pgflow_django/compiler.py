@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeAlias, cast
 
 from django.db import connections
 
+from pgflow_django import queries
 from pgflow_django.conf import get_settings
 from pgflow_django.dsl import Flow
 
@@ -107,11 +108,13 @@ def compile_flow(
     """
     policy: OnChange = get_settings().on_shape_change if on_change is None else on_change
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            "select pgflow.ensure_flow_compiled(%s, %s::jsonb, %s::text, %s::bigint)::text",
-            [flow.slug, json.dumps(flow.shape()), policy, confirmed_runs],
+        answer: dict[str, Any] = json.loads(
+            queries.value(
+                cursor,
+                queries.ENSURE_FLOW_COMPILED,
+                [flow.slug, json.dumps(flow.shape()), policy, confirmed_runs],
+            )
         )
-        answer: dict[str, Any] = json.loads(cursor.fetchone()[0])
     result = CompileResult(
         flow_slug=flow.slug,
         status=cast(CompileStatus, answer["status"]),

@@ -2,48 +2,88 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeAlias
 
 OnShapeChange: TypeAlias = Literal["refuse", "replace-if-idle"]
 SHAPE_CHANGE_POLICIES: tuple[OnShapeChange, ...] = ("refuse", "replace-if-idle")
 """What start-up compilation may do with a changed flow. Never "replace": deleting runs that are
 still running is asked for per invocation (``pgflow_compile F --replace``), not configured."""
 
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ``PGFLOW`` key: its default, how its value is read, and the worker option it fills."""
+
+    key: str
+    default: Any
+    read: Callable[[Any], Any]
+    option: str | None = None
+    """The ``WorkerOptions`` field (and ``pgflow_worker`` flag) the setting is the default of."""
+
+    @property
+    def attribute(self) -> str:
+        """Its name on :class:`PgflowSettings`."""
+        return self.key.lower()
+
+
+SETTINGS: Final[tuple[Setting, ...]] = (
+    Setting("WORKER_CONCURRENCY", 10, int, "concurrency"),
+    Setting("WORKER_BATCH_SIZE", 10, int, "batch_size"),
+    Setting("WORKER_POLL_INTERVAL", 1.0, float, "poll_interval"),
+    Setting("WORKER_MAX_POLL_SECONDS", 5.0, float, "max_poll_seconds"),
+    Setting("WORKER_SHUTDOWN_TIMEOUT", 30.0, float, "shutdown_timeout"),
+    Setting("WORKER_HEARTBEAT_SECONDS", 5.0, float, "heartbeat_seconds"),
+    Setting("STALLED_CHECK_SECONDS", 15.0, float, "stalled_check_seconds"),
+    Setting("COMPLETION_FLUSH_MS", 2.0, float, "completion_flush_ms"),
+    Setting("COMPLETION_BATCH_SIZE", 100, int, "completion_batch_size"),
+    # CONN_MAX_AGE for the Django connections of a worker's handler threads (None: kept for the
+    # worker's life, health-checked before reuse). A fresh connection per task costs a connect and
+    # re-planning the engine's functions, so a worker should not inherit a web process's 0.
+    Setting("WORKER_CONN_MAX_AGE", None, _optional_float, "conn_max_age"),
+)
+"""The one table of the worker settings' defaults: ``PgflowSettings``, ``WorkerOptions`` and the
+``pgflow_worker`` options (which default to the setting) all take theirs from here."""
+
 DEFAULTS: dict[str, Any] = {
     "FLOWS": [],
     "ON_SHAPE_CHANGE": "refuse",
     "ALLOW_RECOMPILE": None,  # removed; False is accepted (it meant "refuse"), True is an error
-    "WORKER_CONCURRENCY": 10,
-    "WORKER_BATCH_SIZE": 10,
-    "WORKER_POLL_INTERVAL": 1.0,
-    "WORKER_MAX_POLL_SECONDS": 5.0,
-    "WORKER_SHUTDOWN_TIMEOUT": 30.0,
-    "WORKER_HEARTBEAT_SECONDS": 5.0,
-    "STALLED_CHECK_SECONDS": 15.0,
-    "COMPLETION_FLUSH_MS": 2.0,
-    "COMPLETION_BATCH_SIZE": 100,
-    # CONN_MAX_AGE for the Django connections of a worker's handler threads (None: kept for the
-    # worker's life, health-checked before reuse). A fresh connection per task costs a connect and
-    # re-planning the engine's functions, so a worker should not inherit a web process's 0.
-    "WORKER_CONN_MAX_AGE": None,
+    **{setting.key: setting.default for setting in SETTINGS},
 }
 
 
 @dataclass(frozen=True)
 class PgflowSettings:
-    flows: list[str] = field(default_factory=list)
-    on_shape_change: OnShapeChange = "refuse"
-    worker_concurrency: int = 10
-    worker_batch_size: int = 10
-    worker_poll_interval: float = 1.0
-    worker_max_poll_seconds: float = 5.0
-    worker_shutdown_timeout: float = 30.0
-    worker_heartbeat_seconds: float = 5.0
-    stalled_check_seconds: float = 15.0
-    completion_flush_ms: float = 2.0
-    completion_batch_size: int = 100
-    worker_conn_max_age: float | None = None
+    """``settings.PGFLOW`` read with the defaults of :data:`SETTINGS` (built by :func:`get_settings`)."""
+
+    flows: list[str]
+    on_shape_change: OnShapeChange
+    worker_concurrency: int
+    worker_batch_size: int
+    worker_poll_interval: float
+    worker_max_poll_seconds: float
+    worker_shutdown_timeout: float
+    worker_heartbeat_seconds: float
+    stalled_check_seconds: float
+    completion_flush_ms: float
+    completion_batch_size: int
+    worker_conn_max_age: float | None
+
+
+LIVE_HEARTBEATS: Final = 3
+"""A worker is live while its last heartbeat is younger than this many heartbeat periods."""
+
+
+def live_worker_seconds() -> float:
+    """The heartbeat window that makes a worker live: ``LIVE_HEARTBEATS`` x
+    ``PGFLOW["WORKER_HEARTBEAT_SECONDS"]`` (15 s with the defaults); ``queries.LIVE_WORKER`` applies it."""
+    return LIVE_HEARTBEATS * get_settings().worker_heartbeat_seconds
 
 
 def get_settings() -> PgflowSettings:
@@ -63,16 +103,7 @@ def get_settings() -> PgflowSettings:
     return PgflowSettings(
         flows=list(raw["FLOWS"]),
         on_shape_change=_on_shape_change(raw),
-        worker_concurrency=int(raw["WORKER_CONCURRENCY"]),
-        worker_batch_size=int(raw["WORKER_BATCH_SIZE"]),
-        worker_poll_interval=float(raw["WORKER_POLL_INTERVAL"]),
-        worker_max_poll_seconds=float(raw["WORKER_MAX_POLL_SECONDS"]),
-        worker_shutdown_timeout=float(raw["WORKER_SHUTDOWN_TIMEOUT"]),
-        worker_heartbeat_seconds=float(raw["WORKER_HEARTBEAT_SECONDS"]),
-        stalled_check_seconds=float(raw["STALLED_CHECK_SECONDS"]),
-        completion_flush_ms=float(raw["COMPLETION_FLUSH_MS"]),
-        completion_batch_size=int(raw["COMPLETION_BATCH_SIZE"]),
-        worker_conn_max_age=None if raw["WORKER_CONN_MAX_AGE"] is None else float(raw["WORKER_CONN_MAX_AGE"]),
+        **{setting.attribute: setting.read(raw[setting.key]) for setting in SETTINGS},
     )
 
 

@@ -12,8 +12,28 @@ from datetime import timedelta
 
 from django.db import connections, transaction
 
-from pgflow_django.conf import get_settings
+from pgflow_django import queries
+from pgflow_django.conf import live_worker_seconds
+from pgflow_django.queries import Pause
 from pgflow_django.slugs import validate_flow_slug
+
+__all__ = [
+    "FlowNotFound",
+    "FlowSummary",
+    "Pause",
+    "PruneResult",
+    "RequeueResult",
+    "compiled_flows",
+    "delete_flow",
+    "describe_flow",
+    "not_found",
+    "pause",
+    "pauses",
+    "prune",
+    "prune_shared_archive",
+    "requeue_stalled",
+    "resume",
+]
 
 
 class FlowNotFound(LookupError):
@@ -57,10 +77,13 @@ class FlowSummary:
 
 
 def requeue_stalled(*, using: str = "default") -> RequeueResult:
-    """Recover tasks whose worker vanished (``pgflow.requeue_stalled_tasks``); workers also do this."""
-    with connections[using].cursor() as cursor:
-        cursor.execute("select outcome, task_count from pgflow.requeue_stalled_tasks()")
-        counts = {outcome: int(count) for outcome, count in cursor.fetchall()}
+    """Recover tasks whose worker vanished (``pgflow.requeue_stalled_tasks``); workers also do this.
+
+    The workers' own path: it waits for a pass another caller is running to end, then runs under the
+    same advisory lock and lock timeout (a row that stays busy raises rather than holding up others)."""
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        recovered = queries.requeue_stalled(cursor, wait=True) or []
+    counts = {row.outcome: int(row.task_count) for row in recovered}
     return RequeueResult(
         requeued=counts.get("requeued", 0), permanently_stalled=counts.get("permanently_stalled", 0)
     )
@@ -72,11 +95,9 @@ def prune(older_than: timedelta, *, using: str = "default") -> PruneResult:
     if older_than < timedelta(0):
         raise ValueError(f"older_than must not be negative, got {older_than}")
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            "select pgflow.prune_data_older_than(make_interval(secs => %s))::text",
-            [older_than.total_seconds()],
+        counts: dict[str, int] = json.loads(
+            queries.value(cursor, queries.PRUNE, [older_than.total_seconds()])
         )
-        counts: dict[str, int] = json.loads(cursor.fetchone()[0])
     return PruneResult(
         runs=int(counts.get("runs", 0)),
         step_states=int(counts.get("step_states", 0)),
@@ -92,44 +113,25 @@ def prune_shared_archive(queue: str, older_than: timedelta, *, using: str = "def
     if older_than < timedelta(0):
         raise ValueError(f"older_than must not be negative, got {older_than}")
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            "select pgflow.prune_shared_archive(%s, make_interval(secs => %s))",
-            [queue, older_than.total_seconds()],
-        )
-        return int(cursor.fetchone()[0])
+        return int(queries.value(cursor, queries.PRUNE_SHARED_ARCHIVE, [queue, older_than.total_seconds()]))
 
 
 def describe_flow(slug: str, *, using: str = "default") -> FlowSummary:
     """Counts shown before a deletion is confirmed; ``FlowNotFound`` when the flow is not compiled."""
     validate_flow_slug(slug)
-    live_after = 3 * get_settings().worker_heartbeat_seconds
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            """
-            select exists (select 1 from pgflow.flows where flow_slug = %(slug)s),
-                   (select count(*) from pgflow.runs where flow_slug = %(slug)s),
-                   (select count(*) from pgflow.runs where flow_slug = %(slug)s and status = 'started'),
-                   (select count(*) from pgflow.workers as w
-                     where w.stopped_at is null and w.deprecated_at is null
-                       and w.last_heartbeat_at > now() - make_interval(secs => %(live_after)s)
-                       and exists (select 1 from pgflow.worker_support as s
-                                    where s.worker_id = w.worker_id and s.flow_slug = %(slug)s)),
-                   (select coalesce(array_agg(distinct s.queue_name order by s.queue_name), '{}')
-                      from pgflow.steps as s
-                      join pgflow.shared_queues as sq on sq.queue_name = s.queue_name
-                     where s.flow_slug = %(slug)s)
-            """,
-            {"slug": slug, "live_after": live_after},
+        usage = queries.fetch_one(
+            cursor, queries.FLOW_USAGE, {"slug": slug, "live_seconds": live_worker_seconds()}
         )
-        exists, runs, active, workers, shared = cursor.fetchone()
-    if not exists:
-        raise FlowNotFound(_not_found(slug, using))
+    assert usage is not None
+    if not usage.exists:
+        raise FlowNotFound(not_found(slug, using))
     return FlowSummary(
         flow_slug=slug,
-        runs=int(runs),
-        active_runs=int(active),
-        live_workers=int(workers),
-        shared_queues=tuple(shared),
+        runs=int(usage.runs),
+        active_runs=int(usage.active_runs),
+        live_workers=int(usage.live_workers),
+        shared_queues=tuple(usage.shared_queues),
     )
 
 
@@ -139,60 +141,40 @@ def delete_flow(slug: str, *, using: str = "default") -> FlowSummary:
     with transaction.atomic(using=using):
         summary = describe_flow(slug, using=using)
         with connections[using].cursor() as cursor:
-            cursor.execute("select pgflow.delete_flow_and_data(%s)", [slug])
+            queries.value(cursor, queries.DELETE_FLOW, [slug])
     return summary
 
 
-def _not_found(slug: str, using: str) -> str:
+def compiled_flows(using: str = "default") -> list[str]:
+    """The slugs of every flow compiled in the database, in order."""
     with connections[using].cursor() as cursor:
-        cursor.execute("select flow_slug from pgflow.flows order by flow_slug")
-        known = [row[0] for row in cursor.fetchall()]
+        return [row.flow_slug for row in queries.fetch_all(cursor, queries.COMPILED_FLOWS)]
+
+
+def not_found(slug: str, using: str) -> str:
+    """The one line naming a flow the database does not have, with the ones it has."""
+    known = compiled_flows(using)
     return f"no flow {slug!r} in the database (compiled flows: {', '.join(known) or 'none'})"
-
-
-@dataclass(frozen=True)
-class Pause:
-    """A paused worker subscription (``step_slug`` is '' for a whole flow)."""
-
-    flow_slug: str
-    step_slug: str
-    queue_name: str
-    reason: str
-    detail: str | None
 
 
 def pause(flow_slug: str, step_slug: str = "", *, detail: str | None = None, using: str = "default") -> Pause:
     """Set an operator pause: the subscription's workers stop at their next heartbeat and new ones
     refuse to start until :func:`resume`. A fatal pause already there is kept (its detail matters)."""
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            "select flow_slug, step_slug, queue_name, reason, detail "
-            "from pgflow.pause_subscription(%s, %s, 'operator', %s)",
-            [flow_slug, step_slug, detail],
-        )
-        row = cursor.fetchone()
-    assert row is not None
-    return Pause(*row)
+        paused = queries.fetch_one(cursor, queries.PAUSE_SUBSCRIPTION, [flow_slug, step_slug, detail])
+    assert paused is not None
+    return paused
 
 
 def resume(flow_slug: str, step_slug: str = "", *, using: str = "default") -> Pause | None:
     """Clear a subscription's pause (fatal or operator); returns the pause that was cleared, if any."""
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        cursor.execute(
-            "select flow_slug, step_slug, queue_name, reason, detail from pgflow.worker_pauses "
-            "where flow_slug = %s and step_slug = %s for update",
-            [flow_slug, step_slug],
-        )
-        row = cursor.fetchone()
-        cursor.execute("select pgflow.resume_subscription(%s, %s)", [flow_slug, step_slug])
-    return None if row is None else Pause(*row)
+        cleared = queries.fetch_one(cursor, queries.LOCK_PAUSE, [flow_slug, step_slug])
+        queries.value(cursor, queries.RESUME_SUBSCRIPTION, [flow_slug, step_slug])
+    return cleared
 
 
 def pauses(*, using: str = "default") -> list[Pause]:
     """Every paused subscription, oldest first."""
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            "select flow_slug, step_slug, queue_name, reason, detail "
-            "from pgflow.worker_pauses order by paused_at"
-        )
-        return [Pause(*row) for row in cursor.fetchall()]
+        return queries.fetch_all(cursor, queries.ALL_PAUSES)

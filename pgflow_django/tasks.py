@@ -28,6 +28,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string, module_has_submodule
 
+from pgflow_django import queries
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, RoutedFlow, route_flow
 from pgflow_django.encoding import clean_text
@@ -243,15 +244,14 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
             raise tasks_api.TaskResultDoesNotExist(result_id) from None
         require_postgresql(self.using)
         with connections[self.using].cursor() as cursor:
-            cursor.execute(_RESULT_SQL, [STEP_SLUG, run_id])
-            row = cursor.fetchone()
+            row = queries.fetch_one(cursor, queries.TASK_RESULT, [STEP_SLUG, run_id])
         if row is None:
             raise tasks_api.TaskResultDoesNotExist(result_id)
-        values = list(row)
-        for index in (2, 8, 9):  # jsonb columns: Django's cursor hands them over as text
-            if isinstance(values[index], str):
-                values[index] = json.loads(values[index])
-        return self._result(str(run_id), *values)
+        values = row._asdict()
+        for name in ("payload", "attempt_errors", "output"):  # jsonb: Django's cursor hands it over as text
+            if isinstance(values[name], str):
+                values[name] = json.loads(values[name])
+        return self._result(str(run_id), **values)
 
     def check(self, **kwargs: Any) -> Iterable[Any]:
         return []
@@ -475,16 +475,3 @@ def pgflow_backends() -> list[PgflowTaskBackend]:
     """Every configured TASKS backend that is a PgflowTaskBackend."""
     handler = tasks_api.package.task_backends
     return [handler[alias] for alias in handler.settings if isinstance(handler[alias], PgflowTaskBackend)]
-
-
-_RESULT_SQL = """
-select r.flow_slug, r.status, r.input, r.started_at, coalesce(r.completed_at, r.failed_at),
-       t.status, t.started_at, t.last_worker_id, coalesce(t.attempt_errors, '[]'::jsonb),
-       ss.output, s.queue_name, t.permanently_stalled_at is not null, t.error_message
-  from pgflow.runs as r
-  join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = %s
-  left join pgflow.step_tasks as t on t.run_id = r.run_id and t.step_slug = s.step_slug and t.task_index = 0
-  left join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = s.step_slug
- where r.run_id = %s
-"""
-"""A task run's state: its run, its one task (attempts, errors, worker) and its output."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
+from pgflow_django import queries
 from pgflow_django.catalog import Cursor
 from pgflow_django.sql import MIGRATIONS_DIR
 
@@ -24,15 +25,6 @@ REFINED_AUDIT_FILE: Final = "0005_step_queues_audit.sql"
 """Checks of the audit redefined (same names) for databases that have 0005's queue modes."""
 MIGRATE_LOCK: Final = "pgflow:migrate"
 """Key of the advisory lock that serialises pgflow migrations (exclusive) and compilations (shared)."""
-LOCKED_TABLES: Final = (
-    "pgflow.flows",
-    "pgflow.steps",
-    "pgflow.deps",
-    "pgflow.runs",
-    "pgflow.step_states",
-    "pgflow.step_tasks",
-    "pgflow.workers",
-)
 MAX_SAMPLES: Final = 5
 DOCS: Final = "docs/upgrading.md"
 
@@ -143,11 +135,7 @@ def current_audit_checks(cursor: Cursor) -> list[AuditCheck]:
     """The audit's checks, with the refined ones in place of the originals once the database has the
     queue modes of migration 0005 (before it, every flow is plain and the originals are exact)."""
     checks = load_audit_checks()
-    cursor.execute(
-        "select exists (select 1 from pg_attribute where attrelid = to_regclass('pgflow.flows') "
-        "and attname = 'queue_mode' and not attisdropped)"
-    )
-    if not cursor.fetchall()[0][0]:
+    if not queries.value(cursor, queries.HAS_QUEUE_MODES):
         return checks
     refined = {check.name: check for check in load_audit_checks(source=REFINED_AUDIT_FILE)}
     return [refined.get(check.name, check) for check in checks]
@@ -191,18 +179,12 @@ def preflight(cursor: Cursor, *, lock_timeout: Any = _UNSET) -> list[Finding]:
     """
     milliseconds = _milliseconds(_configured_lock_timeout() if lock_timeout is _UNSET else lock_timeout)
     if milliseconds is not None:
-        cursor.execute("select set_config('lock_timeout', %s, true)", [f"{milliseconds}ms"])
-    cursor.execute("select pg_advisory_xact_lock(hashtextextended(%s, 0))", [MIGRATE_LOCK])
-    cursor.execute(
-        "select exists (select 1 from pg_locks where locktype = 'advisory' and pid = pg_backend_pid()"
-        " and granted and mode = 'ExclusiveLock' and objsubid = 1"
-        " and ((classid::bigint << 32) | objid::bigint) = hashtextextended(%s, 0))",
-        [MIGRATE_LOCK],
-    )
-    if not cursor.fetchall()[0][0]:
+        queries.value(cursor, queries.SET_LOCK_TIMEOUT, [f"{milliseconds}ms"])
+    queries.value(cursor, queries.MIGRATE_LOCK, [MIGRATE_LOCK])
+    if not queries.value(cursor, queries.HOLDS_MIGRATE_LOCK, [MIGRATE_LOCK]):
         raise RuntimeError("the pgflow upgrade preflight must run inside the migration's transaction")
-    cursor.execute(f"lock table {', '.join(LOCKED_TABLES)} in share row exclusive mode")
-    cursor.execute("lock table pgmq.meta in share mode")
+    queries.value(cursor, queries.LOCK_UPGRADE_TABLES)
+    queries.value(cursor, queries.LOCK_PGMQ_META)
     findings = run_audit(cursor)
     if any(not finding.ok for finding in findings):
         heading = "pgflow migration 0003 stopped before changing anything: the audit found problems."

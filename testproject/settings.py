@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pgflow_django.embedded import database_url, django_database
+import dj_database_url
+
+from testproject.embedded import database_url
 
 BASE_DIR = Path(__file__).resolve().parent
 REPO_DIR = BASE_DIR.parent
@@ -31,6 +33,7 @@ INSTALLED_APPS = [
     "pgmigrate",
     "pgflow_django",
     "testproject.example",
+    "django_extensions",  # development tools: shell_plus, graph_models pgflow_django
 ]
 
 MIDDLEWARE = [
@@ -58,7 +61,11 @@ TEMPLATES = [
 ]
 
 _url = os.environ.get("DATABASE_URL") or database_url(REPO_DIR / ".pgdata")
-DATABASES = {"default": django_database(_url)}
+DATABASES = {"default": dj_database_url.parse(_url, conn_max_age=0)}
+# libpq's socket form (postgresql://user@/db?host=/socket/dir, as the embedded server gives it): the
+# socket directory belongs in HOST, where Django and the test helpers look for it.
+if "host" in DATABASES["default"].get("OPTIONS", {}):
+    DATABASES["default"]["HOST"] = DATABASES["default"]["OPTIONS"].pop("host")
 
 PGMIGRATE_LOCK_TIMEOUT = 10
 

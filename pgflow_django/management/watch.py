@@ -17,41 +17,9 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
+from pgflow_django import queries
 from pgflow_django.management.cli import printable
 from pgflow_django.management.progress import STATUS_STYLES, format_seconds
-
-RUNS_SQL = """
-with active as (
-    select run_id, flow_slug, started_at, remaining_steps
-    from pgflow.runs
-    where status = 'started' and (%(flow)s::text is null or flow_slug = %(flow)s)
-    order by started_at desc, run_id
-    limit %(limit)s
-)
-select a.run_id, a.flow_slug, a.started_at, a.remaining_steps,
-       ss.step_slug, ss.status, ss.initial_tasks,
-       count(t.task_index) filter (where t.status = 'completed') as completed_tasks,
-       count(t.task_index) as tasks
-from active a
-join pgflow.step_states ss on ss.run_id = a.run_id
-join pgflow.steps s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
-left join pgflow.step_tasks t on t.run_id = ss.run_id and t.step_slug = ss.step_slug
-group by a.run_id, a.flow_slug, a.started_at, a.remaining_steps,
-         ss.step_slug, ss.status, ss.initial_tasks, s.step_index
-order by a.started_at desc, a.run_id, s.step_index
-"""
-
-QUEUES_SQL = """
-select m.queue_name, m.queue_length,
-       (to_jsonb(m) ->> 'queue_visible_length')::bigint as visible,
-       m.oldest_msg_age_sec
-from pgmq.metrics_all() m
-where m.queue_name in (
-    select queue_name from pgflow.steps where %(flow)s::text is null or flow_slug = %(flow)s
-)
-order by m.queue_name
-"""
-"""``queue_visible_length`` is read through jsonb because older PGMQ releases do not report it."""
 
 
 @dataclass
@@ -85,25 +53,31 @@ class QueueDepth:
 
 
 @dataclass
-class Snapshot:
+class WatchFrame:
+    """One refresh of ``pgflow_runs --watch``: the active runs and the queue depths, taken together."""
+
     taken_at: datetime
     runs: list[ActiveRun]
     queues: list[QueueDepth]
 
 
-def take_snapshot(flow: str | None, limit: int) -> Snapshot:
+def take_snapshot(flow: str | None, limit: int) -> WatchFrame:
     params: dict[str, Any] = {"flow": flow, "limit": limit}
     runs: dict[str, ActiveRun] = {}
     with connection.cursor() as cursor:
-        cursor.execute(RUNS_SQL, params)
-        for row in cursor.fetchall():
-            run_id, flow_slug, started_at, remaining, step_slug, status, initial, completed, tasks = row
-            run = runs.setdefault(str(run_id), ActiveRun(str(run_id), flow_slug, started_at, remaining))
+        for row in queries.fetch_all(cursor, queries.ACTIVE_RUN_STEPS, params):
+            run = runs.setdefault(
+                str(row.run_id),
+                ActiveRun(str(row.run_id), row.flow_slug, row.started_at, row.remaining_steps),
+            )
+            tasks, initial = row.tasks, row.initial_tasks
             total = max(tasks, initial) if initial is not None else (tasks or None)
-            run.steps.append(StepProgress(step_slug, status, completed, total))
-        cursor.execute(QUEUES_SQL, params)
-        queues = [QueueDepth(*row) for row in cursor.fetchall()]
-    return Snapshot(timezone.now(), list(runs.values()), queues)
+            run.steps.append(StepProgress(row.step_slug, row.status, row.completed_tasks, total))
+        queues = [
+            QueueDepth(row.queue_name, row.queue_length, row.visible, row.oldest_msg_age_sec)
+            for row in queries.fetch_all(cursor, queries.FLOW_QUEUE_DEPTHS, params)
+        ]
+    return WatchFrame(timezone.now(), list(runs.values()), queues)
 
 
 class Wrapped:
@@ -129,7 +103,7 @@ class Wrapped:
         yield line
 
 
-def render(snapshot: Snapshot, *, flow: str | None, interval: float, limit: int) -> RenderableType:
+def render(snapshot: WatchFrame, *, flow: str | None, interval: float, limit: int) -> RenderableType:
     title = f"pgflow: {len(snapshot.runs)} active run(s)" + (f" of {printable(flow)}" if flow else "")
     header = Wrapped(
         [
@@ -145,7 +119,7 @@ def render(snapshot: Snapshot, *, flow: str | None, interval: float, limit: int)
     return Group(*parts)
 
 
-def _runs_section(snapshot: Snapshot) -> RenderableType:
+def _runs_section(snapshot: WatchFrame) -> RenderableType:
     if not snapshot.runs:
         return Text("no active runs")
     parts: list[RenderableType] = [Text("active runs (step: completed/total tasks)", style="italic")]
@@ -175,7 +149,7 @@ def _runs_section(snapshot: Snapshot) -> RenderableType:
     return Group(*parts)
 
 
-def _queues_table(snapshot: Snapshot) -> RenderableType:
+def _queues_table(snapshot: WatchFrame) -> RenderableType:
     if not snapshot.queues:
         return Text("no flow queues")
     table = Table(title="queues (hidden: in flight or delayed)", title_justify="left")

@@ -14,18 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
-from psycopg import sql
 
-_HIDDEN_SQL = """
-select t.queue_name, pgmq.format_table_name(t.queue_name, 'q'), array_agg(t.message_id order by t.message_id)
-  from pgflow.step_tasks as t
-  join pgflow.runs as r on r.run_id = t.run_id
- where r.status = 'started' and t.status = 'queued' and t.message_id is not null
-   and (%(flows)s::text[] is null or t.flow_slug = any(%(flows)s::text[]))
- group by t.queue_name
- order by t.queue_name
-"""
-"""The messages of queued tasks in started runs, by queue: the only ones time control moves."""
+from pgflow_django import queries
 
 
 @dataclass(frozen=True)
@@ -45,16 +35,12 @@ def waiting(flow_slugs: Sequence[str] | None = None, *, using: str = "default") 
     """Queued tasks (of ``flow_slugs``, or all flows) whose messages are hidden, soonest first."""
     found: list[Waiting] = []
     with _cursor(using) as cursor:
-        cursor.execute(_HIDDEN_SQL, {"flows": None if flow_slugs is None else list(flow_slugs)})
-        for queue_name, table, ids in cursor.fetchall():
-            cursor.execute(
-                sql.SQL(
-                    "select msg_id, extract(epoch from vt - clock_timestamp())::float8 from pgmq.{}"
-                    " where msg_id = any(%s) and vt > clock_timestamp()"
-                ).format(sql.Identifier(table)),
-                [ids],
+        flows = {"flows": None if flow_slugs is None else list(flow_slugs)}
+        for queued in queries.fetch_all(cursor, queries.QUEUED_MESSAGES, flows):
+            hidden = queries.fetch_all(
+                cursor, queries.HIDDEN_MESSAGES, [queued.message_ids], table=queued.table
             )
-            found.extend(Waiting(queue_name, int(row[0]), float(row[1])) for row in cursor.fetchall())
+            found.extend(Waiting(queued.queue_name, int(row.msg_id), float(row.seconds)) for row in hidden)
     return sorted(found, key=lambda item: item.seconds)
 
 
@@ -71,17 +57,15 @@ def advance(seconds: float, *, flows: Sequence[Any] | None = None, using: str = 
 def queue_tables(flow_slugs: Sequence[str] | None, *, using: str = "default") -> list[tuple[str, str]]:
     """(queue, PGMQ table) of every queue the flows' steps use."""
     with _cursor(using) as cursor:
-        cursor.execute(
-            "select distinct queue_name, pgmq.format_table_name(queue_name, 'q') from pgflow.steps"
-            " where %(flows)s::text[] is null or flow_slug = any(%(flows)s::text[]) order by 1",
-            {"flows": None if flow_slugs is None else list(flow_slugs)},
+        rows = queries.fetch_all(
+            cursor, queries.FLOW_QUEUE_TABLES, {"flows": None if flow_slugs is None else list(flow_slugs)}
         )
-        return [(str(row[0]), str(row[1])) for row in cursor.fetchall()]
+    return [(row.queue_name, row.table) for row in rows]
 
 
-Execute = Callable[[sql.Composed, dict[str, Any]], list[tuple[Any, ...]]]
-"""Runs one statement and returns its rows (a drain passes its engine's, so the next claim can travel
-with it)."""
+Fetch = Callable[[queries.Query[queries.TimeShift], dict[str, Any]], list[queries.TimeShift]]
+"""Runs the time shift and returns its rows (a drain passes its engine's ``fetch``, so the next claim
+can travel with it)."""
 
 
 def skip_to_next(
@@ -89,20 +73,19 @@ def skip_to_next(
     queues: Sequence[tuple[str, str]],
     *,
     using: str = "default",
-    execute: Execute | None = None,
+    fetch: Fetch | None = None,
 ) -> float | None:
     """Advance to the moment the soonest hidden message becomes visible, in one statement; the
     seconds skipped, or None when nothing is waiting."""
-    return _shift(None, flow_slugs, queues, using, execute)[0]
+    return _shift(None, flow_slugs, queues, using, fetch)[0]
 
 
-def _django_rows(using: str) -> Execute:
-    def execute(statement: sql.Composed, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+def _on_django(using: str) -> Fetch:
+    def fetch(query: queries.Query[queries.TimeShift], params: dict[str, Any]) -> list[queries.TimeShift]:
         with _cursor(using) as cursor:
-            cursor.execute(statement, params)
-            return list(cursor.fetchall())
+            return queries.fetch_all(cursor, query, params)
 
-    return execute
+    return fetch
 
 
 def _shift(
@@ -110,52 +93,13 @@ def _shift(
     flow_slugs: Sequence[str] | None,
     queues: Sequence[tuple[str, str]],
     using: str,
-    execute: Execute | None = None,
+    fetch: Fetch | None = None,
 ) -> tuple[float | None, int]:
     """Move the hidden messages of queued tasks (on ``queues``) and delayed runs' ``not_before``
     back by ``seconds`` (None: until the soonest message is due). Returns (seconds, now visible)."""
     if not queues:
         return None, 0
-    hidden = sql.SQL(" union all ").join(
-        sql.SQL(
-            "select {queue} as queue_name, m.msg_id, m.vt from pgmq.{table} as m"
-            " where m.vt > clock_timestamp()"
-        ).format(queue=sql.Literal(queue), table=sql.Identifier(table))
-        for queue, table in queues
-    )
-    updates = sql.SQL(", ").join(
-        sql.SQL(
-            "{name} as (update pgmq.{table} as m set vt = m.vt - delta.d from due, delta"
-            " where due.queue_name = {queue} and m.msg_id = due.msg_id"
-            " returning m.vt <= clock_timestamp() as visible)"
-        ).format(name=sql.Identifier(f"u{index}"), table=sql.Identifier(table), queue=sql.Literal(queue))
-        for index, (queue, table) in enumerate(queues)
-    )
-    visible = sql.SQL(" + ").join(
-        sql.SQL("(select count(*) from {} where visible)").format(sql.Identifier(f"u{index}"))
-        for index in range(len(queues))
-    )
-    statement = sql.SQL(
-        """
-        with hidden as ({hidden}), due as (
-          select h.queue_name, h.msg_id, h.vt from hidden as h
-            join pgflow.step_tasks as t on t.queue_name = h.queue_name and t.message_id = h.msg_id
-            join pgflow.runs as r on r.run_id = t.run_id
-           where t.status = 'queued' and r.status = 'started'
-             and (%(flows)s::text[] is null or t.flow_slug = any(%(flows)s::text[]))
-        ), delta as (
-          select coalesce(make_interval(secs => %(secs)s),
-                          (select min(vt) from due) - clock_timestamp() + interval '1 millisecond') as d
-        ), {updates}, runs as (
-          update pgflow.runs as r set not_before = r.not_before - delta.d from delta
-           where delta.d is not null and r.status = 'started' and r.not_before > clock_timestamp()
-             and (%(flows)s::text[] is null or r.flow_slug = any(%(flows)s::text[]))
-          returning 1
-        )
-        select extract(epoch from (select d from delta))::float8, {visible}, (select count(*) from runs)
-        """
-    ).format(hidden=hidden, updates=updates, visible=visible)
-    run = execute or _django_rows(using)
-    row = run(statement, {"flows": None if flow_slugs is None else list(flow_slugs), "secs": seconds})[0]
-    moved = None if row[0] is None else max(float(row[0]), 0.0)
-    return moved, int(row[1])
+    params = {"flows": None if flow_slugs is None else list(flow_slugs), "secs": seconds}
+    shifted = (fetch or _on_django(using))(queries.time_shift(queues), params)[0]
+    moved = None if shifted.seconds is None else max(float(shifted.seconds), 0.0)
+    return moved, int(shifted.visible)

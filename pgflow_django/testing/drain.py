@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import connections
 
+from pgflow_django import queries
 from pgflow_django.dsl import Flow, RoutedFlow
 from pgflow_django.slugs import default_queue_name
 from pgflow_django.testing import clock, overrides
@@ -32,9 +33,9 @@ from pgflow_django.testing.inprocess import (
     together,
 )
 from pgflow_django.testing.results import Run, load_run
-from pgflow_django.worker.engine import Claim
+from pgflow_django.worker.connection import Claim
 from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.slots import WorkerState
 
 
 class DrainStuck(AssertionError):
@@ -198,31 +199,29 @@ def _scope(flows: Iterable[Flow | str] | None, using: str) -> tuple[list[Flow], 
         resolved = [resolve_flow(flow) for flow in flows]
         return resolved, [flow.slug for flow in resolved]
     with connections[using].cursor() as cursor:
-        cursor.execute("select distinct flow_slug from pgflow.runs where status = 'started' order by 1")
-        active = [row[0] for row in cursor.fetchall()]
+        active = [row.flow_slug for row in queries.fetch_all(cursor, queries.FLOWS_WITH_STARTED_RUNS)]
     if not active:
         return [], None
     available = known_flows()
     return [available[slug] for slug in active if slug in available], None
 
 
-_PAUSES_SQL = "select flow_slug, step_slug, reason from pgflow.worker_pauses where flow_slug = any(%s)"
-
-
 def _paused(flow_slugs: Sequence[str], using: str, planner: GenericPlans) -> dict[tuple[str, str], str]:
-    """Persisted pauses of these flows, by (flow, step or ''): their workers would not poll. The
-    planner setting is applied with the first such read, before any claim."""
-    statements = [(_PAUSES_SQL, [list(flow_slugs)])]
+    """The reason of the pause holding each paused (flow, step) of these flows (as
+    ``pgflow.subscription_pause`` says, the workers' own definition): their workers would not poll.
+    The planner setting is applied with the first such read, before any claim."""
+    statements: list[Statement] = [(queries.PAUSED_STEPS, [list(flow_slugs)])]
     if not planner.applied:
         statements.insert(0, planner.apply())
     results = together(using, statements)
     if not planner.applied:
         planner.applied_with(results[0])
-    return {(row[0], row[1]): row[2] for row in results[-1]}
+    held: list[queries.PausedStep] = results[-1]
+    return {(row.flow_slug, row.step_slug): row.reason for row in held}
 
 
 def _is_paused(sub: _Subscription, pauses: dict[tuple[str, str], str]) -> bool:
-    return any((flow, "") in pauses or (flow, step) in pauses for flow, step in sub.support)
+    return any(pair in pauses for pair in sub.support)
 
 
 def drain(
@@ -328,7 +327,7 @@ def _drain(
                 limit if limit is not None else list(scope_key),
                 list(dict.fromkeys(queues)),
                 using=using,
-                execute=session.engine.rows,
+                fetch=session.engine.fetch,
             )
             if seconds is not None:
                 skipped += seconds
@@ -369,19 +368,8 @@ def _statuses(run_ids: set[uuid.UUID], using: str) -> dict[uuid.UUID, str]:
     if not run_ids:
         return {}
     with connections[using].cursor() as cursor:
-        cursor.execute("select run_id, status from pgflow.runs where run_id = any(%s)", [list(run_ids)])
-        return {uuid.UUID(str(row[0])): row[1] for row in cursor.fetchall()}
-
-
-_OPEN_SQL = """
-select r.run_id, r.flow_slug, t.step_slug, t.task_index, t.status, t.attempts_count, t.last_worker_id,
-       t.message_id
-  from pgflow.runs as r
-  left join pgflow.step_tasks as t on t.run_id = r.run_id and t.status in ('queued', 'started')
- where r.status = 'started' and (%(flows)s::text[] is null or r.flow_slug = any(%(flows)s::text[]))
- order by r.started_at, r.run_id, t.step_slug, t.task_index
- limit 200
-"""
+        rows = queries.fetch_all(cursor, queries.RUN_STATUSES, [list(run_ids)])
+    return {uuid.UUID(str(row.run_id)): row.status for row in rows}
 
 
 def _check_stuck(
@@ -394,14 +382,19 @@ def _check_stuck(
 ) -> None:
     """Raise ``DrainStuck`` naming what no drain could finish; delayed tasks are not stuck. ``then``
     (putting the planner setting back) travels in the same round trip."""
-    rows = together(using, [(_OPEN_SQL, {"flows": limit}), *([then] if then is not None else [])])[0]
+    statements: list[Statement] = [(queries.OPEN_TASKS, {"flows": limit})]
+    if then is not None:
+        statements.append(then)
+    rows: list[queries.OpenTask] = together(using, statements)[0]
     if not rows:
         return
     delayed = set()
     if not skip_delays:
         delayed = {item.message_id for item in clock.waiting(limit, using=using)}
     problems: list[str] = []
-    for run_id, flow_slug, step_slug, task_index, status, attempts, worker_id, message_id in rows:
+    for row in rows:
+        run_id, flow_slug, step_slug, task_index = row.run_id, row.flow_slug, row.step_slug, row.task_index
+        status, attempts, worker_id, message_id = row.status, row.attempts, row.last_worker_id, row.message_id
         where = f"run {run_id} of flow {flow_slug!r}"
         if step_slug is None:
             problems.append(f"{where} is started but has no queued or running task (an engine fault)")
@@ -420,8 +413,8 @@ def _check_stuck(
                 f"{task} is held by worker {holder} (attempt {attempts}); only that worker or stalled-task "
                 "recovery (manage.py pgflow_requeue_stalled) can finish it"
             )
-        elif (flow_slug, "") in pauses or (flow_slug, step_slug) in pauses:
-            reason = pauses.get((flow_slug, step_slug)) or pauses.get((flow_slug, ""))
+        elif (flow_slug, step_slug) in pauses:
+            reason = pauses[(flow_slug, step_slug)]
             problems.append(
                 f"{task} is queued but its subscription is paused ({reason}); manage.py pgflow_resume "
                 f"{flow_slug} clears it"

@@ -16,17 +16,21 @@ import queue
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from django.db import connections
 from psycopg import sql
+from psycopg.rows import dict_row
 from psycopg.types.json import JsonbLoader
 
+from pgflow_django import queries
 from pgflow_django.worker.completer import Completer, Completion, Failure
-from pgflow_django.worker.engine import Claim, Engine
+from pgflow_django.worker.connection import Claim, Engine
 from pgflow_django.worker.runner import Runner
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.slots import WorkerState
+
+R = TypeVar("R")
 
 IN_PROCESS_WORKER_ID = uuid.UUID("00000000-0000-4000-8000-00000000c0de")
 """The worker id in-process claims record (``last_worker_id``, ``attempt_errors``): easy to tell apart."""
@@ -35,17 +39,18 @@ BATCH_SIZE = 100
 """Messages per claim and results per completion call: a real worker's completion batch size."""
 
 
-_SAVEPOINT = 'savepoint "pgflow_testing"'
-_RELEASE = 'release savepoint "pgflow_testing"'
-_ROLLBACK = 'rollback to savepoint "pgflow_testing"'
+_SAVEPOINT = queries.SAVEPOINT.text
+_RELEASE = queries.RELEASE_SAVEPOINT.text
+_ROLLBACK = queries.ROLLBACK_TO_SAVEPOINT.text
 
 
-Statement = tuple[str, Any]
+Statement = tuple[queries.Query[Any], Any]
+"""A named statement of the toolkit's own and its parameters."""
 
 
-def together(using: str, statements: Sequence[Statement]) -> list[list[tuple[Any, ...]]]:
+def together(using: str, statements: Sequence[Statement]) -> list[list[Any]]:
     """Run a few of the toolkit's own statements in one round trip (pipeline mode) on the caller's
-    connection, in order; the rows of each."""
+    connection, in order; the rows of each, read into its named row type."""
     django_connection = connections[using]
     django_connection.ensure_connection()
     conn: psycopg.Connection[Any] = django_connection.connection
@@ -53,8 +58,11 @@ def together(using: str, statements: Sequence[Statement]) -> list[list[tuple[Any
     try:
         with conn.pipeline():
             for cursor, (query, params) in zip(cursors, statements, strict=True):
-                cursor.execute(query, params)
-        return [list(cursor.fetchall()) if cursor.description is not None else [] for cursor in cursors]
+                cursor.execute(query.statement(), params)
+        return [
+            queries.read_rows(query, cursor.description, cursor.fetchall() if cursor.description else [])
+            for cursor, (query, _) in zip(cursors, statements, strict=True)
+        ]
     finally:
         for cursor in cursors:
             cursor.close()
@@ -78,21 +86,17 @@ class GenericPlans:
 
     def apply(self) -> Statement:
         self.local = connections[self.using].in_atomic_block
-        return (
-            "select current_setting('plan_cache_mode'),"
-            " set_config('plan_cache_mode', 'force_generic_plan', %s)",
-            [self.local],
-        )
+        return (queries.FORCE_GENERIC_PLANS, [self.local])
 
-    def applied_with(self, rows: list[tuple[Any, ...]]) -> None:
-        self.applied, self.previous = True, str(rows[0][0])
+    def applied_with(self, rows: list[queries.PlannerSetting]) -> None:
+        self.applied, self.previous = True, rows[0].previous
 
     def put_back(self) -> Statement | None:
         """The statement that puts the caller's setting back (None: nothing to put back); once."""
         previous, self.previous = self.previous, None
         if previous is None or previous == "force_generic_plan":
             return None
-        return ("select set_config('plan_cache_mode', %s, %s)", [previous, self.local])
+        return (queries.SET_PLAN_CACHE_MODE, [previous, self.local])
 
     def put_back_alone(self) -> None:
         """Put the setting back on its own if the drain's last read did not (it raised first), when
@@ -110,7 +114,7 @@ class _Rider:
 
     query: str | sql.Composed
     params: Any
-    rows: list[tuple[Any, ...]] | None = None
+    rows: list[dict[str, Any]] | None = None
 
 
 class InProcessEngine(Engine):
@@ -130,7 +134,7 @@ class InProcessEngine(Engine):
         raw: psycopg.Connection[Any] = django_connection.connection
         return raw
 
-    def _rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
+    def _rows(self, query: str | sql.Composed, params: Any = None) -> list[dict[str, Any]]:
         if self._composing:
             self._rider = _Rider(query, params)
             return []
@@ -143,14 +147,14 @@ class InProcessEngine(Engine):
         elif rider is not None and rider.rows is not None:
             # sent already: kept for its claim if it took something; one that read nothing is
             # dropped, as what this statement records may make messages visible
-            self._rider = rider if rider.rows and rider.rows[0][0] else None
+            self._rider = rider if rider.rows and rider.rows[0]["read_count"] else None
             rider = None
         elif not in_transaction:
             # in autocommit each statement commits alone, as the worker's do: a claim sent with it
             # would hold the completion's run locks until the claim ends
             rider = None
         conn = self.conn
-        with conn.cursor() as cursor, conn.cursor() as claim:
+        with conn.cursor(row_factory=dict_row) as cursor, conn.cursor(row_factory=dict_row) as claim:
             # Django loads jsonb as text on its connections; the worker's own connections decode it
             cursor.adapters.register_loader("jsonb", JsonbLoader)
             claim.adapters.register_loader("jsonb", JsonbLoader)
@@ -188,15 +192,15 @@ class InProcessEngine(Engine):
                 conn.execute(_RELEASE)
             raise
 
-    def rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
+    def fetch(self, query: queries.Query[R], params: Any = None) -> list[R]:
         """Run a statement of the toolkit's own (a time skip) as the engine runs a completion: in a
-        savepoint, with a claim composed ahead travelling with it."""
-        return self._rows(query, params)
+        savepoint, with a claim composed ahead travelling with it; its named rows."""
+        return self._fetch(query, params)
 
     def sent_ahead(self) -> int:
         """Messages the claim sent ahead read (0 when none was sent); one that read nothing is dropped."""
         rider = self._rider
-        read = int(rider.rows[0][0]) if rider is not None and rider.rows else 0
+        read = int(rider.rows[0]["read_count"]) if rider is not None and rider.rows else 0
         if not read:
             self._rider = None
         return read

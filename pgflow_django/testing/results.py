@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import connections
 
+from pgflow_django import queries
 from pgflow_django.client import RunView, get_run
 
 
@@ -54,36 +55,26 @@ class Run(RunView):
         return sum(task.attempts for task in self.tasks_of(step))
 
 
-_TASKS_SQL = """
-select step_slug, task_index, status, attempts_count, output::text, error_message,
-       coalesce((select jsonb_agg(e->>'error' order by n) from jsonb_array_elements(attempt_errors)
-                 with ordinality as a(e, n)), '[]'::jsonb)::text,
-       queued_at, started_at, completed_at, failed_at
-  from pgflow.step_tasks where run_id = %s order by step_slug, task_index
-"""
-
-
 def load_run(run_id: uuid.UUID | str, *, using: str = "default") -> Run:
     """The run with its step states and tasks, on the caller's connection; ``RunNotFound`` if none."""
     view = get_run(run_id, using=using)
     with connections[using].cursor() as cursor:
-        cursor.execute(_TASKS_SQL, [view.run_id])
-        rows = cursor.fetchall()
+        rows = queries.fetch_all(cursor, queries.RUN_TASKS, [view.run_id])
     order = {state.step_slug: state.step_index for state in view.steps}
     tasks = sorted(
         (
             TaskView(
-                step_slug=row[0],
-                task_index=row[1],
-                status=row[2],
-                attempts=row[3],
-                output=None if row[4] is None else json.loads(row[4]),
-                error_message=row[5],
-                errors=tuple(json.loads(row[6])),
-                queued_at=row[7],
-                started_at=row[8],
-                completed_at=row[9],
-                failed_at=row[10],
+                step_slug=row.step_slug,
+                task_index=row.task_index,
+                status=row.status,
+                attempts=row.attempts,
+                output=None if row.output is None else json.loads(row.output),
+                error_message=row.error_message,
+                errors=tuple(json.loads(row.errors)),
+                queued_at=row.queued_at,
+                started_at=row.started_at,
+                completed_at=row.completed_at,
+                failed_at=row.failed_at,
             )
             for row in rows
         ),

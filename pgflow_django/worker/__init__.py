@@ -1,11 +1,11 @@
 """The ``pgflow_worker`` process: claims tasks of one flow's queue and runs their handlers.
 
-See ``supervisor`` for the thread and connection layout (at most ``concurrency + 3`` connections).
+See ``queue_worker`` for the thread and connection layout (at most ``concurrency + 3`` connections).
 """
 
 from pgflow_django.worker.context import TaskContext
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.preflight import PreflightError
-from pgflow_django.worker.supervisor import Worker
+from pgflow_django.worker.queue_worker import QueueWorker
 
-__all__ = ["PreflightError", "TaskContext", "Worker", "WorkerOptions"]
+__all__ = ["PreflightError", "QueueWorker", "TaskContext", "WorkerOptions"]

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from pgflow_django.worker.backoff import Backoff
-from pgflow_django.worker.engine import ClaimedTask, Engine, completion_item, first_line
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.connection import ClaimedTask, Engine, completion_item, first_line
+from pgflow_django.worker.slots import WorkerState
 
 logger = logging.getLogger("pgflow_django.worker")
 

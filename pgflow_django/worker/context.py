@@ -60,12 +60,13 @@ class TaskContext:
         if self._flow_input is _UNSET:
             from django.db import connections
 
+            from pgflow_django import queries
+
             with connections[self.using].cursor() as cursor:
-                cursor.execute("select input::text from pgflow.runs where run_id = %s", [self.run_id])
-                row = cursor.fetchone()
+                row = queries.fetch_one(cursor, queries.RUN_INPUT, [self.run_id])
             if row is None:
                 raise LookupError(f"run {self.run_id} no longer exists")
-            self._flow_input = json.loads(row[0])
+            self._flow_input = json.loads(row.value)
         return self._flow_input
 
     async def aflow_input(self) -> Any:

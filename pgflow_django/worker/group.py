@@ -12,7 +12,7 @@ import signal
 import threading
 from types import FrameType
 
-from pgflow_django.worker.supervisor import Worker, exit_now
+from pgflow_django.worker.queue_worker import QueueWorker, exit_now
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -21,7 +21,7 @@ JOIN_SLICE_SECONDS = 0.2
 
 
 class WorkerGroup:
-    def __init__(self, workers: list[Worker]) -> None:
+    def __init__(self, workers: list[QueueWorker]) -> None:
         self.workers = workers
         workers[0].share_limits(workers)
         self._signalled = False
@@ -47,7 +47,7 @@ class WorkerGroup:
     def abandoned_handlers(self) -> bool:
         return any(worker.abandoned_handlers for worker in self.workers)
 
-    def _serve(self, worker: Worker) -> None:
+    def _serve(self, worker: QueueWorker) -> None:
         try:
             try:
                 worker.start()

@@ -10,11 +10,11 @@ import threading
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
+from pgflow_django import queries
 from pgflow_django.worker.backoff import Backoff
-from pgflow_django.worker.engine import connect, first_line
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.connection import connect, first_line
+from pgflow_django.worker.slots import WorkerState
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -46,7 +46,7 @@ class Listener(threading.Thread):
             conn: psycopg.Connection[Any] | None = None
             try:
                 conn = connect(self.params, "listener")
-                conn.execute(sql.SQL("listen {}").format(sql.Identifier(self.channel)))
+                conn.execute(queries.LISTEN.statement(channel=self.channel))
                 self.listening.set()
                 backoff.reset()
                 self.state.notify_messages()

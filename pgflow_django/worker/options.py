@@ -5,28 +5,29 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pgflow_django.conf import get_settings
+from pgflow_django.conf import SETTINGS, get_settings
+
+_DEFAULT = {setting.option: setting.default for setting in SETTINGS if setting.option}
 
 
 @dataclass(frozen=True)
 class WorkerOptions:
     """Validated once at startup so a bad value is one clear error, never a crash mid-loop."""
 
-    flow_slug: str
     step_slug: str | None = None
     """A step worker's step (its flow is step-queued); None for a plain flow's worker."""
     queue: str | None = None
     """A shared queue: the worker polls it for every routed flow it was given."""
-    concurrency: int = 10
-    batch_size: int = 10
-    poll_interval: float = 1.0
-    max_poll_seconds: float = 5.0
-    shutdown_timeout: float = 30.0
-    heartbeat_seconds: float = 5.0
-    stalled_check_seconds: float = 15.0
-    completion_flush_ms: float = 2.0
-    completion_batch_size: int = 100
-    conn_max_age: float | None = None
+    concurrency: int = _DEFAULT["concurrency"]
+    batch_size: int = _DEFAULT["batch_size"]
+    poll_interval: float = _DEFAULT["poll_interval"]
+    max_poll_seconds: float = _DEFAULT["max_poll_seconds"]
+    shutdown_timeout: float = _DEFAULT["shutdown_timeout"]
+    heartbeat_seconds: float = _DEFAULT["heartbeat_seconds"]
+    stalled_check_seconds: float = _DEFAULT["stalled_check_seconds"]
+    completion_flush_ms: float = _DEFAULT["completion_flush_ms"]
+    completion_batch_size: int = _DEFAULT["completion_batch_size"]
+    conn_max_age: float | None = _DEFAULT["conn_max_age"]
     """CONN_MAX_AGE of the handler threads' Django connections (None: for the worker's life)."""
     read_visibility_seconds: int = 5
     """The shortest time a claim's read hides its batch; a plain or step worker hides it for its
@@ -38,27 +39,18 @@ class WorkerOptions:
     """``--until-empty``: stop (exit 0) once a read finds nothing runnable and no task is in flight."""
 
     @classmethod
-    def from_settings(cls, flow_slug: str, **overrides: Any) -> WorkerOptions:
+    def from_settings(cls, **overrides: Any) -> WorkerOptions:
         """Settings fill every value the caller leaves as None."""
         conf = get_settings()
         values: dict[str, Any] = {
-            "concurrency": conf.worker_concurrency,
-            "batch_size": conf.worker_batch_size,
-            "poll_interval": conf.worker_poll_interval,
-            "max_poll_seconds": conf.worker_max_poll_seconds,
-            "shutdown_timeout": conf.worker_shutdown_timeout,
-            "heartbeat_seconds": conf.worker_heartbeat_seconds,
-            "stalled_check_seconds": conf.stalled_check_seconds,
-            "completion_flush_ms": conf.completion_flush_ms,
-            "completion_batch_size": conf.completion_batch_size,
-            "conn_max_age": conf.worker_conn_max_age,
+            setting.option: getattr(conf, setting.attribute) for setting in SETTINGS if setting.option
         }
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise TypeError(f"unknown worker option(s): {', '.join(unknown)}")
         values.update({key: value for key, value in overrides.items() if value is not None})
-        options = cls(flow_slug=flow_slug, **values)
+        options = cls(**values)
         options.validate()
         return options
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from django.db import DatabaseError, connections
 
+from pgflow_django import queries
 from pgflow_django.dsl import Flow, RoutedFlow
-from pgflow_django.worker.engine import first_line
+from pgflow_django.worker.connection import first_line
 
 PROTOCOL_VERSION = 4
 """The worker/database protocol this worker speaks; ``pgflow.protocol_version()`` must return the same."""
@@ -92,19 +93,15 @@ def check_database(using: str = "default") -> None:
     """The database answers and is migrated far enough for this worker."""
     try:
         with connections[using].cursor() as cursor:
-            cursor.execute(
-                "select sig from unnest(%s::text[]) as sig where to_regprocedure(sig) is null",
-                [list(REQUIRED_FUNCTIONS)],
-            )
-            missing = [row[0] for row in cursor.fetchall()]
+            missing = [
+                row.signature
+                for row in queries.fetch_all(cursor, queries.MISSING_FUNCTIONS, [list(REQUIRED_FUNCTIONS)])
+            ]
             protocol = None
             if "pgflow.protocol_version()" not in missing:
-                cursor.execute("select pgflow.protocol_version()")
-                version_row = cursor.fetchone()
-                protocol = None if version_row is None else int(version_row[0])
-            cursor.execute("select to_regclass('pgflow.workers') is not null")
-            row = cursor.fetchone()
-            has_workers = bool(row and row[0])
+                version = queries.value(cursor, queries.PROTOCOL_VERSION)
+                protocol = None if version is None else int(version)
+            has_workers = bool(queries.value(cursor, queries.HAS_WORKERS_TABLE))
     except DatabaseError as exc:
         raise PreflightError(f"cannot reach the database {using!r}: {first_line(exc)}") from None
     if missing or not has_workers:

@@ -21,12 +21,13 @@ from django.db import (
     transaction,
 )
 
+from pgflow_django import queries
 from pgflow_django.dsl import Flow, Retry, StepDefinition
 from pgflow_django.encoding import NotEncodable, clean_text, encode_json
 from pgflow_django.worker.completer import Completer
+from pgflow_django.worker.connection import ClaimedTask, completion_args, first_line
 from pgflow_django.worker.context import TaskContext
-from pgflow_django.worker.engine import ClaimedTask, first_line
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.slots import WorkerState
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -206,16 +207,14 @@ class Runner:
                 with connections[self.using].cursor() as cursor:
                     try:
                         with transaction.atomic(using=self.using):
-                            cursor.execute(
-                                "select pgflow.complete_task(%s, %s, %s, %s, %s::jsonb)",
-                                [task.run_id, task.step_slug, task.task_index, task.attempt, output_json],
+                            recorded = queries.value(
+                                cursor, queries.COMPLETE_TASK, completion_args(task, output_json)
                             )
                     except DataError as exc:
                         raise OutputNotStorable(
                             f"could not record the task's output: {first_line(exc)}"
                         ) from None
-                    row = cursor.fetchone()
-                outcome = None if row is None else str(row[0])
+                outcome = None if recorded is None else str(recorded)
                 if outcome != "completed":
                     raise _Discard(str(outcome))
         except _Discard:

@@ -9,21 +9,14 @@ forever; instead each (flow, step) is named once, and a Django task (a flow whos
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from typing import Any
 
 import psycopg
 from django.core.exceptions import ImproperlyConfigured
 
-logger = logging.getLogger("pgflow_django.worker")
+from pgflow_django import queries
 
-_UNSUPPORTED_SQL: Final = """
-select t.flow_slug, t.step_slug, r.input ->> 'task', array_agg(t.message_id order by t.message_id)
-  from pgflow.step_tasks as t
-  join pgflow.runs as r on r.run_id = t.run_id
- where t.queue_name = %s and t.message_id = any(%s)
- group by 1, 2, 3
- order by 1, 2, 3
-"""
+logger = logging.getLogger("pgflow_django.worker")
 
 
 class UnsupportedWork:
@@ -35,11 +28,11 @@ class UnsupportedWork:
 
     def report(self, conn: psycopg.Connection[Any], message_ids: list[int]) -> None:
         with conn.cursor() as cursor:
-            cursor.execute(_UNSUPPORTED_SQL, [self.queue, message_ids])
-            rows = cursor.fetchall()
-        for flow_slug, step_slug, task_path, ids in rows:
-            key = (str(flow_slug), str(step_slug))
-            shown = ",".join(map(str, ids))
+            groups = queries.fetch_all(cursor, queries.UNSUPPORTED_WORK, [self.queue, message_ids])
+        for group in groups:
+            key = (group.flow_slug, group.step_slug)
+            task_path = group.task_path
+            shown = ",".join(map(str, group.message_ids))
             if key in self.warned:
                 logger.debug("left %s.%s untouched again queue=%s msg_ids=%s", *key, self.queue, shown)
                 continue

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from pgflow_django import start_flow
+from pgflow_django import queries, start_flow
 from pgflow_django.compiler import compile_flow
 from pgflow_django.models import Run
 from tests.integration import commands_flows
@@ -123,6 +123,45 @@ def test_workers_list_shows_heartbeat_age_and_pause(admin_client: Client, runs: 
     assert str(worker_id) in html
     assert "(flow): operator" in html
     page(admin_client, reverse("admin:pgflow_worker_change", args=[worker_id]))
+
+
+def _register(worker_id: uuid.UUID, queue: str, function_name: str, support: list[tuple[str, str]]) -> None:
+    """A worker row and its support set, written by the worker's own heartbeat statement."""
+    with connection.cursor() as cursor:
+        queries.value(
+            cursor,
+            queries.HEARTBEAT,
+            {
+                "id": worker_id,
+                "queue": queue,
+                "name": function_name,
+                "flows": [flow for flow, _ in support],
+                "steps": [step for _, step in support],
+            },
+        )
+
+
+def test_workers_pause_column_shows_pauses_of_step_and_shared_queue_workers(
+    admin_client: Client, runs: dict[str, uuid.UUID]
+) -> None:
+    """The column follows each worker's support set, not its function name: a step worker
+    (``flow.step``) and a shared-queue worker (``queue:flows``) show the pauses that hold them."""
+    step_worker, shared_worker, other_step = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    _register(step_worker, "cmd_greet_shout", "cmd_greet.shout", [("cmd_greet", "shout")])
+    _register(other_step, "cmd_greet_hello", "cmd_greet.hello", [("cmd_greet", "hello")])
+    _register(shared_worker, "jobs", "jobs:cmd_boom", [("cmd_boom", "explode")])
+    support.execute_ok("select pgflow.pause_subscription('cmd_greet', 'shout', 'operator', 'by test')")
+    support.execute_ok("select pgflow.pause_subscription('cmd_boom', '', 'operator', 'by test')")
+
+    def paused(worker_id: uuid.UUID) -> str:
+        return page(admin_client, reverse("admin:pgflow_worker_change", args=[worker_id]))
+
+    assert "cmd_greet shout: operator" in paused(step_worker)
+    assert "cmd_greet shout: operator" not in paused(other_step)
+    assert "cmd_boom (flow): operator" in paused(shared_worker)
+    listing = page(admin_client, "/admin/pgflow/worker/")
+    assert listing.count("cmd_greet shout: operator") == 1
+    assert listing.count("cmd_boom (flow): operator") == 1
 
 
 def test_no_add_change_or_delete(admin_client: Client, runs: dict[str, uuid.UUID]) -> None:

@@ -12,9 +12,9 @@ import pytest
 from django.db import connection
 
 from pgflow_django import Flow, compile_flow, start_flows
-from pgflow_django.worker.engine import Engine, connection_params
+from pgflow_django.worker.connection import Engine, connection_params
 from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.supervisor import Worker
+from pgflow_django.worker.queue_worker import QueueWorker
 from tests.sql.support import q
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,7 +43,7 @@ def engine(transactional_db: None) -> Iterator[Engine]:
 
 
 def test_the_worker_reads_with_its_longest_step_timeout_plus_2_seconds(engine: Engine) -> None:
-    worker = Worker(timed, WorkerOptions.from_settings(timed.slug))
+    worker = QueueWorker(timed, WorkerOptions.from_settings())
     worker.prepare()
     try:
         assert worker.read_visibility == 92

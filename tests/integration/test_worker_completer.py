@@ -13,8 +13,8 @@ from django.db import connection
 
 from pgflow_django import Flow, compile_flow, start_flows
 from pgflow_django.worker.completer import Completer, Completion
-from pgflow_django.worker.engine import ClaimedTask, Engine, connection_params
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.connection import ClaimedTask, Engine, connection_params
+from pgflow_django.worker.slots import WorkerState
 from tests.sql.support import q
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -23,7 +23,7 @@ from pgflow_django.management.cli import (
     positive_int,
     printable,
 )
-from pgflow_django.management.watch import ActiveRun, QueueDepth, Snapshot, StepProgress, render
+from pgflow_django.management.watch import ActiveRun, QueueDepth, StepProgress, WatchFrame, render
 from pgflow_django.recorded_errors import read_error
 from pgflow_django.tasks import TaskFailure
 
@@ -161,7 +161,7 @@ def test_watch_stays_readable_at_80_columns() -> None:
     ]
     out = StringIO()
     Console(file=out, width=80, no_color=True, markup=False).print(
-        render(Snapshot(now, runs, queues), flow=None, interval=2.0, limit=20)
+        render(WatchFrame(now, runs, queues), flow=None, interval=2.0, limit=20)
     )
     lines = out.getvalue().splitlines()
     assert max(len(line) for line in lines) <= 80

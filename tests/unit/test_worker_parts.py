@@ -13,19 +13,19 @@ import pytest
 
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.completer import Completer
-from pgflow_django.worker.engine import ClaimedTask, Engine, completion_item
+from pgflow_django.worker.connection import ClaimedTask, Engine, completion_item
 from pgflow_django.worker.listener import insert_channel
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.pool import HandlerPool, PoolClosed
 from pgflow_django.worker.runner import OutputNotSerialisable, encode_output, error_text
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.slots import WorkerState
 from tests.workers import url_from_settings
 
 TASK = ClaimedTask("f", uuid.UUID(int=1), "step", 3, 12345678901234, 2, {"secret": 1})
 
 
 def test_options_take_settings_defaults_and_overrides() -> None:
-    options = WorkerOptions.from_settings("f", concurrency=3, batch_size=None)
+    options = WorkerOptions.from_settings(concurrency=3, batch_size=None)
     assert (options.concurrency, options.batch_size) == (3, 10)
     assert options.max_connections == 6
 
@@ -36,7 +36,7 @@ def test_options_take_settings_defaults_and_overrides() -> None:
 )
 def test_options_out_of_range(name: str, value: object) -> None:
     with pytest.raises(ValueError, match=name.replace("_", "-")):
-        WorkerOptions.from_settings("f", **{name: value})
+        WorkerOptions.from_settings(**{name: value})
 
 
 def test_backoff_grows_to_its_cap_and_resets() -> None:

@@ -12,6 +12,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import connection, transaction
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pgflow_django import queries
 from pgflow_django.management.cli import PgflowCommand
 from pgflow_django.upgrade import AuditCheck, Finding, current_audit_checks, format_report, run_audit
 
@@ -66,7 +67,7 @@ exit codes: 0 every check passed; 1 a check found problems, or another error; 2 
             transaction.atomic(),
             connection.cursor() as cursor,
         ):
-            cursor.execute("set transaction read only")
+            queries.value(cursor, queries.READ_ONLY_TRANSACTION)
             checks = current_audit_checks(cursor)
             task = bar.add_task("auditing", total=len(checks))
 

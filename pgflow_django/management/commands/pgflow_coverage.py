@@ -13,7 +13,7 @@ from pgflow_django.coverage import (
     compiled_flow_count,
     coverage,
     coverage_sql,
-    default_live_seconds,
+    live_worker_seconds,
 )
 from pgflow_django.management.cli import PgflowCommand, positive_float
 
@@ -68,7 +68,7 @@ exit codes: 0 every route has a live worker (or no flow is compiled); 1 error (e
 
     def run(self, *args: Any, **options: Any) -> None:
         flow: str | None = options["flow"]
-        live_seconds: float = options["live_seconds"] or default_live_seconds()
+        live_seconds: float = options["live_seconds"] or live_worker_seconds()
         if options["sql"]:
             conflicting = [flag for flag, given in (("--all", options["all"]),) if given]
             if options["format"] == "json":

@@ -143,17 +143,16 @@ arguments; 128 + signal number after a second signal
 
     def run(self, *args: Any, **options: Any) -> None:
         from pgflow_django.compiler import FlowMismatch
-        from pgflow_django.worker import PreflightError, Worker, WorkerOptions
+        from pgflow_django.worker import PreflightError, QueueWorker, WorkerOptions
         from pgflow_django.worker.group import WorkerGroup
         from pgflow_django.worker.logs import configure
 
         configure(options["verbosity"], options["log_level"])
         try:
             subscriptions = self._subscriptions(options)
-            workers: list[Worker] = []
+            workers: list[QueueWorker] = []
             for queue, flows in subscriptions:
                 worker_options = WorkerOptions.from_settings(
-                    flows[0].slug,
                     step_slug=options["step"],
                     queue=queue,
                     concurrency=options["concurrency"],
@@ -166,13 +165,13 @@ arguments; 128 + signal number after a second signal
                     max_tasks=options["max_tasks"],
                     until_empty=options["until_empty"] or None,
                 )
-                worker = Worker(flows, worker_options)
+                worker = QueueWorker(flows, worker_options)
                 status = worker.prepare()
                 logger.info("%s %s", worker.subscription, status)
                 workers.append(worker)
         except (PreflightError, FlowMismatch, ValueError) as exc:
             raise CommandError(str(exc)) from None
-        runner: Worker | WorkerGroup = workers[0] if len(workers) == 1 else WorkerGroup(workers)
+        runner: QueueWorker | WorkerGroup = workers[0] if len(workers) == 1 else WorkerGroup(workers)
         code = runner.run()
         if runner.abandoned_handlers:
             # Handler threads still running past the shutdown timeout cannot be joined; their tasks

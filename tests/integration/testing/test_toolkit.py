@@ -21,7 +21,7 @@ from pgflow_django.testing import (
     override_handler,
     run_flow,
 )
-from pgflow_django.worker.engine import connection_params
+from pgflow_django.worker.connection import connection_params
 from testproject.example import flows as example
 from testproject.example.models import LedgerEntry
 
@@ -304,7 +304,7 @@ class ClaimSentAheadTests(TestCase):
         assert len(self.engine.claim(*self.args(2)).tasks) == 2
 
     def test_a_statement_that_fails_undoes_the_claim_sent_with_it(self) -> None:
-        from pgflow_django.worker.engine import ClaimedTask
+        from pgflow_django.worker.connection import ClaimedTask
 
         task = ClaimedTask("example_chain", uuid.uuid4(), "first", 0, 1, 1, None)
         self.engine.claim_next(*self.args(1))

@@ -14,7 +14,7 @@ import pytest
 
 from pgflow_django import Flow, route_flow
 from pgflow_django.compiler import compile_flow
-from pgflow_django.worker.engine import Engine, completion_item, connection_params
+from pgflow_django.worker.connection import Engine, completion_item, connection_params
 from tests.sql.shared_queues.support import claim_shared, message_ids, purge_committed
 from tests.sql.support import complete, jb, q, send_raw, start, val
 

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from pgflow_django.worker.engine import ClaimedTask
+from pgflow_django.worker.connection import ClaimedTask
 
 TaskKey = tuple[uuid.UUID, str, int]
 

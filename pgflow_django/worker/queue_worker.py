@@ -23,10 +23,10 @@ import psycopg
 from pgflow_django.dsl import Flow
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.completer import Completer
-from pgflow_django.worker.engine import (
+from pgflow_django.worker.connection import (
     ClaimedTask,
     Engine,
-    Registration,
+    WorkerRegistration,
     connection_params,
     first_line,
     is_transient,
@@ -42,7 +42,7 @@ from pgflow_django.worker.preflight import (
     resolve_subscription,
 )
 from pgflow_django.worker.runner import Runner
-from pgflow_django.worker.state import WorkerState
+from pgflow_django.worker.slots import WorkerState
 from pgflow_django.worker.unsupported import UnsupportedWork
 
 logger = logging.getLogger("pgflow_django.worker")
@@ -77,7 +77,7 @@ def exit_now(signum: int) -> NoReturn:
     os._exit(128 + signum)
 
 
-class Worker:
+class QueueWorker:
     """One worker process: one queue, and the flows (one, or several routed ones on a shared queue)
     whose tasks it runs there."""
 
@@ -113,7 +113,7 @@ class Worker:
                 (flow.slug, step) for step in ((self.step_slug,) if self.step_slug else flow.steps)
             )
         """``queue``: the one queue this worker polls. ``subscription``: how logs name what it runs."""
-        self.registration = Registration(
+        self.registration = WorkerRegistration(
             worker_id=self.worker_id, queue=self.queue, function_name=self.function_name, support=support
         )
         self.state = WorkerState(options.concurrency)
@@ -140,7 +140,7 @@ class Worker:
         self.until_empty = UntilEmpty()
         """``--until-empty``; likewise shared by every queue of the process (see ``share_limits``)."""
         self.until_empty.join(self, self._idle)
-        self.peers: list[Worker] = [self]
+        self.peers: list[QueueWorker] = [self]
         """Every claim loop of this process: ``--until-empty`` stops them together."""
 
         self.unsupported = UnsupportedWork(self.queue)
@@ -456,7 +456,7 @@ class Worker:
         """No task held and every handed result recorded: nothing of ours can start new work."""
         return self.state.in_flight == 0 and (self.completer is None or self.completer.unrecorded == 0)
 
-    def share_limits(self, peers: list[Worker]) -> None:
+    def share_limits(self, peers: list[QueueWorker]) -> None:
         """Make ``peers`` (this process's claim loops, this one included) share one ``--max-tasks``
         budget and one ``--until-empty`` decision."""
         budget = TaskBudget(self.options.max_tasks)
@@ -488,7 +488,7 @@ class Worker:
         if rows is None:
             logger.debug("stalled-task recovery is running in another worker")
             return
-        counts = {str(row[0]): int(row[1]) for row in rows if len(row) > 1 and row[1]}
+        counts = {row.outcome: int(row.task_count) for row in rows if row.task_count}
         if counts:
             logger.warning(
                 "stalled-task recovery (tasks whose worker stopped answering): %s",

@@ -1,0 +1,1028 @@
+"""Every statement the Python side sends to the database, by name, with the rows it returns.
+
+One home for the SQL run from Python (the worker, the client, commands, the admin, coverage, the
+upgrade preflight, the tasks backend, the testing toolkit): each statement is a :class:`Query`, whose
+result columns are named in the SELECT and read into a small typed row by those names (never by
+position), through one small interface: :func:`fetch_all`, :func:`fetch_one` and :func:`value`, on a
+Django cursor or a psycopg one alike. Migration-time SQL stays in ``pgflow_django/sql/``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Generic, NamedTuple, TypeVar
+
+from psycopg import sql
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Query(Generic[R]):
+    """A named statement and the row type its result columns are read into, by column name."""
+
+    name: str
+    text: str | sql.Composed
+    """The statement; composed by psycopg where it spans a list of queue tables."""
+    row: Callable[..., R]
+
+    def statement(self, **identifiers: str) -> str | sql.Composed:
+        """The text, with ``{name}`` placeholders filled with quoted identifiers when it has any."""
+        if not identifiers:
+            return self.text
+        assert isinstance(self.text, str)
+        return sql.SQL(self.text).format(**{key: sql.Identifier(value) for key, value in identifiers.items()})
+
+
+def read_rows(query: Query[R], description: Sequence[Any] | None, rows: Sequence[Sequence[Any]]) -> list[R]:
+    """Rows read into ``query.row`` by the names of their columns (``description`` as a DB-API cursor
+    gives it), so a column added or moved in the SELECT can never shift the others."""
+    if description is None:
+        return []
+    names = [column[0] for column in description]
+    return [query.row(**dict(zip(names, row, strict=True))) for row in rows]
+
+
+def fetch_all(cursor: Any, query: Query[R], params: Any = None, **identifiers: str) -> list[R]:
+    """Run ``query`` on a Django or psycopg cursor; every row, read into its row type."""
+    cursor.execute(query.statement(**identifiers), params)
+    if cursor.description is None:
+        return []
+    return read_rows(query, cursor.description, cursor.fetchall())
+
+
+def fetch_one(cursor: Any, query: Query[R], params: Any = None, **identifiers: str) -> R | None:
+    """The first row of ``query`` (None when it returned none)."""
+    rows = fetch_all(cursor, query, params, **identifiers)
+    return rows[0] if rows else None
+
+
+class Value(NamedTuple):
+    """The one column of a single-value statement (selected ``as value``)."""
+
+    value: Any
+
+
+def value(cursor: Any, query: Query[Value], params: Any = None, **identifiers: str) -> Any:
+    """The single value of a one-column, one-row statement (None when it returned no row)."""
+    row = fetch_one(cursor, query, params, **identifiers)
+    return None if row is None else row.value
+
+
+def _value(name: str, text: str) -> Query[Value]:
+    return Query(name, text, Value)
+
+
+# -- the worker's claim --------------------------------------------------------------------------------
+
+
+class ClaimRow(NamedTuple):
+    """One row of the claim: the read's totals on every row, and one task (or unclaimed message) each."""
+
+    read_count: int
+    next_visible: float | None
+    flow_slug: str | None
+    run_id: uuid.UUID | None
+    step_slug: str | None
+    task_index: int | None
+    message_id: int | None
+    attempt: int | None
+    input: str | None
+    outcome: str | None
+    stale_flows: list[str] | None
+
+
+_CLAIM_READ: Final = """
+with stale as materialized (
+  select coalesce(array_agg(g.flow_slug order by g.flow_slug), '{{}}'::text[]) as flows
+    from unnest(%(gen_flows)s::text[], %(gens)s::bigint[]) as g(flow_slug, generation)
+   where not exists (select 1 from pgflow.flows as f
+                      where f.flow_slug = g.flow_slug and f.generation = g.generation)
+), msgs as materialized (
+  update pgmq.{table} as m
+     set last_read_at = clock_timestamp(), vt = clock_timestamp() + make_interval(secs => %(vt)s),
+         read_ct = m.read_ct + 1
+    from (select msg_id from pgmq.{table}
+           where vt <= clock_timestamp() and cardinality((select flows from stale)) = 0
+           order by msg_id
+           limit %(qty)s
+             for update skip locked) as visible
+   where m.msg_id = visible.msg_id
+  returning m.msg_id
+), ids as (
+  select coalesce(array_agg(msg_id order by msg_id), '{{}}'::bigint[]) as arr, count(*) as n from msgs
+), next_visible as (
+  select (select extract(epoch from q.vt - clock_timestamp())::float8
+            from pgmq.{table} as q
+           where q.msg_id <> all(ids.arr)
+           order by q.vt
+           limit 1) as seconds
+    from ids
+)
+select ids.n as read_count, next_visible.seconds as next_visible,
+       t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input::text as input,
+       t.outcome, stale.flows as stale_flows
+from ids cross join next_visible cross join stale
+left join lateral """
+"""Read and claim in one statement: one round trip, and a crash in between leaves nothing hidden.
+
+The read is ``pgmq.read``'s own statement written out for this queue's table: PGMQ builds it as dynamic
+SQL, planned again on every call, while psycopg prepares this statement on its connection once it has
+run a few times (the planning was most of a one-message claim's cost).
+
+``next_visible`` (seen from the statement's snapshot, so without the messages it just read) says when
+the earliest hidden message (a retry or start delay) becomes visible, from the queue's ``vt`` index
+(the first entry not just read), so its cost does not grow with the backlog: notifications fire on insert
+only, so a delayed message needs a timed read to be picked up on time.
+
+``stale`` lists the worker's flows whose generation in ``pgflow.flows`` is no longer the one it compiled
+against (replaced or recompiled since): then nothing is read. The check and the read share the
+statement's snapshot, and a replaced flow's new messages are written by transactions that commit after
+the replacement, so a read that could see one would also see the new generation: an old-shape worker is
+never handed a task of the new shape.
+
+The statement ends where the two claims differ: which function turns the read messages into tasks
+(:func:`_claim` completes it).
+"""
+
+
+def _claim(name: str, start_tasks: str) -> Query[ClaimRow]:
+    return Query(name, f"{_CLAIM_READ}{start_tasks} as t\n       on cardinality(ids.arr) > 0\n", ClaimRow)
+
+
+CLAIM: Final = _claim("claim", "pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s, %(step)s)")
+"""The claim on a flow's queue (or one step's private queue); ``{table}`` is the queue's PGMQ table."""
+
+CLAIM_SHARED: Final = _claim(
+    "claim_shared",
+    "pgflow.start_shared_tasks(%(queue)s, ids.arr, %(worker)s, %(flows)s::text[], %(steps)s::text[])",
+)
+"""The claim on a declared shared queue: it carries the worker's exact support set."""
+
+CLAIM_VISIBILITY: Final = _value(
+    "claim_visibility",
+    """
+    select max(coalesce(s.opt_timeout, f.opt_timeout)) + 2 as value
+      from unnest(%s::text[], %s::text[]) as p(flow_slug, step_slug)
+      join pgflow.steps as s on s.flow_slug = p.flow_slug and s.step_slug = p.step_slug
+      join pgflow.flows as f on f.flow_slug = s.flow_slug
+    """,
+)
+"""The longest effective timeout + 2 s among (flow, step) pairs: the visibility the claim sets."""
+
+QUEUE_TABLE: Final = _value("queue_table", "select pgmq.format_table_name(%s, 'q') as value")
+
+
+class InsertNotifications(NamedTuple):
+    notifies: bool
+    throttle_ms: int
+
+
+INSERT_NOTIFICATIONS: Final = Query(
+    "insert_notifications",
+    """
+    select exists (
+             select 1 from pg_trigger
+              where tgrelid = to_regclass(format('pgmq.%%I', %s::text))
+                and tgname in ('pgflow_notify_insert', 'trigger_notify_queue_insert_listeners')
+                and not tgisinternal) as notifies,
+           coalesce((select throttle_interval_ms from pgmq.notify_insert_throttle
+                      where queue_name = %s), 0) as throttle_ms
+    """,
+    InsertNotifications,
+)
+"""Whether inserts into a queue notify listeners (the engine's trigger or PGMQ's), and PGMQ's throttle."""
+
+
+class StepRoute(NamedTuple):
+    flow_slug: str
+    step_slug: str
+
+
+SHARED_SUPPORT: Final = Query(
+    "shared_support",
+    "select flow_slug, step_slug from pgflow.steps where queue_name = %s and flow_slug = any(%s)"
+    " order by flow_slug, step_index",
+    StepRoute,
+)
+"""The (flow, step) pairs that the persisted routes of some flows send to one queue."""
+
+LISTEN: Final = _value("listen", "listen {channel}")
+"""Subscribe the listener's connection to a queue's insert channel."""
+
+# -- worker registration and heartbeats ------------------------------------------------------------------
+
+HEARTBEAT: Final = _value(
+    "heartbeat",
+    """
+    with worker as (
+      insert into pgflow.workers (worker_id, queue_name, function_name)
+      values (%(id)s, %(queue)s, %(name)s)
+      on conflict (worker_id) do update set last_heartbeat_at = now()
+      returning worker_id, deprecated_at is not null as deprecated, xmax = 0 as inserted
+    ), support as (
+      insert into pgflow.worker_support (worker_id, flow_slug, step_slug)
+      select worker.worker_id, s.flow_slug, s.step_slug
+        from worker
+       cross join unnest(%(flows)s::text[], %(steps)s::text[]) as s(flow_slug, step_slug)
+       where worker.inserted
+      on conflict do nothing
+    )
+    select deprecated as value from worker
+    """,
+)
+"""Register or refresh a worker (its support set too, when the row was pruned); true when deprecated."""
+
+MARK_STOPPED: Final = _value(
+    "mark_stopped",
+    "update pgflow.workers set stopped_at = now(), last_heartbeat_at = now() where worker_id = %s",
+)
+
+LIVE_WORKER: Final = """
+w.stopped_at is null and w.deprecated_at is null
+and w.last_heartbeat_at > now() - make_interval(secs => {live_seconds})
+"""
+"""The one definition of a live worker ``w`` (not stopped, not deprecated, a recent heartbeat), with
+``{live_seconds}`` the window (``conf.live_worker_seconds``: ``LIVE_HEARTBEATS`` heartbeat periods)."""
+
+# -- pauses -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A paused worker subscription (``step_slug`` is '' for a whole flow)."""
+
+    flow_slug: str
+    step_slug: str
+    queue_name: str
+    reason: str
+    detail: str | None
+
+
+SUBSCRIPTIONS_PAUSE: Final = Query(
+    "subscriptions_pause",
+    """
+    select p.flow_slug, p.step_slug, p.queue_name, p.reason, p.detail
+      from unnest(%s::text[], %s::text[]) as s(flow_slug, step_slug)
+     cross join lateral pgflow.subscription_pause(s.flow_slug, s.step_slug) as p
+     where p.flow_slug is not null
+     order by (p.reason = 'fatal') desc, p.paused_at, p.flow_slug, p.step_slug
+     limit 1
+    """,
+    Pause,
+)
+"""The pause holding one of several subscriptions: each subscription's own pause is what
+``pgflow.subscription_pause`` (the one definition) says; of those, a fatal one first, then the oldest."""
+
+WORKER_PAUSES: Final = Query(
+    "worker_pauses",
+    """
+    with subscription as (
+      select s.flow_slug, s.step_slug from pgflow.worker_support as s where s.worker_id = %(id)s
+      union all
+      select w.function_name, '' from pgflow.workers as w
+       where w.worker_id = %(id)s
+         and not exists (select 1 from pgflow.worker_support as s where s.worker_id = w.worker_id)
+    )
+    select distinct p.flow_slug, p.step_slug, p.queue_name, p.reason, p.detail
+      from subscription as s
+     cross join lateral pgflow.subscription_pause(s.flow_slug, s.step_slug) as p
+     where p.flow_slug is not null
+     order by p.flow_slug, p.step_slug
+    """,
+    Pause,
+)
+"""The pauses holding one worker's subscriptions: its support set (a worker row written without one
+is taken at its function name, a plain flow's subscription), each through ``pgflow.subscription_pause``."""
+
+PAUSE_SUBSCRIPTION: Final = Query(
+    "pause_subscription",
+    "select flow_slug, step_slug, queue_name, reason, detail "
+    "from pgflow.pause_subscription(%s, %s, 'operator', %s)",
+    Pause,
+)
+"""Set an operator pause (a fatal pause already there is kept)."""
+
+LOCK_PAUSE: Final = Query(
+    "lock_pause",
+    "select flow_slug, step_slug, queue_name, reason, detail from pgflow.worker_pauses "
+    "where flow_slug = %s and step_slug = %s for update",
+    Pause,
+)
+
+RESUME_SUBSCRIPTION: Final = _value(
+    "resume_subscription", "select pgflow.resume_subscription(%s, %s) as value"
+)
+
+ALL_PAUSES: Final = Query(
+    "all_pauses",
+    "select flow_slug, step_slug, queue_name, reason, detail from pgflow.worker_pauses order by paused_at",
+    Pause,
+)
+
+# -- stalled-task recovery -------------------------------------------------------------------------------
+
+STALLED_LOCK_KEY: Final = "pgflow:requeue_stalled"
+"""Advisory-lock name that lets one caller at a time run stalled-task recovery."""
+
+STALLED_LOCK_TIMEOUT: Final = "2s"
+"""How long recovery waits for a row another transaction holds before it gives up until its next pass.
+
+Recovery holds its runs' locks while it requeues their tasks; waiting without bound for a message a
+claim holds would hold up every completion of those runs behind it (and keep vacuum from the queue)."""
+
+TRY_STALLED_LOCK: Final = _value(
+    "try_stalled_lock", "select pg_try_advisory_xact_lock(hashtext(%s)) as value"
+)
+WAIT_STALLED_LOCK: Final = _value(
+    "wait_stalled_lock", "select pg_advisory_xact_lock(hashtext(%s)) is null as value"
+)
+SET_STALLED_LOCK_TIMEOUT: Final = _value(
+    "set_stalled_lock_timeout", "select set_config('lock_timeout', %s, true) as value"
+)
+
+
+class RecoveryCount(NamedTuple):
+    outcome: str
+    task_count: int
+
+
+REQUEUE_STALLED: Final = Query(
+    "requeue_stalled",
+    "select outcome, task_count from pgflow.requeue_stalled_tasks()",
+    RecoveryCount,
+)
+
+
+def requeue_stalled(cursor: Any, *, wait: bool) -> list[RecoveryCount] | None:
+    """Stalled-task recovery, the one path of workers and commands: inside the caller's transaction,
+    under the recovery advisory lock (``wait=False``: None when another caller holds it) and with
+    ``STALLED_LOCK_TIMEOUT`` (``LockNotAvailable`` when rows it needs stay busy; nothing changed)."""
+    if wait:
+        value(cursor, WAIT_STALLED_LOCK, [STALLED_LOCK_KEY])
+    elif not value(cursor, TRY_STALLED_LOCK, [STALLED_LOCK_KEY]):
+        return None
+    value(cursor, SET_STALLED_LOCK_TIMEOUT, [STALLED_LOCK_TIMEOUT])
+    return fetch_all(cursor, REQUEUE_STALLED)
+
+
+# -- recording results -------------------------------------------------------------------------------------
+
+
+class TaskOutcome(NamedTuple):
+    run_id: uuid.UUID
+    step_slug: str
+    task_index: int
+    outcome: str
+
+
+RELEASE_TASKS: Final = _value(
+    "release_tasks",
+    "select count(*) as value from pgflow.release_tasks(%s::jsonb) where outcome = 'released'",
+)
+"""Give claims back (attempt returned, message visible now); how many were still held."""
+
+COMPLETE_TASKS: Final = Query(
+    "complete_tasks",
+    "select run_id, step_slug, task_index, outcome from pgflow.complete_tasks(%s::jsonb)",
+    TaskOutcome,
+)
+
+COMPLETE_TASK: Final = _value(
+    "complete_task", "select pgflow.complete_task(%s, %s, %s, %s, %s::jsonb) as value"
+)
+"""One task's completion (run_id, step_slug, task_index, attempt, output json): its outcome."""
+
+FAIL_TASK: Final = _value("fail_task", "select pgflow.fail_task(%s, %s, %s, %s, %s, %s::integer) as value")
+REJECT_TASK: Final = _value("reject_task", "select pgflow.reject_task(%s, %s, %s, %s, %s) as value")
+
+RUN_INPUT: Final = _value("run_input", "select input::text as value from pgflow.runs where run_id = %s")
+"""A run's input as JSON text (a handler's ``ctx.flow_input``)."""
+
+
+class UnsupportedGroup(NamedTuple):
+    flow_slug: str
+    step_slug: str
+    task_path: str | None
+    message_ids: list[int]
+
+
+UNSUPPORTED_WORK: Final = Query(
+    "unsupported_work",
+    """
+    select t.flow_slug, t.step_slug, r.input ->> 'task' as task_path,
+           array_agg(t.message_id order by t.message_id) as message_ids
+      from pgflow.step_tasks as t
+      join pgflow.runs as r on r.run_id = t.run_id
+     where t.queue_name = %s and t.message_id = any(%s)
+     group by 1, 2, 3
+     order by 1, 2, 3
+    """,
+    UnsupportedGroup,
+)
+"""Messages a shared-queue claim left alone, grouped by (flow, step) and the Django task they run."""
+
+# -- starting, reading and cancelling runs -----------------------------------------------------------
+
+START_FLOW: Final = _value(
+    "start_flow",
+    "select run_id as value from pgflow.start_flow(%s, %s::jsonb, %s::uuid, %s::integer)",
+)
+"""Start one run (flow slug, input json, run id or null, delay seconds or null); its id."""
+
+START_FLOWS: Final = _value(
+    "start_flows", "select count(*) as value from pgflow.start_flows(%s, %s::jsonb, %s::uuid[])"
+)
+"""Start one run per element of a JSON array of inputs, with the given run ids."""
+
+CANCEL_RUN: Final = _value("cancel_run", "select pgflow.cancel_run(%s, %s) as value")
+"""Cancel a started run (run id, reason or null): ``cancelled``, or the status it had finished with."""
+
+
+class RunStepRow(NamedTuple):
+    """A run and one of its step states (the step columns are null for a run without any)."""
+
+    run_id: uuid.UUID
+    flow_slug: str
+    status: str
+    input: str | None
+    output: str | None
+    error_message: str | None
+    remaining_steps: int
+    started_at: datetime
+    completed_at: datetime | None
+    failed_at: datetime | None
+    step_slug: str | None
+    step_type: str | None
+    step_index: int | None
+    step_status: str | None
+    step_output: str | None
+    step_error_message: str | None
+    skip_reason: str | None
+    remaining_tasks: int | None
+    initial_tasks: int | None
+    step_created_at: datetime | None
+    step_started_at: datetime | None
+    step_completed_at: datetime | None
+    step_failed_at: datetime | None
+    step_skipped_at: datetime | None
+
+
+GET_RUN: Final = Query(
+    "get_run",
+    """
+    select r.run_id, r.flow_slug, r.status, r.input::text as input, r.output::text as output,
+           r.error_message, r.remaining_steps, r.started_at, r.completed_at, r.failed_at,
+           s.step_slug, st.step_type, st.step_index, s.status as step_status,
+           s.output::text as step_output, s.error_message as step_error_message, s.skip_reason,
+           s.remaining_tasks, s.initial_tasks, s.created_at as step_created_at,
+           s.started_at as step_started_at, s.completed_at as step_completed_at,
+           s.failed_at as step_failed_at, s.skipped_at as step_skipped_at
+      from pgflow.runs r
+      left join pgflow.step_states s on s.run_id = r.run_id
+      left join pgflow.steps st on st.flow_slug = s.flow_slug and st.step_slug = s.step_slug
+     where r.run_id = %s
+     order by st.step_index
+    """,
+    RunStepRow,
+)
+"""A run and its step states in one statement (one consistent snapshot), in step order."""
+
+
+class ActiveRunStep(NamedTuple):
+    run_id: uuid.UUID
+    flow_slug: str
+    started_at: datetime
+    remaining_steps: int
+    step_slug: str
+    status: str
+    initial_tasks: int | None
+    completed_tasks: int
+    tasks: int
+
+
+ACTIVE_RUN_STEPS: Final = Query(
+    "active_run_steps",
+    """
+    with active as (
+        select run_id, flow_slug, started_at, remaining_steps
+        from pgflow.runs
+        where status = 'started' and (%(flow)s::text is null or flow_slug = %(flow)s)
+        order by started_at desc, run_id
+        limit %(limit)s
+    )
+    select a.run_id, a.flow_slug, a.started_at, a.remaining_steps,
+           ss.step_slug, ss.status, ss.initial_tasks,
+           count(t.task_index) filter (where t.status = 'completed') as completed_tasks,
+           count(t.task_index) as tasks
+    from active a
+    join pgflow.step_states ss on ss.run_id = a.run_id
+    join pgflow.steps s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+    left join pgflow.step_tasks t on t.run_id = ss.run_id and t.step_slug = ss.step_slug
+    group by a.run_id, a.flow_slug, a.started_at, a.remaining_steps,
+             ss.step_slug, ss.status, ss.initial_tasks, s.step_index
+    order by a.started_at desc, a.run_id, s.step_index
+    """,
+    ActiveRunStep,
+)
+"""The newest started runs (of one flow, or all) with each step's task progress (``pgflow_runs --watch``)."""
+
+
+class QueueDepthRow(NamedTuple):
+    queue_name: str
+    queue_length: int
+    visible: int | None
+    oldest_msg_age_sec: int | None
+
+
+FLOW_QUEUE_DEPTHS: Final = Query(
+    "flow_queue_depths",
+    """
+    select m.queue_name, m.queue_length,
+           (to_jsonb(m) ->> 'queue_visible_length')::bigint as visible,
+           m.oldest_msg_age_sec
+    from pgmq.metrics_all() m
+    where m.queue_name in (
+        select queue_name from pgflow.steps where %(flow)s::text is null or flow_slug = %(flow)s
+    )
+    order by m.queue_name
+    """,
+    QueueDepthRow,
+)
+"""PGMQ's metrics of the queues the flows' steps use. ``queue_visible_length`` is read through jsonb
+because older PGMQ releases do not report it."""
+
+# -- the Django tasks backend ------------------------------------------------------------------------
+
+
+class TaskRunRow(NamedTuple):
+    """A task's run, its one task and its output; fields named as the backend's result reads them."""
+
+    flow_slug: str
+    run_status: str
+    payload: Any
+    enqueued_at: datetime
+    finished_at: datetime | None
+    task_status: str | None
+    started_at: datetime | None
+    last_worker_id: uuid.UUID | None
+    attempt_errors: Any
+    output: Any
+    queue_name: str
+    exhausted_by_recovery: bool
+    task_error: str | None
+
+
+TASK_RESULT: Final = Query(
+    "task_result",
+    """
+    select r.flow_slug, r.status as run_status, r.input as payload, r.started_at as enqueued_at,
+           coalesce(r.completed_at, r.failed_at) as finished_at,
+           t.status as task_status, t.started_at, t.last_worker_id,
+           coalesce(t.attempt_errors, '[]'::jsonb) as attempt_errors,
+           ss.output, s.queue_name, t.permanently_stalled_at is not null as exhausted_by_recovery,
+           t.error_message as task_error
+      from pgflow.runs as r
+      join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = %s
+      left join pgflow.step_tasks as t
+        on t.run_id = r.run_id and t.step_slug = s.step_slug and t.task_index = 0
+      left join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = s.step_slug
+     where r.run_id = %s
+    """,
+    TaskRunRow,
+)
+"""A task run's state (step slug, run id): its run, its one task (attempts, errors, worker), its output."""
+
+# -- start-up checks ----------------------------------------------------------------------------------
+
+
+class Signature(NamedTuple):
+    signature: str
+
+
+MISSING_FUNCTIONS: Final = Query(
+    "missing_functions",
+    "select sig as signature from unnest(%s::text[]) as sig where to_regprocedure(sig) is null",
+    Signature,
+)
+"""Which of some function signatures the database does not define."""
+
+PROTOCOL_VERSION: Final = _value("protocol_version", "select pgflow.protocol_version() as value")
+HAS_WORKERS_TABLE: Final = _value(
+    "has_workers_table", "select to_regclass('pgflow.workers') is not null as value"
+)
+HAS_PGMQ_SCHEMA: Final = _value(
+    "has_pgmq_schema", "select exists (select 1 from pg_namespace where nspname = 'pgmq') as value"
+)
+READ_ONLY_TRANSACTION: Final = _value("read_only_transaction", "set transaction read only")
+"""Make the current transaction read-only (``pgflow_audit`` reads, never writes)."""
+
+# -- the upgrade preflight (migration 0003) and its audit ---------------------------------------------
+
+HAS_QUEUE_MODES: Final = _value(
+    "has_queue_modes",
+    "select exists (select 1 from pg_attribute where attrelid = to_regclass('pgflow.flows') "
+    "and attname = 'queue_mode' and not attisdropped) as value",
+)
+"""Whether the database has migration 0005's queue modes (the refined audit checks apply)."""
+
+SET_LOCK_TIMEOUT: Final = _value("set_lock_timeout", "select set_config('lock_timeout', %s, true) as value")
+MIGRATE_LOCK: Final = _value(
+    "migrate_lock", "select pg_advisory_xact_lock(hashtextextended(%s, 0)) is null as value"
+)
+HOLDS_MIGRATE_LOCK: Final = _value(
+    "holds_migrate_lock",
+    "select exists (select 1 from pg_locks where locktype = 'advisory' and pid = pg_backend_pid()"
+    " and granted and mode = 'ExclusiveLock' and objsubid = 1"
+    " and ((classid::bigint << 32) | objid::bigint) = hashtextextended(%s, 0)) as value",
+)
+"""Whether this transaction holds the migration advisory lock exclusively."""
+
+UPGRADE_LOCKED_TABLES: Final = (
+    "pgflow.flows",
+    "pgflow.steps",
+    "pgflow.deps",
+    "pgflow.runs",
+    "pgflow.step_states",
+    "pgflow.step_tasks",
+    "pgflow.workers",
+)
+LOCK_UPGRADE_TABLES: Final = _value(
+    "lock_upgrade_tables", f"lock table {', '.join(UPGRADE_LOCKED_TABLES)} in share row exclusive mode"
+)
+"""The tables the upgrade converts, locked against writers until the migration commits."""
+LOCK_PGMQ_META: Final = _value("lock_pgmq_meta", "lock table pgmq.meta in share mode")
+
+# -- compiling --------------------------------------------------------------------------------------
+
+ENSURE_FLOW_COMPILED: Final = _value(
+    "ensure_flow_compiled",
+    "select pgflow.ensure_flow_compiled(%s, %s::jsonb, %s::text, %s::bigint)::text as value",
+)
+"""Compile or verify a flow (slug, shape json, shape-change policy, confirmed run count): a JSON answer."""
+
+# -- maintenance operations -------------------------------------------------------------------------------
+
+PRUNE: Final = _value(
+    "prune", "select pgflow.prune_data_older_than(make_interval(secs => %s))::text as value"
+)
+PRUNE_SHARED_ARCHIVE: Final = _value(
+    "prune_shared_archive", "select pgflow.prune_shared_archive(%s, make_interval(secs => %s)) as value"
+)
+DELETE_FLOW: Final = _value("delete_flow", "select pgflow.delete_flow_and_data(%s) as value")
+
+
+class FlowSlugRow(NamedTuple):
+    flow_slug: str
+
+
+COMPILED_FLOWS: Final = Query(
+    "compiled_flows", "select flow_slug from pgflow.flows order by flow_slug", FlowSlugRow
+)
+COMPILED_FLOW_COUNT: Final = _value("compiled_flow_count", "select count(*) as value from pgflow.flows")
+
+
+class FlowUsage(NamedTuple):
+    exists: bool
+    runs: int
+    active_runs: int
+    live_workers: int
+    shared_queues: list[str]
+
+
+FLOW_USAGE: Final = Query(
+    "flow_usage",
+    """
+    select exists (select 1 from pgflow.flows where flow_slug = %(slug)s) as exists,
+           (select count(*) from pgflow.runs where flow_slug = %(slug)s) as runs,
+           (select count(*) from pgflow.runs
+             where flow_slug = %(slug)s and status = 'started') as active_runs,
+           (select count(*) from pgflow.workers as w
+             where """
+    + LIVE_WORKER.format(live_seconds="%(live_seconds)s").strip()
+    + """
+               and exists (select 1 from pgflow.worker_support as s
+                            where s.worker_id = w.worker_id and s.flow_slug = %(slug)s)) as live_workers,
+           (select coalesce(array_agg(distinct s.queue_name order by s.queue_name), '{}')
+              from pgflow.steps as s
+              join pgflow.shared_queues as sq on sq.queue_name = s.queue_name
+             where s.flow_slug = %(slug)s) as shared_queues
+    """,
+    FlowUsage,
+)
+"""What deleting a flow would remove, and who still uses it."""
+
+
+RERUN: Final = _value("rerun", "select pgflow.rerun(%s) as value")
+"""Start a new run linked to a finished one (the admin's re-run action); its id."""
+
+# -- coverage ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RouteCoverage:
+    """One (queue, flow, step) that needs a worker, and how many live workers run it."""
+
+    flow_slug: str
+    step_slug: str
+    step_index: int
+    queue_name: str
+    queue_mode: str
+    """The flow's queue mode: ``flow`` (every step on ``lower(flow_slug)``), ``step`` (private queues)
+    or ``routed`` (declared shared queues)."""
+    in_route: bool
+    """True: the flow's persisted route. False: only live tasks still use this queue (an older route)."""
+    pending_tasks: int
+    """Queued or started tasks of this (flow, step) whose message is in this queue."""
+    live_workers: int
+    """Live workers polling this queue whose support set holds this (flow, step)."""
+    paused: str | None
+    """The reason (``operator`` or ``fatal``) when this step's worker subscription is paused."""
+
+    @property
+    def covered(self) -> bool:
+        return self.live_workers > 0
+
+
+COVERAGE_SQL: Final = (
+    """\
+-- pgflow coverage: each (queue, flow, step) that a persisted route or a live task needs,
+-- with the live workers that poll that queue and run that step. Parameters: the first lines.
+with params (live_seconds, flow_slug) as (
+  values ({live_seconds}::float8, {flow}::text)  -- heartbeat window in seconds; one flow, or null for all
+),
+live_support as (
+  select w.worker_id, w.queue_name, ws.flow_slug, ws.step_slug
+    from pgflow.workers as w
+    join pgflow.worker_support as ws on ws.worker_id = w.worker_id
+   cross join params as p
+   where """
+    + LIVE_WORKER.format(live_seconds="p.live_seconds").strip().replace("\n", "\n     ")
+    + """
+),
+routes as (
+  select s.queue_name, s.flow_slug, s.step_slug
+    from pgflow.steps as s
+   cross join params as p
+   where p.flow_slug is null or s.flow_slug = p.flow_slug
+),
+pending as (
+  select t.queue_name, t.flow_slug, t.step_slug, count(*) as pending_tasks
+    from pgflow.step_tasks as t
+   cross join params as p
+   where t.status in ('queued', 'started')
+     and (p.flow_slug is null or t.flow_slug = p.flow_slug)
+   group by t.queue_name, t.flow_slug, t.step_slug
+),
+needed as (
+  select coalesce(r.queue_name, t.queue_name) as queue_name,
+         coalesce(r.flow_slug, t.flow_slug) as flow_slug,
+         coalesce(r.step_slug, t.step_slug) as step_slug,
+         r.step_slug is not null as in_route,
+         coalesce(t.pending_tasks, 0) as pending_tasks
+    from routes as r
+    full join pending as t
+      on t.queue_name = r.queue_name and t.flow_slug = r.flow_slug and t.step_slug = r.step_slug
+)
+select n.flow_slug, n.step_slug, s.step_index, n.queue_name, f.queue_mode, n.in_route, n.pending_tasks,
+       (select count(*) from live_support as ls
+         where ls.queue_name = n.queue_name and ls.flow_slug = n.flow_slug
+           and ls.step_slug = n.step_slug) as live_workers,
+       (select wp.reason from pgflow.subscription_pause(n.flow_slug, n.step_slug) as wp) as paused
+  from needed as n
+  join pgflow.flows as f on f.flow_slug = n.flow_slug
+  join pgflow.steps as s on s.flow_slug = n.flow_slug and s.step_slug = n.step_slug
+ order by n.flow_slug, s.step_index, n.in_route desc, n.queue_name;
+"""
+)
+COVERAGE: Final = Query("coverage", COVERAGE_SQL, RouteCoverage)
+"""The coverage query, with ``{live_seconds}`` and ``{flow}`` placeholders for SQL literals (see
+``coverage.coverage_sql``: an operator can paste exactly what ``pgflow_coverage`` ran)."""
+
+
+# -- the testing toolkit (pgflow_django.testing) ---------------------------------------------------------
+
+SAVEPOINT: Final = _value("savepoint", 'savepoint "pgflow_testing"')
+RELEASE_SAVEPOINT: Final = _value("release_savepoint", 'release savepoint "pgflow_testing"')
+ROLLBACK_TO_SAVEPOINT: Final = _value("rollback_to_savepoint", 'rollback to savepoint "pgflow_testing"')
+"""In-process statements each run in this savepoint of the test's transaction, as a worker's each
+stand alone: an error undoes only that statement."""
+
+
+class PlannerSetting(NamedTuple):
+    previous: str
+    value: str
+
+
+FORCE_GENERIC_PLANS: Final = Query(
+    "force_generic_plans",
+    "select current_setting('plan_cache_mode') as previous,"
+    " set_config('plan_cache_mode', 'force_generic_plan', %s) as value",
+    PlannerSetting,
+)
+"""A drain's generic plans for the engine's functions (``%s``: local to the transaction), and the
+caller's setting to put back afterwards."""
+
+SET_PLAN_CACHE_MODE: Final = _value(
+    "set_plan_cache_mode", "select set_config('plan_cache_mode', %s, %s) as value"
+)
+"""Put the caller's ``plan_cache_mode`` back after a drain."""
+
+FLOWS_WITH_STARTED_RUNS: Final = Query(
+    "flows_with_started_runs",
+    "select distinct flow_slug from pgflow.runs where status = 'started' order by 1",
+    FlowSlugRow,
+)
+
+
+class PausedStep(NamedTuple):
+    flow_slug: str
+    step_slug: str
+    reason: str
+
+
+PAUSED_STEPS: Final = Query(
+    "paused_steps",
+    """
+    select s.flow_slug, s.step_slug, p.reason
+      from pgflow.steps as s
+     cross join lateral pgflow.subscription_pause(s.flow_slug, s.step_slug) as p
+     where s.flow_slug = any(%s) and p.flow_slug is not null
+    """,
+    PausedStep,
+)
+"""Each step of some flows that a pause holds (``pgflow.subscription_pause``), with that pause's reason."""
+
+
+class RunStatusRow(NamedTuple):
+    run_id: uuid.UUID
+    status: str
+
+
+RUN_STATUSES: Final = Query(
+    "run_statuses", "select run_id, status from pgflow.runs where run_id = any(%s)", RunStatusRow
+)
+
+
+class OpenTask(NamedTuple):
+    """A started run and one of its queued or started tasks (task columns null when it has none)."""
+
+    run_id: uuid.UUID
+    flow_slug: str
+    step_slug: str | None
+    task_index: int | None
+    status: str | None
+    attempts: int | None
+    last_worker_id: uuid.UUID | None
+    message_id: int | None
+
+
+OPEN_TASKS: Final = Query(
+    "open_tasks",
+    """
+    select r.run_id, r.flow_slug, t.step_slug, t.task_index, t.status, t.attempts_count as attempts,
+           t.last_worker_id, t.message_id
+      from pgflow.runs as r
+      left join pgflow.step_tasks as t on t.run_id = r.run_id and t.status in ('queued', 'started')
+     where r.status = 'started' and (%(flows)s::text[] is null or r.flow_slug = any(%(flows)s::text[]))
+     order by r.started_at, r.run_id, t.step_slug, t.task_index
+     limit 200
+    """,
+    OpenTask,
+)
+"""What a drain left unfinished: started runs and their open tasks, oldest first."""
+
+
+class TaskRow(NamedTuple):
+    step_slug: str
+    task_index: int
+    status: str
+    attempts: int
+    output: str | None
+    error_message: str | None
+    errors: str
+    queued_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    failed_at: datetime | None
+
+
+RUN_TASKS: Final = Query(
+    "run_tasks",
+    """
+    select step_slug, task_index, status, attempts_count as attempts, output::text as output, error_message,
+           coalesce((select jsonb_agg(e->>'error' order by n) from jsonb_array_elements(attempt_errors)
+                     with ordinality as a(e, n)), '[]'::jsonb)::text as errors,
+           queued_at, started_at, completed_at, failed_at
+      from pgflow.step_tasks where run_id = %s order by step_slug, task_index
+    """,
+    TaskRow,
+)
+"""Every task of a run, with the error of each failed attempt (oldest first) as a JSON array."""
+
+
+class QueuedMessages(NamedTuple):
+    queue_name: str
+    table: str
+    message_ids: list[int]
+
+
+QUEUED_MESSAGES: Final = Query(
+    "queued_messages",
+    """
+    select t.queue_name, pgmq.format_table_name(t.queue_name, 'q') as table,
+           array_agg(t.message_id order by t.message_id) as message_ids
+      from pgflow.step_tasks as t
+      join pgflow.runs as r on r.run_id = t.run_id
+     where r.status = 'started' and t.status = 'queued' and t.message_id is not null
+       and (%(flows)s::text[] is null or t.flow_slug = any(%(flows)s::text[]))
+     group by t.queue_name
+     order by t.queue_name
+    """,
+    QueuedMessages,
+)
+"""The messages of queued tasks in started runs, by queue: the only ones time control moves."""
+
+
+class HiddenMessage(NamedTuple):
+    msg_id: int
+    seconds: float
+
+
+HIDDEN_MESSAGES: Final = Query(
+    "hidden_messages",
+    "select msg_id, extract(epoch from vt - clock_timestamp())::float8 as seconds from pgmq.{table}"
+    " where msg_id = any(%s) and vt > clock_timestamp()",
+    HiddenMessage,
+)
+"""Which of some messages of one queue table are still hidden, and for how long."""
+
+
+class QueueTable(NamedTuple):
+    queue_name: str
+    table: str
+
+
+FLOW_QUEUE_TABLES: Final = Query(
+    "flow_queue_tables",
+    "select distinct queue_name, pgmq.format_table_name(queue_name, 'q') as table from pgflow.steps"
+    " where %(flows)s::text[] is null or flow_slug = any(%(flows)s::text[]) order by 1",
+    QueueTable,
+)
+"""(queue, PGMQ table) of every queue some flows' steps use (all flows for null)."""
+
+
+class TimeShift(NamedTuple):
+    seconds: float | None
+    visible: int
+    runs: int
+
+
+def time_shift(queues: Sequence[tuple[str, str]]) -> Query[TimeShift]:
+    """Move the hidden messages of queued tasks on ``queues`` ((queue, table) pairs) and delayed runs'
+    ``not_before`` back by ``%(secs)s`` (null: until the soonest message is due), in one statement over
+    every queue table; returns the seconds moved, the messages now visible, the runs moved."""
+    hidden = sql.SQL(" union all ").join(
+        sql.SQL(
+            "select {queue} as queue_name, m.msg_id, m.vt from pgmq.{table} as m"
+            " where m.vt > clock_timestamp()"
+        ).format(queue=sql.Literal(queue), table=sql.Identifier(table))
+        for queue, table in queues
+    )
+    updates = sql.SQL(", ").join(
+        sql.SQL(
+            "{name} as (update pgmq.{table} as m set vt = m.vt - delta.d from due, delta"
+            " where due.queue_name = {queue} and m.msg_id = due.msg_id"
+            " returning m.vt <= clock_timestamp() as visible)"
+        ).format(name=sql.Identifier(f"u{index}"), table=sql.Identifier(table), queue=sql.Literal(queue))
+        for index, (queue, table) in enumerate(queues)
+    )
+    visible = sql.SQL(" + ").join(
+        sql.SQL("(select count(*) from {} where visible)").format(sql.Identifier(f"u{index}"))
+        for index in range(len(queues))
+    )
+    statement = sql.SQL(
+        """
+        with hidden as ({hidden}), due as (
+          select h.queue_name, h.msg_id, h.vt from hidden as h
+            join pgflow.step_tasks as t on t.queue_name = h.queue_name and t.message_id = h.msg_id
+            join pgflow.runs as r on r.run_id = t.run_id
+           where t.status = 'queued' and r.status = 'started'
+             and (%(flows)s::text[] is null or t.flow_slug = any(%(flows)s::text[]))
+        ), delta as (
+          select coalesce(make_interval(secs => %(secs)s),
+                          (select min(vt) from due) - clock_timestamp() + interval '1 millisecond') as d
+        ), {updates}, runs as (
+          update pgflow.runs as r set not_before = r.not_before - delta.d from delta
+           where delta.d is not null and r.status = 'started' and r.not_before > clock_timestamp()
+             and (%(flows)s::text[] is null or r.flow_slug = any(%(flows)s::text[]))
+          returning 1
+        )
+        select extract(epoch from (select d from delta))::float8 as seconds, {visible} as visible,
+               (select count(*) from runs) as runs
+        """
+    ).format(hidden=hidden, updates=updates, visible=visible)
+    return Query("time_shift", statement, TimeShift)

@@ -1,0 +1,27 @@
+"""The example project's development tools (docs/development.md): django-extensions' ``shell_plus``
+with the pgflow models imported, and ``graph_models`` of the pgflow app."""
+
+from __future__ import annotations
+
+from tests import workers
+
+
+def test_shell_plus_imports_the_pgflow_models(database_url: str) -> None:
+    result = workers.run_manage(
+        database_url,
+        "shell_plus",
+        "--command",
+        "print('runs', Run.objects.count(), 'flows', Flow.objects.count(), StepTask.__module__)",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "runs 0 flows 0 pgflow_django.models" in result.stdout
+
+
+def test_graph_models_draws_the_pgflow_app() -> None:
+    # graph_models reads the model classes only: no database is opened.
+    result = workers.run_manage("postgresql://localhost/unused", "graph_models", "pgflow", "--dot")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("digraph model_graph {")
+    for model in ("Flow", "Step", "Run", "StepState", "StepTask", "Worker", "WorkerPause"):
+        assert f"pgflow_django_models_{model} [label=" in result.stdout, model
+    assert "pgflow_django_models_StepTask -> pgflow_django_models_Run" in result.stdout
