@@ -4,6 +4,7 @@
 create or replace function pgflow.is_valid_slug(slug text)
 returns boolean
 language sql
+set search_path = pg_catalog, pgflow, pgmq
 immutable
 as $$
   select slug is not null

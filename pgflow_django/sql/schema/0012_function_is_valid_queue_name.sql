@@ -3,6 +3,7 @@
 create or replace function pgflow.is_valid_queue_name(queue_name text)
 returns boolean
 language sql
+set search_path = pg_catalog, pgflow, pgmq
 immutable
 as $$
   select queue_name is not null

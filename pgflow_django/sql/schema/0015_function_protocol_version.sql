@@ -4,6 +4,7 @@
 create or replace function pgflow.protocol_version()
 returns integer
 language sql
+set search_path = pg_catalog, pgflow, pgmq
 immutable
 as $$
   select 4

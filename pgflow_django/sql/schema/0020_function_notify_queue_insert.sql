@@ -4,6 +4,7 @@
 create or replace function pgflow.notify_queue_insert()
 returns trigger
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 begin
   perform pg_notify('pgmq.' || tg_table_name || '.INSERT', null);

@@ -4,6 +4,7 @@
 create or replace function pgflow.resolve_queue_spelling(queue_name text)
 returns text
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 stable
 as $$
 declare

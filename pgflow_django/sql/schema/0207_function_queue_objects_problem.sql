@@ -3,6 +3,7 @@
 create or replace function pgflow.queue_objects_problem(queue_name text)
 returns text
 language sql
+set search_path = pg_catalog, pgflow, pgmq
 stable
 as $$
   select nullif(concat_ws(', ',

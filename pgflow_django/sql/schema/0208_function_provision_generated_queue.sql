@@ -8,6 +8,7 @@
 create or replace function pgflow.provision_generated_queue(flow_slug text, queue_name text)
 returns void
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_other text;

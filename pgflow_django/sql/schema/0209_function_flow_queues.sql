@@ -4,6 +4,7 @@
 create or replace function pgflow.flow_queues(flow_slug text)
 returns setof text
 language sql
+set search_path = pg_catalog, pgflow, pgmq
 stable
 as $$
   select lower(f.flow_slug) from pgflow.flows as f

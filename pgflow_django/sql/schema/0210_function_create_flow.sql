@@ -14,6 +14,7 @@ create or replace function pgflow.create_flow(
 )
 returns pgflow.flows
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_flow pgflow.flows;

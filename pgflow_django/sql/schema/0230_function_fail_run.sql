@@ -5,6 +5,7 @@
 create or replace function pgflow.fail_run(run_id uuid, error_message text)
 returns void
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queues text[];

@@ -4,6 +4,7 @@
 create or replace function pgflow.skip_step(run_id uuid, step_slug text, skip_reason text, cascade boolean)
 returns void
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queues text[];

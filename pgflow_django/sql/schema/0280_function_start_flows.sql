@@ -9,6 +9,7 @@ create or replace function pgflow.start_flows(
 )
 returns setof pgflow.runs
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_root_map text;

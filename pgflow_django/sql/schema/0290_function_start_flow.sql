@@ -4,6 +4,7 @@ create or replace function pgflow.start_flow(
 )
 returns setof pgflow.runs
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 begin
   if input is null then

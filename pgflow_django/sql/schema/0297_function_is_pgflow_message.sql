@@ -4,6 +4,7 @@
 create or replace function pgflow.is_pgflow_message(message jsonb)
 returns boolean
 language sql
+set search_path = pg_catalog, pgflow, pgmq
 immutable
 as $$
   select coalesce(

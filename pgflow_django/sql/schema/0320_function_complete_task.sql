@@ -3,6 +3,7 @@ create or replace function pgflow.complete_task(
 )
 returns text
 language sql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
   select c.outcome
     from pgflow.complete_tasks(jsonb_build_array(jsonb_build_object(

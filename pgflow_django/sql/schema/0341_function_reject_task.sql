@@ -9,6 +9,7 @@ create or replace function pgflow.reject_task(
 )
 returns text
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_task pgflow.step_tasks;

@@ -6,6 +6,7 @@
 create or replace function pgflow.prune_data_older_than(retention interval)
 returns jsonb
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_cutoff timestamptz := now() - retention;

@@ -3,6 +3,7 @@
 create or replace function pgflow.prune_shared_archive(queue_name text, retention interval)
 returns bigint
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_count bigint;

@@ -12,6 +12,7 @@
 create or replace function pgflow.delete_flow_and_data(flow_slug text)
 returns void
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queues text[];

@@ -3,6 +3,7 @@
 create or replace function pgflow.check_flow_queues(flow_slug text)
 returns void
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 stable
 as $$
 declare

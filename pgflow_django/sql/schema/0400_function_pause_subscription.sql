@@ -6,6 +6,7 @@ create or replace function pgflow.pause_subscription(
 )
 returns pgflow.worker_pauses
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_pause pgflow.worker_pauses;

@@ -3,6 +3,7 @@
 create or replace function pgflow.subscription_pause(flow_slug text, step_slug text default '')
 returns pgflow.worker_pauses
 language sql
+set search_path = pg_catalog, pgflow, pgmq
 stable
 as $$
   select p.* from pgflow.worker_pauses as p

@@ -6,6 +6,7 @@
 create or replace function pgflow.cancel_run(run_id uuid, reason text default null)
 returns text
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_status text;

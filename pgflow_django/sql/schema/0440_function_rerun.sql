@@ -2,6 +2,7 @@
 create or replace function pgflow.rerun(run_id uuid)
 returns uuid
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_run pgflow.runs;

@@ -5,6 +5,7 @@
 create or replace function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_recompile boolean default false)
 returns jsonb
 language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
 as $$
 begin
   if allow_recompile then
