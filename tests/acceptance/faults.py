@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from tests import ledger
+from tests.support.db import scalar, tuples
 from tests.workers import Spawner, WorkerProcess, wait_until
 
 CHAOS = os.environ.get("PGFLOW_CHAOS") == "full"
@@ -71,13 +72,10 @@ class Db:
         self.conn.close()
 
     def rows(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
-        with self.conn.cursor() as cursor:
-            cursor.execute(query, params)
-            return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+        return tuples(query, params, on=self.conn)
 
     def val(self, query: str, params: Any = None) -> Any:
-        found = self.rows(query, params)
-        return found[0][0] if found else None
+        return scalar(query, params, on=self.conn)
 
     def start(self, flow: str, inputs: list[Any]) -> list[str]:
         """Start one run per input (one statement), returning their ids."""
