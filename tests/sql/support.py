@@ -190,10 +190,14 @@ def new_worker(flow_slug: str) -> uuid.UUID:
 def start_tasks(
     flow_slug: str, msg_ids: list[int], worker_id: uuid.UUID | None = None
 ) -> list[dict[str, Any]]:
+    """The claimed tasks of a plain flow's batch, through the claim a worker calls (queue, flow, ids,
+    worker, no step selector), in message id order; the batch's other outcomes are left out."""
     worker = worker_id or new_worker(flow_slug)
     return q(
-        "select * from pgflow.start_tasks(%s, %s::bigint[], %s::uuid)",
-        [flow_slug, list(msg_ids), worker],
+        "select c.flow_slug, c.run_id, c.step_slug, c.task_index, c.message_id, c.attempt, c.input"
+        "  from pgflow.start_tasks(lower(%s), %s, %s::bigint[], %s::uuid, null) as c"
+        " where c.outcome = 'claimed' order by c.message_id",
+        [flow_slug, flow_slug, list(msg_ids), worker],
     )
 
 
@@ -204,7 +208,8 @@ def claim(
     vt: int = 5,
     step_slug: str | None = None,
 ) -> list[dict[str, Any]]:
-    """What a worker does: read visible messages with pgmq.read, then claim them with start_tasks.
+    """What a worker does: read visible messages with pgmq.read, then claim them with start_tasks
+    (the five-argument claim).
 
     ``step_slug`` reads only that step's messages (pgmq.read's conditional filter on the body).
     Returns the claimed task records ordered by (step_slug, run_id, task_index)."""
