@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -214,8 +213,3 @@ def alive(*workers: WorkerProcess) -> None:
     """Each worker is still the process it was: it rode through the fault without a restart."""
     for worker in workers:
         assert worker.process.poll() is None, f"worker {worker.pid} exited:\n{worker.log()[-4000:]}"
-
-
-def settle(seconds: float) -> None:
-    """A short pause for something that must *not* happen (a second execution, a recovery)."""
-    time.sleep(seconds)
