@@ -22,8 +22,7 @@ drop function pgflow.set_vt_batch(text, bigint[], integer[]);
 -- Returns the messages it wrote.
 create or replace function pgflow.set_vt_batch(queue_name text, msg_ids bigint[], vt_offsets integer[], mode text)
 returns setof pgmq.message_record
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 begin
   if mode is null or mode not in ('set', 'extend') then
@@ -108,8 +107,7 @@ create or replace function pgflow.claim_classified(
   outcomes text[], archived text[]
 )
 returns setof pgflow.claim_record
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_claimed pgflow.step_tasks[];
@@ -213,8 +211,7 @@ create or replace function pgflow.start_tasks(
   queue_name text, flow_slug text, msg_ids bigint[], worker_id uuid, step_slug text default null
 )
 returns setof pgflow.claim_record
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queue text := lower(queue_name);
@@ -261,8 +258,7 @@ begin
 
   -- a plain worker supports every step of its flow, a step worker its one step; a task of another
   -- flow or step on this queue is fatal, a message without a task is judged by its body below
-  select c.ids, c.runs, c.steps, c.indexes, c.outcomes
-    into v_ids, v_runs, v_steps, v_indexes, v_outcomes
+  select c.* into v_ids, v_runs, v_steps, v_indexes, v_outcomes
     from (select array_agg(s.flow_slug) as flows, array_agg(s.step_slug) as steps
             from pgflow.steps as s
            where s.flow_slug = start_tasks.flow_slug and s.step_slug = coalesce(start_tasks.step_slug, s.step_slug)) as p
@@ -331,8 +327,7 @@ create or replace function pgflow.start_shared_tasks(
   queue_name text, msg_ids bigint[], worker_id uuid, support_flows text[], support_steps text[]
 )
 returns setof pgflow.claim_record
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queue text := lower(queue_name);
@@ -356,8 +351,7 @@ begin
     return;
   end if;
 
-  select c.ids, c.runs, c.steps, c.indexes, c.outcomes
-    into v_ids, v_runs, v_steps, v_indexes, v_outcomes
+  select c.* into v_ids, v_runs, v_steps, v_indexes, v_outcomes
     from pgflow.classify_claim(v_queue, msg_ids, support_flows, support_steps, 'unmatched', 'unsupported') as c;
 
   return query
@@ -378,8 +372,7 @@ create or replace function pgflow.fail_task(
   retry_delay integer default null
 )
 returns text
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_task pgflow.step_tasks;
@@ -448,8 +441,7 @@ $$;
 -- stays started for stalled-task recovery to exhaust ('kept'). Other items are 'stale'.
 create or replace function pgflow.release_tasks(items jsonb)
 returns table (run_id uuid, step_slug text, task_index integer, outcome text)
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 #variable_conflict use_column
 declare
@@ -517,8 +509,7 @@ $$;
 -- left for the next pass.
 create or replace function pgflow.requeue_stalled_tasks()
 returns table (outcome text, task_count integer)
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 #variable_conflict use_column
 declare

@@ -6,8 +6,7 @@
 -- Returns the messages it wrote.
 create or replace function pgflow.set_vt_batch(queue_name text, msg_ids bigint[], vt_offsets integer[], mode text)
 returns setof pgmq.message_record
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 begin
   if mode is null or mode not in ('set', 'extend') then

@@ -15,8 +15,7 @@ create or replace function pgflow.claim_classified(
   outcomes text[], archived text[]
 )
 returns setof pgflow.claim_record
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_claimed pgflow.step_tasks[];

@@ -21,8 +21,7 @@ create or replace function pgflow.start_tasks(
   queue_name text, flow_slug text, msg_ids bigint[], worker_id uuid, step_slug text default null
 )
 returns setof pgflow.claim_record
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queue text := lower(queue_name);
@@ -69,8 +68,7 @@ begin
 
   -- a plain worker supports every step of its flow, a step worker its one step; a task of another
   -- flow or step on this queue is fatal, a message without a task is judged by its body below
-  select c.ids, c.runs, c.steps, c.indexes, c.outcomes
-    into v_ids, v_runs, v_steps, v_indexes, v_outcomes
+  select c.* into v_ids, v_runs, v_steps, v_indexes, v_outcomes
     from (select array_agg(s.flow_slug) as flows, array_agg(s.step_slug) as steps
             from pgflow.steps as s
            where s.flow_slug = start_tasks.flow_slug and s.step_slug = coalesce(start_tasks.step_slug, s.step_slug)) as p

@@ -16,8 +16,7 @@ create or replace function pgflow.start_shared_tasks(
   queue_name text, msg_ids bigint[], worker_id uuid, support_flows text[], support_steps text[]
 )
 returns setof pgflow.claim_record
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queue text := lower(queue_name);
@@ -41,8 +40,7 @@ begin
     return;
   end if;
 
-  select c.ids, c.runs, c.steps, c.indexes, c.outcomes
-    into v_ids, v_runs, v_steps, v_indexes, v_outcomes
+  select c.* into v_ids, v_runs, v_steps, v_indexes, v_outcomes
     from pgflow.classify_claim(v_queue, msg_ids, support_flows, support_steps, 'unmatched', 'unsupported') as c;
 
   return query

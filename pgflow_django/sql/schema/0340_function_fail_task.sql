@@ -9,8 +9,7 @@ create or replace function pgflow.fail_task(
   retry_delay integer default null
 )
 returns text
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_task pgflow.step_tasks;

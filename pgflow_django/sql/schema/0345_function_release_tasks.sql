@@ -5,8 +5,7 @@
 -- stays started for stalled-task recovery to exhaust ('kept'). Other items are 'stale'.
 create or replace function pgflow.release_tasks(items jsonb)
 returns table (run_id uuid, step_slug text, task_index integer, outcome text)
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 #variable_conflict use_column
 declare

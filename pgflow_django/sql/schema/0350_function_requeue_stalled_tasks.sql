@@ -5,8 +5,7 @@
 -- left for the next pass.
 create or replace function pgflow.requeue_stalled_tasks()
 returns table (outcome text, task_count integer)
-language plpgsql
-set search_path = pg_catalog, pgflow, pgmq
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 #variable_conflict use_column
 declare
