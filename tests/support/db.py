@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from django.db import DatabaseError, connection, transaction
 
 JSONB_OID = 3802
@@ -80,6 +79,8 @@ def jsonb(data: Any) -> str:
 def db_error(query: str, params: Any = None) -> str:
     """Run a statement that must fail on Django's connection; the test's transaction survives
     (savepoint). Returns the message."""
+    import pytest  # worker processes import this module too (through tests.ledger): pytest only here
+
     with pytest.raises(DatabaseError) as info, transaction.atomic():
         execute(query, params)
     return str(info.value)
