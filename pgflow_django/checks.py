@@ -34,7 +34,6 @@ from typing import Any
 from django.apps import apps
 from django.core import checks
 from django.db import DatabaseError, connections
-from django.utils.module_loading import module_has_submodule
 
 from pgflow_django import queries
 from pgflow_django.dbguard import vendor_problem, version_problem
@@ -59,19 +58,9 @@ class Registration:
 
 def collect_registrations() -> list[Registration]:
     """Every (flow, where it was registered), in the registry's order, duplicates included."""
-    from importlib import import_module
+    from pgflow_django.registry import registered
 
-    from pgflow_django.conf import get_settings
-    from pgflow_django.registry import _flows_at, _flows_in
-
-    found: list[Registration] = []
-    for path in get_settings().flows:
-        found.extend(Registration(flow, f"PGFLOW['FLOWS'] entry {path!r}") for flow in _flows_at(path))
-    for app_config in apps.get_app_configs():
-        if module_has_submodule(app_config.module, "flows"):
-            name = f"{app_config.name}.flows"
-            found.extend(Registration(flow, f"module {name}") for flow in _flows_in(import_module(name)))
-    return found
+    return [Registration(flow, source) for flow, source in registered()]
 
 
 @checks.register("pgflow")

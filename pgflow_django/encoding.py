@@ -47,6 +47,13 @@ class NotEncodable(ValueError):
         self.kind = kind
 
 
+class OutputNotSerialisable(TypeError):
+    """A handler's or task's output breaks the engine's JSON rule: no retry changes that, so the task
+    fails at once."""
+
+    pgflow_permanent = True
+
+
 class NotDecodable(ValueError):
     """Stored JSON this process cannot decode (written by other means than the engine's API)."""
 
@@ -159,3 +166,13 @@ def _check_integers(value: Any) -> None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def encode_output(output: Any) -> str:
+    """JSON text of a handler output under the engine's one JSON rule; falsy values stay themselves,
+    NUL and lone surrogates in strings are escaped, NaN, unknown types and values past the bounds are
+    refused."""
+    try:
+        return encode_json(output, escape_text=True)
+    except NotEncodable as exc:
+        raise OutputNotSerialisable(f"output not encodable: {exc.reason}") from None

@@ -1,4 +1,4 @@
-"""How an error the engine recorded is shown to a person (commands, admin).
+"""What the engine records for a failed attempt, and how a recorded error is shown to a person.
 
 The tasks backend stores a task function's failure as ``django-task-error:`` followed by JSON (class
 path and traceback), so that ``get_result()`` can rebuild Django's ``TaskError``. That blob is for
@@ -11,7 +11,20 @@ import json
 from dataclasses import dataclass
 from typing import Final
 
+from pgflow_django.encoding import clean_text
+
 ERROR_PREFIX: Final = "django-task-error:"
+MAX_ERROR_LENGTH: Final = 10_000
+"""Characters of one recorded error; longer texts are cut."""
+
+
+def error_text(exc: BaseException) -> str:
+    """What the engine records for a failed attempt; an exception may supply it (``pgflow_error_text``)."""
+    recorded = getattr(exc, "pgflow_error_text", None)
+    if isinstance(recorded, str):
+        return clean_text(recorded)[:MAX_ERROR_LENGTH]
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return clean_text(text)[:MAX_ERROR_LENGTH]
 
 
 @dataclass(frozen=True)

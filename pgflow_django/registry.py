@@ -21,17 +21,25 @@ class FlowNotRegistered(LookupError):
     """A slug that no registered flow carries."""
 
 
-def get_flows() -> dict[str, Flow]:
-    """Every registered flow by slug: the ``FLOWS`` setting's entries first, then the apps' flows modules."""
-    found: dict[str, tuple[Flow, str]] = {}
+def registered() -> list[tuple[Flow, str]]:
+    """Every (flow, where it is registered) in registration order, duplicates and clashes included:
+    the ``FLOWS`` setting's entries first, then the apps' flows modules. ``get_flows`` and the system
+    checks both read it."""
+    found: list[tuple[Flow, str]] = []
     for path in get_settings().flows:
-        for flow in _flows_at(path):
-            _register(found, flow, f"PGFLOW['FLOWS'] entry {path!r}")
+        found.extend((flow, f"PGFLOW['FLOWS'] entry {path!r}") for flow in _flows_at(path))
     for app_config in apps.get_app_configs():
         if module_has_submodule(app_config.module, "flows"):
             name = f"{app_config.name}.flows"
-            for flow in _flows_in(import_module(name)):
-                _register(found, flow, f"module {name}")
+            found.extend((flow, f"module {name}") for flow in _flows_in(import_module(name)))
+    return found
+
+
+def get_flows() -> dict[str, Flow]:
+    """Every registered flow by slug; two flows on one slug, or on slugs differing only in case, fail."""
+    found: dict[str, tuple[Flow, str]] = {}
+    for flow, source in registered():
+        _register(found, flow, source)
     return {slug: flow for slug, (flow, _) in found.items()}
 
 

@@ -10,6 +10,7 @@ check-constraint violation at compile time.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Final
 
@@ -131,3 +132,14 @@ def step_queue_name(flow_slug: str, step_slug: str, step_index: int) -> str:
         f"{MAX_QUEUE_NAME_LENGTH}-character limit; choose a flow slug of at most "
         f"{MAX_QUEUE_NAME_LENGTH - 2 - len(str(step_index))} characters"
     )
+
+
+def task_flow_slug(module_path: str, queue_name: str) -> str:
+    """The concrete flow slug of a task function on a queue: readable, valid under the slug rules,
+    at most 47 characters, and unique per (function, queue) through a hash suffix."""
+    readable = re.sub(r"[^a-z0-9]+", "_", module_path.lower()).strip("_") or "task"
+    if readable[0].isdigit():
+        readable = f"t_{readable}"
+    digest = hashlib.sha256(f"{module_path}|{queue_name}".encode()).hexdigest()[:8]
+    head = readable[: MAX_FLOW_SLUG_LENGTH - len(digest) - 1].rstrip("_")
+    return f"{head}_{digest}"

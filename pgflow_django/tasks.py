@@ -10,10 +10,8 @@ same API under the name ``django_tasks``). docs/django-tasks.md has the details.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
-import re
 import threading
 import traceback
 import uuid
@@ -31,11 +29,10 @@ from django.utils.module_loading import import_string, module_has_submodule
 from pgflow_django import queries
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, RoutedFlow, route_flow
-from pgflow_django.encoding import clean_text
-from pgflow_django.recorded_errors import ERROR_PREFIX
-from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, shared_queue_problem
+from pgflow_django.encoding import OutputNotSerialisable, clean_text, encode_output
+from pgflow_django.recorded_errors import ERROR_PREFIX, MAX_ERROR_LENGTH
+from pgflow_django.slugs import shared_queue_problem, task_flow_slug
 from pgflow_django.worker.context import TaskContext as StepContext
-from pgflow_django.worker.runner import MAX_ERROR_LENGTH
 
 
 def _load_framework() -> tuple[str, Any]:
@@ -104,8 +101,6 @@ class TaskFailure(Exception):
     traceback the engine records verbatim; an output that cannot be stored is not retried."""
 
     def __init__(self, exc: BaseException) -> None:
-        from pgflow_django.worker.runner import OutputNotSerialisable
-
         self.exception_class_path = f"{type(exc).__module__}.{type(exc).__qualname__}"
         self.pgflow_permanent = isinstance(exc, OutputNotSerialisable)
         text = clean_text("".join(traceback.format_exception(exc)))
@@ -122,17 +117,6 @@ class TaskFailure(Exception):
                 break
             keep = max(0, keep - excess - 16)
         super().__init__(f"{self.exception_class_path}: {exc}")
-
-
-def task_flow_slug(module_path: str, queue_name: str) -> str:
-    """The concrete flow slug of a task function on a queue: readable, valid under the slug rules,
-    at most 47 characters, and unique per (function, queue) through a hash suffix."""
-    readable = re.sub(r"[^a-z0-9]+", "_", module_path.lower()).strip("_") or "task"
-    if readable[0].isdigit():
-        readable = f"t_{readable}"
-    digest = hashlib.sha256(f"{module_path}|{queue_name}".encode()).hexdigest()[:8]
-    head = readable[: MAX_FLOW_SLUG_LENGTH - len(digest) - 1].rstrip("_")
-    return f"{head}_{digest}"
 
 
 def module_path(task: Any) -> str:
@@ -437,8 +421,6 @@ class _TaskHandler:
 def _task_output(value: Any) -> Any:
     """The return value as Django's tasks framework stores it (``normalize_json``), refused here when
     the engine cannot store it, before task_finished says SUCCESSFUL."""
-    from pgflow_django.worker.runner import OutputNotSerialisable, encode_output
-
     try:
         output = tasks_api.normalize_json(value)
     except RecursionError:

@@ -3,7 +3,7 @@
 ``manage.py pgflow_audit`` runs the audit read-only before an upgrade; the migration runs it again
 through ``preflight`` under its locks, because data can change between the two and only a check
 made under the locks proves the state the migration then changes. Both read the frozen SQL file
-``sql/migrations/0003_queue_identity_audit.sql``, which uses baseline objects only, so it runs on a
+``sql/audits/0003_queue_identity_audit.sql``, which uses baseline objects only, so it runs on a
 database that has not been upgraded yet.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from pgflow_django import queries
 from pgflow_django.catalog import Cursor
-from pgflow_django.sql import MIGRATIONS_DIR
+from pgflow_django.sql import AUDITS_DIR
 
 AUDIT_FILE: Final = "0003_queue_identity_audit.sql"
 REFINED_AUDIT_FILE: Final = "0005_step_queues_audit.sql"
@@ -94,7 +94,7 @@ Progress = Callable[[AuditCheck, int, int], None]
 def load_audit_checks(text: str | None = None, source: str = AUDIT_FILE) -> list[AuditCheck]:
     """Parse the audit file (or ``text``): one check per ``-- check: <name>`` marker, in file order."""
     if text is None:
-        text = (MIGRATIONS_DIR / source).read_text(encoding="utf-8")
+        text = (AUDITS_DIR / source).read_text(encoding="utf-8")
     markers = list(_MARKER.finditer(text))
     if not markers:
         raise AuditFileError(f"{source} has no '-- check: <name>' marker")

@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from tests.support.db import tuples
+
 LEDGER_DDL = """
 create table if not exists public.ledger_execution (
   id bigserial primary key,
@@ -180,8 +182,7 @@ def record_effect(ctx: Any, *, if_absent: bool = False) -> None:
 
 
 def _rows(cursor: Cursor, query: str, params: Any = None) -> list[tuple[Any, ...]]:
-    cursor.execute(query, params)
-    return [tuple(row) for row in cursor.fetchall()]
+    return tuples(query, params, on=cursor)
 
 
 def _live_messages(cursor: Cursor) -> dict[str, set[int]]:

@@ -153,6 +153,20 @@ def clean_example_flows(cursor: Any) -> None:
     cursor.execute("delete from pgflow.workers where queue_name = any(%s)", [list(EXAMPLE_FLOWS)])
 
 
+def wait_recovery_passes(worker: WorkerProcess, passes: int = 2, timeout: float = 30.0) -> None:
+    """Wait until ``worker`` (started with ``--log-level debug``) finishes ``passes`` more stalled-task
+    recovery passes than it had when called: with two, one pass surely started after the caller's
+    change, so "recovery left it alone" is asserted after recovery looked, never before."""
+    from pgflow_django.worker.queue_worker import RECOVERY_PASS_DONE
+
+    before = worker.log().count(RECOVERY_PASS_DONE)
+    wait_until(
+        lambda: worker.log().count(RECOVERY_PASS_DONE) >= before + passes,
+        timeout,
+        f"{passes} stalled-task recovery passes of the worker for {worker.flow}",
+    )
+
+
 class Spawner:
     """Starts workers on one database and stops every one of them at teardown."""
 

@@ -1,4 +1,5 @@
-"""SQL shipped as package files: the current schema (one object per file) and frozen migration deltas."""
+"""SQL shipped as package files: the current schema (one object per file), frozen migration deltas and the
+upgrade preflight's audits (read by ``pgflow_django.upgrade``, never run as a migration step)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 SQL_ROOT = Path(__file__).resolve().parent
 SCHEMA_DIR = SQL_ROOT / "schema"
 MIGRATIONS_DIR = SQL_ROOT / "migrations"
+AUDITS_DIR = SQL_ROOT / "audits"
 
 
 def migration_sql(name: str) -> str:

@@ -59,6 +59,8 @@ RECOVERY_WORDS = {
     "permanently_stalled": "task(s) failed as permanently stalled",
 }
 """How the stalled-recovery log line names each outcome of ``pgflow.requeue_stalled_tasks``."""
+RECOVERY_PASS_DONE = "stalled-task recovery pass finished"
+"""Logged at debug level after each pass this worker ran, so a test can wait for passes to happen."""
 SHARED_WARNINGS = {
     "unmatched": "match no task: left in the queue untouched (applications must not send to queues "
     "pgflow manages)",
@@ -489,6 +491,7 @@ class QueueWorker:
             logger.debug("stalled-task recovery is running in another worker")
             return
         counts = {row.outcome: int(row.task_count) for row in rows if row.task_count}
+        logger.debug("%s (%d task(s) changed)", RECOVERY_PASS_DONE, sum(counts.values()))
         if counts:
             logger.warning(
                 "stalled-task recovery (tasks whose worker stopped answering): %s",

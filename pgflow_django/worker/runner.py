@@ -23,22 +23,14 @@ from django.db import (
 
 from pgflow_django import queries
 from pgflow_django.dsl import Flow, Retry, StepDefinition
-from pgflow_django.encoding import NotEncodable, clean_text, encode_json
+from pgflow_django.encoding import OutputNotSerialisable, encode_output
+from pgflow_django.recorded_errors import error_text
 from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.connection import ClaimedTask, completion_args, first_line
 from pgflow_django.worker.context import TaskContext
 from pgflow_django.worker.slots import WorkerState
 
 logger = logging.getLogger("pgflow_django.worker")
-
-MAX_ERROR_LENGTH = 10_000
-
-
-class OutputNotSerialisable(TypeError):
-    """The handler's output breaks the engine's JSON rule (``pgflow_django.encoding``): no retry
-    changes that, so the task fails at once."""
-
-    pgflow_permanent = True
 
 
 class OutputNotStorable(ValueError):
@@ -52,25 +44,6 @@ class _Discard(Exception):
     def __init__(self, outcome: str) -> None:
         super().__init__(outcome)
         self.outcome = outcome
-
-
-def encode_output(output: Any) -> str:
-    """JSON text of a handler output under the engine's one JSON rule; falsy values stay themselves,
-    NUL and lone surrogates in strings are escaped, NaN, unknown types and values past the bounds are
-    refused."""
-    try:
-        return encode_json(output, escape_text=True)
-    except NotEncodable as exc:
-        raise OutputNotSerialisable(f"output not encodable: {exc.reason}") from None
-
-
-def error_text(exc: BaseException) -> str:
-    """What the engine records for a failed attempt; an exception may supply it (``pgflow_error_text``)."""
-    recorded = getattr(exc, "pgflow_error_text", None)
-    if isinstance(recorded, str):
-        return clean_text(recorded)[:MAX_ERROR_LENGTH]
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return clean_text(text)[:MAX_ERROR_LENGTH]
 
 
 def _traceback(exc: BaseException) -> BaseException | None:

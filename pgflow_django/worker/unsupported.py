@@ -12,9 +12,9 @@ import logging
 from typing import Any
 
 import psycopg
-from django.core.exceptions import ImproperlyConfigured
 
 from pgflow_django import queries
+from pgflow_django.slugs import task_flow_slug
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -63,9 +63,5 @@ def _is_task_flow(flow_slug: str, task_path: str | None, queue: str) -> bool:
     """True for the flow the tasks backend makes of ``task_path`` on ``queue`` (its slug carries a
     hash of both, so a flow input that merely has a "task" key does not qualify)."""
     if not task_path:
-        return False
-    try:
-        from pgflow_django.tasks import task_flow_slug
-    except (ImportError, ImproperlyConfigured):  # no tasks framework: no flow is a task flow
         return False
     return task_flow_slug(task_path, queue) == flow_slug

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +17,7 @@ import psycopg
 import pytest
 
 from tests import ledger
+from tests.support.db import scalar, tuples
 from tests.workers import Spawner, WorkerProcess, wait_until
 
 CHAOS = os.environ.get("PGFLOW_CHAOS") == "full"
@@ -71,13 +71,10 @@ class Db:
         self.conn.close()
 
     def rows(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
-        with self.conn.cursor() as cursor:
-            cursor.execute(query, params)
-            return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+        return tuples(query, params, on=self.conn)
 
     def val(self, query: str, params: Any = None) -> Any:
-        found = self.rows(query, params)
-        return found[0][0] if found else None
+        return scalar(query, params, on=self.conn)
 
     def start(self, flow: str, inputs: list[Any]) -> list[str]:
         """Start one run per input (one statement), returning their ids."""
@@ -216,8 +213,3 @@ def alive(*workers: WorkerProcess) -> None:
     """Each worker is still the process it was: it rode through the fault without a restart."""
     for worker in workers:
         assert worker.process.poll() is None, f"worker {worker.pid} exited:\n{worker.log()[-4000:]}"
-
-
-def settle(seconds: float) -> None:
-    """A short pause for something that must *not* happen (a second execution, a recovery)."""
-    time.sleep(seconds)

@@ -22,6 +22,7 @@ import pytest
 from django.db import connection
 
 from tests import ledger
+from tests.support.db import scalar
 from tests.workers import Spawner, WorkerProcess, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -70,27 +71,18 @@ def ledger_workers(database_url: str, tmp_path: Path) -> Iterator[Spawner]:
         ledger.reset_flows(cursor)
 
 
-def _scalar(query: str, params: object = None) -> object:
-    with connection.cursor() as cursor:
-        cursor.execute(query, params)
-        row = cursor.fetchone()
-    return None if row is None else row[0]
-
-
 def _start(flow: str, flow_input: object) -> str:
-    return str(_scalar("select run_id from pgflow.start_flow(%s, %s::jsonb)", [flow, json.dumps(flow_input)]))
+    return str(scalar("select run_id from pgflow.start_flow(%s, %s::jsonb)", [flow, json.dumps(flow_input)]))
 
 
 def _send(queue: str, body: str | None) -> int:
     if body is None:
-        return int(_scalar("select pgmq.send(%s, null::jsonb)", [queue]))  # type: ignore[arg-type]
-    return int(_scalar("select pgmq.send(%s, %s::jsonb)", [queue, body]))  # type: ignore[arg-type]
+        return int(scalar("select pgmq.send(%s, null::jsonb)", [queue]))  # type: ignore[arg-type]
+    return int(scalar("select pgmq.send(%s, %s::jsonb)", [queue, body]))  # type: ignore[arg-type]
 
 
 def _all_terminal(flow: str) -> bool:
-    return (
-        _scalar("select count(*) from pgflow.runs where flow_slug = %s and status = 'started'", [flow]) == 0
-    )
+    return scalar("select count(*) from pgflow.runs where flow_slug = %s and status = 'started'", [flow]) == 0
 
 
 def test_foreign_bodies_are_archived_with_a_warning_while_real_runs_complete_exactly_once(
@@ -105,16 +97,16 @@ def test_foreign_bodies_are_archived_with_a_warning_while_real_runs_complete_exa
     wait_until(lambda: _all_terminal(flow), 60, "every run to finish", interval=0.2)
     wait_until(
         lambda: (
-            _scalar(f"select count(*) from pgmq.a_{flow} where msg_id = any(%s)", [foreign]) == len(foreign)
+            scalar(f"select count(*) from pgmq.a_{flow} where msg_id = any(%s)", [foreign]) == len(foreign)
         ),
         20,
         "every foreign message to be archived",
     )
-    statuses = _scalar(
+    statuses = scalar(
         "select array_agg(distinct status) from pgflow.runs where run_id = any(%s::uuid[])", [runs]
     )
     assert statuses == ["completed"]
-    assert _scalar(f"select count(*) from pgmq.q_{flow} where msg_id = any(%s)", [foreign]) == 0
+    assert scalar(f"select count(*) from pgmq.q_{flow} where msg_id = any(%s)", [foreign]) == 0
 
     log = worker.log()
     warned: set[int] = set()
@@ -127,7 +119,7 @@ def test_foreign_bodies_are_archived_with_a_warning_while_real_runs_complete_exa
     assert warned == set(foreign), f"one warning per foreign message id:\n{log}"
     assert worker.process.poll() is None, "the worker keeps running"
     assert "Traceback" not in log
-    assert _scalar("select count(*) from pgflow.worker_pauses where flow_slug = %s", [flow]) == 0
+    assert scalar("select count(*) from pgflow.worker_pauses where flow_slug = %s", [flow]) == 0
 
     with connection.cursor() as cursor:
         ledger.assert_invariants(cursor)
@@ -191,7 +183,7 @@ def test_atomic_unstorable_output_error_is_one_line_like_the_plain_path(ledger_w
     runs = {kind: _start(flow, {"kind": kind}) for kind in ("set", "deep")}
     wait_until(lambda: _all_terminal(flow), 30, "the runs to finish", interval=0.2)
     for kind, run_id in runs.items():
-        error = str(_scalar("select error_message from pgflow.step_tasks where run_id = %s", [run_id]))
+        error = str(scalar("select error_message from pgflow.step_tasks where run_id = %s", [run_id]))
         assert error.startswith("output not encodable: "), (kind, error)
         assert "\n" not in error, (kind, error)
     assert "handler failed" not in worker.log(), "the handler did nothing wrong: its output was refused"
@@ -203,7 +195,7 @@ def test_nul_and_lone_surrogates_in_outputs_are_stored_escaped(ledger_workers: S
     runs = {kind: _start(flow, {"kind": kind}) for kind in ("nul", "surrogate")}
     wait_until(lambda: _all_terminal(flow), 30, "the runs to finish", interval=0.2)
     outputs = {
-        kind: _scalar("select output::text from pgflow.step_states where run_id = %s", [run_id])
+        kind: scalar("select output::text from pgflow.step_states where run_id = %s", [run_id])
         for kind, run_id in runs.items()
     }
     assert {kind: json.loads(str(text)) for kind, text in outputs.items()} == {
@@ -211,7 +203,7 @@ def test_nul_and_lone_surrogates_in_outputs_are_stored_escaped(ledger_workers: S
         "surrogate": "\\ud800",
     }
     statuses = {
-        _scalar("select status from pgflow.runs where run_id = %s", [run_id]) for run_id in runs.values()
+        scalar("select status from pgflow.runs where run_id = %s", [run_id]) for run_id in runs.values()
     }
     assert statuses == {"completed"}
     assert "could not record" not in worker.log()

@@ -15,8 +15,8 @@ import signal
 import pytest
 
 from tests import ledger
-from tests.acceptance.faults import FAST, RECOVERY_AGE, Rig, alive, scale, settle
-from tests.workers import WorkerProcess, wait_until
+from tests.acceptance.faults import FAST, RECOVERY_AGE, Rig, alive, scale
+from tests.workers import WorkerProcess, wait_recovery_passes, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -38,10 +38,11 @@ def _work_effects(rig: Rig, runs: list[str]) -> list[tuple[int, int]]:
 
 
 def _recover(rig: Rig, flow: str, runs: list[str], rescuer: WorkerProcess) -> None:
-    """Back-date the dead worker's claims past their deadline; the rescuer recovers and finishes them."""
+    """Back-date the dead worker's claims short of their deadline (the rescuer, at debug level, leaves
+    them alone for two passes), then past it; the rescuer recovers and finishes them."""
     db = rig.db
     assert db.backdate(runs, RECOVERY_AGE - 6) == TASKS
-    settle(1)
+    wait_recovery_passes(rescuer)
     assert db.task_count(runs, "started") == TASKS, "not past the recovery deadline: left alone"
     db.backdate(runs, RECOVERY_AGE)
     db.wait_finished([flow], 30)
@@ -66,7 +67,7 @@ def test_a_killed_step_worker_s_tasks_are_recovered_by_another_worker_of_its_ste
     wait_until(lambda: db.executions(runs) == TASKS, 20, "every work handler to be mid-sleep")
     doomed.kill()
 
-    rescuer = rig.spawn(flow, "--step", "work", "--concurrency", str(TASKS), *FAST)
+    rescuer = rig.spawn(flow, "--step", "work", "--concurrency", str(TASKS), *FAST, "--log-level", "debug")
     _recover(rig, flow, runs, rescuer)
     alive(totals, rescuer)
     db.check(flow)
@@ -79,7 +80,7 @@ def test_a_killed_shared_queue_worker_s_tasks_are_recovered_by_another_on_that_q
     wait_until(lambda: db.executions(runs) == TASKS, 20, "every work handler to be mid-sleep")
     doomed.kill()
 
-    rescuer = rig.spawn(ROUTED, *SHARED, "--concurrency", str(TASKS), *FAST)
+    rescuer = rig.spawn(ROUTED, *SHARED, "--concurrency", str(TASKS), *FAST, "--log-level", "debug")
     _recover(rig, ROUTED, runs, rescuer)
     alive(rescuer)
     db.check(ROUTED, ROUTED_B)

@@ -84,6 +84,6 @@ def test_a_result_past_the_depth_bound_fails_at_once(task_worker: TaskWorkerSpaw
     assert failed.status == status.FAILED
     assert failed.attempts == 1, "no retry can make it storable"
     assert [error.exception_class_path for error in failed.errors] == [
-        "pgflow_django.worker.runner.OutputNotSerialisable"
+        "pgflow_django.encoding.OutputNotSerialisable"
     ]
     assert "output not encodable: nested deeper than " in failed.errors[0].traceback

@@ -7,7 +7,6 @@ each in the middle of CONCURRENCY handlers (CI 1 x 4 tasks; ``make chaos`` 3 x 8
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -15,9 +14,9 @@ from django.db import connection
 
 from pgflow_django import start_flow, wait_for_run
 from tests import ledger
-from tests.acceptance.faults import FAST, RECOVERY_AGE, Rig, alive, scale, settle
+from tests.acceptance.faults import FAST, RECOVERY_AGE, Rig, alive, scale
 from tests.sql.support import q, q1
-from tests.workers import WorkerProcess, wait_until
+from tests.workers import WorkerProcess, wait_recovery_passes, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -44,9 +43,9 @@ def test_killed_worker_task_is_recovered_after_timeout_plus_30s_and_runs_once(
     wait_until(lambda: task(run_id) == {"status": "started", "attempts_count": 1}, 15, "attempt 1")
     doomed.kill()
 
-    spawn_worker("example_ledger", "--stalled-check-seconds", "0.2")
+    rescuer = spawn_worker("example_ledger", "--stalled-check-seconds", "0.2", "--log-level", "debug")
     claim_age(run_id, TIMEOUT + 25)
-    time.sleep(1.5)  # several recovery passes of the new worker go by
+    wait_recovery_passes(rescuer)
     assert task(run_id) == {"status": "started", "attempts_count": 1}, "not stalled yet: left alone"
 
     claim_age(run_id, TIMEOUT + 31)
@@ -78,9 +77,9 @@ def test_workers_killed_mid_handler_have_every_task_recovered_with_one_effect(ri
     tasks = KILLS * CONCURRENCY
     assert db.task_count(runs, "started") == tasks and db.effects(runs) == []
 
-    rescuer = rig.spawn(flow, "--concurrency", str(CONCURRENCY), *FAST)
+    rescuer = rig.spawn(flow, "--concurrency", str(CONCURRENCY), *FAST, "--log-level", "debug")
     db.backdate(runs, RECOVERY_AGE - 6)
-    settle(1.5)  # several recovery passes go by
+    wait_recovery_passes(rescuer)
     assert db.task_count(runs, "started") == tasks, "not past the recovery deadline: left alone"
 
     db.backdate(runs, RECOVERY_AGE)

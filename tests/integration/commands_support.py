@@ -11,6 +11,7 @@ from django.db import connection
 
 from tests import workers
 from tests.integration.commands_flows import SLUGS
+from tests.support.db import scalar
 
 SETTINGS_ENV = {"DJANGO_SETTINGS_MODULE": "tests.integration.commands_settings"}
 
@@ -39,13 +40,6 @@ def drop_command_flows() -> None:
             [list(SLUGS)],
         )
         cursor.execute("delete from pgflow.workers where queue_name = any(%s)", [list(SLUGS)])
-
-
-def scalar(query: str, params: Any = None) -> Any:
-    with connection.cursor() as cursor:
-        cursor.execute(query, params)
-        row = cursor.fetchone()
-    return None if row is None else row[0]
 
 
 def flow_exists(slug: str) -> bool:

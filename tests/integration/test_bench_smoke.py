@@ -9,7 +9,11 @@ import sys
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
 from django.db import connection
+
+pytestmark = pytest.mark.slow
+"""A whole quick bench (its own database, worker processes): run it with the other slow scenarios."""
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 

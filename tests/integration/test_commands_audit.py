@@ -18,7 +18,8 @@ from django.db import connection
 from pgflow_django.compiler import compile_flow
 from pgflow_django.upgrade import load_audit_checks
 from tests.integration import commands_flows
-from tests.integration.commands_support import drop_command_flows, manage, scalar, stderr_lines
+from tests.integration.commands_support import drop_command_flows, manage, stderr_lines
+from tests.support.db import scalar
 
 CHECKS = [check.name for check in load_audit_checks()]
 BIG_ID = 2**53 + 7

@@ -19,9 +19,9 @@ from tests.integration.commands_support import (
     flow_exists,
     manage,
     queue_exists,
-    scalar,
     stderr_lines,
 )
+from tests.support.db import scalar
 
 
 @pytest.fixture(autouse=True)

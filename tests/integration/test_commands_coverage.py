@@ -25,6 +25,7 @@ from pgflow_django.coverage import RouteCoverage, coverage, coverage_sql
 from pgflow_django.operations import pause
 from tests.integration.commands_support import manage, stderr_lines
 from tests.sql.support import q, val
+from tests.support.db import tuples
 from tests.workers import WorkerProcess, wait_until
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
@@ -119,12 +120,6 @@ def printed_query(out: str) -> str:
     return out.split(heading, 1)[1]
 
 
-def execute(query: str) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(query)
-        return list(cursor.fetchall())
-
-
 def as_rows(routes: list[RouteCoverage]) -> list[tuple[Any, ...]]:
     return [
         (
@@ -212,10 +207,10 @@ class TestCoverage:
         query = coverage_sql(flow="cov_stepped", live_seconds=42)
         assert "values (42.0::float8, 'cov_stepped'::text)" in query
         assert "%(" not in query
-        assert execute(query) == as_rows(coverage(flow="cov_stepped", live_seconds=42))
+        assert tuples(query) == as_rows(coverage(flow="cov_stepped", live_seconds=42))
         everything = coverage_sql(live_seconds=15)
         assert "values (15.0::float8, NULL::text)" in everything
-        assert execute(everything) == as_rows(coverage())
+        assert tuples(everything) == as_rows(coverage())
 
     def test_the_documented_query_is_the_rendered_default(self) -> None:
         text = DOC.read_text(encoding="utf-8")
@@ -243,7 +238,7 @@ class TestCommand:
         assert err.strip() == "CommandError: 1 of 2 (flow, step, queue) route(s) have no live worker"
         query = printed_query(out)
         assert query == coverage_sql(flow="cov_stepped")
-        assert execute(query) == as_rows(coverage(flow="cov_stepped"))
+        assert tuples(query) == as_rows(coverage(flow="cov_stepped"))
 
     def test_all_routes_of_every_flow(self) -> None:
         deployed_workers()
@@ -333,7 +328,7 @@ class TestCommand:
         assert code == 0
         assert out == coverage_sql(flow="cov_stepped", live_seconds=120)
         assert out.startswith("-- pgflow coverage:") and out.rstrip().endswith(";")
-        assert execute(out) == as_rows(coverage(flow="cov_stepped", live_seconds=120))
+        assert tuples(out) == as_rows(coverage(flow="cov_stepped", live_seconds=120))
 
     def test_sql_refuses_output_options(self) -> None:
         code, _, err = run_command("--sql", "--all", "--format", "json")
@@ -366,7 +361,7 @@ def test_manage_py_exit_codes(database_url: str) -> None:
         assert stderr_lines(result) == [
             "CommandError: 1 of 2 (flow, step, queue) route(s) have no live worker"
         ]
-        assert execute(printed_query(result.stdout)) == as_rows(coverage(flow="cov_stepped"))
+        assert tuples(printed_query(result.stdout)) == as_rows(coverage(flow="cov_stepped"))
 
         result = manage(database_url, "pgflow_coverage", "--flow", "cov_plain")
         assert result.returncode == 0, result.stderr

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 from tests import workers
-from tests.integration.commands_support import scalar
+from tests.support.db import scalar
 
 
 @pytest.fixture

@@ -22,10 +22,10 @@ from tests.integration.commands_support import (
     manage,
     queue_exists,
     run_status,
-    scalar,
     stderr_lines,
 )
 from tests.sql import support
+from tests.support.db import scalar
 
 
 @pytest.fixture

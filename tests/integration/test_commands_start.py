@@ -21,9 +21,9 @@ from tests.integration.commands_support import (
     drop_command_flows,
     manage,
     run_status,
-    scalar,
     stderr_lines,
 )
+from tests.support.db import scalar
 
 compiled_elsewhere = Flow("cmd_compiled_elsewhere", max_attempts=1, timeout=5)
 

@@ -12,6 +12,7 @@ from pgflow_django import start_flow
 from pgflow_django.compiler import compile_flow
 from tests.integration import commands_flows
 from tests.sql import support
+from tests.support.db import tuples
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 SQL_BLOCKS = re.findall(r"```sql\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)
@@ -27,12 +28,6 @@ def block_titled(words: str) -> str:
     return found.group(1)
 
 
-def rows(sql: str) -> list[tuple[object, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql)
-        return list(cursor.fetchall())
-
-
 def test_the_page_has_the_monitoring_queries() -> None:
     assert len(SQL_BLOCKS) >= 5
 
@@ -41,15 +36,15 @@ def test_the_page_has_the_monitoring_queries() -> None:
 def test_each_sql_block_runs(sql: str) -> None:
     compile_flow(commands_flows.greet)
     start_flow("cmd_greet", {"name": "ada"})
-    rows(sql)
+    tuples(sql)
 
 
 def test_queue_depth_and_oldest_queued_task_see_a_waiting_run() -> None:
     compile_flow(commands_flows.greet)
     start_flow("cmd_greet", {"name": "ada"})
-    depth = {row[0]: row[1] for row in rows(block_titled("Queue depth per queue"))}
+    depth = {row[0]: row[1] for row in tuples(block_titled("Queue depth per queue"))}
     assert depth["cmd_greet"] == 1
-    oldest = {row[0]: row[1] for row in rows(block_titled("Oldest queued task"))}
+    oldest = {row[0]: row[1] for row in tuples(block_titled("Oldest queued task"))}
     assert oldest["cmd_greet"] == 1
 
 
@@ -58,13 +53,13 @@ def test_stalled_tasks_query_finds_a_task_past_its_timeout() -> None:
     start_flow("cmd_greet", {"name": "ada"})
     task = support.claim_one("cmd_greet")
     stalled = block_titled("Stalled tasks")
-    assert [row for row in rows(stalled) if row[1] == "cmd_greet"] == []
+    assert [row for row in tuples(stalled) if row[1] == "cmd_greet"] == []
     with connection.cursor() as cursor:
         cursor.execute(
             "update pgflow.step_tasks set started_at = now() - interval '36 seconds' "
             "where flow_slug = 'cmd_greet' and status = 'started'"
         )
-    found = [row for row in rows(stalled) if row[1] == "cmd_greet"]
+    found = [row for row in tuples(stalled) if row[1] == "cmd_greet"]
     assert [(row[2], row[-1]) for row in found] == [("hello", 5)], task
 
 

@@ -571,8 +571,8 @@ def test_results_report_the_queue_their_flow_runs_on() -> None:
 
 
 def test_task_flows_chooses_the_queue_or_says_why_it_cannot() -> None:
+    from pgflow_django.task_flows import task_flows
     from pgflow_django.worker.preflight import PreflightError
-    from pgflow_django.worker.tasks import task_flows
 
     queue, flows = task_flows(None)  # QUEUES default and mail: 'default'
     assert queue == "default"
@@ -615,7 +615,7 @@ def test_an_output_json_cannot_hold_fails_the_attempt_before_task_finished() -> 
         pytest.raises(TaskFailure) as info,
     ):
         handler({"args": [], "kwargs": {}}, SimpleNamespace(run_id=uuid.UUID(result.id)))
-    assert info.value.exception_class_path == "pgflow_django.worker.runner.OutputNotSerialisable"
+    assert info.value.exception_class_path == "pgflow_django.encoding.OutputNotSerialisable"
     assert [item["status"] for item in started] == [status.RUNNING]
     assert [item["status"] for item in finished] == [status.FAILED]
     assert finished[0]["task_result"].errors[-1].exception_class_path == info.value.exception_class_path

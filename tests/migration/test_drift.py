@@ -1,7 +1,5 @@
 """ "All migrations applied" must equal "schema files installed", and every frozen delta must be used.
 
-(``*_audit.sql`` files are not deltas: ``pgflow_django.upgrade`` reads them for a migration's preflight.)
-
 The test database is migrated by pytest-django; a scratch database on the same server gets PGMQ the
 way migration 0001 installs it and then the schema files, and the two catalogs of schema ``pgflow``
 are compared through ``pgflow_django.catalog``. A schema file edited without a matching migration
@@ -107,7 +105,7 @@ def test_the_comparison_sees_a_changed_column_and_function(scratch: psycopg.Conn
 
 
 def test_each_frozen_delta_is_loaded_by_exactly_one_migration() -> None:
-    deltas = [path for path in sorted(MIGRATIONS_DIR.glob("*.sql")) if not path.name.endswith("_audit.sql")]
+    deltas = sorted(MIGRATIONS_DIR.glob("*.sql"))
     references: dict[str, list[str]] = {path.name: [] for path in deltas}
     texts = {path.name: path.read_text(encoding="utf-8") for path in deltas}
     for name, migration in sorted(_pgflow_migrations().items()):

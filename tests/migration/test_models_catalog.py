@@ -16,7 +16,7 @@ import pytest
 from django.apps import apps
 from django.db import connection, models, transaction
 
-from tests.helpers import execute, rows, scalar
+from tests.support.db import execute, rows, scalar
 
 pytestmark = pytest.mark.django_db
 

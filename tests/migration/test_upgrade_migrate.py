@@ -37,10 +37,6 @@ def _migrations() -> list[str]:
 
 
 LATEST = _migrations()[-1]
-requires_0003 = pytest.mark.skipif(
-    not any(name.startswith("0003_") for name in _migrations()),
-    reason="migration 0003 is not in this checkout yet",
-)
 
 
 def migrate(target: str) -> None:
@@ -122,7 +118,6 @@ def claim(cursor: Any, queue: str, flow_slug: str) -> list[tuple[Any, ...]]:
     )
 
 
-@requires_0003
 def test_baseline_data_upgrades_with_queue_identity_backfilled(baseline: Any) -> None:
     cursor = baseline
     fx.load_normal(cursor)
@@ -163,7 +158,6 @@ def test_baseline_data_upgrades_with_queue_identity_backfilled(baseline: Any) ->
     ]
 
 
-@requires_0003
 @pytest.mark.parametrize("hazard", fx.HAZARDS, ids=lambda hazard: hazard.name)
 def test_a_hazard_blocks_the_migration_and_changes_nothing(baseline: Any, hazard: fx.Hazard) -> None:
     cursor = baseline
@@ -189,7 +183,6 @@ def test_a_hazard_blocks_the_migration_and_changes_nothing(baseline: Any, hazard
     assert found["steps"] and all(queue == flow.lower() for flow, queue in found["steps"] | found["tasks"])
 
 
-@requires_0003
 def test_the_migration_waits_for_locks_only_until_the_lock_timeout(baseline: Any, settings: Any) -> None:
     """A worker still writing holds the migration up for PGMIGRATE_LOCK_TIMEOUT, then it fails cleanly."""
     cursor = baseline
@@ -206,7 +199,6 @@ def test_the_migration_waits_for_locks_only_until_the_lock_timeout(baseline: Any
     assert applied()[-1] == BASELINE
 
 
-@requires_0003
 def test_manage_py_migrate_prints_the_report_and_exits_1(baseline: Any) -> None:
     """The operator's path: django-pgmigrate's ``migrate`` in a process of its own."""
     cursor = baseline

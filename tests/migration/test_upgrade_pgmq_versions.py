@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from pgflow_django.pgmq_install import bundled_sql, bundled_version
-from pgflow_django.sql import MIGRATIONS_DIR, migration_sql
+from pgflow_django.sql import migration_sql
 from pgflow_django.upgrade import UpgradeBlocked, preflight
 from tests.migration import upgrade_support as fx
 
@@ -30,9 +30,6 @@ pytestmark = pytest.mark.django_db
 PACKAGES = {"1.11.1": "1.1.3", "1.13.0": "1.1.4"}
 """PGMQ version -> the pgmq PyPI release that ships its SQL install."""
 DELTA = "0003_queue_identity.sql"
-requires_0003 = pytest.mark.skipif(
-    not (MIGRATIONS_DIR / DELTA).exists(), reason=f"{DELTA} is not in this checkout yet"
-)
 CAMEL = "CamelFlow"
 QUEUE = "camelflow"
 
@@ -154,7 +151,6 @@ def drain(cur: psycopg.Cursor[Any]) -> int:
             done += 1
 
 
-@requires_0003
 def test_a_camel_case_queue_is_created_used_migrated_archived_dropped_and_recreated(
     database: psycopg.Connection[Any],
 ) -> None:
@@ -201,7 +197,6 @@ def test_a_camel_case_queue_is_created_used_migrated_archived_dropped_and_recrea
     assert objects(cur) == expected(QUEUE, archived=2, last=2)
 
 
-@requires_0003
 def test_baseline_hazards_block_the_upgrade_until_repaired(database: psycopg.Connection[Any]) -> None:
     cur = database.cursor()
     fx.load_normal(cur)

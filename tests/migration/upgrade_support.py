@@ -24,6 +24,7 @@ from psycopg import sql
 from pgflow_django.catalog import snapshot
 from pgflow_django.pgmq_install import ensure_pgmq
 from pgflow_django.sql import migration_sql
+from tests.support import db
 
 Cursor = Any
 WORKER = uuid.UUID("00000000-0000-4000-8000-00000000a0d1")
@@ -33,14 +34,13 @@ MIXED = "UpgMixed"
 
 
 def rows(cursor: Cursor, query: str, params: Any = None) -> list[tuple[Any, ...]]:
-    cursor.execute(query, params)
-    return list(cursor.fetchall()) if cursor.description is not None else []
+    """``tests.support.db.tuples`` on ``cursor``, cursor first as every helper here takes it."""
+    return db.tuples(query, params, on=cursor)
 
 
 def value(cursor: Cursor, query: str, params: Any = None) -> Any:
-    result = rows(cursor, query, params)
-    assert len(result) == 1, f"expected one row, got {result}"
-    return result[0][0]
+    """``tests.support.db.value`` on ``cursor``."""
+    return db.value(query, params, on=cursor)
 
 
 def body(flow_slug: str, step_slug: str, task_index: int = 0) -> str:

@@ -1,63 +1,27 @@
 """Helpers for the SQL tests: build flows, start runs, claim, complete and inspect rows and queues.
 
 Everything goes through the real ``pgflow`` SQL API and the real PGMQ tables on Django's connection.
-jsonb values are decoded (Django's psycopg loader leaves them as text).
+Queries go through ``tests.support.db`` (jsonb decoded); ``q``, ``q1``, ``val`` and ``jb`` are its
+``rows``, ``one``, ``value`` and ``jsonb`` under the short names these tests use.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 
-JSONB_OID = 3802
+from tests.support.db import db_error as db_error
+from tests.support.db import jsonb as jb
+from tests.support.db import one as q1
+from tests.support.db import rows as q
+from tests.support.db import value as val
+
 _ABSENT = object()
-
-
-def jb(value: Any) -> str:
-    """A Python value as a jsonb literal parameter (use with ``%s::jsonb``)."""
-    return json.dumps(value)
-
-
-def q(query: str, params: Any = None) -> list[dict[str, Any]]:
-    """Rows as dicts, jsonb columns decoded."""
-    with connection.cursor() as cursor:
-        cursor.execute(query, params)
-        if cursor.description is None:
-            return []
-        cols = [(col.name, col.type_code == JSONB_OID) for col in cursor.description]
-        return [
-            {
-                name: (json.loads(v) if is_json and isinstance(v, str) else v)
-                for (name, is_json), v in zip(cols, row, strict=True)
-            }
-            for row in cursor.fetchall()
-        ]
-
-
-def q1(query: str, params: Any = None) -> dict[str, Any]:
-    result = q(query, params)
-    assert len(result) == 1, f"expected one row, got {len(result)}: {result}"
-    return result[0]
-
-
-def val(query: str, params: Any = None) -> Any:
-    result = q(query, params)
-    assert len(result) == 1, f"expected one row, got {len(result)}"
-    return next(iter(result[0].values()))
-
-
-def db_error(query: str, params: Any = None) -> str:
-    """Run a statement that must fail; the test's transaction survives (savepoint). Returns the message."""
-    with pytest.raises(DatabaseError) as info, transaction.atomic():
-        q(query, params)
-    return str(info.value)
 
 
 @contextmanager
@@ -226,10 +190,14 @@ def new_worker(flow_slug: str) -> uuid.UUID:
 def start_tasks(
     flow_slug: str, msg_ids: list[int], worker_id: uuid.UUID | None = None
 ) -> list[dict[str, Any]]:
+    """The claimed tasks of a plain flow's batch, through the claim a worker calls (queue, flow, ids,
+    worker, no step selector), in message id order; the batch's other outcomes are left out."""
     worker = worker_id or new_worker(flow_slug)
     return q(
-        "select * from pgflow.start_tasks(%s, %s::bigint[], %s::uuid)",
-        [flow_slug, list(msg_ids), worker],
+        "select c.flow_slug, c.run_id, c.step_slug, c.task_index, c.message_id, c.attempt, c.input"
+        "  from pgflow.start_tasks(lower(%s), %s, %s::bigint[], %s::uuid, null) as c"
+        " where c.outcome = 'claimed' order by c.message_id",
+        [flow_slug, flow_slug, list(msg_ids), worker],
     )
 
 
@@ -240,7 +208,8 @@ def claim(
     vt: int = 5,
     step_slug: str | None = None,
 ) -> list[dict[str, Any]]:
-    """What a worker does: read visible messages with pgmq.read, then claim them with start_tasks.
+    """What a worker does: read visible messages with pgmq.read, then claim them with start_tasks
+    (the five-argument claim).
 
     ``step_slug`` reads only that step's messages (pgmq.read's conditional filter on the body).
     Returns the claimed task records ordered by (step_slug, run_id, task_index)."""

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from pgflow_django.recorded_errors import MAX_ERROR_LENGTH, error_text
 from pgflow_django.tasks import ERROR_PREFIX, TaskFailure
-from pgflow_django.worker.runner import MAX_ERROR_LENGTH, error_text
 
 
 def _raised(message: str) -> BaseException:

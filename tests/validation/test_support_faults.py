@@ -4,8 +4,6 @@ concurrent step workers execute every task once with nothing left behind."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.db import connection
 
@@ -14,7 +12,7 @@ from testproject.example.models import SupportThread
 from testproject.example.support import open_thread
 from tests.ledger import assert_invariants
 from tests.sql.support import q, q1
-from tests.workers import Spawner, wait_until
+from tests.workers import Spawner, wait_recovery_passes, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,7 +33,9 @@ def test_killed_step_worker_is_recovered_by_another_steps_worker(support: Spawne
     for step in ("acknowledge", "messages"):
         support("support_thread_steps", "--step", step)
     # the route worker also runs stalled recovery, often: recovery is not tied to the stalled step
-    support("support_thread_steps", "--step", "route", "--stalled-check-seconds", "0.2")
+    route = support(
+        "support_thread_steps", "--step", "route", "--stalled-check-seconds", "0.2", "--log-level", "debug"
+    )
     thread_id, run_id = open_thread("crash", ["an error appeared"], work_ms=120_000)
     wait_until(
         lambda: _classify_tasks(run_id) == [{"task_index": 0, "status": "started", "attempts_count": 1}],
@@ -49,7 +49,7 @@ def test_killed_step_worker_is_recovered_by_another_steps_worker(support: Spawne
         "where run_id = %s and step_slug = 'classify'",
         [TIMEOUT + 25, run_id],
     )
-    time.sleep(1.5)  # several recovery passes go by
+    wait_recovery_passes(route)
     assert _classify_tasks(run_id)[0]["status"] == "started", "not stalled yet: left alone"
 
     # the slow model call answers quickly this time: attempt 2 reads the map element from the

@@ -185,9 +185,9 @@ arguments; 128 + signal number after a second signal
     def _subscriptions(self, options: dict[str, Any]) -> list[tuple[str | None, list[Flow]]]:
         """(queue, flows) for each claim loop: one, or one per queue with ``--queue '*'``."""
         from pgflow_django.dsl import RoutedFlow
+        from pgflow_django.task_flows import ALL_QUEUES, task_flows, task_queues
         from pgflow_django.worker import PreflightError
         from pgflow_django.worker.preflight import resolve_flow
-        from pgflow_django.worker.tasks import ALL_QUEUES, task_flows, task_queues
 
         queue = options["queue"]
         if (queue is not None or options["tasks"]) and options["step"]:

@@ -3,7 +3,7 @@
 -- reserved words refused. The Python DSL mirrors this function (a parity test checks it).
 create or replace function pgflow.is_valid_slug(slug text)
 returns boolean
-language sql
+language sql set search_path = pg_catalog, pgflow, pgmq
 immutable
 as $$
   select slug is not null

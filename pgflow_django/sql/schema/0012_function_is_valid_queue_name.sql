@@ -2,7 +2,7 @@
 -- limit (PGMQ lowercases table names, so 'Orders' and 'orders' would address the same tables).
 create or replace function pgflow.is_valid_queue_name(queue_name text)
 returns boolean
-language sql
+language sql set search_path = pg_catalog, pgflow, pgmq
 immutable
 as $$
   select queue_name is not null

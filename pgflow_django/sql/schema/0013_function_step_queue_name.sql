@@ -6,7 +6,7 @@
 -- this function is authoritative.
 create or replace function pgflow.step_queue_name(flow_slug text, step_slug text, step_index integer)
 returns text
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 immutable
 as $$
 declare

@@ -3,7 +3,7 @@
 -- database is told to migrate (upgrades are coordinated, never rolling).
 create or replace function pgflow.protocol_version()
 returns integer
-language sql
+language sql set search_path = pg_catalog, pgflow, pgmq
 immutable
 as $$
   select 4

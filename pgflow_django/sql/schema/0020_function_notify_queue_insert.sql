@@ -3,7 +3,7 @@
 -- updates a throttle row for every message, which costs more than the send itself in batches.
 create or replace function pgflow.notify_queue_insert()
 returns trigger
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 begin
   perform pg_notify('pgmq.' || tg_table_name || '.INSERT', null);

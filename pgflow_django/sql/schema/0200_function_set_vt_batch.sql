@@ -1,9 +1,18 @@
--- One statement sets each message's visibility to now + its own offset (seconds).
-create or replace function pgflow.set_vt_batch(queue_name text, msg_ids bigint[], vt_offsets integer[])
+-- One statement sets the visibility of a batch of messages, each from its own offset (seconds):
+--   set     visibility = now + offset, for every message
+--   extend  hidden for at least now + offset: a message already hidden that long (within a second)
+--           is not written, so a worker that read its batch with a long enough visibility pays no
+--           second update per message when the claim applies the task's timeout
+-- Returns the messages it wrote.
+create or replace function pgflow.set_vt_batch(queue_name text, msg_ids bigint[], vt_offsets integer[], mode text)
 returns setof pgmq.message_record
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 begin
+  if mode is null or mode not in ('set', 'extend') then
+    raise exception 'set_vt_batch: mode must be ''set'' or ''extend'', got %', coalesce(quote_literal(mode), 'NULL')
+      using errcode = '22023';
+  end if;
   if msg_ids is null or cardinality(msg_ids) = 0 then
     return;
   end if;
@@ -17,9 +26,10 @@ begin
          set vt = clock_timestamp() + make_interval(secs => o.vt_offset)
         from unnest($1, $2) as o(msg_id, vt_offset)
        where q.msg_id = o.msg_id
+         and ($3 = 'set' or q.vt < clock_timestamp() + make_interval(secs => o.vt_offset - 1))
       returning q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
     $q$,
     pgmq.format_table_name(queue_name, 'q')
-  ) using msg_ids, vt_offsets;
+  ) using msg_ids, vt_offsets, mode;
 end;
 $$;

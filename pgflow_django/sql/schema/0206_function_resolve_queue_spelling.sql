@@ -3,7 +3,7 @@
 -- is required: none means the queue is missing, several are aliases of the same tables.
 create or replace function pgflow.resolve_queue_spelling(queue_name text)
 returns text
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 stable
 as $$
 declare

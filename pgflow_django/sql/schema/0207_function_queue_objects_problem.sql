@@ -2,7 +2,7 @@
 -- sequence), or NULL when all are there.
 create or replace function pgflow.queue_objects_problem(queue_name text)
 returns text
-language sql
+language sql set search_path = pg_catalog, pgflow, pgmq
 stable
 as $$
   select nullif(concat_ws(', ',

@@ -7,7 +7,7 @@
 -- passed, and a queue that appears while it is being created is refused too.
 create or replace function pgflow.provision_generated_queue(flow_slug text, queue_name text)
 returns void
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_other text;

@@ -3,7 +3,7 @@
 -- steps' shared queues (pgflow.shared_queues) outlive it.
 create or replace function pgflow.flow_queues(flow_slug text)
 returns setof text
-language sql
+language sql set search_path = pg_catalog, pgflow, pgmq
 stable
 as $$
   select lower(f.flow_slug) from pgflow.flows as f

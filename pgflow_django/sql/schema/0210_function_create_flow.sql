@@ -13,7 +13,7 @@ create or replace function pgflow.create_flow(
   queue_mode text default 'flow'
 )
 returns pgflow.flows
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_flow pgflow.flows;

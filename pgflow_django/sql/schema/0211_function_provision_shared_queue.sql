@@ -6,7 +6,7 @@
 -- pgflow never adopts or converts a queue.
 create or replace function pgflow.provision_shared_queue(queue_name text)
 returns void
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queue text := queue_name;

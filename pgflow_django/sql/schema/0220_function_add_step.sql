@@ -20,7 +20,7 @@ create or replace function pgflow.add_step(
   queue_name text default null
 )
 returns pgflow.steps
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_deps text[] := coalesce((select array_agg(distinct d order by d) from unnest(deps_slugs) as d), '{}');

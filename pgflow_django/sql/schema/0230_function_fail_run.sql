@@ -4,7 +4,7 @@
 -- counting the steps that neither completed nor were skipped, as on every other path.
 create or replace function pgflow.fail_run(run_id uuid, error_message text)
 returns void
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queues text[];

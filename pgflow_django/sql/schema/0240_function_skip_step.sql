@@ -3,7 +3,7 @@
 -- and runs pgflow.cascade afterwards so dependents see the skip.
 create or replace function pgflow.skip_step(run_id uuid, step_slug text, skip_reason text, cascade boolean)
 returns void
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queues text[];

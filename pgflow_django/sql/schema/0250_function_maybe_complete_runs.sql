@@ -4,7 +4,7 @@
 -- (NULL), as in pgflow.
 create or replace function pgflow.maybe_complete_runs(run_ids uuid[])
 returns void
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 begin
   with counts as (

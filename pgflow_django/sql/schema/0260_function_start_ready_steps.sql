@@ -5,7 +5,7 @@
 -- The n-th id returned by send_batch belongs to the n-th message sent.
 create or replace function pgflow.start_ready_steps(run_ids uuid[])
 returns void
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_batches jsonb;

@@ -4,7 +4,7 @@
 -- have tasks and completes runs with nothing left. Callers hold the runs' row locks.
 create or replace function pgflow.cascade(run_ids uuid[])
 returns void
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_unmet record;

@@ -8,7 +8,7 @@ create or replace function pgflow.start_flows(
   flow_slug text, inputs jsonb, run_ids uuid[] default null, start_delay integer default null
 )
 returns setof pgflow.runs
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_root_map text;

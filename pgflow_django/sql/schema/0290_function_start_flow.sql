@@ -3,7 +3,7 @@ create or replace function pgflow.start_flow(
   flow_slug text, input jsonb, run_id uuid default null, start_delay integer default null
 )
 returns setof pgflow.runs
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 begin
   if input is null then

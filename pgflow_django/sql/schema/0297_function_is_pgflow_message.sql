@@ -3,7 +3,7 @@
 -- task; a body never authorises work.
 create or replace function pgflow.is_pgflow_message(message jsonb)
 returns boolean
-language sql
+language sql set search_path = pg_catalog, pgflow, pgmq
 immutable
 as $$
   select coalesce(

@@ -15,7 +15,7 @@ create or replace function pgflow.claim_classified(
   outcomes text[], archived text[]
 )
 returns setof pgflow.claim_record
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_claimed pgflow.step_tasks[];
@@ -41,7 +41,8 @@ begin
   )
   select array_agg(c) into v_claimed from claimed as c;
 
-  perform pgflow.extend_vt_batch(claim_classified.queue_name, array_agg(c.message_id), array_agg(coalesce(s.opt_timeout, f.opt_timeout) + 2))
+  perform pgflow.set_vt_batch(claim_classified.queue_name, array_agg(c.message_id), array_agg(coalesce(s.opt_timeout, f.opt_timeout) + 2),
+                              'extend')
      from unnest(v_claimed) as c
      join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
      join pgflow.flows as f on f.flow_slug = c.flow_slug
@@ -50,7 +51,7 @@ begin
   perform pgflow.set_vt_batch(claim_classified.queue_name, array_agg(t.message_id),
                               array_agg(greatest(2, ceil(extract(epoch from
                                 t.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
-                                - clock_timestamp())))::integer))
+                                - clock_timestamp())))::integer), 'set')
      from unnest(runs, steps, indexes, outcomes) as k(run_id, step_slug, task_index, outcome)
      join pgflow.step_tasks as t
        on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index

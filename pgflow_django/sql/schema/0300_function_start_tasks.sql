@@ -21,7 +21,7 @@ create or replace function pgflow.start_tasks(
   queue_name text, flow_slug text, msg_ids bigint[], worker_id uuid, step_slug text default null
 )
 returns setof pgflow.claim_record
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queue text := lower(queue_name);
@@ -66,30 +66,13 @@ begin
     return;
   end if;
 
-  -- each message's task, looked up by its unique (queue_name, message_id) one at a time (a lateral
-  -- LIMIT 1 keeps the plan an index probe per message whatever the table statistics say); the
-  -- arrays are in task key order, the order in which every other writer locks a run's tasks
-  select array_agg(i.id order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.run_id order by t.run_id, t.step_slug, t.task_index, i.id),
-         array_agg(t.step_slug order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.task_index order by t.run_id, t.step_slug, t.task_index, i.id),
-         array_agg(case
-                     when t.run_id is null then null
-                     when t.flow_slug <> start_tasks.flow_slug then 'fatal'
-                     when t.step_slug <> coalesce(start_tasks.step_slug, t.step_slug) then 'fatal'
-                     when t.status in ('completed', 'failed', 'skipped', 'cancelled') then 'terminal'
-                     when t.status = 'started' then 'started'
-                     when r.status = 'started' and ss.status = 'started' then 'claimed'
-                     else 'ineligible'
-                   end order by t.run_id, t.step_slug, t.task_index, i.id)
-    into v_ids, v_runs, v_steps, v_indexes, v_outcomes
-    from (select distinct unnest(msg_ids) as id) as i
-    left join lateral (
-      select t.run_id, t.step_slug, t.task_index, t.flow_slug, t.status
-        from pgflow.step_tasks as t
-       where t.queue_name = v_queue and t.message_id = i.id
-       limit 1
-    ) as t on true
-    left join pgflow.runs as r on r.run_id = t.run_id
-    left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug;
+  -- a plain worker supports every step of its flow, a step worker its one step; a task of another
+  -- flow or step on this queue is fatal, a message without a task is judged by its body below
+  select c.* into v_ids, v_runs, v_steps, v_indexes, v_outcomes
+    from (select array_agg(s.flow_slug) as flows, array_agg(s.step_slug) as steps
+            from pgflow.steps as s
+           where s.flow_slug = start_tasks.flow_slug and s.step_slug = coalesce(start_tasks.step_slug, s.step_slug)) as p
+    cross join lateral pgflow.classify_claim(v_queue, msg_ids, p.flows, p.steps, null, 'fatal') as c;
 
   -- only messages without a task are judged by their body
   select array_agg(e.id) into v_unmatched
@@ -113,7 +96,7 @@ begin
     from unnest(v_ids, v_outcomes) as e(id, outcome) where e.outcome = 'fatal';
 
   if v_fatal is not null then
-    perform pgflow.set_vt_batch(v_queue, array_agg(e.id), array_agg(0))
+    perform pgflow.set_vt_batch(v_queue, array_agg(e.id), array_agg(0), 'set')
        from unnest(v_ids, v_outcomes) as e(id, outcome) where e.outcome <> 'missing';
     insert into pgflow.worker_pauses (flow_slug, step_slug, queue_name, reason, detail)
     values (start_tasks.flow_slug, coalesce(start_tasks.step_slug, ''), v_queue, 'fatal',

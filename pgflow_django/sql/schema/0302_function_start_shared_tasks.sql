@@ -16,7 +16,7 @@ create or replace function pgflow.start_shared_tasks(
   queue_name text, msg_ids bigint[], worker_id uuid, support_flows text[], support_steps text[]
 )
 returns setof pgflow.claim_record
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queue text := lower(queue_name);
@@ -40,27 +40,8 @@ begin
     return;
   end if;
 
-  select array_agg(i.id order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.run_id order by t.run_id, t.step_slug, t.task_index, i.id),
-         array_agg(t.step_slug order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.task_index order by t.run_id, t.step_slug, t.task_index, i.id),
-         array_agg(case
-                     when t.run_id is null then 'unmatched'
-                     when not exists (select 1 from unnest(support_flows, support_steps) as p(flow_slug, step_slug)
-                                       where p.flow_slug = t.flow_slug and p.step_slug = t.step_slug) then 'unsupported'
-                     when t.status in ('completed', 'failed', 'skipped', 'cancelled') then 'terminal'
-                     when t.status = 'started' then 'started'
-                     when r.status = 'started' and ss.status = 'started' then 'claimed'
-                     else 'ineligible'
-                   end order by t.run_id, t.step_slug, t.task_index, i.id)
-    into v_ids, v_runs, v_steps, v_indexes, v_outcomes
-    from (select distinct unnest(msg_ids) as id) as i
-    left join lateral (
-      select t.run_id, t.step_slug, t.task_index, t.flow_slug, t.status
-        from pgflow.step_tasks as t
-       where t.queue_name = v_queue and t.message_id = i.id
-       limit 1
-    ) as t on true
-    left join pgflow.runs as r on r.run_id = t.run_id
-    left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug;
+  select c.* into v_ids, v_runs, v_steps, v_indexes, v_outcomes
+    from pgflow.classify_claim(v_queue, msg_ids, support_flows, support_steps, 'unmatched', 'unsupported') as c;
 
   return query
     select * from pgflow.claim_classified(v_queue, start_shared_tasks.worker_id, v_ids, v_runs, v_steps, v_indexes,

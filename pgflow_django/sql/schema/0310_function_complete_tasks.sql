@@ -7,7 +7,7 @@
 -- (their run has failed), and other runs' items are not affected.
 create or replace function pgflow.complete_tasks(items jsonb)
 returns table (run_id uuid, step_slug text, task_index integer, outcome text)
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 #variable_conflict use_column
 declare

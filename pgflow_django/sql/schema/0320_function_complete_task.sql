@@ -2,7 +2,7 @@ create or replace function pgflow.complete_task(
   run_id uuid, step_slug text, task_index integer, attempt integer, output jsonb
 )
 returns text
-language sql
+language sql set search_path = pg_catalog, pgflow, pgmq
 as $$
   select c.outcome
     from pgflow.complete_tasks(jsonb_build_array(jsonb_build_object(

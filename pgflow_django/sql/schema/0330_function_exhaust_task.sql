@@ -4,7 +4,7 @@
 -- Returns 'failed' or 'skipped'.
 create or replace function pgflow.exhaust_task(run_id uuid, step_slug text, task_index integer, error_message text)
 returns text
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_task pgflow.step_tasks;

@@ -9,7 +9,7 @@ create or replace function pgflow.fail_task(
   retry_delay integer default null
 )
 returns text
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_task pgflow.step_tasks;
@@ -59,7 +59,7 @@ begin
        set status = 'queued', error_message = fail_task.error_message, queued_at = clock_timestamp(),
            attempt_errors = t.attempt_errors || jsonb_build_array(v_error)
      where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index;
-    perform pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id], array[v_delay]);
+    perform pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id], array[v_delay], 'set');
     return 'retrying';
   end if;
 

@@ -8,7 +8,7 @@ create or replace function pgflow.reject_task(
   run_id uuid, step_slug text, task_index integer, attempt integer, error_message text
 )
 returns text
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_task pgflow.step_tasks;

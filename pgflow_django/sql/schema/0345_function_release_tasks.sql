@@ -5,7 +5,7 @@
 -- stays started for stalled-task recovery to exhaust ('kept'). Other items are 'stale'.
 create or replace function pgflow.release_tasks(items jsonb)
 returns table (run_id uuid, step_slug text, task_index integer, outcome text)
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 #variable_conflict use_column
 declare
@@ -43,7 +43,7 @@ begin
     into v_released
     from released as rl;
 
-  perform pgflow.set_vt_batch(g.queue_name, g.ids, array_fill(0, array[cardinality(g.ids)]))
+  perform pgflow.set_vt_batch(g.queue_name, g.ids, array_fill(0, array[cardinality(g.ids)]), 'set')
      from (select rl->>'queue_name' as queue_name, array_agg((rl->>'message_id')::bigint) as ids
              from jsonb_array_elements(v_released) as rl
             where rl->>'message_id' is not null

@@ -5,7 +5,7 @@
 -- left for the next pass.
 create or replace function pgflow.requeue_stalled_tasks()
 returns table (outcome text, task_count integer)
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 #variable_conflict use_column
 declare
@@ -53,7 +53,7 @@ begin
        and t.run_id = st.run_id and t.step_slug = st.step_slug and t.task_index = st.task_index
     returning t.queue_name, t.message_id
   ), visible as (
-    select pgflow.set_vt_batch(g.queue_name, g.ids, array_fill(0, array[cardinality(g.ids)]))
+    select pgflow.set_vt_batch(g.queue_name, g.ids, array_fill(0, array[cardinality(g.ids)]), 'set')
       from (select rq.queue_name, array_agg(rq.message_id) as ids
               from requeued as rq where rq.message_id is not null group by rq.queue_name) as g
   ), marked as (

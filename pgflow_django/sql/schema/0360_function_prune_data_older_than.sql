@@ -5,7 +5,7 @@
 -- (a worker that sent a heartbeat in the last 10 minutes is never pruned, whatever the retention).
 create or replace function pgflow.prune_data_older_than(retention interval)
 returns jsonb
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_cutoff timestamptz := now() - retention;

@@ -2,7 +2,7 @@
 -- than now - retention, whichever flow they belonged to. Returns how many were deleted.
 create or replace function pgflow.prune_shared_archive(queue_name text, retention interval)
 returns bigint
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_count bigint;

@@ -11,7 +11,7 @@
 -- them are deleted, found through its task snapshots. The workers' support rows for the flow go too.
 create or replace function pgflow.delete_flow_and_data(flow_slug text)
 returns void
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_queues text[];

@@ -2,7 +2,7 @@
 -- dependencies, when_unmet, when_exhausted and condition patterns. Runtime options are not shape.
 create or replace function pgflow.flow_shape(flow_slug text)
 returns jsonb
-language sql
+language sql set search_path = pg_catalog, pgflow, pgmq
 stable
 as $$
   select jsonb_build_object('steps', coalesce(jsonb_agg(jsonb_build_object(

@@ -2,7 +2,7 @@
 -- pgmq.meta with its queue table, archive table and sequence.
 create or replace function pgflow.check_flow_queues(flow_slug text)
 returns void
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 stable
 as $$
 declare

@@ -21,7 +21,7 @@
 -- compilations never interleave with a pgflow migration.
 create or replace function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, on_change text, confirmed_runs bigint default null)
 returns jsonb
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_step jsonb;

@@ -5,7 +5,7 @@ create or replace function pgflow.pause_subscription(
   flow_slug text, step_slug text default '', reason text default 'operator', detail text default null
 )
 returns pgflow.worker_pauses
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_pause pgflow.worker_pauses;

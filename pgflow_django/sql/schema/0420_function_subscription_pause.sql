@@ -2,7 +2,7 @@
 -- (flow_slug, ''); a pause of the whole flow also holds its step subscriptions.
 create or replace function pgflow.subscription_pause(flow_slug text, step_slug text default '')
 returns pgflow.worker_pauses
-language sql
+language sql set search_path = pg_catalog, pgflow, pgmq
 stable
 as $$
   select p.* from pgflow.worker_pauses as p

@@ -5,7 +5,7 @@
 -- first, skips a task it finds locked, so a cancel never deadlocks with workers.
 create or replace function pgflow.cancel_run(run_id uuid, reason text default null)
 returns text
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_status text;

@@ -1,7 +1,7 @@
 -- Starts a new run of a finished run's flow with the same input, linked to it by rerun_of.
 create or replace function pgflow.rerun(run_id uuid)
 returns uuid
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_run pgflow.runs;

@@ -114,7 +114,7 @@ ENTRY_POINTS = [
     ),
     EntryPoint(
         "set_vt_batch",
-        "select * from pgflow.set_vt_batch(%s, %s::bigint[], array[0])",
+        "select * from pgflow.set_vt_batch(%s, %s::bigint[], array[0], 'set')",
         lambda n, c: [n, [c["msg"]]],
     ),
     EntryPoint(

@@ -20,7 +20,7 @@ def test_direct_call_is_idempotent() -> None:
 
     make_flow("f", step("a"))
     run_id = start("f")
-    q("select pgflow.start_ready_steps(%s::uuid)", [run_id])
+    q("select pgflow.start_ready_steps(array[%s::uuid])", [run_id])
     q("select pgflow.start_ready_steps(array[%s::uuid])", [run_id])
     assert len(tasks(run_id)) == 1
     assert len(queue_messages("f")) == 1

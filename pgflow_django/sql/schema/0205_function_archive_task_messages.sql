@@ -6,7 +6,7 @@
 -- fails on the archive's key, so the common path stays one PGMQ call per queue.
 create or replace function pgflow.archive_task_messages(queue_names text[], msg_ids bigint[])
 returns void
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_group record;

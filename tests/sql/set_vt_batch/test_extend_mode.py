@@ -16,7 +16,7 @@ def test_a_shorter_visibility_is_extended_to_the_offset() -> None:
     q("select pgmq.create('f')")
     ids = _send(2)
     _hide(ids[1], 5)
-    q("select pgflow.extend_vt_batch('f', %s::bigint[], array[60, 60])", [ids])
+    q("select * from pgflow.set_vt_batch('f', %s::bigint[], array[60, 60], 'extend')", [ids])
     assert_visible_in("f", ids[0], 60)
     assert_visible_in("f", ids[1], 60)
 
@@ -28,7 +28,7 @@ def test_a_message_already_hidden_long_enough_is_not_written() -> None:
     _hide(ids[1], 60)
     before = {m["msg_id"]: m["vt"] for m in queue_messages("f")}
     xmin_before = {r["msg_id"]: r["xmin"] for r in q("select msg_id, xmin::text from pgmq.q_f")}
-    q("select pgflow.extend_vt_batch('f', %s::bigint[], array[62, 60])", [ids])
+    q("select * from pgflow.set_vt_batch('f', %s::bigint[], array[62, 60], 'extend')", [ids])
     after = {m["msg_id"]: m["vt"] for m in queue_messages("f")}
     xmin_after = {r["msg_id"]: r["xmin"] for r in q("select msg_id, xmin::text from pgmq.q_f")}
     assert after == before, "a visibility at least as long as the offset (within a second) stays as it is"
@@ -38,14 +38,14 @@ def test_a_message_already_hidden_long_enough_is_not_written() -> None:
 def test_unknown_ids_are_ignored() -> None:
     q("select pgmq.create('f')")
     ids = _send(1)
-    q("select pgflow.extend_vt_batch('f', %s::bigint[], array[30, 30])", [[ids[0], 99999]])
+    q("select * from pgflow.set_vt_batch('f', %s::bigint[], array[30, 30], 'extend')", [[ids[0], 99999]])
     assert_visible_in("f", ids[0], 30)
 
 
 def test_mismatched_lengths_are_refused_and_empty_batches_do_nothing() -> None:
     q("select pgmq.create('f')")
     ids = _send(2)
-    db_error("select pgflow.extend_vt_batch('f', %s::bigint[], array[5])", [ids])
+    db_error("select * from pgflow.set_vt_batch('f', %s::bigint[], array[5], 'extend')", [ids])
     assert vt_in("f", ids[0]) <= 0.1
-    q("select pgflow.extend_vt_batch('f', '{}'::bigint[], '{}'::int[])")
+    q("select * from pgflow.set_vt_batch('f', '{}'::bigint[], '{}'::int[], 'extend')")
     assert vt_in("f", ids[1]) <= 0.1

@@ -5,7 +5,7 @@ def test_no_op_while_steps_remain() -> None:
     make_flow("f", step("a"), step("b", "a"))
     run_id = start("f")
     assert complete(claim_one("f", "a"), 1) == "completed"
-    q("select pgflow.maybe_complete_run(%s)", [run_id])
+    q("select pgflow.maybe_complete_runs(array[%s::uuid])", [run_id])
     r = run(run_id)
     assert r["status"] == "started"
     assert r["output"] is None
@@ -17,7 +17,7 @@ def test_no_op_on_completed_run() -> None:
     run_id = start("f")
     assert complete(claim_one("f", "a"), "x") == "completed"
     before = run(run_id)
-    q("select pgflow.maybe_complete_run(%s)", [run_id])
+    q("select pgflow.maybe_complete_runs(array[%s::uuid])", [run_id])
     assert run(run_id) == before
 
 
@@ -25,5 +25,5 @@ def test_no_op_on_failed_run() -> None:
     make_flow("f", step("a"))
     run_id = start("f")
     q("select pgflow.fail_run(%s, 'stop')", [run_id])
-    q("select pgflow.maybe_complete_run(%s)", [run_id])
+    q("select pgflow.maybe_complete_runs(array[%s::uuid])", [run_id])
     assert run(run_id)["status"] == "failed"

@@ -1,4 +1,8 @@
-"""What ``pgflow_worker --tasks`` runs: the task flows of every configured PgflowTaskBackend on one queue."""
+"""What ``pgflow_worker --tasks`` runs: the task flows of every configured PgflowTaskBackend on one queue.
+
+It sits beside the backend (``pgflow_django.tasks``), not in the worker: the worker package never
+imports the tasks backend, so the two never import each other.
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 -- verifies and refuses a changed shape.
 create or replace function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_recompile boolean default false)
 returns jsonb
-language plpgsql
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 begin
   if allow_recompile then

@@ -1,0 +1,69 @@
+"""Rules every schema file and every function of schema ``pgflow`` keeps, checked on the migrated catalog.
+
+* Each function pins its ``search_path`` to ``pg_catalog, pgflow, pgmq``: what a name in its body
+  means never depends on the caller's path.
+* A file under ``sql/schema`` is named ``NNNN_<kind>_<name>.sql`` after the one object it creates
+  (overloads of a function share its name and differ by number).
+* No function exists that only the tests would call (the ones dropped by migration 0015 stay gone).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pgflow_django.sql import SCHEMA_DIR, schema_files
+from tests.sql.support import q
+
+PINNED = "search_path=pg_catalog, pgflow, pgmq"
+
+_CREATES = re.compile(
+    r"^create (?:or replace )?(function|table|type|schema)\s+(?:if not exists\s+)?(?:pgflow\.)?([a-z_0-9]+)",
+    re.MULTILINE | re.IGNORECASE,
+)
+_FILE = re.compile(r"^[0-9]{4}_(function|table|type|schema)_([a-z_0-9]+)\.sql$")
+
+
+def test_every_pgflow_function_pins_its_search_path() -> None:
+    rows = q(
+        "select format('%%I(%%s)', p.proname, pg_get_function_identity_arguments(p.oid)) as function,"
+        "       p.proconfig as config"
+        "  from pg_proc as p where p.pronamespace = 'pgflow'::regnamespace order by 1"
+    )
+    assert len(rows) > 30, "the catalog query found no pgflow functions: the check would be vacuous"
+    assert [row["function"] for row in rows if row["config"] != [PINNED]] == []
+
+
+def test_each_schema_file_is_named_after_the_object_it_creates() -> None:
+    files = schema_files()
+    assert files, f"no schema files in {SCHEMA_DIR}"
+    wrong: list[str] = []
+    for path in files:
+        named = _FILE.match(path.name)
+        created = _CREATES.findall(path.read_text(encoding="utf-8"))
+        if named is None or len(created) != 1:
+            wrong.append(f"{path.name}: creates {created}")
+            continue
+        kind, name = created[0]
+        if (kind.lower(), name.lower()) != (named.group(1), named.group(2)):
+            wrong.append(f"{path.name}: creates {kind.lower()} {name.lower()}")
+    assert wrong == []
+
+
+def test_the_file_rule_sees_a_misnamed_file() -> None:
+    text = "create or replace function pgflow.archive_task_messages(queue_names text[])"
+    kind, name = _CREATES.findall(text)[0]
+    named = _FILE.match("0205_function_archive_messages.sql")
+    assert named is not None and (kind, name) != (named.group(1), named.group(2))
+
+
+def test_functions_only_tests_called_are_gone() -> None:
+    rows = q(
+        "select p.oid::regprocedure::text as function from pg_proc as p"
+        " where p.pronamespace = 'pgflow'::regnamespace"
+        "   and p.proname in ('maybe_complete_run', 'extend_vt_batch', 'start_ready_steps', 'set_vt_batch')"
+        " order by 1"
+    )
+    assert [row["function"] for row in rows] == [
+        "pgflow.set_vt_batch(text,bigint[],integer[],text)",
+        "pgflow.start_ready_steps(uuid[])",
+    ]

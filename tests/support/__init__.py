@@ -1,0 +1,1 @@
+"""Helpers the whole test suite shares; ``tests.support.db`` is the one way tests send SQL."""

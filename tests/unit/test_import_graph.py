@@ -1,0 +1,132 @@
+"""The modules of pgflow_django import each other without a cycle.
+
+Every import counts, the ones inside functions too (a lazy import only hides a loop until the day
+someone moves it to the top), except those under ``if TYPE_CHECKING:``. Importing ``a.b.c`` runs the
+``__init__`` of ``a.b`` first, so an import also reaches the packages above its target (those above
+the importing module itself are already initialised). Django migrations are not part of the graph.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pgflow_django
+
+PACKAGE_DIR = Path(pgflow_django.__file__).resolve().parent
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        relative = path.relative_to(PACKAGE_DIR.parent).with_suffix("")
+        if "migrations" in relative.parts and relative.parts[1] == "migrations":
+            continue
+        parts = list(relative.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _type_checking_nodes(tree: ast.Module) -> set[int]:
+    hidden: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for statement in node.body:
+                hidden.update(id(child) for child in ast.walk(statement))
+    return hidden
+
+
+def _targets(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The pgflow_django modules that importing ``name`` runs, its own packages excluded."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    hidden = _type_checking_nodes(tree)
+    direct: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in hidden:
+            continue
+        if isinstance(node, ast.Import):
+            direct.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                if submodule in modules:
+                    direct.add(submodule)
+                elif base in modules:
+                    direct.add(base)
+    own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 2)}
+    reached = set(direct)
+    for target in direct:
+        parts = target.split(".")
+        reached.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return {target for target in reached if target in modules and target not in own}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _targets(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_pgflow_django_imports_have_no_cycle() -> None:
+    graph = import_graph()
+    assert "pgflow_django.worker.runner" in graph and "pgflow_django.tasks" in graph
+    assert "pgflow_django.encoding" in graph["pgflow_django.tasks"]
+    assert cycles(graph) == []
+
+
+def test_the_graph_sees_a_loop_through_a_package_and_a_lazy_import() -> None:
+    graph = import_graph()
+    graph["pgflow_django.worker.unsupported"] = graph["pgflow_django.worker.unsupported"] | {
+        "pgflow_django.tasks"
+    }
+    assert "pgflow_django.worker" in graph["pgflow_django.tasks"]
+    assert any({"pgflow_django.tasks", "pgflow_django.worker"} <= set(loop) for loop in cycles(graph))
+
+
+def test_the_tasks_backend_and_the_worker_meet_only_one_way() -> None:
+    graph = import_graph()
+    worker = {
+        name for name in graph if name == "pgflow_django.worker" or name.startswith("pgflow_django.worker.")
+    }
+    assert not any("pgflow_django.tasks" in graph[name] for name in worker)
