@@ -1,0 +1,117 @@
+"""Writes the declared schedules to the database: the one path of ``pgflow_compile`` and worker start.
+
+A declared schedule is created, or its stored definition is brought in line with the code (a change
+of cron, timezone or jitter replans from now). A schedule declared before but missing from the code
+now is paused with reason ``removed_from_code``: it keeps its history and fires nothing, until it is
+declared again or deleted. An operator pause survives a sync. Concurrent syncs (workers starting
+together) queue on an advisory lock, so each sees the previous one's result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from django.db import connections, transaction
+
+from pgflow_django.schedules.cron import InvalidSchedule
+from pgflow_django.schedules.declare import declared_schedules
+from pgflow_django.schedules.definition import ScheduleSpec
+from pgflow_django.schedules.planner import plan_schedules
+
+SYNC_LOCK_KEY: Final = "pgflow:sync_schedules"
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    """Declared before, missing from the code now: paused as ``removed_from_code``."""
+
+
+_UPSERT = """
+insert into pgflow.schedules as s (schedule_name, flow_slug, cron, timezone, input, input_callable,
+                                   catch_up, max_catch_up, jitter_seconds, enabled, origin)
+values (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, 'code')
+on conflict (schedule_name) do update
+   set flow_slug = excluded.flow_slug, cron = excluded.cron, timezone = excluded.timezone,
+       input = excluded.input, input_callable = excluded.input_callable, catch_up = excluded.catch_up,
+       max_catch_up = excluded.max_catch_up, jitter_seconds = excluded.jitter_seconds,
+       enabled = excluded.enabled, revision = s.revision + 1, updated_at = clock_timestamp(),
+       paused_reason = case when s.paused_reason = 'removed_from_code' then null else s.paused_reason end,
+       paused_detail = case when s.paused_reason = 'removed_from_code' then null else s.paused_detail end,
+       paused_at = case when s.paused_reason = 'removed_from_code' then null else s.paused_at end,
+       upcoming = case when (s.cron, s.timezone, s.jitter_seconds)
+                            is distinct from (excluded.cron, excluded.timezone, excluded.jitter_seconds)
+                       then '{}' else s.upcoming end,
+       planned_until = case when (s.cron, s.timezone, s.jitter_seconds)
+                            is distinct from (excluded.cron, excluded.timezone, excluded.jitter_seconds)
+                            or s.paused_reason = 'removed_from_code'
+                            then clock_timestamp() else s.planned_until end,
+       next_fire_at = case when (s.cron, s.timezone, s.jitter_seconds)
+                            is distinct from (excluded.cron, excluded.timezone, excluded.jitter_seconds)
+                           then null else s.next_fire_at end
+ where s.origin = 'code'
+   and ((s.flow_slug, s.cron, s.timezone, s.input, s.input_callable, s.catch_up, s.max_catch_up,
+         s.jitter_seconds, s.enabled)
+        is distinct from (excluded.flow_slug, excluded.cron, excluded.timezone, excluded.input,
+                          excluded.input_callable, excluded.catch_up, excluded.max_catch_up,
+                          excluded.jitter_seconds, excluded.enabled)
+        or s.paused_reason = 'removed_from_code')
+returning (xmax = 0) as inserted
+"""
+
+
+def sync_declared_schedules(specs: list[ScheduleSpec] | None = None, *, using: str = "default") -> SyncResult:
+    """Sync ``specs`` (default: every declared schedule) as the complete set declared in code."""
+    from pgflow_django.compiler import compile_flow
+
+    declared = declared_schedules() if specs is None else specs
+    result = SyncResult()
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        cursor.execute("select pg_advisory_xact_lock(hashtextextended(%s, 0))", [SYNC_LOCK_KEY])
+        for spec in declared:
+            if spec.task is not None and spec.flow is not None:
+                compile_flow(spec.flow, using=using)
+            cursor.execute(
+                _UPSERT,
+                [
+                    spec.name,
+                    spec.flow_slug,
+                    spec.cron,
+                    spec.timezone,
+                    spec.input_json(),
+                    spec.input_callable,
+                    spec.catch_up,
+                    spec.max_catch_up,
+                    spec.jitter,
+                    spec.enabled,
+                ],
+            )
+            row = cursor.fetchone()
+            if row is None:
+                cursor.execute("select origin from pgflow.schedules where schedule_name = %s", [spec.name])
+                if cursor.fetchone()[0] != "code":
+                    raise InvalidSchedule(
+                        f"schedule {spec.name!r} is declared in code but a runtime schedule has that name; "
+                        "rename the declaration (name=...) or delete the runtime schedule"
+                    )
+                result.unchanged.append(spec.name)
+            else:
+                (result.created if row[0] else result.updated).append(spec.name)
+        cursor.execute(
+            """
+            update pgflow.schedules
+               set paused_reason = 'removed_from_code', paused_detail = null, paused_at = clock_timestamp(),
+                   updated_at = clock_timestamp()
+             where origin = 'code' and not (schedule_name = any(%s::text[]))
+               and paused_reason is distinct from 'removed_from_code'
+            returning schedule_name
+            """,
+            [[spec.name for spec in declared]],
+        )
+        result.removed.extend(sorted(row[0] for row in cursor.fetchall()))
+        plan_schedules(cursor, names=[spec.name for spec in declared])
+    return result
