@@ -1,4 +1,4 @@
-"""Schedules: cron definitions with their planned ticks, the ledger of fired ticks, and the firing functions."""
+"""Schedules: cron definitions with their planned ticks, the fired-ticks ledger, the firing functions."""
 
 from django.db import migrations
 

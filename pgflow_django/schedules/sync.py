@@ -9,6 +9,7 @@ together) queue on an advisory lock, so each sees the previous one's result.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -20,6 +21,8 @@ from pgflow_django.schedules.definition import ScheduleSpec
 from pgflow_django.schedules.planner import plan_schedules
 
 SYNC_LOCK_KEY: Final = "pgflow:sync_schedules"
+
+logger = logging.getLogger("pgflow_django.schedules")
 
 
 @dataclass(frozen=True)
@@ -114,4 +117,25 @@ def sync_declared_schedules(specs: list[ScheduleSpec] | None = None, *, using: s
         )
         result.removed.extend(sorted(row[0] for row in cursor.fetchall()))
         plan_schedules(cursor, names=[spec.name for spec in declared])
+    return result
+
+
+def sync_schedules_at_start(using: str = "default") -> SyncResult | None:
+    """The worker's start-up sync: a definition problem is logged, not fatal (the flows still run)."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        result = sync_declared_schedules(using=using)
+    except (InvalidSchedule, ImproperlyConfigured) as exc:
+        logger.warning("declared schedules were not synced: %s", exc)
+        return None
+    finally:
+        connections[using].close()
+    if result.created or result.updated or result.removed:
+        logger.info(
+            "schedules synced: %d created, %d updated, %d removed from code (paused)",
+            len(result.created),
+            len(result.updated),
+            len(result.removed),
+        )
     return result
