@@ -62,13 +62,14 @@ def test_a_firing_process_killed_mid_call_loses_no_tick_and_doubles_none() -> No
         holder.execute("begin")
         holder.execute("select pg_advisory_xact_lock(hashtextextended('pgflow:start:' || %s, 0))", [flow])
         params = conn.info.get_parameters()
+        at = (T0 + timedelta(seconds=3.5)).isoformat()
         script = textwrap.dedent(
             f"""
             import psycopg
             conn = psycopg.connect(dbname={params["dbname"]!r}, user={params["user"]!r},
                                    host={conn.info.host!r}, port={conn.info.port},
                                    application_name="sched_kill_child")
-            conn.execute("select * from pgflow.fire_due_schedules(%s)", [{(T0 + timedelta(seconds=3.5)).isoformat()!r}])
+            conn.execute("select * from pgflow.fire_due_schedules(%s)", [{at!r}])
             conn.commit()
             """
         )
