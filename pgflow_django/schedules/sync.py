@@ -1,7 +1,8 @@
 """Writes the declared schedules to the database: the one path of ``pgflow_compile`` and worker start.
 
-A declared schedule is created, or its stored definition is brought in line with the code (a change
-of cron, timezone or jitter replans from now). A schedule declared before but missing from the code
+A declared schedule is created, or its stored definition is brought in line with the code. A change
+of cron, timezone or jitter, enabling it again or declaring it again after its removal plans its
+ticks from now: nothing of the time it was changed, disabled or removed is caught up. A schedule declared before but missing from the code
 now is paused with reason ``removed_from_code``: it keeps its history and fires nothing, until it is
 declared again or deleted. An operator pause survives a sync. Concurrent syncs (workers starting
 together) queue on an advisory lock, so each sees the previous one's result.
@@ -46,16 +47,18 @@ on conflict (schedule_name) do update
        paused_reason = case when s.paused_reason = 'removed_from_code' then null else s.paused_reason end,
        paused_detail = case when s.paused_reason = 'removed_from_code' then null else s.paused_detail end,
        paused_at = case when s.paused_reason = 'removed_from_code' then null else s.paused_at end,
-       upcoming = case when (s.cron, s.timezone, s.jitter_seconds)
-                            is distinct from (excluded.cron, excluded.timezone, excluded.jitter_seconds)
-                       then '{}' else s.upcoming end,
-       planned_until = case when (s.cron, s.timezone, s.jitter_seconds)
-                            is distinct from (excluded.cron, excluded.timezone, excluded.jitter_seconds)
-                            or s.paused_reason = 'removed_from_code'
-                            then clock_timestamp() else s.planned_until end,
-       next_fire_at = case when (s.cron, s.timezone, s.jitter_seconds)
-                            is distinct from (excluded.cron, excluded.timezone, excluded.jitter_seconds)
-                           then null else s.next_fire_at end
+       upcoming = case when ((s.cron, s.timezone, s.jitter_seconds)
+                              is distinct from (excluded.cron, excluded.timezone, excluded.jitter_seconds)
+                            or (excluded.enabled and not s.enabled)
+                            or s.paused_reason = 'removed_from_code') then '{}' else s.upcoming end,
+       planned_until = case when ((s.cron, s.timezone, s.jitter_seconds)
+                              is distinct from (excluded.cron, excluded.timezone, excluded.jitter_seconds)
+                            or (excluded.enabled and not s.enabled)
+                            or s.paused_reason = 'removed_from_code') then clock_timestamp() else s.planned_until end,
+       next_fire_at = case when ((s.cron, s.timezone, s.jitter_seconds)
+                              is distinct from (excluded.cron, excluded.timezone, excluded.jitter_seconds)
+                            or (excluded.enabled and not s.enabled)
+                            or s.paused_reason = 'removed_from_code') then null else s.next_fire_at end
  where s.origin = 'code'
    and ((s.flow_slug, s.cron, s.timezone, s.input, s.input_callable, s.catch_up, s.max_catch_up,
          s.jitter_seconds, s.enabled)
