@@ -151,7 +151,8 @@ def edit_schedule(
     using: str = "default",
 ) -> ScheduleView:
     """Change a runtime schedule; arguments left out keep their value. A new cron, timezone or
-    jitter, or enabling it again, plans its ticks from now (nothing of the past is caught up). ``input`` may be a value or a callable (as for ``schedule``)."""
+    jitter, or enabling it again, plans its ticks from now (nothing of the past is caught up).
+    ``input`` may be a value or a callable (as for ``schedule``)."""
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
         current = _locked(cursor, name)
         _refuse_declared(current, "edit")
