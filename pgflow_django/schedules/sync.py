@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from django.db import connections, transaction
 
@@ -108,7 +108,7 @@ def sync_declared_schedules(specs: list[ScheduleSpec] | None = None, *, using: s
     return result
 
 
-def _params(spec: ScheduleSpec) -> dict[str, object]:
+def _params(spec: ScheduleSpec) -> dict[str, Any]:
     return {
         "name": spec.name,
         "flow_slug": spec.flow_slug,
