@@ -49,3 +49,18 @@ def test_the_planner_backlog_after_a_long_gap_follows_the_policy() -> None:
         past = [tick for tick in ticks if tick <= now]
         assert past == [now.replace(second=0) - timedelta(minutes=n) for n in reversed(range(backlog))]
         assert len(ticks) - len(past) == PLAN_AHEAD
+
+
+def test_an_expression_that_stops_matching_is_planned_to_its_end_once() -> None:
+    from django.db import connection
+
+    from pgflow_django.schedules import create_schedule, plan_schedules
+    from tests.sql.support import val
+
+    probe_flow()
+    # every minute of the 1st and 21st that is also the month's last Monday: never
+    view = create_schedule("sched_probe", cron="* * */20 * 1L", name="never")
+    assert view.upcoming == () and view.next_fire_at is None
+    assert val("select planned_until = 'infinity' from pgflow.schedules where schedule_name = 'never'")
+    with connection.cursor() as cursor:
+        assert plan_schedules(cursor, names=["never"]) == []  # not planned again on every pass
