@@ -119,7 +119,7 @@ def start_flow(
     invisible to workers until then."""
     require_postgresql(using)
     slug = _flow_slug(flow_or_slug)
-    body = _input_json(flow_or_slug, input, f"input of flow {slug!r}")
+    body = encode_run_input(flow_or_slug, input, f"input of flow {slug!r}")
     chosen = None if run_id is None else _as_uuid(run_id)
     with connections[using].cursor() as cursor, _unknown_flow_as_not_found(slug, using):
         started = queries.value(cursor, queries.START_FLOW, [slug, body, chosen, _delay_seconds(delay)])
@@ -146,7 +146,7 @@ def start_flows(
     require_postgresql(using)
     slug = _flow_slug(flow_or_slug)
     bodies = [
-        _input_json(flow_or_slug, item, f"input #{index} of flow {slug!r}")
+        encode_run_input(flow_or_slug, item, f"input #{index} of flow {slug!r}")
         for index, item in enumerate(inputs)
     ]
     if run_ids is None:
@@ -319,7 +319,7 @@ def _flow_slug(flow_or_slug: Flow | str) -> str:
     return validate_flow_slug(flow_or_slug)
 
 
-def _input_json(flow_or_slug: Flow | str, value: Any, what: str) -> str:
+def encode_run_input(flow_or_slug: Flow | str, value: Any, what: str) -> str:
     """Serialise before any SQL runs, so bad input is one clear error and nothing is written; the
     same JSON rule and bounds as handler outputs (``pgflow_django.encoding``)."""
     try:

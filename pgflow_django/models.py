@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, NoReturn, TypeVar
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Func, Q
 from django.db.models.functions import Lower
 
 _M = TypeVar("_M", bound=models.Model)
@@ -402,3 +403,104 @@ class WorkerPause(ReadOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.flow_slug}/{self.step_slug or '*'}: {self.reason}"
+
+
+class ScheduleCatchUp(models.TextChoices):
+    """Which missed ticks fire after an outage (see docs/schedules.md)."""
+
+    ALL = "all"
+    LATEST = "latest"
+    NONE = "none"
+
+
+class SchedulePauseReason(models.TextChoices):
+    OPERATOR = "operator"
+    REMOVED_FROM_CODE = "removed_from_code", "removed from code"
+
+
+class ScheduleOrigin(models.TextChoices):
+    CODE = "code", "declared in code"
+    RUNTIME = "runtime", "created at run time"
+
+
+class TickKind(models.TextChoices):
+    CRON = "cron"
+    MANUAL = "manual"
+
+
+class Schedule(ReadOnlyModel):
+    """``pgflow.schedules``: a flow started on cron ticks; changed through ``pgflow_django.schedules``.
+
+    ``upcoming`` holds the planned ticks (before jitter); the schedule fires while ``enabled`` and
+    ``paused_reason`` is null."""
+
+    schedule_name = models.TextField(primary_key=True)
+    flow_slug = models.TextField()
+    cron = models.TextField()
+    timezone = models.TextField(default="UTC")
+    input = models.JSONField(default=dict)
+    input_callable = models.TextField(null=True)
+    catch_up = models.TextField(choices=ScheduleCatchUp.choices, default=ScheduleCatchUp.LATEST)
+    max_catch_up = models.IntegerField(default=10)
+    jitter_seconds = models.IntegerField(default=0)
+    enabled = models.BooleanField(default=True)
+    paused_reason = models.TextField(choices=SchedulePauseReason.choices, null=True)
+    paused_detail = models.TextField(null=True)
+    paused_at = models.DateTimeField(null=True)
+    origin = models.TextField(choices=ScheduleOrigin.choices)
+    revision = models.BigIntegerField(default=1)
+    upcoming = ArrayField(models.DateTimeField(), default=list)
+    planned_until = models.DateTimeField(null=True)
+    next_fire_at = models.DateTimeField(null=True)
+    last_tick = models.DateTimeField(null=True)
+    last_fired_at = models.DateTimeField(null=True)
+    last_run_id = models.UUIDField(null=True)
+    missed_ticks = models.BigIntegerField(default=0)
+    last_error = models.TextField(null=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."schedules'
+        indexes = [
+            models.Index(
+                fields=["next_fire_at"],
+                name="schedules_due_idx",
+                condition=Q(enabled=True, paused_reason__isnull=True),
+            ),
+            models.Index(
+                Func(F("upcoming"), function="cardinality"),
+                name="schedules_plan_idx",
+                condition=Q(enabled=True, paused_reason__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.schedule_name
+
+
+class ScheduleTick(ReadOnlyModel):
+    """``pgflow.schedule_ticks``: the ledger of fired ticks, one per (schedule, tick), with its run."""
+
+    pk = models.CompositePrimaryKey("schedule_id", "tick")
+    schedule = models.ForeignKey(
+        "Schedule",
+        models.DO_NOTHING,
+        db_column="schedule_name",
+        db_constraint=False,
+        db_index=False,
+        related_name="ticks",
+    )
+    tick = models.DateTimeField()
+    run_id = models.UUIDField()
+    kind = models.TextField(choices=TickKind.choices, default=TickKind.CRON)
+    fired_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."schedule_ticks'
+        indexes = [models.Index(fields=["run_id"], name="schedule_ticks_run_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id}@{self.tick.isoformat()}"

@@ -7,6 +7,6 @@ from pgflow_django.sql.runsql import RunSqlFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("pgflow", "0013_transition_times")]
+    dependencies = [("pgflow", "0014_schedules")]
 
     operations = [RunSqlFile("0015_consolidation.sql", "0015_consolidation_down.sql")]

@@ -37,6 +37,8 @@ class WorkerOptions:
     """``--max-tasks``: stop (exit 0) once this many tasks were claimed and have finished."""
     until_empty: bool = False
     """``--until-empty``: stop (exit 0) once a read finds nothing runnable and no task is in flight."""
+    scheduler: bool = True
+    """Fire due schedules on the maintenance loop (``--no-scheduler`` turns it off)."""
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> WorkerOptions:

@@ -21,6 +21,8 @@ from typing import Any, NoReturn
 import psycopg
 
 from pgflow_django.dsl import Flow
+from pgflow_django.schedules.service import PASS_INTERVAL as SCHEDULER_PASS_INTERVAL
+from pgflow_django.schedules.service import run_pass as run_scheduler_pass
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.connection import (
@@ -277,6 +279,7 @@ class QueueWorker:
         now = time.monotonic()
         next_heartbeat = now + opts.heartbeat_seconds
         next_stalled = now
+        next_schedules = now if opts.scheduler else float("inf")
         while not self.state.stopping.is_set():
             try:
                 now = time.monotonic()
@@ -299,7 +302,10 @@ class QueueWorker:
                 if now >= next_stalled:
                     self._requeue_stalled(engine)
                     next_stalled = now + opts.stalled_check_seconds
-                maintenance_at = min(next_heartbeat, next_stalled)
+                if now >= next_schedules:
+                    run_scheduler_pass(engine.conn)
+                    next_schedules = now + SCHEDULER_PASS_INTERVAL
+                maintenance_at = min(next_heartbeat, next_stalled, next_schedules)
 
                 free = self.state.free_slots()
                 if free <= 0:

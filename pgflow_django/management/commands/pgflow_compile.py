@@ -135,6 +135,24 @@ exit codes: 0 all compiled, verified or replaced; 1 a flow differs from the data
         failed = [outcome for outcome in outcomes if outcome.failed]
         if failed:
             raise CommandError(self._failure_summary(failed, len(outcomes), check=check))
+        if not check and not options["flows"]:
+            self._sync_schedules(quiet=as_json or options["verbosity"] == 0)
+
+    def _sync_schedules(self, *, quiet: bool) -> None:
+        """Declared schedules follow the code on every full compile (see pgflow_django.schedules.sync)."""
+        from pgflow_django.schedules import InvalidSchedule, sync_declared_schedules
+
+        try:
+            result = sync_declared_schedules()
+        except InvalidSchedule as exc:
+            raise CommandError(str(exc)) from None
+        if quiet:
+            return
+        for label, names in (("created", result.created), ("updated", result.updated)):
+            for name in names:
+                self.stdout.write(f"{self.style.SUCCESS(f'{label:<13}')}schedule {name}")
+        for name in result.removed:
+            self.stdout.write(f"{'paused':<13}schedule {name} (removed from code)")
 
     def _selected(self, slugs: list[str]) -> list[Flow]:
         if not slugs:

@@ -140,9 +140,16 @@ arguments; 128 + signal number after a second signal
             help="period of stalled-task recovery, one worker at a time "
             "(default: PGFLOW STALLED_CHECK_SECONDS)",
         )
+        parser.add_argument(
+            "--no-scheduler",
+            action="store_true",
+            help="do not fire due schedules (by default every worker fires them, one at a time; "
+            "see manage.py pgflow_scheduler)",
+        )
 
     def run(self, *args: Any, **options: Any) -> None:
         from pgflow_django.compiler import FlowMismatch
+        from pgflow_django.schedules.sync import sync_schedules_at_start
         from pgflow_django.worker import PreflightError, QueueWorker, WorkerOptions
         from pgflow_django.worker.group import WorkerGroup
         from pgflow_django.worker.logs import configure
@@ -164,6 +171,7 @@ arguments; 128 + signal number after a second signal
                     stalled_check_seconds=options["stalled_check_seconds"],
                     max_tasks=options["max_tasks"],
                     until_empty=options["until_empty"] or None,
+                    scheduler=False if options["no_scheduler"] else None,
                 )
                 worker = QueueWorker(flows, worker_options)
                 status = worker.prepare()
@@ -171,6 +179,7 @@ arguments; 128 + signal number after a second signal
                 workers.append(worker)
         except (PreflightError, FlowMismatch, ValueError) as exc:
             raise CommandError(str(exc)) from None
+        sync_schedules_at_start(workers[0].options.using)
         runner: QueueWorker | WorkerGroup = workers[0] if len(workers) == 1 else WorkerGroup(workers)
         code = runner.run()
         if runner.abandoned_handlers:

@@ -1,0 +1,105 @@
+"""Plans each schedule's coming ticks into ``pgflow.schedules.upcoming``, so firing needs no Python.
+
+A schedule is planned when it holds fewer than ``LOW_WATER`` ticks: ``PLAN_AHEAD`` ticks are computed
+after the last one planned. When planning stopped for longer than the plan lasted (nothing ran), the
+ticks of that gap are not all replayed: only as many of its latest ticks as the catch-up policy can
+fire (``max_catch_up`` for ``all``, one otherwise) are planned, and firing applies the policy to them.
+Any process that runs Django can plan: workers on their scheduler pass, ``pgflow_scheduler``, the
+sync at ``pgflow_compile`` and worker start, and every API call that changes a definition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from pgflow_django.schedules.cron import ticks_after, ticks_before
+
+PLAN_AHEAD: Final = 100
+"""Ticks planned per schedule at a time."""
+LOW_WATER: Final = 50
+"""A schedule with fewer planned ticks than this is planned again."""
+PLAN_BATCH: Final = 500
+"""At most this many schedules planned per call (the next call takes the rest)."""
+
+_NEEDS_PLAN = """
+select s.schedule_name, s.cron, s.timezone, s.catch_up, s.max_catch_up, s.revision,
+       cardinality(s.upcoming), s.upcoming[cardinality(s.upcoming)], s.planned_until, s.last_tick
+  from pgflow.schedules as s
+ where s.enabled and s.paused_reason is null and cardinality(s.upcoming) < %s
+   and s.planned_until is distinct from 'infinity'
+   and (%s::text[] is null or s.schedule_name = any(%s::text[]))
+ order by cardinality(s.upcoming), s.schedule_name
+ limit %s
+"""
+
+
+def plan_ticks(
+    cron: str,
+    timezone: str,
+    *,
+    catch_up: str,
+    max_catch_up: int,
+    planned: int,
+    after: datetime | None,
+    now: datetime,
+) -> list[datetime]:
+    """The ticks to add to a schedule holding ``planned`` ticks, the last at or before ``after``."""
+    wanted = max(PLAN_AHEAD - planned, 0)
+    if after is None or after >= now:
+        return ticks_after(cron, timezone, after or now, wanted)
+    backlog = ticks_before(cron, timezone, now, max_catch_up if catch_up == "all" else 1, after=after)
+    return backlog + ticks_after(cron, timezone, now, wanted)
+
+
+def plan_schedules(
+    cursor: Any, *, now: datetime | None = None, names: Sequence[str] | None = None, limit: int = PLAN_BATCH
+) -> list[str]:
+    """Plan the schedules running low (only ``names`` when given) on ``cursor`` (Django's or psycopg's);
+    returns the names planned. Safe to run anywhere at any time: a plan made for a definition edited
+    meanwhile is refused by ``pgflow.plan_schedules``, and duplicates are merged away."""
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    listed = list(names) if names is not None else None
+    cursor.execute(_NEEDS_PLAN, [LOW_WATER, listed, listed, limit])
+    plans = []
+    for (
+        name,
+        cron,
+        timezone,
+        catch_up,
+        max_catch_up,
+        revision,
+        planned,
+        last,
+        until,
+        last_tick,
+    ) in cursor.fetchall():
+        after = max((moment for moment in (last, until, last_tick) if moment is not None), default=None)
+        ticks = plan_ticks(
+            cron,
+            timezone,
+            catch_up=catch_up,
+            max_catch_up=max_catch_up,
+            planned=planned or 0,
+            after=after,
+            now=moment,
+        )
+        future = [tick for tick in ticks if tick > moment]
+        # an expression that stops matching (cronsim looks 50 years ahead) is planned to its end once
+        exhausted = len(future) < max(PLAN_AHEAD - (planned or 0), 0)
+        if not ticks and not exhausted:
+            continue
+        plans.append(
+            {
+                "schedule": name,
+                "revision": revision,
+                "ticks": [tick.isoformat() for tick in ticks],
+                "planned_until": "infinity" if exhausted else ticks[-1].isoformat(),
+            }
+        )
+    if not plans:
+        return []
+    cursor.execute("select pgflow.plan_schedules(%s::jsonb)", [json.dumps(plans)])
+    return [row[0] for row in cursor.fetchall()]

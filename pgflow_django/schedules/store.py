@@ -1,0 +1,386 @@
+"""The runtime API: create, edit, pause, resume, delete and trigger schedules, and read them back.
+
+Every function runs on Django's connection (``using``), so inside ``transaction.atomic()`` it commits
+or rolls back with the caller. Schedules declared in code (``origin == "code"``) are changed by
+editing their declaration; the API pauses, resumes and triggers them but refuses to edit or delete
+them while they are declared. A definition change that moves the ticks (cron, timezone, jitter)
+replans from now: ticks of the old definition that have not fired are dropped, not caught up.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+from zoneinfo import ZoneInfo
+
+from django.db import connections, transaction
+
+from pgflow_django.dbguard import require_postgresql
+from pgflow_django.schedules.cron import InvalidSchedule
+from pgflow_django.schedules.definition import CatchUp, ScheduleSpec, TaskTarget, build_spec, resolve_callable
+from pgflow_django.schedules.firing import evaluate_input
+from pgflow_django.schedules.planner import plan_schedules
+
+_UNSET: Final[Any] = object()
+
+_COLUMNS: Final = (
+    "schedule_name, flow_slug, cron, timezone, input::text, input_callable, catch_up, max_catch_up, "
+    "jitter_seconds, enabled, paused_reason, paused_detail, paused_at, origin, revision, upcoming, "
+    "next_fire_at, last_tick, last_fired_at, last_run_id, missed_ticks, last_error, created_at, updated_at"
+)
+
+
+class ScheduleNotFound(LookupError):
+    """No schedule has this name."""
+
+
+class ScheduleExists(ValueError):
+    """Another schedule already has this name."""
+
+
+class ScheduleDeclared(ValueError):
+    """The schedule is declared in code: change its declaration instead."""
+
+
+@dataclass(frozen=True)
+class ScheduleView:
+    """One row of ``pgflow.schedules``. ``upcoming`` are the planned ticks (before jitter), UTC."""
+
+    name: str
+    flow_slug: str
+    cron: str
+    timezone: str
+    input: Any
+    input_callable: str | None
+    catch_up: CatchUp
+    max_catch_up: int
+    jitter: int
+    enabled: bool
+    paused_reason: str | None
+    paused_detail: str | None
+    paused_at: datetime | None
+    origin: str
+    revision: int
+    upcoming: tuple[datetime, ...]
+    next_fire_at: datetime | None
+    last_tick: datetime | None
+    last_fired_at: datetime | None
+    last_run_id: uuid.UUID | None
+    missed_ticks: int
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def active(self) -> bool:
+        """Enabled and not paused: its due ticks fire."""
+        return self.enabled and self.paused_reason is None
+
+
+@dataclass(frozen=True)
+class TickView:
+    """One fired tick of the ledger: ``kind`` is ``cron`` or ``manual`` (``trigger_now``)."""
+
+    schedule_name: str
+    tick: datetime
+    run_id: uuid.UUID
+    kind: str
+    fired_at: datetime
+
+
+def create_schedule(
+    target: Any,
+    *,
+    cron: str,
+    input: Any = None,
+    name: str | None = None,
+    timezone: str = "UTC",
+    catch_up: CatchUp = "latest",
+    max_catch_up: int = 10,
+    jitter: int = 0,
+    enabled: bool = True,
+    using: str = "default",
+) -> ScheduleView:
+    """Create a runtime schedule of a Flow, flow slug or ``@task`` and plan its ticks from now.
+
+    The arguments mean what they mean for ``schedule()``; raises InvalidSchedule or ScheduleExists.
+    """
+    spec = build_spec(
+        target,
+        cron=cron,
+        input=input,
+        name=name,
+        timezone=timezone,
+        catch_up=catch_up,
+        max_catch_up=max_catch_up,
+        jitter=jitter,
+        enabled=enabled,
+    )
+    require_postgresql(using)
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        cursor.execute(
+            """
+            insert into pgflow.schedules (schedule_name, flow_slug, cron, timezone, input, input_callable,
+                                          catch_up, max_catch_up, jitter_seconds, enabled, origin)
+            values (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, 'runtime')
+            on conflict (schedule_name) do nothing
+            returning schedule_name
+            """,
+            _insert_params(spec),
+        )
+        if cursor.fetchone() is None:
+            raise ScheduleExists(f"a schedule named {spec.name!r} exists; pick another name or edit it")
+        plan_schedules(cursor, names=[spec.name])
+    return get_schedule(spec.name, using=using)
+
+
+def edit_schedule(
+    name: str,
+    *,
+    target: Any = _UNSET,
+    cron: Any = _UNSET,
+    input: Any = _UNSET,
+    timezone: Any = _UNSET,
+    catch_up: Any = _UNSET,
+    max_catch_up: Any = _UNSET,
+    jitter: Any = _UNSET,
+    enabled: Any = _UNSET,
+    using: str = "default",
+) -> ScheduleView:
+    """Change a runtime schedule; arguments left out keep their value. A new cron, timezone or
+    jitter, or enabling it again, plans its ticks from now (nothing of the past is caught up).
+    ``input`` may be a value or a callable (as for ``schedule``)."""
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        current = _locked(cursor, name)
+        _refuse_declared(current, "edit")
+        task_path = current.input["task"] if target is _UNSET and _is_task_payload(current.input) else None
+        if input is not _UNSET:
+            new_input = input
+        elif current.input_callable is not None:
+            new_input = resolve_callable(current.input_callable)
+        else:
+            new_input = current.input["kwargs"] if task_path else current.input
+        spec = build_spec(
+            current.flow_slug if target is _UNSET else target,
+            cron=current.cron if cron is _UNSET else cron,
+            input=new_input,
+            name=name,
+            timezone=current.timezone if timezone is _UNSET else timezone,
+            catch_up=current.catch_up if catch_up is _UNSET else catch_up,
+            max_catch_up=current.max_catch_up if max_catch_up is _UNSET else max_catch_up,
+            jitter=current.jitter if jitter is _UNSET else jitter,
+            enabled=current.enabled if enabled is _UNSET else enabled,
+            task_path=task_path,
+        )
+        cursor.execute(_UPDATE_DEFINITION, [*_update_params(spec), name])
+        plan_schedules(cursor, names=[name])
+    return get_schedule(name, using=using)
+
+
+def pause_schedule(name: str, *, detail: str | None = None, using: str = "default") -> ScheduleView:
+    """Pause a schedule (declared or runtime): it fires nothing until resumed; a sync keeps the pause."""
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        current = _locked(cursor, name)
+        if current.paused_reason is None:
+            cursor.execute(
+                "update pgflow.schedules set paused_reason = 'operator', paused_detail = %s, "
+                "paused_at = clock_timestamp(), updated_at = clock_timestamp() where schedule_name = %s",
+                [detail, name],
+            )
+    return get_schedule(name, using=using)
+
+
+def resume_schedule(name: str, *, now: datetime | None = None, using: str = "default") -> ScheduleView:
+    """Resume an operator-paused schedule. Ticks that came while it was paused never fire (they count
+    as missed); the next tick after now does."""
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        current = _locked(cursor, name)
+        if current.paused_reason == "removed_from_code":
+            raise ScheduleDeclared(
+                f"schedule {name!r} was removed from code: declare it again with schedule(...), or delete it"
+            )
+        if current.paused_reason is not None:
+            cursor.execute(_RESUME, [moment, moment, name, name])
+            plan_schedules(cursor, now=moment, names=[name])
+    return get_schedule(name, using=using)
+
+
+def delete_schedule(name: str, *, using: str = "default") -> int:
+    """Delete a runtime schedule, or a declared one removed from code, with its ledger of fired ticks
+    (the runs stay); returns how many ledger rows were deleted."""
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        current = _locked(cursor, name)
+        if current.origin == "code" and current.paused_reason != "removed_from_code":
+            raise ScheduleDeclared(
+                f"schedule {name!r} is declared in code: remove its schedule(...) declaration first "
+                "(the next sync disables it), then delete it"
+            )
+        cursor.execute("select count(*) from pgflow.schedule_ticks where schedule_name = %s", [name])
+        ticks = int(cursor.fetchone()[0])
+        cursor.execute("delete from pgflow.schedules where schedule_name = %s", [name])
+    return ticks
+
+
+def trigger_now(name: str, *, input: Any = _UNSET, using: str = "default") -> uuid.UUID:
+    """Start one run of the schedule now, outside its ticks, recorded in its ledger as ``manual``;
+    works on paused schedules. ``input`` overrides the stored input (or the callable's result)."""
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        current = _locked(cursor, name)
+        moment = datetime.now(UTC)
+        value: Any = None
+        if input is not _UNSET:
+            value = (
+                TaskTarget(current.input["task"]).payload(input) if _is_task_payload(current.input) else input
+            )
+        elif current.input_callable is not None:
+            value = evaluate_input(
+                current.input_callable, current.input, moment.astimezone(ZoneInfo(current.timezone))
+            )
+        cursor.execute(
+            "select pgflow.trigger_schedule(%s, %s, %s::jsonb)",
+            [name, moment, None if value is None else json.dumps(value)],
+        )
+        run_id = cursor.fetchone()[0]
+    return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+
+
+def get_schedule(name: str, *, using: str = "default") -> ScheduleView:
+    """One schedule by name; raises ScheduleNotFound."""
+    require_postgresql(using)
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"select {_COLUMNS} from pgflow.schedules where schedule_name = %s", [name])
+        row = cursor.fetchone()
+    if row is None:
+        raise ScheduleNotFound(f"no schedule named {name!r}")
+    return _view(row)
+
+
+def list_schedules(*, using: str = "default") -> list[ScheduleView]:
+    """Every schedule, by name."""
+    require_postgresql(using)
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"select {_COLUMNS} from pgflow.schedules order by schedule_name")
+        return [_view(row) for row in cursor.fetchall()]
+
+
+def recent_ticks(name: str, *, limit: int = 20, using: str = "default") -> list[TickView]:
+    """The schedule's latest fired ticks, newest first."""
+    require_postgresql(using)
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "select schedule_name, tick, run_id, kind, fired_at from pgflow.schedule_ticks "
+            "where schedule_name = %s order by tick desc limit %s",
+            [name, limit],
+        )
+        return [
+            TickView(
+                row[0],
+                row[1],
+                row[2] if isinstance(row[2], uuid.UUID) else uuid.UUID(str(row[2])),
+                row[3],
+                row[4],
+            )
+            for row in cursor.fetchall()
+        ]
+
+
+_REPLAN = """((s.cron, s.timezone, s.jitter_seconds) is distinct from (%s, %s, %s)
+                   or (%s and not s.enabled))"""
+
+_UPDATE_DEFINITION = f"""
+update pgflow.schedules as s
+   set flow_slug = %s, cron = %s, timezone = %s, input = %s::jsonb, input_callable = %s, catch_up = %s,
+       max_catch_up = %s, jitter_seconds = %s, enabled = %s,
+       revision = s.revision + 1, updated_at = clock_timestamp(),
+       upcoming = case when {_REPLAN} then '{{}}' else s.upcoming end,
+       planned_until = case when {_REPLAN} then clock_timestamp() else s.planned_until end,
+       next_fire_at = case when {_REPLAN} then null
+                           else pgflow.schedule_next_fire_at(s.schedule_name, s.upcoming, %s) end
+ where s.schedule_name = %s
+"""
+
+_RESUME = """
+update pgflow.schedules as s
+   set paused_reason = null, paused_detail = null, paused_at = null, updated_at = clock_timestamp(),
+       upcoming = r.upcoming,
+       missed_ticks = s.missed_ticks + cardinality(s.upcoming) - cardinality(r.upcoming),
+       planned_until = greatest(s.planned_until, %s),
+       next_fire_at = pgflow.schedule_next_fire_at(s.schedule_name, r.upcoming, s.jitter_seconds)
+  from (select coalesce(array(select u.tick from unnest(x.upcoming) as u(tick)
+                               where pgflow.schedule_fire_at(x.schedule_name, u.tick, x.jitter_seconds) > %s
+                               order by u.tick), '{}') as upcoming
+          from pgflow.schedules as x where x.schedule_name = %s) as r
+ where s.schedule_name = %s
+"""
+
+
+def _insert_params(spec: ScheduleSpec) -> list[Any]:
+    return [
+        spec.name,
+        spec.flow_slug,
+        spec.cron,
+        spec.timezone,
+        spec.input_json(),
+        spec.input_callable,
+        spec.catch_up,
+        spec.max_catch_up,
+        spec.jitter,
+        spec.enabled,
+    ]
+
+
+def _update_params(spec: ScheduleSpec) -> list[Any]:
+    replan = [spec.cron, spec.timezone, spec.jitter, spec.enabled]
+    return [*_insert_params(spec)[1:], *replan, *replan, *replan, spec.jitter]
+
+
+def _locked(cursor: Any, name: str) -> ScheduleView:
+    cursor.execute(f"select {_COLUMNS} from pgflow.schedules where schedule_name = %s for update", [name])
+    row = cursor.fetchone()
+    if row is None:
+        raise ScheduleNotFound(f"no schedule named {name!r}")
+    return _view(row)
+
+
+def _refuse_declared(current: ScheduleView, verb: str) -> None:
+    if current.origin == "code":
+        raise ScheduleDeclared(
+            f"schedule {current.name!r} is declared in code: change its schedule(...) declaration "
+            f"to {verb} it"
+        )
+
+
+def _is_task_payload(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"task", "args", "kwargs"}
+
+
+def _view(row: tuple[Any, ...]) -> ScheduleView:
+    values = list(row)
+    values[4] = json.loads(values[4]) if isinstance(values[4], str) else values[4]
+    values[15] = tuple(values[15] or ())
+    if values[19] is not None and not isinstance(values[19], uuid.UUID):
+        values[19] = uuid.UUID(str(values[19]))
+    return ScheduleView(*values)
+
+
+__all__ = [
+    "InvalidSchedule",
+    "ScheduleDeclared",
+    "ScheduleExists",
+    "ScheduleNotFound",
+    "ScheduleView",
+    "TickView",
+    "create_schedule",
+    "delete_schedule",
+    "edit_schedule",
+    "get_schedule",
+    "list_schedules",
+    "pause_schedule",
+    "recent_ticks",
+    "resume_schedule",
+    "trigger_now",
+]
