@@ -32,6 +32,7 @@ from pgflow_django.encoding import (
     encode_json,
 )
 from pgflow_django.operations import FlowNotFound
+from pgflow_django.signals import send_run_started
 from pgflow_django.slugs import validate_flow_slug
 
 RunStatus: TypeAlias = Literal["started", "completed", "failed"]
@@ -123,7 +124,9 @@ def start_flow(
     chosen = None if run_id is None else _as_uuid(run_id)
     with connections[using].cursor() as cursor, _unknown_flow_as_not_found(slug, using):
         started = queries.value(cursor, queries.START_FLOW, [slug, body, chosen, _delay_seconds(delay)])
-    return _as_uuid(started)
+    new_id = _as_uuid(started)
+    send_run_started(slug, [new_id], using)
+    return new_id
 
 
 def _delay_seconds(delay: timedelta | int | None) -> int | None:
@@ -161,6 +164,7 @@ def start_flows(
         return []
     with connections[using].cursor() as cursor, _unknown_flow_as_not_found(slug, using):
         queries.value(cursor, queries.START_FLOWS, [slug, f"[{','.join(bodies)}]", ids])
+    send_run_started(slug, ids, using)
     return ids
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import psycopg
 
@@ -33,6 +33,7 @@ from pgflow_django.worker.connection import (
 )
 from pgflow_django.worker.limits import TaskBudget, UntilEmpty
 from pgflow_django.worker.listener import Listener, insert_channel
+from pgflow_django.worker.observe import Observer
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.pool import HandlerPool
 from pgflow_django.worker.preflight import (
@@ -44,6 +45,9 @@ from pgflow_django.worker.preflight import (
 from pgflow_django.worker.runner import Runner
 from pgflow_django.worker.slots import WorkerState
 from pgflow_django.worker.unsupported import UnsupportedWork
+
+if TYPE_CHECKING:
+    from pgflow_django.metrics import WorkerMetrics
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -144,6 +148,15 @@ class QueueWorker:
         """Every claim loop of this process: ``--until-empty`` stops them together."""
 
         self.unsupported = UnsupportedWork(self.queue)
+        self.observe = Observer(self.worker_id, self.queue)
+        """Metrics, signals, log fields and probes of this claim loop (``instrument`` adds metrics)."""
+
+    def instrument(self, metrics: WorkerMetrics) -> None:
+        """Count this loop's work in ``metrics`` (the process's ``--metrics-port`` registry)."""
+        self.observe.metrics = metrics
+        metrics.watch_queue(
+            self.queue, self.worker_id, self.subscription, lambda: self.state.in_flight, self.state.free_slots
+        )
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -216,10 +229,12 @@ class QueueWorker:
             opts.completion_batch_size,
             opts.completion_flush_ms,
         )
+        self.completer.observe = self.observe
         self.completer.start()
         self.listener = Listener(self._params, insert_channel(self.queue_table), self.state)
         self.listener.start()
         self.runner = Runner(self.flows, self.state, self.completer, opts.using)
+        self.runner.observe = self.observe
         self.pool = HandlerPool(opts.concurrency, self.runner.run)
         logger.info(
             "worker %s started queue=%s %s concurrency=%d batch=%d database=%s%s "
@@ -276,6 +291,7 @@ class QueueWorker:
         next_heartbeat = now + opts.heartbeat_seconds
         next_stalled = now
         while not self.state.stopping.is_set():
+            self.observe.beat()
             try:
                 now = time.monotonic()
                 if now >= next_heartbeat:
@@ -291,6 +307,7 @@ class QueueWorker:
                             paused[1],
                             self.queue,
                         )
+                        self.observe.paused(str(paused[1]))
                         self.state.request_stop()
                         break
                     next_heartbeat = now + opts.heartbeat_seconds
@@ -320,6 +337,7 @@ class QueueWorker:
                     continue
                 snapshot = self.until_empty.snapshot() if opts.until_empty else None
                 claimed = 0
+                claim_started = time.perf_counter()
                 try:
                     claim = engine.claim(
                         self.flow.slug,
@@ -333,6 +351,7 @@ class QueueWorker:
                         self.generations,
                     )
                     claimed = len(claim.tasks)
+                    self.observe.claimed(claim.tasks, time.perf_counter() - claim_started)
                 finally:
                     self.budget.settle(qty, claimed)
                     self.until_empty.claimed(claimed)
@@ -356,6 +375,7 @@ class QueueWorker:
                         self.subscription,
                         self.resume_command,
                     )
+                    self.observe.paused("fatal")
                     self.fatal = True
                     self.state.request_stop()
                     break
@@ -430,6 +450,7 @@ class QueueWorker:
                 self.state.request_stop()
                 break
             except Exception as exc:
+                self.observe.loop_failed()
                 delay = backoff.next()
                 transient = engine.recover(exc)
                 if transient:
@@ -489,6 +510,7 @@ class QueueWorker:
             logger.debug("stalled-task recovery is running in another worker")
             return
         counts = {row.outcome: int(row.task_count) for row in rows if row.task_count}
+        self.observe.recovered(counts)
         if counts:
             logger.warning(
                 "stalled-task recovery (tasks whose worker stopped answering): %s",
@@ -548,6 +570,11 @@ class QueueWorker:
         )
 
     @property
+    def ready(self) -> bool:
+        """Registered, polling, and its last claim reached the database (``/readyz``)."""
+        return self._registered and not self.state.stopping.is_set() and self.observe.database_ok
+
+    @property
     def abandoned_handlers(self) -> bool:
         """Handlers still running after shutdown: the process must exit without joining them."""
         return self.state.in_flight > 0 or self.state.executing > 0
@@ -556,6 +583,7 @@ class QueueWorker:
         ids = sorted(task.message_id for task in tasks)
         released = self._bounded(lambda engine: engine.release(tasks), "release unfinished tasks")
         if released is not None:
+            self.observe.released(int(released))
             logger.warning(
                 "released %d of %d unfinished task(s) queue=%s msg_ids=%s",
                 released,

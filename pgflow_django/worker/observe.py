@@ -1,0 +1,194 @@
+"""What the worker tells the outside about its work: metrics, signals, log fields, trace spans.
+
+The claim loop, the runner and the completer call one :class:`Observer` at a few points (a claim, a
+handler's run, recorded results, recovery, a pause, a release); everything optional stays off their
+path: with no metrics port, no signal receiver and no tracer, each call is a few attribute reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+from pgflow_django import signals
+from pgflow_django.worker.connection import ClaimedTask
+
+if TYPE_CHECKING:
+    from pgflow_django.metrics import WorkerMetrics
+    from pgflow_django.queries import Transition
+
+logger = logging.getLogger("pgflow_django.worker")
+
+Result = tuple[ClaimedTask, str, str | None]
+"""A recorded result: the task, the outcome the engine returned, the error text of a failure."""
+Transitions = Callable[[Sequence[ClaimedTask]], "list[Transition]"]
+"""Looks up what some just-recorded results changed (on the connection that recorded them)."""
+
+FAILED_OUTCOMES: Final = frozenset({"failed", "skipped"})
+"""``fail_task``/``reject_task`` outcomes of a task out of attempts (skipped: its step is skipped)."""
+
+
+def log_fields(task: ClaimedTask, worker_id: uuid.UUID | None = None) -> dict[str, Any]:
+    """The ``extra`` of every log record about a task: structured fields a JSON formatter or an error
+    tracker picks up (the message id as a decimal string, as everywhere ids leave the engine)."""
+    fields: dict[str, Any] = {
+        "pgflow_flow": task.flow_slug,
+        "pgflow_step": task.step_slug,
+        "pgflow_run_id": str(task.run_id),
+        "pgflow_task_index": task.task_index,
+        "pgflow_attempt": task.attempt,
+        "pgflow_queue": task.queue or task.flow_slug.lower(),
+        "pgflow_msg_id": str(task.message_id),
+    }
+    if worker_id is not None:
+        fields["pgflow_worker_id"] = str(worker_id)
+    return fields
+
+
+class Observer:
+    """One claim loop's instrumentation; ``metrics`` is None without ``--metrics-port``."""
+
+    def __init__(
+        self, worker_id: uuid.UUID | None = None, queue: str = "", metrics: WorkerMetrics | None = None
+    ) -> None:
+        self.worker_id = worker_id
+        self.queue = queue
+        self.metrics = metrics
+        self.last_beat = time.monotonic()
+        """When the claim loop last went round (``/healthz``)."""
+        self.database_ok = False
+        """The last claim reached the database (``/readyz``); False until the first one."""
+
+    def log(self, task: ClaimedTask) -> dict[str, Any]:
+        return log_fields(task, self.worker_id)
+
+    def _queue_of(self, task: ClaimedTask) -> str:
+        return task.queue or self.queue or task.flow_slug.lower()
+
+    # -- the claim loop ----------------------------------------------------------------------------
+
+    def beat(self) -> None:
+        self.last_beat = time.monotonic()
+
+    def claimed(self, tasks: Sequence[ClaimedTask], seconds: float) -> None:
+        self.database_ok = True
+        metrics = self.metrics
+        if metrics is None:
+            return
+        metrics.child(metrics.claim_duration, self.queue).observe(seconds)
+        for task in tasks:
+            metrics.child(metrics.claimed, task.flow_slug, task.step_slug, self._queue_of(task)).inc()
+
+    def loop_failed(self) -> None:
+        self.database_ok = False
+
+    def recovered(self, counts: dict[str, int]) -> None:
+        if self.metrics is not None:
+            for outcome, count in counts.items():
+                self.metrics.child(self.metrics.recoveries, outcome).inc(count)
+
+    def paused(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.child(self.metrics.pauses, self.queue, reason).inc()
+
+    def released(self, count: int) -> None:
+        if self.metrics is not None and count:
+            self.metrics.child(self.metrics.released, self.queue).inc(count)
+
+    # -- handlers ------------------------------------------------------------------------------------
+
+    @contextmanager
+    def handling(self, task: ClaimedTask) -> Iterator[None]:
+        """Around one handler call: its duration (the exception, if any, propagates unchanged)."""
+        metrics = self.metrics
+        if metrics is None:
+            yield
+            return
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            metrics.child(
+                metrics.task_duration, task.flow_slug, task.step_slug, self._queue_of(task)
+            ).observe(time.perf_counter() - started)
+
+    # -- recorded results ----------------------------------------------------------------------------
+
+    def recorded(
+        self, results: Sequence[Result], transitions: Transitions, seconds: float | None = None
+    ) -> None:
+        """Results the engine recorded (committed): count them, then send the signals they call for.
+        Neither may break the caller: a failure here is logged and dropped."""
+        metrics = self.metrics
+        if metrics is not None:
+            if seconds is not None:
+                metrics.child(metrics.completion_duration, self.queue).observe(seconds)
+            for task, outcome, _ in results:
+                counter = {
+                    "completed": metrics.completed,
+                    "retrying": metrics.retried,
+                    "stale": metrics.stale,
+                }.get(outcome, metrics.failed if outcome in FAILED_OUTCOMES else None)
+                if counter is not None:
+                    counter_child = metrics.child(
+                        counter, task.flow_slug, task.step_slug, self._queue_of(task)
+                    )
+                    counter_child.inc()
+        if signals.worker_listening():
+            try:
+                self._send(results, transitions)
+            except Exception:
+                logger.exception("could not send pgflow signals for %d recorded result(s)", len(results))
+
+    def _send(self, results: Sequence[Result], transitions: Transitions) -> None:
+        errors: dict[tuple[uuid.UUID, str, int], str | None] = {}
+        changed: list[ClaimedTask] = []
+        for task, outcome, error in results:
+            if outcome == "retrying":
+                signals.send(signals.task_retried, task.flow_slug, **_task_kwargs(task, error))
+            elif outcome in FAILED_OUTCOMES:
+                signals.send(signals.task_failed, task.flow_slug, **_task_kwargs(task, error))
+                errors[task.key] = error
+                changed.append(task)
+            elif outcome == "completed":
+                changed.append(task)
+        if not changed:
+            return
+        for row in transitions(changed):
+            error = errors.get((row.run_id, row.step_slug, row.task_index), row.error_message)
+            if row.step_completed:
+                signals.send(
+                    signals.step_completed, row.flow_slug, run_id=row.run_id, step_slug=row.step_slug
+                )
+            if row.step_failed:
+                signals.send(
+                    signals.step_failed,
+                    row.flow_slug,
+                    run_id=row.run_id,
+                    step_slug=row.step_slug,
+                    error=error,
+                )
+            if row.run_completed:
+                signals.send(signals.run_completed, row.flow_slug, run_id=row.run_id)
+            if row.run_failed:
+                signals.send(
+                    signals.run_failed, row.flow_slug, run_id=row.run_id, step_slug=row.step_slug, error=error
+                )
+
+
+def _task_kwargs(task: ClaimedTask, error: str | None) -> dict[str, Any]:
+    return {
+        "run_id": task.run_id,
+        "step_slug": task.step_slug,
+        "task_index": task.task_index,
+        "attempt": task.attempt,
+        "error": error,
+    }
+
+
+NO_OBSERVER: Final = Observer()
+"""What a runner or completer built outside a worker (the testing toolkit, unit tests) reports to."""
