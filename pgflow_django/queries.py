@@ -1013,8 +1013,10 @@ def time_shift(queues: Sequence[tuple[str, str]]) -> Query[TimeShift]:
 
 class Transition(NamedTuple):
     """What recording one task's result changed, each flag true only when this task's transaction
-    made it (``complete_tasks`` and ``fail_task`` lock the run first, so a run's transitions are
-    serialised and a step or run finished at or after this task's own timestamp was finished by it)."""
+    made it. ``complete_tasks``, ``fail_task`` and ``reject_task`` lock the run before anything else,
+    so a run's transactions are serialised: a step (or run) finished by a task completion was finished
+    by the transaction of its latest-completed task, and a failed one by that of its first failed
+    task. Tasks of one transaction may tie: the caller sends one signal per step and run."""
 
     flow_slug: str
     run_id: uuid.UUID
@@ -1031,10 +1033,22 @@ TRANSITIONS: Final = Query(
     "transitions",
     """
     select t.flow_slug, t.run_id, t.step_slug, t.task_index,
-           coalesce(ss.status = 'completed' and ss.completed_at >= t.completed_at, false) as step_completed,
-           coalesce(ss.status = 'failed' and ss.failed_at >= t.failed_at, false) as step_failed,
-           coalesce(r.status = 'completed' and r.completed_at >= t.completed_at, false) as run_completed,
-           coalesce(r.status = 'failed' and r.failed_at >= t.failed_at, false) as run_failed,
+           coalesce(ss.status = 'completed' and t.status = 'completed' and not exists (
+             select 1 from pgflow.step_tasks as o
+              where o.run_id = t.run_id and o.step_slug = t.step_slug and o.completed_at > t.completed_at
+           ), false) as step_completed,
+           coalesce(ss.status = 'failed' and t.status = 'failed' and not exists (
+             select 1 from pgflow.step_tasks as o
+              where o.run_id = t.run_id and o.step_slug = t.step_slug and o.failed_at < t.failed_at
+           ), false) as step_failed,
+           coalesce(r.status = 'completed' and t.status = 'completed' and not exists (
+             select 1 from pgflow.step_tasks as o
+              where o.run_id = t.run_id and o.completed_at > t.completed_at
+           ), false) as run_completed,
+           coalesce(r.status = 'failed' and t.status = 'failed' and not exists (
+             select 1 from pgflow.step_tasks as o
+              where o.run_id = t.run_id and o.failed_at < t.failed_at
+           ), false) as run_failed,
            t.error_message
       from unnest(%s::uuid[], %s::text[], %s::int[]) as k(run_id, step_slug, task_index)
       join pgflow.step_tasks as t

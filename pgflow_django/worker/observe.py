@@ -158,26 +158,39 @@ class Observer:
                 changed.append(task)
         if not changed:
             return
-        for row in transitions(changed):
-            error = errors.get((row.run_id, row.step_slug, row.task_index), row.error_message)
-            if row.step_completed:
-                signals.send(
-                    signals.step_completed, row.flow_slug, run_id=row.run_id, step_slug=row.step_slug
-                )
-            if row.step_failed:
-                signals.send(
-                    signals.step_failed,
-                    row.flow_slug,
-                    run_id=row.run_id,
-                    step_slug=row.step_slug,
-                    error=error,
-                )
-            if row.run_completed:
-                signals.send(signals.run_completed, row.flow_slug, run_id=row.run_id)
-            if row.run_failed:
-                signals.send(
-                    signals.run_failed, row.flow_slug, run_id=row.run_id, step_slug=row.step_slug, error=error
-                )
+        rows = transitions(changed)
+        # several tasks of one batch may have finished the same step or run: one signal for each,
+        # steps before runs
+        steps: set[tuple[uuid.UUID, str]] = set()
+        for row in rows:
+            if (row.step_completed or row.step_failed) and (row.run_id, row.step_slug) not in steps:
+                steps.add((row.run_id, row.step_slug))
+                if row.step_completed:
+                    signals.send(
+                        signals.step_completed, row.flow_slug, run_id=row.run_id, step_slug=row.step_slug
+                    )
+                else:
+                    signals.send(
+                        signals.step_failed,
+                        row.flow_slug,
+                        run_id=row.run_id,
+                        step_slug=row.step_slug,
+                        error=errors.get((row.run_id, row.step_slug, row.task_index), row.error_message),
+                    )
+        runs: set[uuid.UUID] = set()
+        for row in rows:
+            if (row.run_completed or row.run_failed) and row.run_id not in runs:
+                runs.add(row.run_id)
+                if row.run_completed:
+                    signals.send(signals.run_completed, row.flow_slug, run_id=row.run_id)
+                else:
+                    signals.send(
+                        signals.run_failed,
+                        row.flow_slug,
+                        run_id=row.run_id,
+                        step_slug=row.step_slug,
+                        error=errors.get((row.run_id, row.step_slug, row.task_index), row.error_message),
+                    )
 
 
 def _task_kwargs(task: ClaimedTask, error: str | None) -> dict[str, Any]:

@@ -235,7 +235,7 @@ class QueueWorker:
         self.listener.start()
         self.runner = Runner(self.flows, self.state, self.completer, opts.using)
         self.runner.observe = self.observe
-        self.pool = HandlerPool(opts.concurrency, self.runner.run)
+        self.pool = HandlerPool(opts.concurrency, self.runner.run, on_exit=self.runner.thread_done)
         logger.info(
             "worker %s started queue=%s %s concurrency=%d batch=%d database=%s%s "
             "(at most %d database connections)",

@@ -127,6 +127,11 @@ class Runner:
         finally:
             self.state.release(task)
 
+    def thread_done(self) -> None:
+        """A handler thread leaves (the worker stopped): its Django connection closes with it rather
+        than wait for the process to exit."""
+        connections.close_all()
+
     def _fresh_connections(self) -> None:
         """Around each handler a worker thread drops a broken or expired Django connection; an
         in-process runner (``pgflow_django.testing``) keeps the caller's connection and transaction."""
