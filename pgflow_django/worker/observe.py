@@ -62,6 +62,10 @@ class Observer:
         """When the claim loop last went round (``/healthz``)."""
         self.database_ok = False
         """The last claim reached the database (``/readyz``); False until the first one."""
+        self.fields: dict[str, Any] = {"pgflow_queue": queue}
+        """The ``extra`` of the claim loop's own log records (about its queue, not one task)."""
+        if worker_id is not None:
+            self.fields["pgflow_worker_id"] = str(worker_id)
 
     def log(self, task: ClaimedTask) -> dict[str, Any]:
         return log_fields(task, self.worker_id)

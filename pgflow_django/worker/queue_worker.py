@@ -182,6 +182,7 @@ class QueueWorker:
                 "queue=%s supports %s",
                 self.queue,
                 ", ".join(f"{flow_slug}.{step_slug}" for flow_slug, step_slug in support),
+                extra=self.observe.fields,
             )
         paused = self.engine.pause(self.registration.support)
         if paused is not None:
@@ -198,10 +199,17 @@ class QueueWorker:
         self.queue_table = self.engine.queue_table(self.queue)
         notifies, throttle_ms = self.engine.insert_notifications(self.queue, self.queue_table)
         if not notifies:
-            logger.warning("queue=%s sends no insert notifications: the worker relies on polling", self.queue)
+            logger.warning(
+                "queue=%s sends no insert notifications: the worker relies on polling",
+                self.queue,
+                extra=self.observe.fields,
+            )
         elif throttle_ms > 0:
             logger.warning(
-                "queue=%s throttles insert notifications to one per %d ms", self.queue, throttle_ms
+                "queue=%s throttles insert notifications to one per %d ms",
+                self.queue,
+                throttle_ms,
+                extra=self.observe.fields,
             )
         connections[self.options.using].close()
         self._configure_handler_connections()
@@ -247,6 +255,7 @@ class QueueWorker:
             describe_database(opts.using, self._params),
             _limits(opts),
             opts.max_connections,
+            extra=self.observe.fields,
         )
 
     def run(self) -> int:
@@ -274,6 +283,7 @@ class QueueWorker:
             name,
             self.state.in_flight,
             self.options.shutdown_timeout,
+            extra=self.observe.fields,
         )
         self.state.request_stop()
 
@@ -296,7 +306,9 @@ class QueueWorker:
                 now = time.monotonic()
                 if now >= next_heartbeat:
                     if engine.heartbeat(self.registration):
-                        logger.warning("worker %s was deprecated: stopping", self.worker_id)
+                        logger.warning(
+                            "worker %s was deprecated: stopping", self.worker_id, extra=self.observe.fields
+                        )
                         self.state.request_stop()
                         break
                     paused = engine.pause(self.registration.support)
@@ -306,6 +318,7 @@ class QueueWorker:
                             paused[0],
                             paused[1],
                             self.queue,
+                            extra=self.observe.fields,
                         )
                         self.observe.paused(str(paused[1]))
                         self.state.request_stop()
@@ -362,6 +375,7 @@ class QueueWorker:
                         "it: claimed nothing and stopping; restart the worker with the code that defines "
                         "the current flow (or deploy a changed flow under a new slug: flow.copy(slug=...))",
                         ", ".join(claim.stale),
+                        extra=self.observe.fields,
                     )
                     self.fatal = True
                     self.state.request_stop()
@@ -374,6 +388,7 @@ class QueueWorker:
                         ",".join(map(str, claim.fatal)),
                         self.subscription,
                         self.resume_command,
+                        extra=self.observe.fields,
                     )
                     self.observe.paused("fatal")
                     self.fatal = True
@@ -388,6 +403,7 @@ class QueueWorker:
                             meaning,
                             self.queue,
                             ",".join(map(str, ids)),
+                            extra=self.observe.fields,
                         )
                 if claim.unclaimed.get("unsupported"):
                     self.unsupported.report(engine.conn, claim.unclaimed["unsupported"])
@@ -399,6 +415,7 @@ class QueueWorker:
                         len(foreign),
                         self.queue,
                         ",".join(map(str, foreign)),
+                        extra=self.observe.fields,
                     )
                 if claim.read_count and logger.isEnabledFor(logging.DEBUG):
                     logger.debug(
@@ -407,6 +424,7 @@ class QueueWorker:
                         claim.read_count,
                         self.queue,
                         ",".join(str(task.message_id) for task in claim.tasks),
+                        extra=self.observe.fields,
                     )
                 for task in claim.tasks:
                     self._dispatch(task)
@@ -421,6 +439,7 @@ class QueueWorker:
                     logger.info(
                         "nothing runnable on queue(s) %s: stopping (--until-empty)",
                         ",".join(peer.queue for peer in self.peers),
+                        extra=self.observe.fields,
                     )
                     for peer in self.peers:
                         peer.state.request_stop()
@@ -446,6 +465,7 @@ class QueueWorker:
                     self.queue,
                     ", ".join(flow.slug for flow in self.flows),
                     first_line(exc),
+                    extra=self.observe.fields,
                 )
                 self.state.request_stop()
                 break
@@ -454,9 +474,16 @@ class QueueWorker:
                 delay = backoff.next()
                 transient = engine.recover(exc)
                 if transient:
-                    logger.warning("database unavailable (%s); retrying in %.1fs", first_line(exc), delay)
+                    logger.warning(
+                        "database unavailable (%s); retrying in %.1fs",
+                        first_line(exc),
+                        delay,
+                        extra=self.observe.fields,
+                    )
                 else:
-                    logger.error("worker loop error; retrying in %.1fs", delay, exc_info=exc)
+                    logger.error(
+                        "worker loop error; retrying in %.1fs", delay, exc_info=exc, extra=self.observe.fields
+                    )
                 self.state.stopping.wait(delay)
                 need_read = True
 
@@ -468,6 +495,7 @@ class QueueWorker:
             self.budget.claimed,
             self.budget.limit,
             ",".join(peer.queue for peer in self.peers),
+            extra=self.observe.fields,
         )
         for peer in self.peers:
             peer.state.request_stop()
@@ -504,10 +532,11 @@ class QueueWorker:
             logger.info(
                 "stalled-task recovery: rows it needs are busy; trying again in %.0fs",
                 self.options.stalled_check_seconds,
+                extra=self.observe.fields,
             )
             return
         if rows is None:
-            logger.debug("stalled-task recovery is running in another worker")
+            logger.debug("stalled-task recovery is running in another worker", extra=self.observe.fields)
             return
         counts = {row.outcome: int(row.task_count) for row in rows if row.task_count}
         self.observe.recovered(counts)
@@ -517,6 +546,7 @@ class QueueWorker:
                 ", ".join(
                     f"{count} {RECOVERY_WORDS.get(outcome, outcome)}" for outcome, count in counts.items()
                 ),
+                extra=self.observe.fields,
             )
         if counts.get("requeued"):
             # Requeued messages became visible without an insert: read now rather than at the next poll.
@@ -536,6 +566,7 @@ class QueueWorker:
                 self.queue,
                 self.state.in_flight,
                 max(0.0, deadline - time.monotonic()),
+                extra=self.observe.fields,
             )
             if self.engine is not None and self._registered:
                 self._bounded(
@@ -567,6 +598,7 @@ class QueueWorker:
             self.worker_id,
             self.queue,
             "" if drained else f" ({len(left)} unfinished task(s) released)",
+            extra=self.observe.fields,
         )
 
     @property
@@ -590,6 +622,7 @@ class QueueWorker:
                 len(ids),
                 self.queue,
                 ",".join(map(str, ids)),
+                extra=self.observe.fields,
             )
 
     def _bounded(self, call: Any, what: str, attempts: int = 3) -> Any:
@@ -602,7 +635,7 @@ class QueueWorker:
             except Exception as exc:
                 self.engine.recover(exc)
                 if attempt == attempts - 1 or not is_transient(exc):
-                    logger.warning("could not %s: %s", what, first_line(exc))
+                    logger.warning("could not %s: %s", what, first_line(exc), extra=self.observe.fields)
                     return None
                 time.sleep(backoff.next())
         return None
