@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import logging.config
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +21,7 @@ from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.queue_worker import QueueWorker
 from tests.sql.support import q, val
 from tests.unit.test_observability_docs import example
+from tests.workers import REPO
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,38 +84,46 @@ def test_task_records_carry_the_fields_and_the_failure_its_exception(
     assert "ValueError: first attempt fails" in shown["exc_info"]
 
 
+SENTRY_SCRIPT = """
+import json, logging, sys
+import sentry_sdk
+from sentry_sdk.transport import Transport
+from tests.unit.test_observability_docs import example
+
+events = []
+
+
+class Captured(Transport):
+    def capture_envelope(self, envelope):
+        events.extend(item.payload.json for item in envelope.items if item.type == "event")
+
+
+original_init = sentry_sdk.init
+sentry_sdk.init = lambda **options: original_init(transport=Captured(), **options)
+exec(example("# settings.py: Sentry with the pgflow fields as tags"), {"SENTRY_DSN": "https://k@sentry.invalid/1"})
+try:
+    raise ValueError("card declined")
+except ValueError as exc:
+    logging.getLogger("pgflow_django.worker").warning(
+        "handler failed", exc_info=exc, extra={"pgflow_flow": "orders", "pgflow_msg_id": "17"}
+    )
+sentry_sdk.flush()
+print(json.dumps(events))
+"""
+
+
 def test_the_sentry_example_turns_a_failed_attempt_into_an_event_tagged_with_the_fields() -> None:
-    sentry_sdk = pytest.importorskip("sentry_sdk")
-    from sentry_sdk.envelope import Envelope
-    from sentry_sdk.transport import Transport
-
-    events: list[dict[str, Any]] = []
-
-    class Captured(Transport):
-        def capture_envelope(self, envelope: Envelope) -> None:
-            events.extend(item.payload.json for item in envelope.items if item.type == "event")
-
-    original_init = sentry_sdk.init
-    namespace: dict[str, Any] = {
-        "SENTRY_DSN": "https://key@sentry.invalid/1",
-        "sentry_sdk": sentry_sdk,
-    }
-    code = example("# settings.py: Sentry with the pgflow fields as tags").replace("import sentry_sdk\n", "")
-    try:
-        sentry_sdk.init = lambda **options: original_init(transport=Captured(), **options)
-        exec(code, namespace)
-    finally:
-        sentry_sdk.init = original_init
-    try:
-        try:
-            raise ValueError("card declined")
-        except ValueError as exc:
-            logging.getLogger("pgflow_django.worker").warning(
-                "handler failed", exc_info=exc, extra={"pgflow_flow": "orders", "pgflow_msg_id": "17"}
-            )
-        sentry_sdk.flush()
-    finally:
-        sentry_sdk.init(dsn=None)
-    [event] = events
+    """In its own process: Sentry's Django integration patches Django for the rest of the process."""
+    pytest.importorskip("sentry_sdk")
+    result = subprocess.run(
+        [sys.executable, "-c", SENTRY_SCRIPT],
+        cwd=REPO,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    [event] = json.loads(result.stdout.strip().splitlines()[-1])
     assert event["tags"]["pgflow_flow"] == "orders" and event["tags"]["pgflow_msg_id"] == "17"
     assert event["exception"]["values"][0]["type"] == "ValueError"
