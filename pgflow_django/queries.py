@@ -438,6 +438,27 @@ START_FLOWS: Final = _value(
 )
 """Start one run per element of a JSON array of inputs, with the given run ids."""
 
+SET_TRACE_CONTEXT: Final = _value(
+    "set_trace_context",
+    "with traced as (update pgflow.runs set trace_context = %s::jsonb where run_id = any(%s::uuid[])"
+    " returning 1) select count(*) as value from traced",
+)
+"""Record the starter's W3C trace context on runs it just started (in the starting transaction)."""
+
+
+class TraceContextRow(NamedTuple):
+    run_id: uuid.UUID
+    trace_context: Any
+
+
+RUN_TRACE_CONTEXTS: Final = Query(
+    "run_trace_contexts",
+    "select run_id, trace_context from pgflow.runs"
+    " where run_id = any(%s::uuid[]) and trace_context is not null",
+    TraceContextRow,
+)
+"""The recorded trace contexts of some runs (the worker's task spans join them)."""
+
 CANCEL_RUN: Final = _value("cancel_run", "select pgflow.cancel_run(%s, %s) as value")
 """Cancel a started run (run id, reason or null): ``cancelled``, or the status it had finished with."""
 

@@ -339,6 +339,12 @@ class Engine:
             )
         )
 
+    def trace_contexts(self, run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, str]]:
+        """The recorded trace context of each of some runs that has one."""
+        return {
+            row.run_id: row.trace_context for row in self._fetch(queries.RUN_TRACE_CONTEXTS, [list(run_ids)])
+        }
+
     def transitions(self, tasks: Sequence[ClaimedTask]) -> list[queries.Transition]:
         """What recording these tasks' results changed (``pgflow_django.signals``)."""
         return self._fetch(queries.TRANSITIONS, transition_args(tasks))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
-from pgflow_django import signals
+from pgflow_django import signals, tracing
 from pgflow_django.worker.connection import ClaimedTask
 
 if TYPE_CHECKING:
@@ -25,6 +25,10 @@ logger = logging.getLogger("pgflow_django.worker")
 
 Result = tuple[ClaimedTask, str, str | None]
 """A recorded result: the task, the outcome the engine returned, the error text of a failure."""
+ContextLookup = Callable[[Sequence[uuid.UUID]], dict[uuid.UUID, dict[str, str]]]
+"""Reads some runs' recorded trace contexts (the claim loop's ``Engine.trace_contexts``)."""
+TRACE_CONTEXT_CACHE: Final = 10_000
+"""Runs whose trace context the claim loop remembers; past that it starts over."""
 Transitions = Callable[[Sequence[ClaimedTask]], "list[Transition]"]
 """Looks up what some just-recorded results changed (on the connection that recorded them)."""
 
@@ -62,6 +66,10 @@ class Observer:
         """When the claim loop last went round (``/healthz``)."""
         self.database_ok = False
         """The last claim reached the database (``/readyz``); False until the first one."""
+        self.tracing = False
+        """An OpenTelemetry SDK records spans: each handler call gets one (``tracing.task_span``)."""
+        self.trace_contexts: dict[uuid.UUID, dict[str, str] | None] = {}
+        """Runs' recorded trace contexts (None: the run has none), looked up once per run."""
         self.fields: dict[str, Any] = {"pgflow_queue": queue}
         """The ``extra`` of the claim loop's own log records (about its queue, not one task)."""
         if worker_id is not None:
@@ -78,14 +86,33 @@ class Observer:
     def beat(self) -> None:
         self.last_beat = time.monotonic()
 
-    def claimed(self, tasks: Sequence[ClaimedTask], seconds: float) -> None:
+    def claimed(self, tasks: Sequence[ClaimedTask], seconds: float, lookup: ContextLookup) -> None:
+        """A claim returned ``tasks``; with tracing on, the trace contexts of their runs not seen yet
+        are read here, once per run, in one statement."""
         self.database_ok = True
+        if self.tracing and tasks:
+            self._remember_contexts(tasks, lookup)
         metrics = self.metrics
         if metrics is None:
             return
         metrics.child(metrics.claim_duration, self.queue).observe(seconds)
         for task in tasks:
             metrics.child(metrics.claimed, task.flow_slug, task.step_slug, self._queue_of(task)).inc()
+
+    def _remember_contexts(self, tasks: Sequence[ClaimedTask], lookup: ContextLookup) -> None:
+        known = self.trace_contexts
+        new = list({task.run_id for task in tasks if task.run_id not in known})
+        if not new:
+            return
+        if len(known) > TRACE_CONTEXT_CACHE:
+            known.clear()
+        try:
+            found = lookup(new)
+        except Exception:
+            logger.warning("could not read the trace context of %d run(s)", len(new), exc_info=True)
+            return
+        for run_id in new:
+            known[run_id] = found.get(run_id)
 
     def loop_failed(self) -> None:
         self.database_ok = False
@@ -107,18 +134,24 @@ class Observer:
 
     @contextmanager
     def handling(self, task: ClaimedTask) -> Iterator[None]:
-        """Around one handler call: its duration (the exception, if any, propagates unchanged)."""
+        """Around one handler call: its span and its duration (an exception propagates unchanged)."""
         metrics = self.metrics
-        if metrics is None:
+        if metrics is None and not self.tracing:
             yield
             return
         started = time.perf_counter()
         try:
-            yield
+            if self.tracing:
+                parent = self.trace_contexts.get(task.run_id)
+                with tracing.task_span(task, parent, self.fields.get("pgflow_worker_id")):
+                    yield
+            else:
+                yield
         finally:
-            metrics.child(
-                metrics.task_duration, task.flow_slug, task.step_slug, self._queue_of(task)
-            ).observe(time.perf_counter() - started)
+            if metrics is not None:
+                metrics.child(
+                    metrics.task_duration, task.flow_slug, task.step_slug, self._queue_of(task)
+                ).observe(time.perf_counter() - started)
 
     # -- recorded results ----------------------------------------------------------------------------
 

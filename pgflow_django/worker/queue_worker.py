@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import psycopg
 
+from pgflow_django import tracing
 from pgflow_django.dsl import Flow
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.completer import Completer
@@ -237,6 +238,7 @@ class QueueWorker:
             opts.completion_batch_size,
             opts.completion_flush_ms,
         )
+        self.observe.tracing = tracing.recording()
         self.completer.observe = self.observe
         self.completer.start()
         self.listener = Listener(self._params, insert_channel(self.queue_table), self.state)
@@ -364,7 +366,9 @@ class QueueWorker:
                         self.generations,
                     )
                     claimed = len(claim.tasks)
-                    self.observe.claimed(claim.tasks, time.perf_counter() - claim_started)
+                    self.observe.claimed(
+                        claim.tasks, time.perf_counter() - claim_started, engine.trace_contexts
+                    )
                 finally:
                     self.budget.settle(qty, claimed)
                     self.until_empty.claimed(claimed)
