@@ -9,6 +9,7 @@ non-recording spans and the worker skips the trace-context lookup altogether.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Iterator, Sequence
@@ -31,6 +32,14 @@ def installed() -> bool:
     return trace is not None
 
 
+@functools.cache
+def _tracer() -> Any:
+    """One tracer for the process: the SDK builds a new one per ``get_tracer`` call (most of a span's
+    cost), and a tracer taken before the provider is set follows it once it is."""
+    assert trace is not None
+    return trace.get_tracer(TRACER_NAME)
+
+
 def current_context() -> str | None:
     """The caller's trace context as JSON (``traceparent``, ``tracestate``), or None outside a trace."""
     if trace is None or not trace.get_current_span().get_span_context().is_valid:
@@ -51,16 +60,20 @@ def recording() -> bool:
     """True when an SDK is configured: spans record, so looking up runs' contexts is worth its query."""
     if trace is None:
         return False
-    return trace.get_tracer(TRACER_NAME).start_span("probe").is_recording()
+    return bool(_tracer().start_span("probe").is_recording())
+
+
+def parent_context(carrier: dict[str, str] | None) -> Any:
+    """The OpenTelemetry context a run's recorded carrier names (None: start a new trace); parsed
+    once per run by the worker."""
+    return propagate.extract(carrier) if carrier and trace is not None else None
 
 
 @contextmanager
-def task_span(task: ClaimedTask, parent: dict[str, str] | None, worker_id: str | None) -> Iterator[None]:
-    """One span per task attempt, a child of the run's recorded context when there is one; an
+def task_span(task: ClaimedTask, context: Any, worker_id: str | None) -> Iterator[None]:
+    """One span per task attempt, a child of ``context`` (``parent_context``) when there is one; an
     exception is recorded and sets the span's status to error, then propagates unchanged."""
-    assert trace is not None
-    tracer = trace.get_tracer(TRACER_NAME)
-    context = propagate.extract(parent) if parent else None
+    tracer = _tracer()
     attributes: dict[str, Any] = {
         "pgflow.flow": task.flow_slug,
         "pgflow.step": task.step_slug,

@@ -68,8 +68,8 @@ class Observer:
         """The last claim reached the database (``/readyz``); False until the first one."""
         self.tracing = False
         """An OpenTelemetry SDK records spans: each handler call gets one (``tracing.task_span``)."""
-        self.trace_contexts: dict[uuid.UUID, dict[str, str] | None] = {}
-        """Runs' recorded trace contexts (None: the run has none), looked up once per run."""
+        self.trace_contexts: dict[uuid.UUID, Any] = {}
+        """Runs' recorded trace contexts, parsed (None: the run has none), looked up once per run."""
         self.fields: dict[str, Any] = {"pgflow_queue": queue}
         """The ``extra`` of the claim loop's own log records (about its queue, not one task)."""
         if worker_id is not None:
@@ -112,7 +112,7 @@ class Observer:
             logger.warning("could not read the trace context of %d run(s)", len(new), exc_info=True)
             return
         for run_id in new:
-            known[run_id] = found.get(run_id)
+            known[run_id] = tracing.parent_context(found.get(run_id))
 
     def loop_failed(self) -> None:
         self.database_ok = False
