@@ -5,6 +5,7 @@ holds the request and every step of its run. The caller's side uses the SDK's in
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -107,3 +108,20 @@ def test_start_flows_records_the_context_on_every_run(clean_example_flows: None)
         for run_id in run_ids
     }
     assert len(contexts) == 1 and next(iter(contexts)).startswith("00-")
+
+
+def test_a_django_task_enqueued_inside_a_trace_records_it(transactional_db: None) -> None:
+    from testproject.example.tasks import add
+    from tests.tasks_support import clean_task_flows
+
+    try:
+        with trace.get_tracer("tests").start_as_current_span("POST /signup") as request:
+            result = add.enqueue(1, 2)
+        trace_id = format(request.get_span_context().trace_id, "032x")
+        recorded = val(
+            "select trace_context ->> 'traceparent' from pgflow.runs where run_id = %s",
+            [uuid.UUID(result.id)],
+        )
+        assert recorded.startswith(f"00-{trace_id}-")
+    finally:
+        clean_task_flows()
