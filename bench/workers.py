@@ -86,8 +86,10 @@ class WorkerGroup:
         log_dir: Path,
         sampler: RssSampler,
         extra_args: Sequence[str] = (),
+        settings_module: str = "bench.settings",
     ) -> None:
         self.url = url
+        self.settings_module = settings_module
         self.flow_slug = flow_slug
         self.count = count
         self.log_dir = log_dir
@@ -104,7 +106,7 @@ class WorkerGroup:
         env = dict(os.environ)
         env.update(
             DATABASE_URL=self.url,
-            DJANGO_SETTINGS_MODULE="bench.settings",
+            DJANGO_SETTINGS_MODULE=self.settings_module,
             PGFLOW_LOG_LEVEL=env.get("PGFLOW_LOG_LEVEL", "WARNING"),
             PYTHONUNBUFFERED="1",
         )

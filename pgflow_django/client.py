@@ -12,7 +12,7 @@ import math
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, TypeAlias, cast
@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, DataError, connections, transaction
 
-from pgflow_django import queries
+from pgflow_django import queries, tracing
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, StepType
 from pgflow_django.encoding import (
@@ -32,6 +32,7 @@ from pgflow_django.encoding import (
     encode_json,
 )
 from pgflow_django.operations import FlowNotFound
+from pgflow_django.signals import send_run_started
 from pgflow_django.slugs import validate_flow_slug
 
 RunStatus: TypeAlias = Literal["started", "completed", "failed"]
@@ -121,9 +122,21 @@ def start_flow(
     slug = _flow_slug(flow_or_slug)
     body = encode_run_input(flow_or_slug, input, f"input of flow {slug!r}")
     chosen = None if run_id is None else _as_uuid(run_id)
-    with connections[using].cursor() as cursor, _unknown_flow_as_not_found(slug, using):
-        started = queries.value(cursor, queries.START_FLOW, [slug, body, chosen, _delay_seconds(delay)])
-    return _as_uuid(started)
+    trace_context = tracing.current_context()
+    with _traced(trace_context, using), connections[using].cursor() as cursor:
+        with _unknown_flow_as_not_found(slug, using):
+            started = queries.value(cursor, queries.START_FLOW, [slug, body, chosen, _delay_seconds(delay)])
+        new_id = _as_uuid(started)
+        if trace_context is not None:
+            tracing.record_on_runs(cursor, [new_id], trace_context)
+    send_run_started(slug, [new_id], using)
+    return new_id
+
+
+def _traced(trace_context: str | None, using: str) -> Any:
+    """A traced start records its context in the starting transaction, so no worker claims the run
+    before its context is there; an untraced start adds nothing."""
+    return nullcontext() if trace_context is None else transaction.atomic(using=using)
 
 
 def _delay_seconds(delay: timedelta | int | None) -> int | None:
@@ -159,8 +172,13 @@ def start_flows(
         ids = [_as_uuid(value) for value in run_ids]
     if not bodies:
         return []
-    with connections[using].cursor() as cursor, _unknown_flow_as_not_found(slug, using):
-        queries.value(cursor, queries.START_FLOWS, [slug, f"[{','.join(bodies)}]", ids])
+    trace_context = tracing.current_context()
+    with _traced(trace_context, using), connections[using].cursor() as cursor:
+        with _unknown_flow_as_not_found(slug, using):
+            queries.value(cursor, queries.START_FLOWS, [slug, f"[{','.join(bodies)}]", ids])
+        if trace_context is not None:
+            tracing.record_on_runs(cursor, ids, trace_context)
+    send_run_started(slug, ids, using)
     return ids
 
 

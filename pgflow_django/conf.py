@@ -16,6 +16,10 @@ def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 @dataclass(frozen=True)
 class Setting:
     """One ``PGFLOW`` key: its default, how its value is read, and the worker option it fills."""
@@ -46,6 +50,9 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     # worker's life, health-checked before reuse). A fresh connection per task costs a connect and
     # re-planning the engine's functions, so a worker should not inherit a web process's 0.
     Setting("WORKER_CONN_MAX_AGE", None, _optional_float, "conn_max_age"),
+    # The worker's Prometheus port (/metrics, /healthz, /readyz; needs the [metrics] extra); None: off.
+    Setting("WORKER_METRICS_PORT", None, _optional_int, "metrics_port"),
+    Setting("WORKER_METRICS_HOST", "0.0.0.0", str, "metrics_host"),
 )
 """The one table of the worker settings' defaults: ``PgflowSettings``, ``WorkerOptions`` and the
 ``pgflow_worker`` options (which default to the setting) all take theirs from here."""
@@ -74,6 +81,8 @@ class PgflowSettings:
     completion_flush_ms: float
     completion_batch_size: int
     worker_conn_max_age: float | None
+    worker_metrics_port: int | None
+    worker_metrics_host: str
 
 
 LIVE_HEARTBEATS: Final = 3

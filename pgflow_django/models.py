@@ -306,6 +306,8 @@ class Run(ReadOnlyModel):
         related_name="reruns",
     )
     not_before = models.DateTimeField(null=True)
+    trace_context = models.JSONField(null=True)
+    """The W3C trace context of the code that started the run (OpenTelemetry), when it was traced."""
 
     class Meta:
         managed = False

@@ -438,6 +438,27 @@ START_FLOWS: Final = _value(
 )
 """Start one run per element of a JSON array of inputs, with the given run ids."""
 
+SET_TRACE_CONTEXT: Final = _value(
+    "set_trace_context",
+    "with traced as (update pgflow.runs set trace_context = %s::jsonb where run_id = any(%s::uuid[])"
+    " returning 1) select count(*) as value from traced",
+)
+"""Record the starter's W3C trace context on runs it just started (in the starting transaction)."""
+
+
+class TraceContextRow(NamedTuple):
+    run_id: uuid.UUID
+    trace_context: Any
+
+
+RUN_TRACE_CONTEXTS: Final = Query(
+    "run_trace_contexts",
+    "select run_id, trace_context from pgflow.runs"
+    " where run_id = any(%s::uuid[]) and trace_context is not null",
+    TraceContextRow,
+)
+"""The recorded trace contexts of some runs (the worker's task spans join them)."""
+
 CANCEL_RUN: Final = _value("cancel_run", "select pgflow.cancel_run(%s, %s) as value")
 """Cancel a started run (run id, reason or null): ``cancelled``, or the status it had finished with."""
 
@@ -1026,3 +1047,130 @@ def time_shift(queues: Sequence[tuple[str, str]]) -> Query[TimeShift]:
         """
     ).format(hidden=hidden, updates=updates, visible=visible)
     return Query("time_shift", statement, TimeShift)
+
+
+# -- observability --------------------------------------------------------------------------------------
+
+
+class Transition(NamedTuple):
+    """What recording one task's result changed, each flag true only when this task's transaction
+    made it. ``complete_tasks``, ``fail_task`` and ``reject_task`` lock the run before anything else,
+    so a run's transactions are serialised: a step (or run) finished by a task completion was finished
+    by the transaction of its latest-completed task, and a failed one by that of its first failed
+    task. Tasks of one transaction may tie: the caller sends one signal per step and run."""
+
+    flow_slug: str
+    run_id: uuid.UUID
+    step_slug: str
+    task_index: int
+    step_completed: bool
+    step_failed: bool
+    run_completed: bool
+    run_failed: bool
+    error_message: str | None
+
+
+TRANSITIONS: Final = Query(
+    "transitions",
+    """
+    select t.flow_slug, t.run_id, t.step_slug, t.task_index,
+           coalesce(ss.status = 'completed' and t.status = 'completed' and not exists (
+             select 1 from pgflow.step_tasks as o
+              where o.run_id = t.run_id and o.step_slug = t.step_slug and o.completed_at > t.completed_at
+           ), false) as step_completed,
+           coalesce(ss.status = 'failed' and t.status = 'failed' and not exists (
+             select 1 from pgflow.step_tasks as o
+              where o.run_id = t.run_id and o.step_slug = t.step_slug and o.failed_at < t.failed_at
+           ), false) as step_failed,
+           coalesce(r.status = 'completed' and t.status = 'completed' and not exists (
+             select 1 from pgflow.step_tasks as o
+              where o.run_id = t.run_id and o.completed_at > t.completed_at
+           ), false) as run_completed,
+           coalesce(r.status = 'failed' and t.status = 'failed' and not exists (
+             select 1 from pgflow.step_tasks as o
+              where o.run_id = t.run_id and o.failed_at < t.failed_at
+           ), false) as run_failed,
+           t.error_message
+      from unnest(%s::uuid[], %s::text[], %s::int[]) as k(run_id, step_slug, task_index)
+      join pgflow.step_tasks as t
+        on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+      join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+      join pgflow.runs as r on r.run_id = t.run_id
+    """,
+    Transition,
+)
+"""The step and run transitions some just-recorded task results made (for ``pgflow_django.signals``)."""
+
+
+SET_LOCAL_STATEMENT_TIMEOUT: Final = _value(
+    "set_local_statement_timeout", "select set_config('statement_timeout', %s, true) as value"
+)
+
+
+class MetricSample(NamedTuple):
+    """One database-wide gauge value; labels a sample does not use are ''."""
+
+    name: str
+    queue_name: str
+    flow_slug: str
+    step_slug: str
+    status: str
+    value: float
+
+
+def database_metrics(queue_tables: Sequence[tuple[str, str]]) -> Query[MetricSample]:
+    """Every database-wide gauge in one statement: per queue (given as (queue, table) pairs) its
+    visible and hidden messages and the age of its oldest visible one; runs by flow and status;
+    stalled tasks by flow and step; live workers and pauses by flow and step. Its parameter is
+    ``%(live_seconds)s``; its size grows with queues and steps, never with runs or messages' ids."""
+    per_queue = sql.SQL(" union all ").join(
+        sql.SQL(
+            "select {queue}::text as queue_name,"
+            " count(*) filter (where m.vt <= clock_timestamp())::float8 as visible,"
+            " count(*) filter (where m.vt > clock_timestamp())::float8 as hidden,"
+            " coalesce(extract(epoch from clock_timestamp()"
+            " - min(m.enqueued_at) filter (where m.vt <= clock_timestamp())), 0)::float8 as oldest"
+            " from pgmq.{table} as m"
+        ).format(queue=sql.Literal(queue), table=sql.Identifier(table))
+        for queue, table in queue_tables
+    )
+    queues = (
+        per_queue
+        if queue_tables
+        else sql.SQL("select null::text, null::float8, null::float8, null::float8 where false")
+    )
+    statement = sql.SQL(
+        """
+        with q(queue_name, visible, hidden, oldest) as ({queues}),
+        support as (
+          select s.flow_slug, s.step_slug, s.queue_name,
+                 (select count(*) from pgflow.worker_support as ws join pgflow.workers as w
+                      on w.worker_id = ws.worker_id
+                   where ws.flow_slug = s.flow_slug and ws.step_slug = s.step_slug and {live}) as live,
+                 p.reason
+            from pgflow.steps as s
+            left join lateral pgflow.subscription_pause(s.flow_slug, s.step_slug) as p on true
+        )
+        select 'queue_visible' as name, queue_name, '' as flow_slug, '' as step_slug, '' as status,
+               visible as value from q
+        union all select 'queue_hidden', queue_name, '', '', '', hidden from q
+        union all select 'queue_oldest_visible_age', queue_name, '', '', '', oldest from q
+        union all select 'runs', '', flow_slug, '', status, count(*)::float8
+                    from pgflow.runs group by flow_slug, status
+        union all select 'stalled_tasks', t.queue_name, t.flow_slug, t.step_slug, '', count(*)::float8
+                    from pgflow.step_tasks as t
+                    join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+                    join pgflow.flows as f on f.flow_slug = t.flow_slug
+                   where t.status = 'started'
+                     and t.started_at
+                         < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
+                   group by t.queue_name, t.flow_slug, t.step_slug
+        union all select 'live_workers', queue_name, flow_slug, step_slug, '', live::float8 from support
+        union all select 'paused', '', flow_slug, step_slug, coalesce(reason, ''),
+                         (reason is not null)::int::float8 from support
+        """
+    ).format(
+        queues=queues,
+        live=sql.SQL(LIVE_WORKER.format(live_seconds="%(live_seconds)s").strip()),
+    )
+    return Query("database_metrics", statement, MetricSample)

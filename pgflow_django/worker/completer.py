@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.connection import ClaimedTask, Engine, completion_item, first_line
+from pgflow_django.worker.observe import NO_OBSERVER, Observer, Result
 from pgflow_django.worker.slots import WorkerState
 
 logger = logging.getLogger("pgflow_django.worker")
@@ -57,6 +58,8 @@ class Completer(threading.Thread):
         self._stop_event = threading.Event()
         self._unrecorded = 0
         self._count_lock = threading.Lock()
+        self.observe: Observer = NO_OBSERVER
+        """Told of every recorded result (metrics, signals); the worker sets its own."""
 
     # -- called from handler threads -----------------------------------------------------------
 
@@ -167,6 +170,7 @@ class Completer(threading.Thread):
             self._complete_one(items[0])
             return
         payload = "[" + ",".join(completion_item(item.task, item.output_json) for item in items) + "]"
+        started = time.perf_counter()
         try:
             rows = self._retrying(lambda: self.engine.complete_tasks(payload))
         except Abandoned:
@@ -180,25 +184,37 @@ class Completer(threading.Thread):
             for item in items:
                 self._complete_one(item)
             return
+        seconds = time.perf_counter() - started
         by_key = {item.task.key: item for item in items}
+        results: list[Result] = []
         for run_id, step_slug, task_index, outcome in rows:
             done = by_key.pop((run_id, step_slug, task_index), None)
             if done is not None:
-                _log_completion(done.task, outcome)
+                self._log_completion(done.task, outcome)
+                results.append((done.task, outcome, None))
         for missing in by_key.values():
-            logger.warning("completion of %s returned no outcome", missing.task.describe())
+            logger.warning(
+                "completion of %s returned no outcome",
+                missing.task.describe(),
+                extra=self.observe.log(missing.task),
+            )
+        self.observe.recorded(results, self.engine.transitions, seconds)
 
     def _complete_one(self, item: Completion) -> None:
+        started = time.perf_counter()
         try:
             outcome = self._retrying(lambda: self.engine.complete_task(item.task, item.output_json))
         except Abandoned:
             raise
         except Exception as exc:
             message = f"could not record the task's output: {first_line(exc)}"
-            logger.error("%s %s", message, item.task.describe())
+            logger.error("%s %s", message, item.task.describe(), extra=self.observe.log(item.task))
             self._fail(Failure(item.task, message, permanent=True))
             return
-        _log_completion(item.task, outcome)
+        self._log_completion(item.task, outcome)
+        self.observe.recorded(
+            [(item.task, outcome, None)], self.engine.transitions, time.perf_counter() - started
+        )
 
     def _fail(self, item: Failure) -> None:
         def record() -> str:
@@ -215,24 +231,37 @@ class Completer(threading.Thread):
                 "could not record the failure of %s (%s); recovery will run it again",
                 item.task.describe(),
                 first_line(exc),
+                extra=self.observe.log(item.task),
             )
             return
+        extra = self.observe.log(item.task)
         if outcome == "retrying":
-            logger.info("task will be retried %s", item.task.describe())
+            logger.info("task will be retried %s", item.task.describe(), extra=extra)
             # A retry delays an existing message, which notifies no one: wake the loop so its next
             # read learns when the message becomes visible and schedules a timed read.
             self.state.notify_messages()
         elif outcome == "stale":
-            logger.info("late failure ignored (the claim is no longer current) %s", item.task.describe())
+            logger.info(
+                "late failure ignored (the claim is no longer current) %s", item.task.describe(), extra=extra
+            )
         else:
-            logger.warning("task attempts exhausted (%s) %s", outcome, item.task.describe())
+            logger.warning("task attempts exhausted (%s) %s", outcome, item.task.describe(), extra=extra)
+        self.observe.recorded([(item.task, outcome, item.error_message)], self.engine.transitions)
 
-
-def _log_completion(task: ClaimedTask, outcome: str) -> None:
-    if outcome == "completed":
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("task completed %s", task.describe())
-    elif outcome == "stale":
-        logger.info("late completion ignored (the claim is no longer current) %s", task.describe())
-    else:
-        logger.warning("completion %s: the output cannot feed the next step %s", outcome, task.describe())
+    def _log_completion(self, task: ClaimedTask, outcome: str) -> None:
+        if outcome == "completed":
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("task completed %s", task.describe(), extra=self.observe.log(task))
+        elif outcome == "stale":
+            logger.info(
+                "late completion ignored (the claim is no longer current) %s",
+                task.describe(),
+                extra=self.observe.log(task),
+            )
+        else:
+            logger.warning(
+                "completion %s: the output cannot feed the next step %s",
+                outcome,
+                task.describe(),
+                extra=self.observe.log(task),
+            )

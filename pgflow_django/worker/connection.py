@@ -339,6 +339,16 @@ class Engine:
             )
         )
 
+    def trace_contexts(self, run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, str]]:
+        """The recorded trace context of each of some runs that has one."""
+        return {
+            row.run_id: row.trace_context for row in self._fetch(queries.RUN_TRACE_CONTEXTS, [list(run_ids)])
+        }
+
+    def transitions(self, tasks: Sequence[ClaimedTask]) -> list[queries.Transition]:
+        """What recording these tasks' results changed (``pgflow_django.signals``)."""
+        return self._fetch(queries.TRANSITIONS, transition_args(tasks))
+
     def reject_task(self, task: ClaimedTask, error_message: str) -> str:
         """Fail the attempt with no retry: its input or output can never be handled."""
         return str(
@@ -347,6 +357,11 @@ class Engine:
                 [task.run_id, task.step_slug, task.task_index, task.attempt, clean_text(error_message)],
             )
         )
+
+
+def transition_args(tasks: Sequence[ClaimedTask]) -> list[list[Any]]:
+    """The three parallel arrays ``queries.TRANSITIONS`` unnests."""
+    return [[t.run_id for t in tasks], [t.step_slug for t in tasks], [t.task_index for t in tasks]]
 
 
 def _pairs(support: tuple[tuple[str, str], ...]) -> list[list[str]]:

@@ -14,6 +14,22 @@ from typing import Final, TextIO
 LOGGER_NAME: Final = "pgflow_django"
 LEVELS: Final = ("debug", "info", "warning", "error")
 FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+EXPECTED_FAILURE: Final = "pgflow_expected_failure"
+"""Set on the record of a handler's failed attempt: expected work, one line on the worker's stderr."""
+
+
+class WorkerFormatter(logging.Formatter):
+    """The worker's stderr format: a handler's failed attempt is logged with its exception (for error
+    trackers and a project's own handlers), yet shown here as one line unless the logger is at debug."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if (
+            record.exc_info
+            and getattr(record, EXPECTED_FAILURE, False)
+            and not logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        ):
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        return super().format(record)
 
 
 def level_for(verbosity: int, log_level: str | None) -> int:
@@ -37,6 +53,6 @@ def configure(verbosity: int = 1, log_level: str | None = None, stream: TextIO |
     if logger.hasHandlers():
         return False
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.setFormatter(WorkerFormatter(FORMAT))
     logger.addHandler(handler)
     return True

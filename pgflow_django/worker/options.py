@@ -29,6 +29,9 @@ class WorkerOptions:
     completion_batch_size: int = _DEFAULT["completion_batch_size"]
     conn_max_age: float | None = _DEFAULT["conn_max_age"]
     """CONN_MAX_AGE of the handler threads' Django connections (None: for the worker's life)."""
+    metrics_port: int | None = _DEFAULT["metrics_port"]
+    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port (0: any free one; None: off)."""
+    metrics_host: str = _DEFAULT["metrics_host"]
     read_visibility_seconds: int = 5
     """The shortest time a claim's read hides its batch; a plain or step worker hides it for its
     longest step timeout + 2 s, the visibility the claim gives a task, so the claim need not write it."""
@@ -73,6 +76,8 @@ class WorkerOptions:
             raise ValueError(f"max-tasks must be a whole number >= 1, got {self.max_tasks!r}")
         if self.conn_max_age is not None and self.conn_max_age < 0:
             raise ValueError(f"WORKER_CONN_MAX_AGE must be None or >= 0, got {self.conn_max_age!r}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics-port must be a port from 0 to 65535, got {self.metrics_port!r}")
         for name in ("shutdown_timeout", "completion_flush_ms"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 0, got {getattr(self, name)!r}")

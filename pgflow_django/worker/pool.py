@@ -24,9 +24,17 @@ class PoolClosed(RuntimeError):
 
 
 class HandlerPool(Generic[T]):
-    def __init__(self, size: int, run: Callable[[T], None], name_prefix: str = "pgflow-handler") -> None:
+    def __init__(
+        self,
+        size: int,
+        run: Callable[[T], None],
+        name_prefix: str = "pgflow-handler",
+        on_exit: Callable[[], None] | None = None,
+    ) -> None:
         self.size = size
         self._run = run
+        self._on_exit = on_exit
+        """Called by each thread as it leaves (the runner closes the thread's Django connection)."""
         self._name_prefix = name_prefix
         self._items: queue.SimpleQueue[T | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -74,6 +82,8 @@ class HandlerPool(Generic[T]):
         while True:
             item = self._items.get()
             if item is None:
+                if self._on_exit is not None:
+                    self._on_exit()
                 return
             try:
                 self._run(item)

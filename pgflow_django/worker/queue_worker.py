@@ -16,10 +16,11 @@ import threading
 import time
 import uuid
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import psycopg
 
+from pgflow_django import tracing
 from pgflow_django.dsl import Flow
 from pgflow_django.schedules.service import PASS_INTERVAL as SCHEDULER_PASS_INTERVAL
 from pgflow_django.schedules.service import run_pass as run_scheduler_pass
@@ -35,6 +36,7 @@ from pgflow_django.worker.connection import (
 )
 from pgflow_django.worker.limits import TaskBudget, UntilEmpty
 from pgflow_django.worker.listener import Listener, insert_channel
+from pgflow_django.worker.observe import Observer
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.pool import HandlerPool
 from pgflow_django.worker.preflight import (
@@ -46,6 +48,9 @@ from pgflow_django.worker.preflight import (
 from pgflow_django.worker.runner import Runner
 from pgflow_django.worker.slots import WorkerState
 from pgflow_django.worker.unsupported import UnsupportedWork
+
+if TYPE_CHECKING:
+    from pgflow_django.metrics import WorkerMetrics
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -148,6 +153,15 @@ class QueueWorker:
         """Every claim loop of this process: ``--until-empty`` stops them together."""
 
         self.unsupported = UnsupportedWork(self.queue)
+        self.observe = Observer(self.worker_id, self.queue)
+        """Metrics, signals, log fields and probes of this claim loop (``instrument`` adds metrics)."""
+
+    def instrument(self, metrics: WorkerMetrics) -> None:
+        """Count this loop's work in ``metrics`` (the process's ``--metrics-port`` registry)."""
+        self.observe.metrics = metrics
+        metrics.watch_queue(
+            self.queue, self.worker_id, self.subscription, lambda: self.state.in_flight, self.state.free_slots
+        )
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -173,6 +187,7 @@ class QueueWorker:
                 "queue=%s supports %s",
                 self.queue,
                 ", ".join(f"{flow_slug}.{step_slug}" for flow_slug, step_slug in support),
+                extra=self.observe.fields,
             )
         paused = self.engine.pause(self.registration.support)
         if paused is not None:
@@ -189,10 +204,17 @@ class QueueWorker:
         self.queue_table = self.engine.queue_table(self.queue)
         notifies, throttle_ms = self.engine.insert_notifications(self.queue, self.queue_table)
         if not notifies:
-            logger.warning("queue=%s sends no insert notifications: the worker relies on polling", self.queue)
+            logger.warning(
+                "queue=%s sends no insert notifications: the worker relies on polling",
+                self.queue,
+                extra=self.observe.fields,
+            )
         elif throttle_ms > 0:
             logger.warning(
-                "queue=%s throttles insert notifications to one per %d ms", self.queue, throttle_ms
+                "queue=%s throttles insert notifications to one per %d ms",
+                self.queue,
+                throttle_ms,
+                extra=self.observe.fields,
             )
         connections[self.options.using].close()
         self._configure_handler_connections()
@@ -220,11 +242,14 @@ class QueueWorker:
             opts.completion_batch_size,
             opts.completion_flush_ms,
         )
+        self.observe.tracing = tracing.recording()
+        self.completer.observe = self.observe
         self.completer.start()
         self.listener = Listener(self._params, insert_channel(self.queue_table), self.state)
         self.listener.start()
         self.runner = Runner(self.flows, self.state, self.completer, opts.using)
-        self.pool = HandlerPool(opts.concurrency, self.runner.run)
+        self.runner.observe = self.observe
+        self.pool = HandlerPool(opts.concurrency, self.runner.run, on_exit=self.runner.thread_done)
         logger.info(
             "worker %s started queue=%s %s concurrency=%d batch=%d database=%s%s "
             "(at most %d database connections)",
@@ -236,6 +261,7 @@ class QueueWorker:
             describe_database(opts.using, self._params),
             _limits(opts),
             opts.max_connections,
+            extra=self.observe.fields,
         )
 
     def run(self) -> int:
@@ -263,6 +289,7 @@ class QueueWorker:
             name,
             self.state.in_flight,
             self.options.shutdown_timeout,
+            extra=self.observe.fields,
         )
         self.state.request_stop()
 
@@ -281,11 +308,14 @@ class QueueWorker:
         next_stalled = now
         next_schedules = now if opts.scheduler else float("inf")
         while not self.state.stopping.is_set():
+            self.observe.beat()
             try:
                 now = time.monotonic()
                 if now >= next_heartbeat:
                     if engine.heartbeat(self.registration):
-                        logger.warning("worker %s was deprecated: stopping", self.worker_id)
+                        logger.warning(
+                            "worker %s was deprecated: stopping", self.worker_id, extra=self.observe.fields
+                        )
                         self.state.request_stop()
                         break
                     paused = engine.pause(self.registration.support)
@@ -295,7 +325,9 @@ class QueueWorker:
                             paused[0],
                             paused[1],
                             self.queue,
+                            extra=self.observe.fields,
                         )
+                        self.observe.paused(str(paused[1]))
                         self.state.request_stop()
                         break
                     next_heartbeat = now + opts.heartbeat_seconds
@@ -328,6 +360,7 @@ class QueueWorker:
                     continue
                 snapshot = self.until_empty.snapshot() if opts.until_empty else None
                 claimed = 0
+                claim_started = time.perf_counter()
                 try:
                     claim = engine.claim(
                         self.flow.slug,
@@ -341,6 +374,9 @@ class QueueWorker:
                         self.generations,
                     )
                     claimed = len(claim.tasks)
+                    self.observe.claimed(
+                        claim.tasks, time.perf_counter() - claim_started, engine.trace_contexts
+                    )
                 finally:
                     self.budget.settle(qty, claimed)
                     self.until_empty.claimed(claimed)
@@ -351,6 +387,7 @@ class QueueWorker:
                         "it: claimed nothing and stopping; restart the worker with the code that defines "
                         "the current flow (or deploy a changed flow under a new slug: flow.copy(slug=...))",
                         ", ".join(claim.stale),
+                        extra=self.observe.fields,
                     )
                     self.fatal = True
                     self.state.request_stop()
@@ -363,7 +400,9 @@ class QueueWorker:
                         ",".join(map(str, claim.fatal)),
                         self.subscription,
                         self.resume_command,
+                        extra=self.observe.fields,
                     )
+                    self.observe.paused("fatal")
                     self.fatal = True
                     self.state.request_stop()
                     break
@@ -376,6 +415,7 @@ class QueueWorker:
                             meaning,
                             self.queue,
                             ",".join(map(str, ids)),
+                            extra=self.observe.fields,
                         )
                 if claim.unclaimed.get("unsupported"):
                     self.unsupported.report(engine.conn, claim.unclaimed["unsupported"])
@@ -387,6 +427,7 @@ class QueueWorker:
                         len(foreign),
                         self.queue,
                         ",".join(map(str, foreign)),
+                        extra=self.observe.fields,
                     )
                 if claim.read_count and logger.isEnabledFor(logging.DEBUG):
                     logger.debug(
@@ -395,6 +436,7 @@ class QueueWorker:
                         claim.read_count,
                         self.queue,
                         ",".join(str(task.message_id) for task in claim.tasks),
+                        extra=self.observe.fields,
                     )
                 for task in claim.tasks:
                     self._dispatch(task)
@@ -409,6 +451,7 @@ class QueueWorker:
                     logger.info(
                         "nothing runnable on queue(s) %s: stopping (--until-empty)",
                         ",".join(peer.queue for peer in self.peers),
+                        extra=self.observe.fields,
                     )
                     for peer in self.peers:
                         peer.state.request_stop()
@@ -434,16 +477,25 @@ class QueueWorker:
                     self.queue,
                     ", ".join(flow.slug for flow in self.flows),
                     first_line(exc),
+                    extra=self.observe.fields,
                 )
                 self.state.request_stop()
                 break
             except Exception as exc:
+                self.observe.loop_failed()
                 delay = backoff.next()
                 transient = engine.recover(exc)
                 if transient:
-                    logger.warning("database unavailable (%s); retrying in %.1fs", first_line(exc), delay)
+                    logger.warning(
+                        "database unavailable (%s); retrying in %.1fs",
+                        first_line(exc),
+                        delay,
+                        extra=self.observe.fields,
+                    )
                 else:
-                    logger.error("worker loop error; retrying in %.1fs", delay, exc_info=exc)
+                    logger.error(
+                        "worker loop error; retrying in %.1fs", delay, exc_info=exc, extra=self.observe.fields
+                    )
                 self.state.stopping.wait(delay)
                 need_read = True
 
@@ -455,6 +507,7 @@ class QueueWorker:
             self.budget.claimed,
             self.budget.limit,
             ",".join(peer.queue for peer in self.peers),
+            extra=self.observe.fields,
         )
         for peer in self.peers:
             peer.state.request_stop()
@@ -491,19 +544,22 @@ class QueueWorker:
             logger.info(
                 "stalled-task recovery: rows it needs are busy; trying again in %.0fs",
                 self.options.stalled_check_seconds,
+                extra=self.observe.fields,
             )
             return
         if rows is None:
-            logger.debug("stalled-task recovery is running in another worker")
+            logger.debug("stalled-task recovery is running in another worker", extra=self.observe.fields)
             return
         counts = {row.outcome: int(row.task_count) for row in rows if row.task_count}
         logger.debug("%s (%d task(s) changed)", RECOVERY_PASS_DONE, sum(counts.values()))
+        self.observe.recovered(counts)
         if counts:
             logger.warning(
                 "stalled-task recovery (tasks whose worker stopped answering): %s",
                 ", ".join(
                     f"{count} {RECOVERY_WORDS.get(outcome, outcome)}" for outcome, count in counts.items()
                 ),
+                extra=self.observe.fields,
             )
         if counts.get("requeued"):
             # Requeued messages became visible without an insert: read now rather than at the next poll.
@@ -523,6 +579,7 @@ class QueueWorker:
                 self.queue,
                 self.state.in_flight,
                 max(0.0, deadline - time.monotonic()),
+                extra=self.observe.fields,
             )
             if self.engine is not None and self._registered:
                 self._bounded(
@@ -554,7 +611,13 @@ class QueueWorker:
             self.worker_id,
             self.queue,
             "" if drained else f" ({len(left)} unfinished task(s) released)",
+            extra=self.observe.fields,
         )
+
+    @property
+    def ready(self) -> bool:
+        """Registered, polling, and its last claim reached the database (``/readyz``)."""
+        return self._registered and not self.state.stopping.is_set() and self.observe.database_ok
 
     @property
     def abandoned_handlers(self) -> bool:
@@ -565,12 +628,14 @@ class QueueWorker:
         ids = sorted(task.message_id for task in tasks)
         released = self._bounded(lambda engine: engine.release(tasks), "release unfinished tasks")
         if released is not None:
+            self.observe.released(int(released))
             logger.warning(
                 "released %d of %d unfinished task(s) queue=%s msg_ids=%s",
                 released,
                 len(ids),
                 self.queue,
                 ",".join(map(str, ids)),
+                extra=self.observe.fields,
             )
 
     def _bounded(self, call: Any, what: str, attempts: int = 3) -> Any:
@@ -583,7 +648,7 @@ class QueueWorker:
             except Exception as exc:
                 self.engine.recover(exc)
                 if attempt == attempts - 1 or not is_transient(exc):
-                    logger.warning("could not %s: %s", what, first_line(exc))
+                    logger.warning("could not %s: %s", what, first_line(exc), extra=self.observe.fields)
                     return None
                 time.sleep(backoff.next())
         return None

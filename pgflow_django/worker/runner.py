@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from django.db import (
@@ -26,8 +26,10 @@ from pgflow_django.dsl import Flow, Retry, StepDefinition
 from pgflow_django.encoding import OutputNotSerialisable, encode_output
 from pgflow_django.recorded_errors import error_text
 from pgflow_django.worker.completer import Completer
-from pgflow_django.worker.connection import ClaimedTask, completion_args, first_line
+from pgflow_django.worker.connection import ClaimedTask, completion_args, first_line, transition_args
 from pgflow_django.worker.context import TaskContext
+from pgflow_django.worker.logs import EXPECTED_FAILURE
+from pgflow_django.worker.observe import NO_OBSERVER, Observer
 from pgflow_django.worker.slots import WorkerState
 
 logger = logging.getLogger("pgflow_django.worker")
@@ -47,9 +49,10 @@ class _Discard(Exception):
 
 
 def _traceback(exc: BaseException) -> BaseException | None:
-    """A failed attempt is expected work (retried, or recorded with its traceback in the run): one
-    log line, with the traceback only at debug level; never for a lost database connection."""
-    if isinstance(exc, OperationalError | InterfaceError) or not logger.isEnabledFor(logging.DEBUG):
+    """A failed attempt carries its exception, so error trackers and logging integrations capture it
+    with the record's ``pgflow_*`` fields; never for a lost database connection (the worker's own
+    stderr shows the traceback at debug level only: ``logs.WorkerFormatter``)."""
+    if isinstance(exc, OperationalError | InterfaceError):
         return None
     return exc
 
@@ -73,6 +76,8 @@ class Runner:
             for flow in self.flows.values()
             for slug, step in flow.steps.items()
         }
+        self.observe: Observer = NO_OBSERVER
+        """Times each handler and hears of atomic handlers' completions; the worker sets its own."""
 
     def run(self, task: ClaimedTask) -> None:
         """Pool-thread entry point: whatever happens, the task's slot is given back."""
@@ -84,16 +89,21 @@ class Runner:
                     task, f"step {task.step_slug!r} of flow {task.flow_slug!r} is not defined in this worker"
                 )
             elif task.input_error is not None:
-                logger.error("%s %s", task.input_error, task.describe())
+                logger.error("%s %s", task.input_error, task.describe(), extra=self.observe.log(task))
                 self.completer.fail(task, task.input_error, permanent=True)
             elif step.atomic:
                 self._run_atomic(task, step)
             else:
                 self._run_plain(task, step)
         except Exception:
-            logger.exception("worker error while running %s", task.describe())
+            logger.exception("worker error while running %s", task.describe(), extra=self.observe.log(task))
         finally:
             self.state.release(task)
+
+    def thread_done(self) -> None:
+        """A handler thread leaves (the worker stopped): its Django connection closes with it rather
+        than wait for the process to exit."""
+        connections.close_all()
 
     def _fresh_connections(self) -> None:
         """Around each handler a worker thread drops a broken or expired Django connection; an
@@ -126,12 +136,13 @@ class Runner:
         )
         self.state.started()
         try:
-            if self._async.get((task.flow_slug, step.slug)):
-                output = async_to_sync(step.handler)(*args)
-            else:
-                output = step.handler(*args)
-                if inspect.isawaitable(output):
-                    output = async_to_sync(_await)(output)
+            with self.observe.handling(task):
+                if self._async.get((task.flow_slug, step.slug)):
+                    output = async_to_sync(step.handler)(*args)
+                else:
+                    output = step.handler(*args)
+                    if inspect.isawaitable(output):
+                        output = async_to_sync(_await)(output)
         finally:
             self.state.finished()
         return encode_output(output)
@@ -153,22 +164,33 @@ class Runner:
 
         Handlers run on pool threads, which never receive the worker's signals: a ``SystemExit``,
         ``KeyboardInterrupt``, ``CancelledError`` or ``GeneratorExit`` here is the handler's own."""
+        extra = self.observe.log(task)
         if isinstance(exc, Retry):
-            logger.info("handler asked for a retry in %ss %s", exc.delay, task.describe())
+            logger.info("handler asked for a retry in %ss %s", exc.delay, task.describe(), extra=extra)
             self.completer.fail(task, exc.message, exc.delay)
             return
         if isinstance(exc, OutputNotSerialisable):
-            logger.error("%s %s", exc, task.describe())
+            logger.error("%s %s", exc, task.describe(), extra=extra)
             self.completer.fail(task, str(exc), permanent=True)
             return
         recorded = error_text(exc)
+        expected = {**extra, EXPECTED_FAILURE: True}
         if getattr(exc, "pgflow_error_text", None) is not None:
             # the exception wraps the handler's own (its __cause__): log that one, once, readably
             cause = exc.__cause__ if isinstance(exc.__cause__, BaseException) else exc
-            logger.warning("handler failed %s: %s", task.describe(), exc, exc_info=_traceback(cause))
+            logger.warning(
+                "handler failed %s: %s", task.describe(), exc, exc_info=_traceback(cause), extra=expected
+            )
         else:
-            logger.warning("handler failed %s: %s", task.describe(), recorded, exc_info=_traceback(exc))
+            logger.warning(
+                "handler failed %s: %s", task.describe(), recorded, exc_info=_traceback(exc), extra=expected
+            )
         self.completer.fail(task, recorded, permanent=getattr(exc, "pgflow_permanent", False) is True)
+
+    def _transitions(self, tasks: Sequence[ClaimedTask]) -> list[queries.Transition]:
+        """What an atomic handler's committed completion changed, read on its own Django connection."""
+        with connections[self.using].cursor() as cursor:
+            return queries.fetch_all(cursor, queries.TRANSITIONS, transition_args(tasks))
 
     def _run_atomic(self, task: ClaimedTask, step: StepDefinition) -> None:
         self._fresh_connections()
@@ -193,20 +215,27 @@ class Runner:
         except _Discard:
             if outcome == "stale":
                 logger.info(
-                    "late completion ignored, the handler's writes were rolled back %s", task.describe()
+                    "late completion ignored, the handler's writes were rolled back %s",
+                    task.describe(),
+                    extra=self.observe.log(task),
                 )
+                self.observe.recorded([(task, "stale", None)], self._transitions)
             else:
                 logger.warning(
-                    "completion %s, the handler's writes were rolled back %s", outcome, task.describe()
+                    "completion %s, the handler's writes were rolled back %s",
+                    outcome,
+                    task.describe(),
+                    extra=self.observe.log(task),
                 )
                 self.completer.complete(task, output_json)
         except OutputNotStorable as exc:
-            logger.error("%s %s", exc, task.describe())
+            logger.error("%s %s", exc, task.describe(), extra=self.observe.log(task))
             self.completer.fail(task, str(exc), permanent=True)
         except BaseException as exc:  # as in _run_plain: the handler's own, whatever its class
             self._fail(task, exc)
         else:
             if logger.isEnabledFor(logging.DEBUG):
-                logger.debug("task completed %s", task.describe())
+                logger.debug("task completed %s", task.describe(), extra=self.observe.log(task))
+            self.observe.recorded([(task, "completed", None)], self._transitions)
         finally:
             self._fresh_connections()

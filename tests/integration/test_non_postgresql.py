@@ -37,6 +37,8 @@ COMMANDS = {
     "pgflow_prune": ["--older-than", "7d"],
     "pgflow_prune_shared": ["default", "--older-than", "7d"],
     "pgflow_requeue_stalled": [],
+    "pgflow_metrics": [],
+    "pgflow_health": ["--flow", "example_chain"],
 }
 
 API_SCRIPT = """

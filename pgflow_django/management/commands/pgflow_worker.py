@@ -6,15 +6,27 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import CommandError, CommandParser
 
 from pgflow_django.dsl import Flow
-from pgflow_django.management.cli import PgflowCommand, positive_float, positive_int
+from pgflow_django.management.cli import PgflowCommand, positive_float, positive_int, shown_argument
 from pgflow_django.worker.logs import LEVELS
 
+if TYPE_CHECKING:
+    from pgflow_django.metrics import MetricsServer
+    from pgflow_django.worker import QueueWorker
+
 logger = logging.getLogger("pgflow_django.worker")
+
+
+def port_number(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) > 65535:
+        raise argparse.ArgumentTypeError(
+            f"expected a port number from 0 to 65535, got {shown_argument(text)}"
+        )
+    return int(text)
 
 
 def non_negative_float(text: str) -> float:
@@ -49,6 +61,7 @@ class Command(PgflowCommand):
   manage.py pgflow_worker --flow process_order --shutdown-timeout 120
   manage.py pgflow_worker --tasks --queue '*' --exclude-queue bulk --max-tasks 1000
   manage.py pgflow_worker --flow process_order --until-empty --log-level warning
+  manage.py pgflow_worker --flow process_order --metrics-port 9108
 
 exit codes: 0 stopped by a signal after draining, or after --max-tasks / --until-empty; 1 could not
 start (unknown flow, database not PostgreSQL or not migrated, changed flow definition); 2 bad
@@ -135,6 +148,16 @@ arguments; 128 + signal number after a second signal
             help="heartbeat period (default: PGFLOW WORKER_HEARTBEAT_SECONDS)",
         )
         parser.add_argument(
+            "--metrics-port",
+            type=port_number,
+            help="serve Prometheus /metrics, /healthz and /readyz on this port (0: any free port, logged); "
+            "needs pgflow-django[metrics] (default: PGFLOW WORKER_METRICS_PORT, off)",
+        )
+        parser.add_argument(
+            "--metrics-host",
+            help="address of the metrics port (default: PGFLOW WORKER_METRICS_HOST, 0.0.0.0)",
+        )
+        parser.add_argument(
             "--stalled-check-seconds",
             type=positive_float,
             help="period of stalled-task recovery, one worker at a time "
@@ -169,6 +192,8 @@ arguments; 128 + signal number after a second signal
                     shutdown_timeout=options["shutdown_timeout"],
                     heartbeat_seconds=options["heartbeat_seconds"],
                     stalled_check_seconds=options["stalled_check_seconds"],
+                    metrics_port=options["metrics_port"],
+                    metrics_host=options["metrics_host"],
                     max_tasks=options["max_tasks"],
                     until_empty=options["until_empty"] or None,
                     scheduler=False if options["no_scheduler"] else None,
@@ -180,8 +205,13 @@ arguments; 128 + signal number after a second signal
         except (PreflightError, FlowMismatch, ValueError) as exc:
             raise CommandError(str(exc)) from None
         sync_schedules_at_start(workers[0].options.using)
+        server = self._exporter(workers)
         runner: QueueWorker | WorkerGroup = workers[0] if len(workers) == 1 else WorkerGroup(workers)
-        code = runner.run()
+        try:
+            code = runner.run()
+        finally:
+            if server is not None:
+                server.stop()
         if runner.abandoned_handlers:
             # Handler threads still running past the shutdown timeout cannot be joined; their tasks
             # were released, so leave without waiting for them.
@@ -190,6 +220,24 @@ arguments; 128 + signal number after a second signal
             os._exit(code)
         if code:
             sys.exit(code)
+
+    def _exporter(self, workers: list[QueueWorker]) -> MetricsServer | None:
+        """The process's metrics port, when asked for: one for all its claim loops."""
+        from pgflow_django.metrics import MetricsUnavailable
+        from pgflow_django.worker.exporter import start_exporter
+
+        options = workers[0].options
+        if options.metrics_port is None:
+            return None
+        try:
+            return start_exporter(workers, options.metrics_port, options.metrics_host)
+        except MetricsUnavailable as exc:
+            raise CommandError(str(exc)) from None
+        except OSError as exc:
+            raise CommandError(
+                f"cannot serve metrics on {options.metrics_host}:{options.metrics_port}: {exc.strerror}; "
+                "choose another --metrics-port"
+            ) from None
 
     def _subscriptions(self, options: dict[str, Any]) -> list[tuple[str | None, list[Flow]]]:
         """(queue, flows) for each claim loop: one, or one per queue with ``--queue '*'``."""

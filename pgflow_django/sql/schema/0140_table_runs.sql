@@ -12,6 +12,8 @@ create table pgflow.runs (
   rerun_of uuid constraint runs_rerun_of_fkey references pgflow.runs (run_id) on delete set null,
   -- a run started with a delay: its first tasks' messages become visible no earlier than this
   not_before timestamptz,
+  -- the W3C trace context (traceparent, tracestate) of the code that started the run, when traced
+  trace_context jsonb,
   check (completed_at is null or status = 'completed'),
   check (failed_at is null or status = 'failed')
 );

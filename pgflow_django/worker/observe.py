@@ -1,0 +1,244 @@
+"""What the worker tells the outside about its work: metrics, signals, log fields, trace spans.
+
+The claim loop, the runner and the completer call one :class:`Observer` at a few points (a claim, a
+handler's run, recorded results, recovery, a pause, a release); everything optional stays off their
+path: with no metrics port, no signal receiver and no tracer, each call is a few attribute reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+from pgflow_django import signals, tracing
+from pgflow_django.worker.connection import ClaimedTask
+
+if TYPE_CHECKING:
+    from pgflow_django.metrics import WorkerMetrics
+    from pgflow_django.queries import Transition
+
+logger = logging.getLogger("pgflow_django.worker")
+
+Result = tuple[ClaimedTask, str, str | None]
+"""A recorded result: the task, the outcome the engine returned, the error text of a failure."""
+ContextLookup = Callable[[Sequence[uuid.UUID]], dict[uuid.UUID, dict[str, str]]]
+"""Reads some runs' recorded trace contexts (the claim loop's ``Engine.trace_contexts``)."""
+TRACE_CONTEXT_CACHE: Final = 10_000
+"""Runs whose trace context the claim loop remembers; past that it starts over."""
+Transitions = Callable[[Sequence[ClaimedTask]], "list[Transition]"]
+"""Looks up what some just-recorded results changed (on the connection that recorded them)."""
+
+FAILED_OUTCOMES: Final = frozenset({"failed", "skipped"})
+"""``fail_task``/``reject_task`` outcomes of a task out of attempts (skipped: its step is skipped)."""
+
+
+def log_fields(task: ClaimedTask, worker_id: uuid.UUID | None = None) -> dict[str, Any]:
+    """The ``extra`` of every log record about a task: structured fields a JSON formatter or an error
+    tracker picks up (the message id as a decimal string, as everywhere ids leave the engine)."""
+    fields: dict[str, Any] = {
+        "pgflow_flow": task.flow_slug,
+        "pgflow_step": task.step_slug,
+        "pgflow_run_id": str(task.run_id),
+        "pgflow_task_index": task.task_index,
+        "pgflow_attempt": task.attempt,
+        "pgflow_queue": task.queue or task.flow_slug.lower(),
+        "pgflow_msg_id": str(task.message_id),
+    }
+    if worker_id is not None:
+        fields["pgflow_worker_id"] = str(worker_id)
+    return fields
+
+
+class Observer:
+    """One claim loop's instrumentation; ``metrics`` is None without ``--metrics-port``."""
+
+    def __init__(
+        self, worker_id: uuid.UUID | None = None, queue: str = "", metrics: WorkerMetrics | None = None
+    ) -> None:
+        self.worker_id = worker_id
+        self.queue = queue
+        self.metrics = metrics
+        self.last_beat = time.monotonic()
+        """When the claim loop last went round (``/healthz``)."""
+        self.database_ok = False
+        """The last claim reached the database (``/readyz``); False until the first one."""
+        self.tracing = False
+        """An OpenTelemetry SDK records spans: each handler call gets one (``tracing.task_span``)."""
+        self.trace_contexts: dict[uuid.UUID, Any] = {}
+        """Runs' recorded trace contexts, parsed (None: the run has none), looked up once per run."""
+        self.fields: dict[str, Any] = {"pgflow_queue": queue}
+        """The ``extra`` of the claim loop's own log records (about its queue, not one task)."""
+        if worker_id is not None:
+            self.fields["pgflow_worker_id"] = str(worker_id)
+
+    def log(self, task: ClaimedTask) -> dict[str, Any]:
+        return log_fields(task, self.worker_id)
+
+    def _queue_of(self, task: ClaimedTask) -> str:
+        return task.queue or self.queue or task.flow_slug.lower()
+
+    # -- the claim loop ----------------------------------------------------------------------------
+
+    def beat(self) -> None:
+        self.last_beat = time.monotonic()
+
+    def claimed(self, tasks: Sequence[ClaimedTask], seconds: float, lookup: ContextLookup) -> None:
+        """A claim returned ``tasks``; with tracing on, the trace contexts of their runs not seen yet
+        are read here, once per run, in one statement."""
+        self.database_ok = True
+        if self.tracing and tasks:
+            self._remember_contexts(tasks, lookup)
+        metrics = self.metrics
+        if metrics is None:
+            return
+        metrics.child(metrics.claim_duration, self.queue).observe(seconds)
+        for task in tasks:
+            metrics.child(metrics.claimed, task.flow_slug, task.step_slug, self._queue_of(task)).inc()
+
+    def _remember_contexts(self, tasks: Sequence[ClaimedTask], lookup: ContextLookup) -> None:
+        known = self.trace_contexts
+        new = list({task.run_id for task in tasks if task.run_id not in known})
+        if not new:
+            return
+        if len(known) > TRACE_CONTEXT_CACHE:
+            known.clear()
+        try:
+            found = lookup(new)
+        except Exception:
+            logger.warning("could not read the trace context of %d run(s)", len(new), exc_info=True)
+            return
+        for run_id in new:
+            known[run_id] = tracing.parent_context(found.get(run_id))
+
+    def loop_failed(self) -> None:
+        self.database_ok = False
+
+    def recovered(self, counts: dict[str, int]) -> None:
+        if self.metrics is not None:
+            for outcome, count in counts.items():
+                self.metrics.child(self.metrics.recoveries, outcome).inc(count)
+
+    def paused(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.child(self.metrics.pauses, self.queue, reason).inc()
+
+    def released(self, count: int) -> None:
+        if self.metrics is not None and count:
+            self.metrics.child(self.metrics.released, self.queue).inc(count)
+
+    # -- handlers ------------------------------------------------------------------------------------
+
+    @contextmanager
+    def handling(self, task: ClaimedTask) -> Iterator[None]:
+        """Around one handler call: its span and its duration (an exception propagates unchanged)."""
+        metrics = self.metrics
+        if metrics is None and not self.tracing:
+            yield
+            return
+        started = time.perf_counter()
+        try:
+            if self.tracing:
+                parent = self.trace_contexts.get(task.run_id)
+                with tracing.task_span(task, parent, self.fields.get("pgflow_worker_id")):
+                    yield
+            else:
+                yield
+        finally:
+            if metrics is not None:
+                metrics.child(
+                    metrics.task_duration, task.flow_slug, task.step_slug, self._queue_of(task)
+                ).observe(time.perf_counter() - started)
+
+    # -- recorded results ----------------------------------------------------------------------------
+
+    def recorded(
+        self, results: Sequence[Result], transitions: Transitions, seconds: float | None = None
+    ) -> None:
+        """Results the engine recorded (committed): count them, then send the signals they call for.
+        Neither may break the caller: a failure here is logged and dropped."""
+        metrics = self.metrics
+        if metrics is not None:
+            if seconds is not None:
+                metrics.child(metrics.completion_duration, self.queue).observe(seconds)
+            for task, outcome, _ in results:
+                counter = {
+                    "completed": metrics.completed,
+                    "retrying": metrics.retried,
+                    "stale": metrics.stale,
+                }.get(outcome, metrics.failed if outcome in FAILED_OUTCOMES else None)
+                if counter is not None:
+                    counter_child = metrics.child(
+                        counter, task.flow_slug, task.step_slug, self._queue_of(task)
+                    )
+                    counter_child.inc()
+        if signals.worker_listening():
+            try:
+                self._send(results, transitions)
+            except Exception:
+                logger.exception("could not send pgflow signals for %d recorded result(s)", len(results))
+
+    def _send(self, results: Sequence[Result], transitions: Transitions) -> None:
+        errors: dict[tuple[uuid.UUID, str, int], str | None] = {}
+        changed: list[ClaimedTask] = []
+        for task, outcome, error in results:
+            if outcome == "retrying":
+                signals.send(signals.task_retried, task.flow_slug, **_task_kwargs(task, error))
+            elif outcome in FAILED_OUTCOMES:
+                signals.send(signals.task_failed, task.flow_slug, **_task_kwargs(task, error))
+                errors[task.key] = error
+                changed.append(task)
+            elif outcome == "completed":
+                changed.append(task)
+        if not changed:
+            return
+        rows = transitions(changed)
+        # several tasks of one batch may have finished the same step or run: one signal for each,
+        # steps before runs
+        steps: set[tuple[uuid.UUID, str]] = set()
+        for row in rows:
+            if (row.step_completed or row.step_failed) and (row.run_id, row.step_slug) not in steps:
+                steps.add((row.run_id, row.step_slug))
+                if row.step_completed:
+                    signals.send(
+                        signals.step_completed, row.flow_slug, run_id=row.run_id, step_slug=row.step_slug
+                    )
+                else:
+                    signals.send(
+                        signals.step_failed,
+                        row.flow_slug,
+                        run_id=row.run_id,
+                        step_slug=row.step_slug,
+                        error=errors.get((row.run_id, row.step_slug, row.task_index), row.error_message),
+                    )
+        runs: set[uuid.UUID] = set()
+        for row in rows:
+            if (row.run_completed or row.run_failed) and row.run_id not in runs:
+                runs.add(row.run_id)
+                if row.run_completed:
+                    signals.send(signals.run_completed, row.flow_slug, run_id=row.run_id)
+                else:
+                    signals.send(
+                        signals.run_failed,
+                        row.flow_slug,
+                        run_id=row.run_id,
+                        step_slug=row.step_slug,
+                        error=errors.get((row.run_id, row.step_slug, row.task_index), row.error_message),
+                    )
+
+
+def _task_kwargs(task: ClaimedTask, error: str | None) -> dict[str, Any]:
+    return {
+        "run_id": task.run_id,
+        "step_slug": task.step_slug,
+        "task_index": task.task_index,
+        "attempt": task.attempt,
+        "error": error,
+    }
+
+
+NO_OBSERVER: Final = Observer()
+"""What a runner or completer built outside a worker (the testing toolkit, unit tests) reports to."""
