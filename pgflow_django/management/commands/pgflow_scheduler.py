@@ -47,7 +47,7 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
 
     def run(self, *args: Any, **options: Any) -> None:
         from pgflow_django.schedules.service import run_pass
-        from pgflow_django.worker.engine import connect, connection_params
+        from pgflow_django.worker.connection import connect, connection_params
 
         now: datetime | None = options["now"]
         if now is not None and not options["once"]:
