@@ -1,10 +1,10 @@
 """Every statement the Python side sends to the database, by name, with the rows it returns.
 
 One home for the SQL run from Python (the worker, the client, commands, the admin, coverage, the
-upgrade preflight, the tasks backend, the testing toolkit): each statement is a :class:`Query`, whose
-result columns are named in the SELECT and read into a small typed row by those names (never by
-position), through one small interface: :func:`fetch_all`, :func:`fetch_one` and :func:`value`, on a
-Django cursor or a psycopg one alike. Migration-time SQL stays in ``pgflow_django/sql/``.
+upgrade preflight, the tasks backend, schedules, the testing toolkit): each statement is a
+:class:`Query`, whose result columns are named in the SELECT and read into a small typed row by those
+names (never by position), through one small interface: :func:`fetch_all`, :func:`fetch_one` and
+:func:`value`, on a Django cursor or a psycopg one alike. Migration-time SQL stays in ``pgflow_django/sql/``.
 """
 
 from __future__ import annotations
@@ -822,6 +822,314 @@ select n.flow_slug, n.step_slug, s.step_index, n.queue_name, f.queue_mode, n.in_
 COVERAGE: Final = Query("coverage", COVERAGE_SQL, RouteCoverage)
 """The coverage query, with ``{live_seconds}`` and ``{flow}`` placeholders for SQL literals (see
 ``coverage.coverage_sql``: an operator can paste exactly what ``pgflow_coverage`` ran)."""
+
+
+# -- schedules (pgflow_django.schedules) ------------------------------------------------------------
+
+
+class ScheduleRow(NamedTuple):
+    """One row of ``pgflow.schedules``, its columns named as ``schedules.store.ScheduleView`` names them."""
+
+    name: str
+    flow_slug: str
+    cron: str
+    timezone: str
+    input: str
+    """The run input (or a callable-input task schedule's payload) as JSON text."""
+    input_callable: str | None
+    catch_up: str
+    max_catch_up: int
+    jitter: int
+    enabled: bool
+    paused_reason: str | None
+    paused_detail: str | None
+    paused_at: datetime | None
+    origin: str
+    revision: int
+    upcoming: list[datetime] | None
+    next_fire_at: datetime | None
+    last_tick: datetime | None
+    last_fired_at: datetime | None
+    last_run_id: uuid.UUID | None
+    missed_ticks: int
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+_SCHEDULE_COLUMNS: Final = """
+select schedule_name as name, flow_slug, cron, timezone, input::text as input, input_callable, catch_up,
+       max_catch_up, jitter_seconds as jitter, enabled, paused_reason, paused_detail, paused_at, origin,
+       revision, upcoming, next_fire_at, last_tick, last_fired_at, last_run_id, missed_ticks, last_error,
+       created_at, updated_at
+  from pgflow.schedules"""
+
+GET_SCHEDULE: Final = Query("get_schedule", f"{_SCHEDULE_COLUMNS} where schedule_name = %s", ScheduleRow)
+LOCK_SCHEDULE: Final = Query(
+    "lock_schedule", f"{_SCHEDULE_COLUMNS} where schedule_name = %s for update", ScheduleRow
+)
+"""One schedule, locked until the caller's transaction ends: the API's changes wait on a firing pass
+that holds it, and the other way round."""
+ALL_SCHEDULES: Final = Query("all_schedules", f"{_SCHEDULE_COLUMNS} order by schedule_name", ScheduleRow)
+
+CREATE_SCHEDULE: Final = _value(
+    "create_schedule",
+    """
+    insert into pgflow.schedules (schedule_name, flow_slug, cron, timezone, input, input_callable,
+                                  catch_up, max_catch_up, jitter_seconds, enabled, origin)
+    values (%(name)s, %(flow_slug)s, %(cron)s, %(timezone)s, %(input)s::jsonb, %(input_callable)s,
+            %(catch_up)s, %(max_catch_up)s, %(jitter)s, %(enabled)s, 'runtime')
+    on conflict (schedule_name) do nothing
+    returning schedule_name as value
+    """,
+)
+"""Insert a runtime schedule (the parameters of ``ScheduleSpec.parameters``); no row when the name is
+taken."""
+
+_REPLAN: Final = """((s.cron, s.timezone, s.jitter_seconds)
+                      is distinct from (%(cron)s, %(timezone)s, %(jitter)s)
+                   or (%(enabled)s and not s.enabled))"""
+
+EDIT_SCHEDULE: Final = _value(
+    "edit_schedule",
+    f"""
+    update pgflow.schedules as s
+       set flow_slug = %(flow_slug)s, cron = %(cron)s, timezone = %(timezone)s, input = %(input)s::jsonb,
+           input_callable = %(input_callable)s, catch_up = %(catch_up)s, max_catch_up = %(max_catch_up)s,
+           jitter_seconds = %(jitter)s, enabled = %(enabled)s,
+           revision = s.revision + 1, updated_at = clock_timestamp(),
+           upcoming = case when {_REPLAN} then '{{}}' else s.upcoming end,
+           planned_until = case when {_REPLAN} then clock_timestamp() else s.planned_until end,
+           next_fire_at = case when {_REPLAN} then null
+                               else pgflow.schedule_next_fire_at(s.schedule_name, s.upcoming, %(jitter)s) end
+     where s.schedule_name = %(name)s
+    """,
+)
+"""Store a runtime schedule's new definition. When its ticks move (cron, timezone, jitter) or it is
+enabled again, the planned ticks are dropped and planned again from now; else they stay."""
+
+PAUSE_SCHEDULE: Final = _value(
+    "pause_schedule",
+    "update pgflow.schedules set paused_reason = 'operator', paused_detail = %s,"
+    " paused_at = clock_timestamp(), updated_at = clock_timestamp() where schedule_name = %s",
+)
+
+RESUME_SCHEDULE: Final = _value(
+    "resume_schedule",
+    """
+    update pgflow.schedules as s
+       set paused_reason = null, paused_detail = null, paused_at = null, updated_at = clock_timestamp(),
+           upcoming = r.upcoming,
+           missed_ticks = s.missed_ticks + cardinality(s.upcoming) - cardinality(r.upcoming),
+           planned_until = greatest(s.planned_until, %(now)s),
+           next_fire_at = pgflow.schedule_next_fire_at(s.schedule_name, r.upcoming, s.jitter_seconds)
+      from (select coalesce(array(select u.tick from unnest(x.upcoming) as u(tick)
+                                   where pgflow.schedule_fire_at(x.schedule_name, u.tick, x.jitter_seconds)
+                                         > %(now)s
+                                   order by u.tick), '{}') as upcoming
+              from pgflow.schedules as x where x.schedule_name = %(name)s) as r
+     where s.schedule_name = %(name)s
+    """,
+)
+"""Lift a pause: the planned ticks due by ``now`` are dropped and counted as missed."""
+
+SCHEDULE_TICK_COUNT: Final = _value(
+    "schedule_tick_count", "select count(*) as value from pgflow.schedule_ticks where schedule_name = %s"
+)
+DELETE_SCHEDULE: Final = _value("delete_schedule", "delete from pgflow.schedules where schedule_name = %s")
+"""Delete a schedule; its ledger rows go with it (the runs stay)."""
+
+TRIGGER_SCHEDULE: Final = _value(
+    "trigger_schedule", "select pgflow.trigger_schedule(%s, %s, %s::jsonb) as value"
+)
+"""Start one ``manual`` run of a schedule (name, now, input json or null for the stored one); its id."""
+
+
+class TickRow(NamedTuple):
+    schedule_name: str
+    tick: datetime
+    run_id: uuid.UUID
+    kind: str
+    fired_at: datetime
+
+
+RECENT_TICKS: Final = Query(
+    "recent_ticks",
+    "select schedule_name, tick, run_id, kind, fired_at from pgflow.schedule_ticks"
+    " where schedule_name = %s order by tick desc limit %s",
+    TickRow,
+)
+"""A schedule's latest fired ticks, newest first."""
+
+
+class PlanCandidate(NamedTuple):
+    """A schedule running low on planned ticks, with what planning after its last one needs."""
+
+    schedule_name: str
+    cron: str
+    timezone: str
+    catch_up: str
+    max_catch_up: int
+    revision: int
+    planned: int
+    last_planned: datetime | None
+    planned_until: datetime | None
+    last_tick: datetime | None
+
+
+SCHEDULES_TO_PLAN: Final = Query(
+    "schedules_to_plan",
+    """
+    select s.schedule_name, s.cron, s.timezone, s.catch_up, s.max_catch_up, s.revision,
+           cardinality(s.upcoming) as planned, s.upcoming[cardinality(s.upcoming)] as last_planned,
+           s.planned_until, s.last_tick
+      from pgflow.schedules as s
+     where s.enabled and s.paused_reason is null and cardinality(s.upcoming) < %(low_water)s
+       and s.planned_until is distinct from 'infinity'
+       and (%(names)s::text[] is null or s.schedule_name = any(%(names)s::text[]))
+     order by cardinality(s.upcoming), s.schedule_name
+     limit %(limit)s
+    """,
+    PlanCandidate,
+)
+"""The active schedules holding fewer than ``low_water`` ticks (only ``names`` unless null), fewest first."""
+
+
+class ScheduleNameRow(NamedTuple):
+    schedule_name: str
+
+
+PLAN_SCHEDULES: Final = Query(
+    "plan_schedules",
+    "select p.schedule_name from pgflow.plan_schedules(%s::jsonb) as p(schedule_name)",
+    ScheduleNameRow,
+)
+"""Store plans (a JSON array); the names planned (a plan of a definition edited meanwhile is refused)."""
+
+TRY_FIRE_LOCK: Final = _value(
+    "try_fire_lock", "select pg_try_advisory_xact_lock(hashtextextended(%s, 0)) as value"
+)
+"""The firing lock ``pgflow.fire_due_schedules`` takes, taken first so Python can evaluate inputs under it."""
+
+
+class DueCallableTick(NamedTuple):
+    schedule_name: str
+    tick: datetime
+    input_callable: str
+    timezone: str
+    input: str
+    """The payload template (JSON text) the callable's result goes into."""
+
+
+DUE_CALLABLE_TICKS: Final = Query(
+    "due_callable_ticks",
+    """
+    select d.schedule_name, d.tick, d.input_callable, d.timezone, d.input::text as input
+      from pgflow.schedule_due_ticks(pgflow.due_schedule_names(%s, %s, true), %s, %s) as d
+     where d.fire and d.input_callable is not null
+     order by d.schedule_name, d.tick
+    """,
+    DueCallableTick,
+)
+"""The due ticks of callable-input schedules that fire now (now, max schedules, now, grace)."""
+
+RECORD_SCHEDULE_ERRORS: Final = _value(
+    "record_schedule_errors",
+    """
+    update pgflow.schedules as s set last_error = left(f.error, 2000)
+      from jsonb_each_text(%s::jsonb) as f(name, error) where s.schedule_name = f.name
+    """,
+)
+"""Record each held-back schedule's error (a JSON object of name: error)."""
+
+
+class FiredTickRow(NamedTuple):
+    schedule_name: str
+    tick: datetime
+    run_id: uuid.UUID
+
+
+FIRE_DUE_SCHEDULES: Final = Query(
+    "fire_due_schedules",
+    "select schedule_name, tick, run_id from pgflow.fire_due_schedules(%s, %s, %s::jsonb, %s)",
+    FiredTickRow,
+)
+"""Fire the due ticks (now, max schedules, callable inputs json, grace): each fired tick and its run."""
+
+SYNC_SCHEDULES_LOCK: Final = _value(
+    "sync_schedules_lock", "select pg_advisory_xact_lock(hashtextextended(%s, 0)) is null as value"
+)
+"""Concurrent syncs of the declared schedules queue here, so each sees the previous one's result."""
+
+
+class StoredTiming(NamedTuple):
+    """What a sync compares to decide whether a declared schedule's ticks are planned again."""
+
+    origin: str
+    cron: str
+    timezone: str
+    jitter_seconds: int
+    enabled: bool
+    paused_reason: str | None
+
+
+LOCK_STORED_TIMING: Final = Query(
+    "lock_stored_timing",
+    "select origin, cron, timezone, jitter_seconds, enabled, paused_reason"
+    " from pgflow.schedules where schedule_name = %s for update",
+    StoredTiming,
+)
+
+
+class Upserted(NamedTuple):
+    inserted: bool
+
+
+SYNC_DECLARED_SCHEDULE: Final = Query(
+    "sync_declared_schedule",
+    """
+    insert into pgflow.schedules as s (schedule_name, flow_slug, cron, timezone, input, input_callable,
+                                       catch_up, max_catch_up, jitter_seconds, enabled, origin)
+    values (%(name)s, %(flow_slug)s, %(cron)s, %(timezone)s, %(input)s::jsonb, %(input_callable)s,
+            %(catch_up)s, %(max_catch_up)s, %(jitter)s, %(enabled)s, 'code')
+    on conflict (schedule_name) do update
+       set flow_slug = excluded.flow_slug, cron = excluded.cron, timezone = excluded.timezone,
+           input = excluded.input, input_callable = excluded.input_callable, catch_up = excluded.catch_up,
+           max_catch_up = excluded.max_catch_up, jitter_seconds = excluded.jitter_seconds,
+           enabled = excluded.enabled, revision = s.revision + 1, updated_at = clock_timestamp(),
+           paused_reason = case when s.paused_reason = 'removed_from_code' then null else s.paused_reason end,
+           paused_detail = case when s.paused_reason = 'removed_from_code' then null else s.paused_detail end,
+           paused_at = case when s.paused_reason = 'removed_from_code' then null else s.paused_at end,
+           upcoming = case when %(replan)s then '{}' else s.upcoming end,
+           planned_until = case when %(replan)s then clock_timestamp() else s.planned_until end,
+           next_fire_at = case when %(replan)s then null else s.next_fire_at end
+     where s.origin = 'code'
+       and ((s.flow_slug, s.cron, s.timezone, s.input, s.input_callable, s.catch_up, s.max_catch_up,
+             s.jitter_seconds, s.enabled)
+            is distinct from (excluded.flow_slug, excluded.cron, excluded.timezone, excluded.input,
+                              excluded.input_callable, excluded.catch_up, excluded.max_catch_up,
+                              excluded.jitter_seconds, excluded.enabled)
+            or s.paused_reason = 'removed_from_code')
+    returning (xmax = 0) as inserted
+    """,
+    Upserted,
+)
+"""Create a declared schedule or bring its stored definition in line (``replan``: drop its planned
+ticks); no row when it was already in line or is a runtime schedule."""
+
+MARK_REMOVED_FROM_CODE: Final = Query(
+    "mark_removed_from_code",
+    """
+    update pgflow.schedules
+       set paused_reason = 'removed_from_code', paused_detail = null, paused_at = clock_timestamp(),
+           updated_at = clock_timestamp()
+     where origin = 'code' and not (schedule_name = any(%s::text[]))
+       and paused_reason is distinct from 'removed_from_code'
+    returning schedule_name
+    """,
+    ScheduleNameRow,
+)
+"""Pause the declared schedules missing from the code now (a list of the declared names)."""
 
 
 # -- the testing toolkit (pgflow_django.testing) ---------------------------------------------------------

@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from importlib import import_module
-from typing import Any, Final, Literal, TypeAlias, cast, get_args
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 from pgflow_django.dsl import Flow
+from pgflow_django.schedules.callables import resolve_callable
 from pgflow_django.schedules.cron import InvalidSchedule, check_cron, check_timezone
 from pgflow_django.slugs import validate_flow_slug
 
@@ -23,8 +22,6 @@ CatchUp: TypeAlias = Literal["all", "latest", "none"]
 CATCH_UP_POLICIES: Final = get_args(CatchUp)
 MAX_NAME_LENGTH: Final = 200
 MAX_CATCH_UP: Final = 1000
-
-InputCallable: TypeAlias = Callable[[datetime], Any]
 
 
 @dataclass(frozen=True)
@@ -63,6 +60,22 @@ class ScheduleSpec:
 
     def input_json(self) -> str:
         return json.dumps(self.input, separators=(",", ":"), sort_keys=True)
+
+    def parameters(self) -> dict[str, Any]:
+        """The statement parameters that write this definition (``queries.CREATE_SCHEDULE`` and the
+        other writes of a definition)."""
+        return {
+            "name": self.name,
+            "flow_slug": self.flow_slug,
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "input": self.input_json(),
+            "input_callable": self.input_callable,
+            "catch_up": self.catch_up,
+            "max_catch_up": self.max_catch_up,
+            "jitter": self.jitter,
+            "enabled": self.enabled,
+        }
 
     def stored(self) -> dict[str, Any]:
         """The columns the definition owns, as the database compares them."""
@@ -148,18 +161,6 @@ def callable_path_of(function: Callable[..., Any], prefix: str) -> str:
     if resolve_callable(path) is not function:
         raise InvalidSchedule(f"{prefix}: the callable input {path} does not import back as itself")
     return path
-
-
-def resolve_callable(path: str) -> InputCallable:
-    """Import a callable input by its dotted path."""
-    module_name, _, attribute = path.rpartition(".")
-    try:
-        value = getattr(import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError):
-        raise InvalidSchedule(f"the input callable {path} cannot be imported here") from None
-    if not callable(value):
-        raise InvalidSchedule(f"the input callable {path} is not callable")
-    return cast(InputCallable, value)
 
 
 def _target(target: Any) -> tuple[Flow | None, str, TaskTarget | None]:

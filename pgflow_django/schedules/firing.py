@@ -18,7 +18,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
-from pgflow_django.schedules.definition import resolve_callable
+from pgflow_django import queries
+from pgflow_django.schedules.callables import resolve_callable
 
 logger = logging.getLogger("pgflow_django.schedules")
 
@@ -57,51 +58,35 @@ def fire_due(
     """Fire every due tick on ``cursor`` (Django's or psycopg's), which must be inside a transaction
     the caller commits; the firing lock is held until then."""
     moment = (now or datetime.now(UTC)).astimezone(UTC)
-    cursor.execute("select pg_try_advisory_xact_lock(hashtextextended(%s, 0))", [FIRE_LOCK_KEY])
-    row = cursor.fetchone()
-    if not (row and row[0]):
+    if not queries.value(cursor, queries.TRY_FIRE_LOCK, [FIRE_LOCK_KEY]):
         return FireResult(locked=False)
     inputs, held = _callable_inputs(cursor, moment, max_schedules, grace)
-    cursor.execute(
-        "select schedule_name, tick, run_id from pgflow.fire_due_schedules(%s, %s, %s::jsonb, %s)",
-        [moment, max_schedules, json.dumps(inputs), grace],
+    rows = queries.fetch_all(
+        cursor, queries.FIRE_DUE_SCHEDULES, [moment, max_schedules, json.dumps(inputs), grace]
     )
-    fired = [FiredTick(name, tick, _uuid(run_id)) for name, tick, run_id in cursor.fetchall()]
+    fired = [FiredTick(row.schedule_name, row.tick, _uuid(row.run_id)) for row in rows]
     return FireResult(locked=True, fired=fired, held=held)
 
 
 def _callable_inputs(
     cursor: Any, moment: datetime, max_schedules: int, grace: timedelta
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    cursor.execute(
-        """
-        select d.schedule_name, d.tick, d.input_callable, d.timezone, d.input::text
-          from pgflow.schedule_due_ticks(pgflow.due_schedule_names(%s, %s, true), %s, %s) as d
-         where d.fire and d.input_callable is not null
-         order by d.schedule_name, d.tick
-        """,
-        [moment, max_schedules, moment, grace],
-    )
+    due = queries.fetch_all(cursor, queries.DUE_CALLABLE_TICKS, [moment, max_schedules, moment, grace])
     inputs: list[dict[str, Any]] = []
     failed: dict[str, str] = {}
-    for name, tick, path, timezone, template in cursor.fetchall():
+    for row in due:
+        name, path = row.schedule_name, row.input_callable
         if name in failed:
             continue
         try:
-            value = evaluate_input(path, json.loads(template), tick.astimezone(ZoneInfo(timezone)))
+            value = evaluate_input(path, json.loads(row.input), row.tick.astimezone(ZoneInfo(row.timezone)))
         except Exception as exc:
             failed[name] = f"input callable {path} raised {type(exc).__name__}: {exc}"
             logger.warning("schedule %s held back: %s", name, failed[name])
             continue
-        inputs.append({"schedule": name, "tick": tick.isoformat(), "input": value})
+        inputs.append({"schedule": name, "tick": row.tick.isoformat(), "input": value})
     if failed:
-        cursor.execute(
-            """
-            update pgflow.schedules as s set last_error = left(f.error, 2000)
-              from jsonb_each_text(%s::jsonb) as f(name, error) where s.schedule_name = f.name
-            """,
-            [json.dumps(failed)],
-        )
+        queries.value(cursor, queries.RECORD_SCHEDULE_ERRORS, [json.dumps(failed)])
     return [item for item in inputs if item["schedule"] not in failed], sorted(failed)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from pgflow_django import queries
 from pgflow_django.schedules.cron import ticks_after, ticks_before
 
 PLAN_AHEAD: Final = 100
@@ -23,17 +24,6 @@ LOW_WATER: Final = 50
 """A schedule with fewer planned ticks than this is planned again."""
 PLAN_BATCH: Final = 500
 """At most this many schedules planned per call (the next call takes the rest)."""
-
-_NEEDS_PLAN = """
-select s.schedule_name, s.cron, s.timezone, s.catch_up, s.max_catch_up, s.revision,
-       cardinality(s.upcoming), s.upcoming[cardinality(s.upcoming)], s.planned_until, s.last_tick
-  from pgflow.schedules as s
- where s.enabled and s.paused_reason is null and cardinality(s.upcoming) < %s
-   and s.planned_until is distinct from 'infinity'
-   and (%s::text[] is null or s.schedule_name = any(%s::text[]))
- order by cardinality(s.upcoming), s.schedule_name
- limit %s
-"""
 
 
 def plan_ticks(
@@ -62,44 +52,40 @@ def plan_schedules(
     meanwhile is refused by ``pgflow.plan_schedules``, and duplicates are merged away."""
     moment = (now or datetime.now(UTC)).astimezone(UTC)
     listed = list(names) if names is not None else None
-    cursor.execute(_NEEDS_PLAN, [LOW_WATER, listed, listed, limit])
+    candidates = queries.fetch_all(
+        cursor, queries.SCHEDULES_TO_PLAN, {"low_water": LOW_WATER, "names": listed, "limit": limit}
+    )
     plans = []
-    for (
-        name,
-        cron,
-        timezone,
-        catch_up,
-        max_catch_up,
-        revision,
-        planned,
-        last,
-        until,
-        last_tick,
-    ) in cursor.fetchall():
-        after = max((moment for moment in (last, until, last_tick) if moment is not None), default=None)
+    for row in candidates:
+        planned = row.planned or 0
+        after = max(
+            (moment for moment in (row.last_planned, row.planned_until, row.last_tick) if moment is not None),
+            default=None,
+        )
         ticks = plan_ticks(
-            cron,
-            timezone,
-            catch_up=catch_up,
-            max_catch_up=max_catch_up,
-            planned=planned or 0,
+            row.cron,
+            row.timezone,
+            catch_up=row.catch_up,
+            max_catch_up=row.max_catch_up,
+            planned=planned,
             after=after,
             now=moment,
         )
         future = [tick for tick in ticks if tick > moment]
         # an expression that stops matching (cronsim looks 50 years ahead) is planned to its end once
-        exhausted = len(future) < max(PLAN_AHEAD - (planned or 0), 0)
+        exhausted = len(future) < max(PLAN_AHEAD - planned, 0)
         if not ticks and not exhausted:
             continue
         plans.append(
             {
-                "schedule": name,
-                "revision": revision,
+                "schedule": row.schedule_name,
+                "revision": row.revision,
                 "ticks": [tick.isoformat() for tick in ticks],
                 "planned_until": "infinity" if exhausted else ticks[-1].isoformat(),
             }
         )
     if not plans:
         return []
-    cursor.execute("select pgflow.plan_schedules(%s::jsonb)", [json.dumps(plans)])
-    return [row[0] for row in cursor.fetchall()]
+    return [
+        row.schedule_name for row in queries.fetch_all(cursor, queries.PLAN_SCHEDULES, [json.dumps(plans)])
+    ]

@@ -18,19 +18,15 @@ from zoneinfo import ZoneInfo
 
 from django.db import connections, transaction
 
+from pgflow_django import queries
 from pgflow_django.dbguard import require_postgresql
+from pgflow_django.schedules.callables import resolve_callable
 from pgflow_django.schedules.cron import InvalidSchedule
-from pgflow_django.schedules.definition import CatchUp, ScheduleSpec, TaskTarget, build_spec, resolve_callable
+from pgflow_django.schedules.definition import CatchUp, TaskTarget, build_spec
 from pgflow_django.schedules.firing import evaluate_input
 from pgflow_django.schedules.planner import plan_schedules
 
 _UNSET: Final[Any] = object()
-
-_COLUMNS: Final = (
-    "schedule_name, flow_slug, cron, timezone, input::text, input_callable, catch_up, max_catch_up, "
-    "jitter_seconds, enabled, paused_reason, paused_detail, paused_at, origin, revision, upcoming, "
-    "next_fire_at, last_tick, last_fired_at, last_run_id, missed_ticks, last_error, created_at, updated_at"
-)
 
 
 class ScheduleNotFound(LookupError):
@@ -121,17 +117,7 @@ def create_schedule(
     )
     require_postgresql(using)
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        cursor.execute(
-            """
-            insert into pgflow.schedules (schedule_name, flow_slug, cron, timezone, input, input_callable,
-                                          catch_up, max_catch_up, jitter_seconds, enabled, origin)
-            values (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, 'runtime')
-            on conflict (schedule_name) do nothing
-            returning schedule_name
-            """,
-            _insert_params(spec),
-        )
-        if cursor.fetchone() is None:
+        if queries.value(cursor, queries.CREATE_SCHEDULE, spec.parameters()) is None:
             raise ScheduleExists(f"a schedule named {spec.name!r} exists; pick another name or edit it")
         plan_schedules(cursor, names=[spec.name])
     return get_schedule(spec.name, using=using)
@@ -175,7 +161,7 @@ def edit_schedule(
             enabled=current.enabled if enabled is _UNSET else enabled,
             task_path=task_path,
         )
-        cursor.execute(_UPDATE_DEFINITION, [*_update_params(spec), name])
+        queries.value(cursor, queries.EDIT_SCHEDULE, spec.parameters())
         plan_schedules(cursor, names=[name])
     return get_schedule(name, using=using)
 
@@ -185,11 +171,7 @@ def pause_schedule(name: str, *, detail: str | None = None, using: str = "defaul
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
         current = _locked(cursor, name)
         if current.paused_reason is None:
-            cursor.execute(
-                "update pgflow.schedules set paused_reason = 'operator', paused_detail = %s, "
-                "paused_at = clock_timestamp(), updated_at = clock_timestamp() where schedule_name = %s",
-                [detail, name],
-            )
+            queries.value(cursor, queries.PAUSE_SCHEDULE, [detail, name])
     return get_schedule(name, using=using)
 
 
@@ -204,7 +186,7 @@ def resume_schedule(name: str, *, now: datetime | None = None, using: str = "def
                 f"schedule {name!r} was removed from code: declare it again with schedule(...), or delete it"
             )
         if current.paused_reason is not None:
-            cursor.execute(_RESUME, [moment, moment, name, name])
+            queries.value(cursor, queries.RESUME_SCHEDULE, {"now": moment, "name": name})
             plan_schedules(cursor, now=moment, names=[name])
     return get_schedule(name, using=using)
 
@@ -219,9 +201,8 @@ def delete_schedule(name: str, *, using: str = "default") -> int:
                 f"schedule {name!r} is declared in code: remove its schedule(...) declaration first "
                 "(the next sync disables it), then delete it"
             )
-        cursor.execute("select count(*) from pgflow.schedule_ticks where schedule_name = %s", [name])
-        ticks = int(cursor.fetchone()[0])
-        cursor.execute("delete from pgflow.schedules where schedule_name = %s", [name])
+        ticks = int(queries.value(cursor, queries.SCHEDULE_TICK_COUNT, [name]))
+        queries.value(cursor, queries.DELETE_SCHEDULE, [name])
     return ticks
 
 
@@ -240,20 +221,19 @@ def trigger_now(name: str, *, input: Any = _UNSET, using: str = "default") -> uu
             value = evaluate_input(
                 current.input_callable, current.input, moment.astimezone(ZoneInfo(current.timezone))
             )
-        cursor.execute(
-            "select pgflow.trigger_schedule(%s, %s, %s::jsonb)",
+        run_id = queries.value(
+            cursor,
+            queries.TRIGGER_SCHEDULE,
             [name, moment, None if value is None else json.dumps(value)],
         )
-        run_id = cursor.fetchone()[0]
-    return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    return _uuid(run_id)
 
 
 def get_schedule(name: str, *, using: str = "default") -> ScheduleView:
     """One schedule by name; raises ScheduleNotFound."""
     require_postgresql(using)
     with connections[using].cursor() as cursor:
-        cursor.execute(f"select {_COLUMNS} from pgflow.schedules where schedule_name = %s", [name])
-        row = cursor.fetchone()
+        row = queries.fetch_one(cursor, queries.GET_SCHEDULE, [name])
     if row is None:
         raise ScheduleNotFound(f"no schedule named {name!r}")
     return _view(row)
@@ -263,84 +243,19 @@ def list_schedules(*, using: str = "default") -> list[ScheduleView]:
     """Every schedule, by name."""
     require_postgresql(using)
     with connections[using].cursor() as cursor:
-        cursor.execute(f"select {_COLUMNS} from pgflow.schedules order by schedule_name")
-        return [_view(row) for row in cursor.fetchall()]
+        return [_view(row) for row in queries.fetch_all(cursor, queries.ALL_SCHEDULES)]
 
 
 def recent_ticks(name: str, *, limit: int = 20, using: str = "default") -> list[TickView]:
     """The schedule's latest fired ticks, newest first."""
     require_postgresql(using)
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            "select schedule_name, tick, run_id, kind, fired_at from pgflow.schedule_ticks "
-            "where schedule_name = %s order by tick desc limit %s",
-            [name, limit],
-        )
-        return [
-            TickView(
-                row[0],
-                row[1],
-                row[2] if isinstance(row[2], uuid.UUID) else uuid.UUID(str(row[2])),
-                row[3],
-                row[4],
-            )
-            for row in cursor.fetchall()
-        ]
-
-
-_REPLAN = """((s.cron, s.timezone, s.jitter_seconds) is distinct from (%s, %s, %s)
-                   or (%s and not s.enabled))"""
-
-_UPDATE_DEFINITION = f"""
-update pgflow.schedules as s
-   set flow_slug = %s, cron = %s, timezone = %s, input = %s::jsonb, input_callable = %s, catch_up = %s,
-       max_catch_up = %s, jitter_seconds = %s, enabled = %s,
-       revision = s.revision + 1, updated_at = clock_timestamp(),
-       upcoming = case when {_REPLAN} then '{{}}' else s.upcoming end,
-       planned_until = case when {_REPLAN} then clock_timestamp() else s.planned_until end,
-       next_fire_at = case when {_REPLAN} then null
-                           else pgflow.schedule_next_fire_at(s.schedule_name, s.upcoming, %s) end
- where s.schedule_name = %s
-"""
-
-_RESUME = """
-update pgflow.schedules as s
-   set paused_reason = null, paused_detail = null, paused_at = null, updated_at = clock_timestamp(),
-       upcoming = r.upcoming,
-       missed_ticks = s.missed_ticks + cardinality(s.upcoming) - cardinality(r.upcoming),
-       planned_until = greatest(s.planned_until, %s),
-       next_fire_at = pgflow.schedule_next_fire_at(s.schedule_name, r.upcoming, s.jitter_seconds)
-  from (select coalesce(array(select u.tick from unnest(x.upcoming) as u(tick)
-                               where pgflow.schedule_fire_at(x.schedule_name, u.tick, x.jitter_seconds) > %s
-                               order by u.tick), '{}') as upcoming
-          from pgflow.schedules as x where x.schedule_name = %s) as r
- where s.schedule_name = %s
-"""
-
-
-def _insert_params(spec: ScheduleSpec) -> list[Any]:
-    return [
-        spec.name,
-        spec.flow_slug,
-        spec.cron,
-        spec.timezone,
-        spec.input_json(),
-        spec.input_callable,
-        spec.catch_up,
-        spec.max_catch_up,
-        spec.jitter,
-        spec.enabled,
-    ]
-
-
-def _update_params(spec: ScheduleSpec) -> list[Any]:
-    replan = [spec.cron, spec.timezone, spec.jitter, spec.enabled]
-    return [*_insert_params(spec)[1:], *replan, *replan, *replan, spec.jitter]
+        rows = queries.fetch_all(cursor, queries.RECENT_TICKS, [name, limit])
+    return [TickView(**row._replace(run_id=_uuid(row.run_id))._asdict()) for row in rows]
 
 
 def _locked(cursor: Any, name: str) -> ScheduleView:
-    cursor.execute(f"select {_COLUMNS} from pgflow.schedules where schedule_name = %s for update", [name])
-    row = cursor.fetchone()
+    row = queries.fetch_one(cursor, queries.LOCK_SCHEDULE, [name])
     if row is None:
         raise ScheduleNotFound(f"no schedule named {name!r}")
     return _view(row)
@@ -358,13 +273,16 @@ def _is_task_payload(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"task", "args", "kwargs"}
 
 
-def _view(row: tuple[Any, ...]) -> ScheduleView:
-    values = list(row)
-    values[4] = json.loads(values[4]) if isinstance(values[4], str) else values[4]
-    values[15] = tuple(values[15] or ())
-    if values[19] is not None and not isinstance(values[19], uuid.UUID):
-        values[19] = uuid.UUID(str(values[19]))
-    return ScheduleView(*values)
+def _view(row: queries.ScheduleRow) -> ScheduleView:
+    values = row._asdict()
+    values["input"] = json.loads(row.input)
+    values["upcoming"] = tuple(row.upcoming or ())
+    values["last_run_id"] = None if row.last_run_id is None else _uuid(row.last_run_id)
+    return ScheduleView(**values)
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
 __all__ = [
