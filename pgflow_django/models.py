@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, NoReturn, TypeVar
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Func, Q
 from django.db.models.functions import Lower
 
 _M = TypeVar("_M", bound=models.Model)
@@ -402,3 +403,85 @@ class WorkerPause(ReadOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.flow_slug}/{self.step_slug or '*'}: {self.reason}"
+
+
+class Schedule(ReadOnlyModel):
+    """``pgflow.schedules``: a flow started on the ticks of a cron expression (pgflow_django.schedules
+    changes it; the admin and ``pgflow_schedules`` read it here)."""
+
+    schedule_name = models.TextField(primary_key=True)
+    flow_slug = models.TextField()
+    cron = models.TextField()
+    timezone = models.TextField(default="UTC")
+    input = models.JSONField(default=dict)
+    input_callable = models.TextField(null=True)
+    catch_up = models.TextField(
+        choices=[("all", "all"), ("latest", "latest"), ("none", "none")], default="latest"
+    )
+    max_catch_up = models.IntegerField(default=10)
+    jitter_seconds = models.IntegerField(default=0)
+    enabled = models.BooleanField(default=True)
+    paused_reason = models.TextField(
+        choices=[("operator", "operator"), ("removed_from_code", "removed from code")], null=True
+    )
+    paused_detail = models.TextField(null=True)
+    paused_at = models.DateTimeField(null=True)
+    origin = models.TextField(choices=[("code", "code"), ("runtime", "runtime")])
+    revision = models.BigIntegerField(default=1)
+    upcoming = ArrayField(models.DateTimeField(), default=list)
+    """Planned ticks (before jitter), oldest first."""
+    planned_until = models.DateTimeField(null=True)
+    next_fire_at = models.DateTimeField(null=True)
+    last_tick = models.DateTimeField(null=True)
+    last_fired_at = models.DateTimeField(null=True)
+    last_run_id = models.UUIDField(null=True)
+    missed_ticks = models.BigIntegerField(default=0)
+    last_error = models.TextField(null=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."schedules'
+        indexes = [
+            models.Index(
+                fields=["next_fire_at"],
+                name="schedules_due_idx",
+                condition=Q(enabled=True, paused_reason__isnull=True),
+            ),
+            models.Index(
+                Func(F("upcoming"), function="cardinality"),
+                name="schedules_plan_idx",
+                condition=Q(enabled=True, paused_reason__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.schedule_name
+
+
+class ScheduleTick(ReadOnlyModel):
+    """``pgflow.schedule_ticks``: the ledger of fired ticks, one row per (schedule, tick)."""
+
+    pk = models.CompositePrimaryKey("schedule_id", "tick")
+    schedule = models.ForeignKey(
+        Schedule,
+        models.DO_NOTHING,
+        db_column="schedule_name",
+        db_constraint=False,
+        db_index=False,
+        related_name="ticks",
+    )
+    tick = models.DateTimeField()
+    run_id = models.UUIDField()
+    """Kept after the run is pruned, so not a foreign key."""
+    kind = models.TextField(choices=[("cron", "cron"), ("manual", "manual")], default="cron")
+    fired_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."schedule_ticks'
+        indexes = [models.Index(fields=["run_id"], name="schedule_ticks_run_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id}@{self.tick.isoformat()}"
