@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import uuid
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from django.db import connections
 
@@ -15,7 +15,16 @@ from pgflow_django.schedules.store import ScheduleNotFound, ScheduleView, get_sc
 _LISTED: Final = 10
 
 
-def state_of(view: ScheduleView) -> str:
+class _Stateful(Protocol):
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def paused_reason(self) -> str | None: ...
+    @property
+    def paused_detail(self) -> str | None: ...
+
+
+def state_of(view: _Stateful) -> str:
     """``active``, ``disabled``, ``paused`` (with the operator's note) or ``removed from code``."""
     if view.paused_reason == "removed_from_code":
         return "removed from code"
