@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+Scheduler: TypeAlias = Literal["workers", "pg_cron"]
+SCHEDULERS: tuple[Scheduler, ...] = ("workers", "pg_cron")
 OnShapeChange: TypeAlias = Literal["refuse", "replace-if-idle"]
 SHAPE_CHANGE_POLICIES: tuple[OnShapeChange, ...] = ("refuse", "replace-if-idle")
 """What start-up compilation may do with a changed flow. Never "replace": deleting runs that are
@@ -27,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     # worker's life, health-checked before reuse). A fresh connection per task costs a connect and
     # re-planning the engine's functions, so a worker should not inherit a web process's 0.
     "WORKER_CONN_MAX_AGE": None,
+    # "pg_cron": a pg_cron job also fires due schedules, on the server's clock (see docs/schedules.md)
+    "SCHEDULER": "workers",
 }
 
 
@@ -44,6 +48,7 @@ class PgflowSettings:
     completion_flush_ms: float = 2.0
     completion_batch_size: int = 100
     worker_conn_max_age: float | None = None
+    scheduler: Scheduler = "workers"
 
 
 def get_settings() -> PgflowSettings:
@@ -73,6 +78,18 @@ def get_settings() -> PgflowSettings:
         completion_flush_ms=float(raw["COMPLETION_FLUSH_MS"]),
         completion_batch_size=int(raw["COMPLETION_BATCH_SIZE"]),
         worker_conn_max_age=None if raw["WORKER_CONN_MAX_AGE"] is None else float(raw["WORKER_CONN_MAX_AGE"]),
+        scheduler=_scheduler(raw),
+    )
+
+
+def _scheduler(raw: dict[str, Any]) -> Scheduler:
+    from django.core.exceptions import ImproperlyConfigured
+
+    for scheduler in SCHEDULERS:
+        if raw["SCHEDULER"] == scheduler:
+            return scheduler
+    raise ImproperlyConfigured(
+        f"PGFLOW['SCHEDULER'] must be one of {', '.join(map(repr, SCHEDULERS))}, got {raw['SCHEDULER']!r}"
     )
 
 

@@ -14,6 +14,7 @@ from rich.text import Text
 from pgflow_django.management.cli import PgflowCommand, load_json_argument, printable
 from pgflow_django.management.progress import status_text
 from pgflow_django.schedules.cron import InvalidSchedule
+from pgflow_django.schedules.pg_cron import JOB_NAME, PgCronUnavailable, sync_pg_cron_job
 from pgflow_django.schedules.report import (
     find_schedule,
     last_run_status,
@@ -32,7 +33,7 @@ from pgflow_django.schedules.store import (
     trigger_now,
 )
 
-ACTIONS: Final = ("list", "show", "pause", "resume", "trigger")
+ACTIONS: Final = ("list", "show", "pause", "resume", "trigger", "pg-cron")
 SHOWN_TICKS: Final = 10
 
 
@@ -51,6 +52,7 @@ class Command(PgflowCommand):
   manage.py pgflow_schedules resume nightly-report    ticks missed meanwhile do not fire
   manage.py pgflow_schedules trigger nightly-report   prints the new run's id
   manage.py pgflow_schedules trigger nightly-report --input '{"day": "2026-01-05"}'
+  manage.py pgflow_schedules pg-cron                  make the pg_cron job follow PGFLOW["SCHEDULER"]
 
 exit codes: 0 done; 1 no such schedule (the closest name is suggested), or another error; 2 bad arguments
 """
@@ -59,7 +61,7 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
         parser.add_argument(
             "action", nargs="?", choices=ACTIONS, default="list", help="what to do (default: list)"
         )
-        parser.add_argument("name", nargs="?", metavar="NAME", help="the schedule (all but list)")
+        parser.add_argument("name", nargs="?", metavar="NAME", help="the schedule (all but list and pg-cron)")
         parser.add_argument("--reason", metavar="TEXT", help="with pause: a note stored with the pause")
         parser.add_argument(
             "--input",
@@ -75,6 +77,8 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
         try:
             if action == "list":
                 self._list(options)
+            elif action == "pg-cron":
+                self._pg_cron(options)
             elif action == "show":
                 self._show(find_schedule(_named(name)), options)
             elif action == "pause":
@@ -83,13 +87,13 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
                 self._resume(_named(name), options)
             else:
                 self._trigger(_named(name), options)
-        except (ScheduleNotFound, ScheduleDeclared, InvalidSchedule) as exc:
+        except (ScheduleNotFound, ScheduleDeclared, InvalidSchedule, PgCronUnavailable) as exc:
             raise CommandError(str(exc.args[0]) if exc.args else str(exc)) from None
 
     def _refuse_misplaced(self, action: str, name: str | None, options: dict[str, Any]) -> None:
-        if action == "list" and name is not None:
-            raise CommandError(f"list takes no NAME; to see one schedule: pgflow_schedules show {name}")
-        if action != "list" and name is None:
+        if action in ("list", "pg-cron") and name is not None:
+            raise CommandError(f"{action} takes no NAME; to see one schedule: pgflow_schedules show {name}")
+        if action not in ("list", "pg-cron") and name is None:
             raise CommandError(f"{action} needs the schedule's NAME: pgflow_schedules {action} NAME")
         if options["reason"] is not None and action != "pause":
             raise CommandError("--reason only applies to pause")
@@ -175,6 +179,19 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             )
         console.print(table)
         console.print(f"times in {timezone.get_current_timezone_name()}", style="dim")
+
+    def _pg_cron(self, options: dict[str, Any]) -> None:
+        change = sync_pg_cron_job()
+        if options["format"] == "json":
+            self.write_json({"job": JOB_NAME, "change": change})
+        elif change == "absent":
+            self.stdout.write(
+                f"no pg_cron job {JOB_NAME} (PGFLOW['SCHEDULER'] is not 'pg_cron'); nothing changed"
+            )
+        elif change == "removed":
+            self.stdout.write(f"removed the pg_cron job {JOB_NAME}: PGFLOW['SCHEDULER'] is not 'pg_cron'")
+        else:
+            self.stdout.write(f"pg_cron job {JOB_NAME} {change}: it calls pgflow.fire_due_schedules()")
 
     def _pause(self, name: str, options: dict[str, Any]) -> None:
         before = find_schedule(name)
