@@ -405,9 +405,34 @@ class WorkerPause(ReadOnlyModel):
         return f"{self.flow_slug}/{self.step_slug or '*'}: {self.reason}"
 
 
+class ScheduleCatchUp(models.TextChoices):
+    """Which missed ticks fire after an outage (see docs/schedules.md)."""
+
+    ALL = "all"
+    LATEST = "latest"
+    NONE = "none"
+
+
+class SchedulePauseReason(models.TextChoices):
+    OPERATOR = "operator"
+    REMOVED_FROM_CODE = "removed_from_code", "removed from code"
+
+
+class ScheduleOrigin(models.TextChoices):
+    CODE = "code", "declared in code"
+    RUNTIME = "runtime", "created at run time"
+
+
+class TickKind(models.TextChoices):
+    CRON = "cron"
+    MANUAL = "manual"
+
+
 class Schedule(ReadOnlyModel):
-    """``pgflow.schedules``: a flow started on the ticks of a cron expression (pgflow_django.schedules
-    changes it; the admin and ``pgflow_schedules`` read it here)."""
+    """``pgflow.schedules``: a flow started on cron ticks; changed through ``pgflow_django.schedules``.
+
+    ``upcoming`` holds the planned ticks (before jitter); the schedule fires while ``enabled`` and
+    ``paused_reason`` is null."""
 
     schedule_name = models.TextField(primary_key=True)
     flow_slug = models.TextField()
@@ -415,21 +440,16 @@ class Schedule(ReadOnlyModel):
     timezone = models.TextField(default="UTC")
     input = models.JSONField(default=dict)
     input_callable = models.TextField(null=True)
-    catch_up = models.TextField(
-        choices=[("all", "all"), ("latest", "latest"), ("none", "none")], default="latest"
-    )
+    catch_up = models.TextField(choices=ScheduleCatchUp.choices, default=ScheduleCatchUp.LATEST)
     max_catch_up = models.IntegerField(default=10)
     jitter_seconds = models.IntegerField(default=0)
     enabled = models.BooleanField(default=True)
-    paused_reason = models.TextField(
-        choices=[("operator", "operator"), ("removed_from_code", "removed from code")], null=True
-    )
+    paused_reason = models.TextField(choices=SchedulePauseReason.choices, null=True)
     paused_detail = models.TextField(null=True)
     paused_at = models.DateTimeField(null=True)
-    origin = models.TextField(choices=[("code", "code"), ("runtime", "runtime")])
+    origin = models.TextField(choices=ScheduleOrigin.choices)
     revision = models.BigIntegerField(default=1)
     upcoming = ArrayField(models.DateTimeField(), default=list)
-    """Planned ticks (before jitter), oldest first."""
     planned_until = models.DateTimeField(null=True)
     next_fire_at = models.DateTimeField(null=True)
     last_tick = models.DateTimeField(null=True)
@@ -461,11 +481,11 @@ class Schedule(ReadOnlyModel):
 
 
 class ScheduleTick(ReadOnlyModel):
-    """``pgflow.schedule_ticks``: the ledger of fired ticks, one row per (schedule, tick)."""
+    """``pgflow.schedule_ticks``: the ledger of fired ticks, one per (schedule, tick), with its run."""
 
     pk = models.CompositePrimaryKey("schedule_id", "tick")
     schedule = models.ForeignKey(
-        Schedule,
+        "Schedule",
         models.DO_NOTHING,
         db_column="schedule_name",
         db_constraint=False,
@@ -474,8 +494,7 @@ class ScheduleTick(ReadOnlyModel):
     )
     tick = models.DateTimeField()
     run_id = models.UUIDField()
-    """Kept after the run is pruned, so not a foreign key."""
-    kind = models.TextField(choices=[("cron", "cron"), ("manual", "manual")], default="cron")
+    kind = models.TextField(choices=TickKind.choices, default=TickKind.CRON)
     fired_at = models.DateTimeField()
 
     class Meta:

@@ -1,14 +1,11 @@
 """Schedules: cron definitions with their planned ticks, the fired-ticks ledger, the firing functions.
 
-The ``CreateModel`` operations only record the read-only models in Django's migration state.
-"""
+The ``CreateModel`` operations only record the read-only models in Django's migration state."""
 
-from django.contrib.postgres.fields import ArrayField
+import django.contrib.postgres.fields
 from django.db import migrations, models
 
 from pgflow_django.sql.runsql import RunSqlFile
-
-_WHEN = models.DateTimeField
 
 
 class Migration(migrations.Migration):
@@ -28,7 +25,7 @@ class Migration(migrations.Migration):
                 (
                     "catch_up",
                     models.TextField(
-                        choices=[("all", "all"), ("latest", "latest"), ("none", "none")], default="latest"
+                        choices=[("all", "All"), ("latest", "Latest"), ("none", "None")], default="latest"
                     ),
                 ),
                 ("max_catch_up", models.IntegerField(default=10)),
@@ -37,24 +34,34 @@ class Migration(migrations.Migration):
                 (
                     "paused_reason",
                     models.TextField(
-                        choices=[("operator", "operator"), ("removed_from_code", "removed from code")],
+                        choices=[("operator", "Operator"), ("removed_from_code", "removed from code")],
                         null=True,
                     ),
                 ),
                 ("paused_detail", models.TextField(null=True)),
-                ("paused_at", _WHEN(null=True)),
-                ("origin", models.TextField(choices=[("code", "code"), ("runtime", "runtime")])),
+                ("paused_at", models.DateTimeField(null=True)),
+                (
+                    "origin",
+                    models.TextField(
+                        choices=[("code", "declared in code"), ("runtime", "created at run time")]
+                    ),
+                ),
                 ("revision", models.BigIntegerField(default=1)),
-                ("upcoming", ArrayField(base_field=_WHEN(), default=list, size=None)),
-                ("planned_until", _WHEN(null=True)),
-                ("next_fire_at", _WHEN(null=True)),
-                ("last_tick", _WHEN(null=True)),
-                ("last_fired_at", _WHEN(null=True)),
+                (
+                    "upcoming",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.DateTimeField(), default=list, size=None
+                    ),
+                ),
+                ("planned_until", models.DateTimeField(null=True)),
+                ("next_fire_at", models.DateTimeField(null=True)),
+                ("last_tick", models.DateTimeField(null=True)),
+                ("last_fired_at", models.DateTimeField(null=True)),
                 ("last_run_id", models.UUIDField(null=True)),
                 ("missed_ticks", models.BigIntegerField(default=0)),
                 ("last_error", models.TextField(null=True)),
-                ("created_at", _WHEN()),
-                ("updated_at", _WHEN()),
+                ("created_at", models.DateTimeField()),
+                ("updated_at", models.DateTimeField()),
             ],
             options={"db_table": 'pgflow"."schedules', "managed": False},
         ),
@@ -78,10 +85,10 @@ class Migration(migrations.Migration):
                         to="pgflow.schedule",
                     ),
                 ),
-                ("tick", _WHEN()),
+                ("tick", models.DateTimeField()),
                 ("run_id", models.UUIDField()),
-                ("kind", models.TextField(choices=[("cron", "cron"), ("manual", "manual")], default="cron")),
-                ("fired_at", _WHEN()),
+                ("kind", models.TextField(choices=[("cron", "Cron"), ("manual", "Manual")], default="cron")),
+                ("fired_at", models.DateTimeField()),
             ],
             options={"db_table": 'pgflow"."schedule_ticks', "managed": False},
         ),

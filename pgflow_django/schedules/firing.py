@@ -75,9 +75,8 @@ def _callable_inputs(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     cursor.execute(
         """
-        select d.schedule_name, d.tick, d.input_callable, s.timezone, s.input::text
+        select d.schedule_name, d.tick, d.input_callable, d.timezone, d.input::text
           from pgflow.schedule_due_ticks(pgflow.due_schedule_names(%s, %s, true), %s, %s) as d
-          join pgflow.schedules as s on s.schedule_name = d.schedule_name
          where d.fire and d.input_callable is not null
          order by d.schedule_name, d.tick
         """,

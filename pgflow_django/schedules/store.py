@@ -151,7 +151,8 @@ def edit_schedule(
     using: str = "default",
 ) -> ScheduleView:
     """Change a runtime schedule; arguments left out keep their value. A new cron, timezone or
-    jitter replans its ticks from now. ``input`` may be a value or a callable (as for ``schedule``)."""
+    jitter, or enabling it again, plans its ticks from now (nothing of the past is caught up).
+    ``input`` may be a value or a callable (as for ``schedule``)."""
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
         current = _locked(cursor, name)
         _refuse_declared(current, "edit")
@@ -287,17 +288,18 @@ def recent_ticks(name: str, *, limit: int = 20, using: str = "default") -> list[
         ]
 
 
-_UPDATE_DEFINITION = """
+_REPLAN = """((s.cron, s.timezone, s.jitter_seconds) is distinct from (%s, %s, %s)
+                   or (%s and not s.enabled))"""
+
+_UPDATE_DEFINITION = f"""
 update pgflow.schedules as s
    set flow_slug = %s, cron = %s, timezone = %s, input = %s::jsonb, input_callable = %s, catch_up = %s,
        max_catch_up = %s, jitter_seconds = %s, enabled = %s,
        revision = s.revision + 1, updated_at = clock_timestamp(),
-       upcoming = case when (s.cron, s.timezone, s.jitter_seconds) is distinct from (%s, %s, %s)
-                       then '{}' else s.upcoming end,
-       planned_until = case when (s.cron, s.timezone, s.jitter_seconds) is distinct from (%s, %s, %s)
-                            then clock_timestamp() else s.planned_until end,
-       next_fire_at = case when (s.cron, s.timezone, s.jitter_seconds) is distinct from (%s, %s, %s)
-                           then null else pgflow.schedule_next_fire_at(s.schedule_name, s.upcoming, %s) end
+       upcoming = case when {_REPLAN} then '{{}}' else s.upcoming end,
+       planned_until = case when {_REPLAN} then clock_timestamp() else s.planned_until end,
+       next_fire_at = case when {_REPLAN} then null
+                           else pgflow.schedule_next_fire_at(s.schedule_name, s.upcoming, %s) end
  where s.schedule_name = %s
 """
 
@@ -332,8 +334,8 @@ def _insert_params(spec: ScheduleSpec) -> list[Any]:
 
 
 def _update_params(spec: ScheduleSpec) -> list[Any]:
-    timing = [spec.cron, spec.timezone, spec.jitter]
-    return [*_insert_params(spec)[1:], *timing, *timing, *timing, spec.jitter]
+    replan = [spec.cron, spec.timezone, spec.jitter, spec.enabled]
+    return [*_insert_params(spec)[1:], *replan, *replan, *replan, spec.jitter]
 
 
 def _locked(cursor: Any, name: str) -> ScheduleView:

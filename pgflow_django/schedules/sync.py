@@ -1,9 +1,11 @@
 """Writes the declared schedules to the database: the one path of ``pgflow_compile`` and worker start.
 
-A declared schedule is created, or its stored definition is brought in line with the code (a change
-of cron, timezone or jitter replans from now). A schedule declared before but missing from the code
-now is paused with reason ``removed_from_code``: it keeps its history and fires nothing, until it is
-declared again or deleted. An operator pause survives a sync. Concurrent syncs (workers starting
+A declared schedule is created, or its stored definition is brought in line with the code. A change
+of cron, timezone or jitter, enabling it again or declaring it again after its removal plans its
+ticks from now: nothing of the time it was changed, disabled or removed is caught up. A schedule
+declared before but missing from the code now is paused with reason ``removed_from_code``: it keeps
+its history and fires nothing, until it is declared again or deleted. An operator pause survives a
+sync. Concurrent syncs (workers starting
 together) queue on an advisory lock, so each sees the previous one's result.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from django.db import connections, transaction
 
@@ -34,10 +36,16 @@ class SyncResult:
     """Declared before, missing from the code now: paused as ``removed_from_code``."""
 
 
+_CURRENT = """
+select origin, cron, timezone, jitter_seconds, enabled, paused_reason
+  from pgflow.schedules where schedule_name = %s for update
+"""
+
 _UPSERT = """
 insert into pgflow.schedules as s (schedule_name, flow_slug, cron, timezone, input, input_callable,
                                    catch_up, max_catch_up, jitter_seconds, enabled, origin)
-values (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, 'code')
+values (%(name)s, %(flow_slug)s, %(cron)s, %(timezone)s, %(input)s::jsonb, %(input_callable)s,
+        %(catch_up)s, %(max_catch_up)s, %(jitter)s, %(enabled)s, 'code')
 on conflict (schedule_name) do update
    set flow_slug = excluded.flow_slug, cron = excluded.cron, timezone = excluded.timezone,
        input = excluded.input, input_callable = excluded.input_callable, catch_up = excluded.catch_up,
@@ -46,16 +54,9 @@ on conflict (schedule_name) do update
        paused_reason = case when s.paused_reason = 'removed_from_code' then null else s.paused_reason end,
        paused_detail = case when s.paused_reason = 'removed_from_code' then null else s.paused_detail end,
        paused_at = case when s.paused_reason = 'removed_from_code' then null else s.paused_at end,
-       upcoming = case when (s.cron, s.timezone, s.jitter_seconds)
-                            is distinct from (excluded.cron, excluded.timezone, excluded.jitter_seconds)
-                       then '{}' else s.upcoming end,
-       planned_until = case when (s.cron, s.timezone, s.jitter_seconds)
-                            is distinct from (excluded.cron, excluded.timezone, excluded.jitter_seconds)
-                            or s.paused_reason = 'removed_from_code'
-                            then clock_timestamp() else s.planned_until end,
-       next_fire_at = case when (s.cron, s.timezone, s.jitter_seconds)
-                            is distinct from (excluded.cron, excluded.timezone, excluded.jitter_seconds)
-                           then null else s.next_fire_at end
+       upcoming = case when %(replan)s then '{}' else s.upcoming end,
+       planned_until = case when %(replan)s then clock_timestamp() else s.planned_until end,
+       next_fire_at = case when %(replan)s then null else s.next_fire_at end
  where s.origin = 'code'
    and ((s.flow_slug, s.cron, s.timezone, s.input, s.input_callable, s.catch_up, s.max_catch_up,
          s.jitter_seconds, s.enabled)
@@ -78,29 +79,16 @@ def sync_declared_schedules(specs: list[ScheduleSpec] | None = None, *, using: s
         for spec in declared:
             if spec.task is not None and spec.flow is not None:
                 compile_flow(spec.flow, using=using)
-            cursor.execute(
-                _UPSERT,
-                [
-                    spec.name,
-                    spec.flow_slug,
-                    spec.cron,
-                    spec.timezone,
-                    spec.input_json(),
-                    spec.input_callable,
-                    spec.catch_up,
-                    spec.max_catch_up,
-                    spec.jitter,
-                    spec.enabled,
-                ],
-            )
+            cursor.execute(_CURRENT, [spec.name])
+            current = cursor.fetchone()
+            if current is not None and current[0] != "code":
+                raise InvalidSchedule(
+                    f"schedule {spec.name!r} is declared in code but a runtime schedule has that name; "
+                    "rename the declaration (name=...) or delete the runtime schedule"
+                )
+            cursor.execute(_UPSERT, {**_params(spec), "replan": _replans(spec, current)})
             row = cursor.fetchone()
             if row is None:
-                cursor.execute("select origin from pgflow.schedules where schedule_name = %s", [spec.name])
-                if cursor.fetchone()[0] != "code":
-                    raise InvalidSchedule(
-                        f"schedule {spec.name!r} is declared in code but a runtime schedule has that name; "
-                        "rename the declaration (name=...) or delete the runtime schedule"
-                    )
                 result.unchanged.append(spec.name)
             else:
                 (result.created if row[0] else result.updated).append(spec.name)
@@ -118,6 +106,34 @@ def sync_declared_schedules(specs: list[ScheduleSpec] | None = None, *, using: s
         result.removed.extend(sorted(row[0] for row in cursor.fetchall()))
         plan_schedules(cursor, names=[spec.name for spec in declared])
     return result
+
+
+def _params(spec: ScheduleSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "flow_slug": spec.flow_slug,
+        "cron": spec.cron,
+        "timezone": spec.timezone,
+        "input": spec.input_json(),
+        "input_callable": spec.input_callable,
+        "catch_up": spec.catch_up,
+        "max_catch_up": spec.max_catch_up,
+        "jitter": spec.jitter,
+        "enabled": spec.enabled,
+    }
+
+
+def _replans(spec: ScheduleSpec, current: tuple[object, ...] | None) -> bool:
+    """Whether the stored ticks are dropped and planned again from now: the ticks moved (cron,
+    timezone, jitter), or the schedule comes back after being disabled or removed from code."""
+    if current is None:
+        return False
+    _, cron, timezone, jitter, enabled, paused_reason = current
+    return (
+        (cron, timezone, jitter) != (spec.cron, spec.timezone, spec.jitter)
+        or (spec.enabled and not enabled)
+        or paused_reason == "removed_from_code"
+    )
 
 
 def sync_schedules_at_start(using: str = "default") -> SyncResult | None:

@@ -21,6 +21,8 @@ REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "pgflow.fail_task(uuid,text,integer,integer,text,integer)",
     "pgflow.requeue_stalled_tasks()",
     "pgflow.release_tasks(jsonb)",
+    "pgflow.fire_due_schedules(timestamptz,integer,jsonb,interval)",
+    "pgflow.plan_schedules(jsonb)",
     "pgmq.read(text,integer,integer,jsonb)",
 )
 """Every SQL entry point the worker calls (the claim runs ``pgmq.read``'s statement on the queue

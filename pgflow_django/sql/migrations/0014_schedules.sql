@@ -64,29 +64,42 @@ create index schedule_ticks_run_idx on pgflow.schedule_ticks (run_id);
 -- When a planned tick fires: the tick plus its jitter, a deterministic offset in
 -- [0, jitter_seconds] seconds (millisecond steps) derived from the schedule name and the tick, so
 -- every caller, and every later call, computes the same fire time without storing it.
+-- PL/pgSQL keeps the expression's plan across calls (a SQL function with a pinned search path is
+-- planned again on every call).
 create or replace function pgflow.schedule_fire_at(schedule_name text, tick timestamptz, jitter_seconds integer)
 returns timestamptz
-language sql
+language plpgsql
 immutable
 parallel safe
 set search_path = pg_catalog, pgflow, pgmq
 as $$
-  select case when jitter_seconds > 0
-    then tick + make_interval(secs => (abs(hashtextextended(schedule_name || '@' || extract(epoch from tick)::text, 0))
-                                        % (jitter_seconds::bigint * 1000 + 1)) / 1000.0)
-    else tick end
+begin
+  if jitter_seconds is null or jitter_seconds <= 0 then
+    return tick;
+  end if;
+  return tick + make_interval(secs => (abs(hashtextextended(schedule_name || '@' || extract(epoch from tick)::text, 0))
+                                       % (jitter_seconds::bigint * 1000 + 1)) / 1000.0);
+end;
 $$;
 
 -- 0451_function_schedule_next_fire_at.sql
--- The earliest fire time among a schedule's planned ticks (NULL when none is planned).
+-- The earliest fire time among a schedule's planned ticks (NULL when none is planned). PL/pgSQL,
+-- not SQL: its query plan is cached across calls (a SQL function with a pinned search path is
+-- planned again on every call, which made firing 100 schedules 13 ms slower).
 create or replace function pgflow.schedule_next_fire_at(schedule_name text, upcoming timestamptz[], jitter_seconds integer)
 returns timestamptz
-language sql
+language plpgsql
 immutable
 parallel safe
 set search_path = pg_catalog, pgflow, pgmq
 as $$
-  select min(pgflow.schedule_fire_at(schedule_name, u.tick, jitter_seconds)) from unnest(upcoming) as u(tick)
+begin
+  if jitter_seconds = 0 then
+    return upcoming[1];
+  end if;
+  return (select min(pgflow.schedule_fire_at(schedule_next_fire_at.schedule_name, u.tick, jitter_seconds))
+            from unnest(upcoming) as u(tick));
+end;
 $$;
 
 -- 0452_function_schedule_due_ticks.sql
@@ -96,17 +109,19 @@ $$;
 --   latest  only the latest due tick fires;
 --   none    the latest due tick fires only while it is at most `grace` late (ticks missed while
 --           nothing was firing are skipped).
+-- With each tick come the schedule's flow, stored input, input callable and time zone.
 -- Read-only: pgflow.fire_due_schedules calls it on rows it has locked, and the Python scheduler calls
 -- it to learn which ticks of callable-input schedules need an input before it fires them.
 create or replace function pgflow.schedule_due_ticks(names text[], now timestamptz, grace interval)
-returns table (schedule_name text, tick timestamptz, fire boolean, input_callable text)
+returns table (schedule_name text, tick timestamptz, fire boolean, flow_slug text, input jsonb,
+               input_callable text, timezone text)
 language sql
 stable
 set search_path = pg_catalog, pgflow, pgmq
 as $$
   with due as (
     select s.schedule_name, u.tick, pgflow.schedule_fire_at(s.schedule_name, u.tick, s.jitter_seconds) as fire_at,
-           s.catch_up, s.max_catch_up, s.input_callable
+           s.catch_up, s.max_catch_up, s.flow_slug, s.input, s.input_callable, s.timezone
       from pgflow.schedules as s
       cross join unnest(s.upcoming) as u(tick)
      where s.schedule_name = any(names)
@@ -121,7 +136,7 @@ as $$
            when 'latest' then r.back = 1
            else r.back = 1 and schedule_due_ticks.now - r.fire_at <= grace
          end,
-         r.input_callable
+         r.flow_slug, r.input, r.input_callable, r.timezone
     from ranked as r
    order by r.schedule_name, r.tick
 $$;
@@ -207,21 +222,20 @@ begin
   select array_agg(d.schedule_name order by d.schedule_name, d.tick) as names,
          array_agg(d.tick order by d.schedule_name, d.tick) as ticks,
          array_agg(d.fire order by d.schedule_name, d.tick) as fires,
-         array_agg(s.flow_slug order by d.schedule_name, d.tick) as flows,
-         jsonb_agg(case when s.input_callable is null then s.input else i.input end
+         array_agg(d.flow_slug order by d.schedule_name, d.tick) as flows,
+         jsonb_agg(case when d.input_callable is null then d.input else i.input end
                    order by d.schedule_name, d.tick) as inputs,
          coalesce(array_agg(distinct d.schedule_name)
-                    filter (where d.fire and s.input_callable is not null and i.input is null), '{}') as lacking
+                    filter (where d.fire and d.input_callable is not null and i.input is null), '{}') as lacking
     into v_plan
     from pgflow.schedule_due_ticks(v_names, fire_due_schedules.now, grace) as d
-    join pgflow.schedules as s on s.schedule_name = d.schedule_name
     left join lateral (
       select e.value -> 'input' as input
         from jsonb_array_elements(coalesce(inputs, '[]'::jsonb)) as e(value)
        where e.value ->> 'schedule' = d.schedule_name and (e.value ->> 'tick')::timestamptz = d.tick
          and e.value ? 'input'
        limit 1
-    ) as i on s.input_callable is not null;
+    ) as i on d.input_callable is not null;
   if v_plan.names is null then
     return;
   end if;
@@ -276,16 +290,20 @@ begin
       from rows from (unnest(v_fired_names), unnest(v_fired_ticks), unnest(v_fired_ids)) as f(name, tick, run_id)
      order by f.name, f.tick desc
   ), remaining as (
-    select s.schedule_name,
-           coalesce(array(select u.tick from unnest(s.upcoming) as u(tick)
-                           where pgflow.schedule_fire_at(s.schedule_name, u.tick, s.jitter_seconds) > fire_due_schedules.now
-                           order by u.tick), '{}') as upcoming
+    select s.schedule_name, r.upcoming,
+           pgflow.schedule_next_fire_at(s.schedule_name, r.upcoming, s.jitter_seconds) as next_fire_at
       from pgflow.schedules as s
-      join consumed as c on c.name = s.schedule_name
+     cross join lateral (
+       select coalesce(array(select u.tick from unnest(s.upcoming) as u(tick)
+                              where pgflow.schedule_fire_at(s.schedule_name, u.tick, s.jitter_seconds)
+                                    > fire_due_schedules.now
+                              order by u.tick), '{}') as upcoming
+     ) as r
+     where s.schedule_name = any(array(select c.name from consumed as c))
   )
   update pgflow.schedules as s
      set upcoming = r.upcoming,
-         next_fire_at = pgflow.schedule_next_fire_at(s.schedule_name, r.upcoming, s.jitter_seconds),
+         next_fire_at = r.next_fire_at,
          last_tick = greatest(s.last_tick, l.tick),
          last_run_id = coalesce(l.run_id, s.last_run_id),
          last_fired_at = case when l.tick is null then s.last_fired_at else clock_timestamp() end,

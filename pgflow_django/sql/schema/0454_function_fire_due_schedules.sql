@@ -59,21 +59,20 @@ begin
   select array_agg(d.schedule_name order by d.schedule_name, d.tick) as names,
          array_agg(d.tick order by d.schedule_name, d.tick) as ticks,
          array_agg(d.fire order by d.schedule_name, d.tick) as fires,
-         array_agg(s.flow_slug order by d.schedule_name, d.tick) as flows,
-         jsonb_agg(case when s.input_callable is null then s.input else i.input end
+         array_agg(d.flow_slug order by d.schedule_name, d.tick) as flows,
+         jsonb_agg(case when d.input_callable is null then d.input else i.input end
                    order by d.schedule_name, d.tick) as inputs,
          coalesce(array_agg(distinct d.schedule_name)
-                    filter (where d.fire and s.input_callable is not null and i.input is null), '{}') as lacking
+                    filter (where d.fire and d.input_callable is not null and i.input is null), '{}') as lacking
     into v_plan
     from pgflow.schedule_due_ticks(v_names, fire_due_schedules.now, grace) as d
-    join pgflow.schedules as s on s.schedule_name = d.schedule_name
     left join lateral (
       select e.value -> 'input' as input
         from jsonb_array_elements(coalesce(inputs, '[]'::jsonb)) as e(value)
        where e.value ->> 'schedule' = d.schedule_name and (e.value ->> 'tick')::timestamptz = d.tick
          and e.value ? 'input'
        limit 1
-    ) as i on s.input_callable is not null;
+    ) as i on d.input_callable is not null;
   if v_plan.names is null then
     return;
   end if;
@@ -128,16 +127,20 @@ begin
       from rows from (unnest(v_fired_names), unnest(v_fired_ticks), unnest(v_fired_ids)) as f(name, tick, run_id)
      order by f.name, f.tick desc
   ), remaining as (
-    select s.schedule_name,
-           coalesce(array(select u.tick from unnest(s.upcoming) as u(tick)
-                           where pgflow.schedule_fire_at(s.schedule_name, u.tick, s.jitter_seconds) > fire_due_schedules.now
-                           order by u.tick), '{}') as upcoming
+    select s.schedule_name, r.upcoming,
+           pgflow.schedule_next_fire_at(s.schedule_name, r.upcoming, s.jitter_seconds) as next_fire_at
       from pgflow.schedules as s
-      join consumed as c on c.name = s.schedule_name
+     cross join lateral (
+       select coalesce(array(select u.tick from unnest(s.upcoming) as u(tick)
+                              where pgflow.schedule_fire_at(s.schedule_name, u.tick, s.jitter_seconds)
+                                    > fire_due_schedules.now
+                              order by u.tick), '{}') as upcoming
+     ) as r
+     where s.schedule_name = any(array(select c.name from consumed as c))
   )
   update pgflow.schedules as s
      set upcoming = r.upcoming,
-         next_fire_at = pgflow.schedule_next_fire_at(s.schedule_name, r.upcoming, s.jitter_seconds),
+         next_fire_at = r.next_fire_at,
          last_tick = greatest(s.last_tick, l.tick),
          last_run_id = coalesce(l.run_id, s.last_run_id),
          last_fired_at = case when l.tick is null then s.last_fired_at else clock_timestamp() end,
