@@ -57,17 +57,23 @@ def _local(moment: datetime | None, zone: str) -> str:
     return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()} ({local:%z})"
 
 
+def _short(moment: datetime | None, zone: str) -> str:
+    """A time to the minute in the schedule's zone, for the list's narrow columns."""
+    if moment is None:
+        return "-"
+    local = moment.astimezone(ZoneInfo(zone))
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
+
+
 class ScheduleAdmin(_ScheduleAdmin):
     list_display = (
         "schedule_name",
         "flow_slug",
-        "cron",
-        "timezone",
+        "cron_in_zone",
         "next_fire",
-        "last_fired_at",
+        "last_fire",
         "last_run",
         "state",
-        "origin",
     )
     list_filter = ("origin", "paused_reason", "enabled", "flow_slug")
     search_fields = ("schedule_name", "flow_slug")
@@ -133,10 +139,18 @@ class ScheduleAdmin(_ScheduleAdmin):
     def state(self, obj: Schedule) -> str:
         return state_of(obj)
 
+    @admin.display(description="cron", ordering="cron")
+    def cron_in_zone(self, obj: Schedule) -> SafeString:
+        return format_html("<code>{}</code> {}", obj.cron, obj.timezone)
+
     @admin.display(description="next fire", ordering="next_fire_at")
     def next_fire(self, obj: Schedule) -> str:
         active = obj.enabled and obj.paused_reason is None
-        return _local(obj.next_fire_at, obj.timezone) if active else "-"
+        return _short(obj.next_fire_at, obj.timezone) if active else "-"
+
+    @admin.display(description="last fire", ordering="last_fired_at")
+    def last_fire(self, obj: Schedule) -> str:
+        return _short(obj.last_fired_at, obj.timezone)
 
     @admin.display(description="last run")
     def last_run(self, obj: Schedule) -> SafeString | str:
@@ -146,7 +160,7 @@ class ScheduleAdmin(_ScheduleAdmin):
         if status is None:
             return f"{obj.last_run_id} (pruned)"
         url = reverse("admin:pgflow_run_change", args=[obj.last_run_id])
-        return format_html('<a href="{}">{}</a> ({})', url, obj.last_run_id, status)
+        return format_html('<a href="{}" title="run {}">{}</a>', url, obj.last_run_id, status)
 
     @admin.display(description="next fire times")
     def next_fire_times(self, obj: Schedule) -> SafeString | str:
@@ -182,7 +196,8 @@ class ScheduleAdmin(_ScheduleAdmin):
                 if status is not None
                 else format_html("{} (pruned)", tick.run_id)
             )
-            rows.append((_local(tick.tick, obj.timezone), tick.kind, run, status or "-", tick.fired_at))
+            fired = _local(tick.fired_at, obj.timezone)
+            rows.append((_local(tick.tick, obj.timezone), tick.kind, run, status or "-", fired))
         head = format_html_join("", "<th>{}</th>", ((h,) for h in ("tick", "kind", "run", "status", "fired")))
         body = format_html_join(
             "", "<tr>{}</tr>", ((format_html_join("", "<td>{}</td>", ((c,) for c in row)),) for row in rows)

@@ -61,8 +61,10 @@ def test_list_shows_next_and_last_fire_and_the_last_run(admin_client: Client) ->
     pause_schedule("adm-nightly", detail="vendor <b>down</b>")
     html = _page(admin_client, LIST_URL)
     assert "adm-minutely" in html and "adm-nightly" in html
-    assert "2026-01-05 12:02:00 UTC (+0000)" in html, "next fire, in the schedule's zone"
-    assert f'<a href="{reverse("admin:pgflow_run_change", args=[run_id])}">{run_id}</a> (started)' in html
+    assert '<td class="field-next_fire">2026-01-05 12:02 UTC</td>' in html, "next fire, in its zone"
+    assert "<code>30 2 * * *</code> Europe/Paris" in html
+    url = reverse("admin:pgflow_run_change", args=[run_id])
+    assert f'<a href="{url}" title="run {run_id}">started</a>' in html
     assert "paused: vendor &lt;b&gt;down&lt;/b&gt;" in html, "user text is escaped"
     assert "/admin/pgflow/schedule/add/" not in html
     assert "adm-nightly" not in _page(admin_client, LIST_URL, q="minutely")
