@@ -1,18 +1,23 @@
 """``PGFLOW["SCHEDULER"] = "pg_cron"`` against Debian's postgresql-15-cron (issue 17 item 3): on a
 private PostgreSQL 15 cluster started here with pg_cron preloaded, ``migrate`` registers one job
 calling ``pgflow.fire_due_schedules()``, registering again changes nothing, the job fires a due tick
-by itself (no worker, no Python scheduler running), and the job is removed when the setting goes back.
+by itself (no worker, no Python scheduler running), a Python scheduler racing it fires each tick once,
+two registrations racing leave one job, and the job is removed when the setting goes back.
 
 pg_cron 1.4 (Debian 12) runs jobs once a minute, so the test waits for one minute boundary: the one
-wait on a real clock in the schedule tests, because here the clock is pg_cron's.
+wait on a real clock in the schedule tests, because here the clock is pg_cron's (two boundaries: the
+job alone, then the race).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -32,6 +37,7 @@ PG_CRON = Path("/usr/lib/postgresql/15/lib/pg_cron.so")
 INSTALL = "apt-get install -y postgresql-15-cron"
 DATABASE = "pgflow_cron"
 WAIT_SECONDS = 90
+"""Longest wait for pg_cron's next run (it runs at each minute boundary)."""
 
 
 def _as_postgres(command: list[str]) -> list[str]:
@@ -86,11 +92,35 @@ class CronCluster:
         env = {"DJANGO_SETTINGS_MODULE": "tests.pg_cron_settings", "PGFLOW_TEST_SCHEDULER": scheduler}
         return workers.run_manage(self.url, *args, env=env, timeout=300)
 
+    def spawn(self, scheduler: str, *args: str) -> subprocess.Popen[str]:
+        env = {
+            **os.environ,
+            "DATABASE_URL": self.url,
+            "DJANGO_SETTINGS_MODULE": "tests.pg_cron_settings",
+            "PGFLOW_TEST_SCHEDULER": scheduler,
+        }
+        return subprocess.Popen(
+            [sys.executable, str(workers.MANAGE), *args],
+            cwd=workers.REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
     def jobs(self) -> list[tuple[Any, ...]]:
         with self.connect() as conn:
             return conn.execute(
                 "select jobname, schedule, command, database, active from cron.job"
             ).fetchall()
+
+
+def _job_runs(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "select d.status, d.command from cron.job_run_details as d join cron.job as j using (jobid) "
+        "where j.jobname = %s",
+        [JOB_NAME],
+    ).fetchall()
 
 
 @pytest.fixture(scope="module")
@@ -144,18 +174,33 @@ def test_the_pg_cron_job_fires_due_ticks_and_follows_the_setting(cron_cluster: C
         tick, _, flow = ticks[0]
         assert flow == "cron_probe", "the tick's run was started in the same transaction"
         assert tick.second == 0 and tick <= datetime.now(UTC)
-        details = conn.execute(
-            "select d.status, d.command from cron.job_run_details as d join cron.job as j using (jobid) "
-            "where j.jobname = %s",
-            [JOB_NAME],
-        ).fetchall()
+        details = _job_runs(conn)
         assert details and all(row == ("succeeded", COMMAND) for row in details), details
         assert conn.execute(
             "select count(*) from pgflow.schedule_ticks where schedule_name = 'cron-paused'"
         ).fetchone() == (0,)
-        assert conn.execute(
-            "select count(*) = count(distinct tick) from pgflow.schedule_ticks"
-        ).fetchone() == (True,)
+
+        # a Python scheduler racing the job at the next minute boundary: the tick fires once
+        scheduler = cron_cluster.spawn("pg_cron", "pgflow_scheduler", "--interval", "0.5")
+        try:
+            started = time.monotonic()
+            while time.monotonic() - started < WAIT_SECONDS and len(_job_runs(conn)) <= len(details):
+                time.sleep(1)
+            time.sleep(2)
+        finally:
+            scheduler.send_signal(signal.SIGTERM)
+            _, err = scheduler.communicate(timeout=30)
+        assert scheduler.returncode == 0, err
+        assert len(_job_runs(conn)) > len(details), "the job ran again meanwhile"
+        ledger = [
+            row[0]
+            for row in conn.execute(
+                "select tick from pgflow.schedule_ticks where schedule_name = 'cron-minutely' order by tick"
+            ).fetchall()
+        ]
+        runs = conn.execute("select count(*) from pgflow.runs where flow_slug = 'cron_probe'").fetchone()[0]
+        assert len(ledger) >= 2 and runs == len(ledger), (ledger, runs)
+        assert [(b - a).total_seconds() for a, b in itertools.pairwise(ledger)] == [60.0] * (len(ledger) - 1)
 
     removed = cron_cluster.manage("workers", "pgflow_schedules", "pg-cron")
     assert (removed.returncode, removed.stdout.strip()) == (
@@ -163,6 +208,10 @@ def test_the_pg_cron_job_fires_due_ticks_and_follows_the_setting(cron_cluster: C
         f"removed the pg_cron job {JOB_NAME}: PGFLOW['SCHEDULER'] is not 'pg_cron'",
     )
     assert cron_cluster.jobs() == []
+    racing = [cron_cluster.spawn("pg_cron", "pgflow_schedules", "pg-cron") for _ in range(2)]
+    said = sorted(process.communicate(timeout=120)[0].split()[3].rstrip(":") for process in racing)
+    assert said == ["registered", "unchanged"] and len(cron_cluster.jobs()) == 1, said
+    assert cron_cluster.manage("workers", "pgflow_schedules", "pg-cron").returncode == 0
     after = cron_cluster.manage("workers", "migrate", "--noinput")
     assert after.returncode == 0 and cron_cluster.jobs() == []
     back = cron_cluster.manage("pg_cron", "migrate", "--noinput")
