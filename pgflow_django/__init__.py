@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     )
     from pgflow_django.compiler import CompileResult, FlowMismatch, compile_flow
     from pgflow_django.operations import FlowNotFound
+    from pgflow_django.schedules import schedule
 
 _LAZY = {
     "start_flow": "pgflow_django.client",
@@ -52,6 +53,7 @@ _LAZY = {
     "CompileResult": "pgflow_django.compiler",
     "FlowMismatch": "pgflow_django.compiler",
     "FlowNotFound": "pgflow_django.operations",
+    "schedule": "pgflow_django.schedules",
 }
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "compile_flow",
     "get_run",
     "route_flow",
+    "schedule",
     "start_flow",
     "start_flows",
     "wait_for_run",

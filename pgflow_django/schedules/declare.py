@@ -82,9 +82,11 @@ def forget_declarations(*names: str) -> None:
 
 
 def _import_task_modules() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
     try:
         from pgflow_django.tasks import pgflow_backends
-    except Exception:  # no tasks framework installed: no task schedules
+    except ImproperlyConfigured:  # no tasks framework installed: no task schedules
         return
     for backend in pgflow_backends():
         backend.discover_tasks()

@@ -29,6 +29,7 @@ select s.schedule_name, s.cron, s.timezone, s.catch_up, s.max_catch_up, s.revisi
        cardinality(s.upcoming), s.upcoming[cardinality(s.upcoming)], s.planned_until, s.last_tick
   from pgflow.schedules as s
  where s.enabled and s.paused_reason is null and cardinality(s.upcoming) < %s
+   and s.planned_until is distinct from 'infinity'
    and (%s::text[] is null or s.schedule_name = any(%s::text[]))
  order by cardinality(s.upcoming), s.schedule_name
  limit %s
@@ -85,14 +86,17 @@ def plan_schedules(
             after=after,
             now=moment,
         )
-        if not ticks:
+        future = [tick for tick in ticks if tick > moment]
+        # an expression that stops matching (cronsim looks 50 years ahead) is planned to its end once
+        exhausted = len(future) < max(PLAN_AHEAD - (planned or 0), 0)
+        if not ticks and not exhausted:
             continue
         plans.append(
             {
                 "schedule": name,
                 "revision": revision,
                 "ticks": [tick.isoformat() for tick in ticks],
-                "planned_until": ticks[-1].isoformat(),
+                "planned_until": "infinity" if exhausted else ticks[-1].isoformat(),
             }
         )
     if not plans:

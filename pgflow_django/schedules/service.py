@@ -3,9 +3,9 @@
 The worker runs a pass on its maintenance loop (on its engine connection, so firing costs it no extra
 connection) and ``manage.py pgflow_scheduler`` runs passes alone. Each part runs in its own short
 transaction; the firing one holds the firing lock, so passes of many processes never wait on each
-other: all but one return at once. A problem that is not the database's (a stored cron that no
-longer parses, a callable that cannot be imported) is logged and the pass goes on; database errors
-propagate, for the caller's reconnect logic.
+other: all but one return at once. A lost connection propagates, for the caller's reconnect logic;
+any other failure (a stored cron that no longer parses, a SQL error) is logged and the pass ends
+with nothing changed, so a schedule problem never stops a worker's claim loop.
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ def run_pass(
     try:
         with conn.transaction(), conn.cursor() as cursor:
             plan_schedules(cursor, now=moment)
-    except psycopg.Error:
+        with conn.transaction(), conn.cursor() as cursor:
+            result = fire_due(cursor, now=moment, max_schedules=max_schedules)
+    except (psycopg.OperationalError, psycopg.InterfaceError):
         raise
     except Exception as exc:
-        logger.warning("schedule planning failed: %s: %s", type(exc).__name__, exc)
-    with conn.transaction(), conn.cursor() as cursor:
-        result = fire_due(cursor, now=moment, max_schedules=max_schedules)
+        logger.error("scheduler pass failed: %s: %s", type(exc).__name__, str(exc).strip())
+        return FireResult(locked=False)
     for tick in result.fired:
         logger.info(
             "schedule %s fired tick %s: run %s", tick.schedule_name, tick.tick.isoformat(), tick.run_id

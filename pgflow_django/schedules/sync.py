@@ -139,10 +139,11 @@ def _replans(spec: ScheduleSpec, current: tuple[object, ...] | None) -> bool:
 def sync_schedules_at_start(using: str = "default") -> SyncResult | None:
     """The worker's start-up sync: a definition problem is logged, not fatal (the flows still run)."""
     from django.core.exceptions import ImproperlyConfigured
+    from django.db import DatabaseError
 
     try:
         result = sync_declared_schedules(using=using)
-    except (InvalidSchedule, ImproperlyConfigured) as exc:
+    except (InvalidSchedule, ImproperlyConfigured, DatabaseError) as exc:
         logger.warning("declared schedules were not synced: %s", exc)
         return None
     finally:
