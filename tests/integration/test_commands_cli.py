@@ -21,6 +21,7 @@ COMMANDS = [
     "pgflow_prune",
     "pgflow_delete_flow",
     "pgflow_demo",
+    "pgflow_scheduler",
 ]
 
 
@@ -53,6 +54,11 @@ def test_help_explains_with_examples(test_database_url: str, command: str) -> No
         (["pgflow_prune"], "the following arguments are required: --older-than"),
         (["pgflow_delete_flow"], "the following arguments are required: FLOW"),
         (["pgflow_demo", "--runs", "0"], "argument --runs: expected a whole number >= 1"),
+        (["pgflow_scheduler", "--interval", "0"], "argument --interval: expected a number of seconds > 0"),
+        (
+            ["pgflow_scheduler", "--once", "--now", "2026-05-01T10:00"],
+            "expected an ISO timestamp with an offset",
+        ),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(test_database_url: str, args: list[str], message: str) -> None:

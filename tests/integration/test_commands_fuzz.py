@@ -32,7 +32,7 @@ from tests.integration import commands_flows
 from tests.sql import support
 
 COMMANDS = sorted(name for name in get_commands() if name.startswith("pgflow_"))
-PARSER_ONLY = frozenset({"pgflow_worker", "pgflow_demo"})
+PARSER_ONLY = frozenset({"pgflow_worker", "pgflow_demo", "pgflow_scheduler"})
 """They run until a signal (or start processes): only their argument parsing is fuzzed."""
 NEVER = {"pgflow_start": {"--wait"}, "pgflow_runs": {"--watch"}}
 """Options that wait for something no test process provides (a worker, a Ctrl-C)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import threading
@@ -12,7 +13,7 @@ from typing import Any
 import psycopg
 from django.core.management.base import CommandError, CommandParser
 
-from pgflow_django.management.cli import PgflowCommand, positive_float
+from pgflow_django.management.cli import PgflowCommand, positive_float, shown_argument
 
 logger = logging.getLogger("pgflow_django.schedules")
 
@@ -40,7 +41,7 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
         )
         parser.add_argument(
             "--now",
-            type=datetime.fromisoformat,
+            type=aware_timestamp,
             help="with --once: the time to fire at, an ISO timestamp with offset (default: the clock)",
         )
 
@@ -49,10 +50,8 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
         from pgflow_django.worker.engine import connect, connection_params
 
         now: datetime | None = options["now"]
-        if now is not None and (not options["once"] or now.tzinfo is None):
-            raise CommandError(
-                "--now needs --once and a timestamp with an offset, e.g. 2026-01-01T00:00:00+00:00"
-            )
+        if now is not None and not options["once"]:
+            raise CommandError("--now needs --once: a running scheduler fires on the clock")
         stop = threading.Event()
         if not options["once"]:
             self._stop_on_signals(stop)
@@ -91,3 +90,17 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, handler)
             signal.signal(signal.SIGINT, handler)
+
+
+def aware_timestamp(text: str) -> datetime:
+    """An ISO 8601 timestamp with a UTC offset, as ``--now`` takes it."""
+    try:
+        value = datetime.fromisoformat(text.strip()) if text.isascii() and len(text) <= 64 else None
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            "expected an ISO timestamp with an offset, e.g. 2026-01-01T00:00:00+00:00, "
+            f"got {shown_argument(text)}"
+        )
+    return value

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from pgflow_django.schedules import (
     sync_declared_schedules,
 )
 from pgflow_django.schedules.declare import forget_declarations
-from pgflow_django.schedules.definition import build_spec
+from pgflow_django.schedules.definition import ScheduleSpec, build_spec
 from tests.sql.schedules.support import fire, ledger, plan, probe_flow
 from tests.sql.support import q, val
 
@@ -36,8 +37,8 @@ def flow() -> str:
     return probe_flow()
 
 
-def spec(name: str, cron: str = "*/5 * * * *", **options: object):  # type: ignore[no-untyped-def]
-    return build_spec("sched_probe", cron=cron, name=name, **options)  # type: ignore[arg-type]
+def spec(name: str, cron: str = "*/5 * * * *", **options: Any) -> ScheduleSpec:
+    return build_spec("sched_probe", cron=cron, name=name, **options)
 
 
 def test_sync_creates_updates_and_leaves_unchanged() -> None:
