@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
@@ -26,7 +26,7 @@ from django.utils.safestring import SafeString
 
 from pgflow_django.models import Schedule
 from pgflow_django.schedules.cron import InvalidSchedule
-from pgflow_django.schedules.report import run_statuses, state_of
+from pgflow_django.schedules.report import next_fire_times, run_statuses, state_of
 from pgflow_django.schedules.store import (
     ScheduleDeclared,
     ScheduleNotFound,
@@ -166,13 +166,7 @@ class ScheduleAdmin(_ScheduleAdmin):
     def next_fire_times(self, obj: Schedule) -> SafeString | str:
         if not (obj.enabled and obj.paused_reason is None):
             return "none while it is not active"
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "select pgflow.schedule_fire_at(%s, u.tick, %s) from unnest(%s::timestamptz[]) as u(tick) "
-                "order by 1 limit %s",
-                [obj.schedule_name, obj.jitter_seconds, obj.upcoming, SHOWN_FIRES],
-            )
-            fires = [row[0] for row in cursor.fetchall()]
+        fires = next_fire_times(obj.schedule_name, obj.upcoming, obj.jitter_seconds, limit=SHOWN_FIRES)
         if not fires:
             return "none planned yet (the next scheduler pass plans them)"
         return format_html(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import difflib
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any, Final, Protocol
 
 from django.db import connections
@@ -54,6 +55,21 @@ def last_run_status(view: ScheduleView, statuses: dict[uuid.UUID, str]) -> str |
     if view.last_run_id is None:
         return None
     return statuses.get(view.last_run_id, "pruned")
+
+
+def next_fire_times(
+    name: str, upcoming: Sequence[datetime], jitter: int, *, limit: int = 5, using: str = "default"
+) -> list[datetime]:
+    """When the next planned ticks fire, jitter included (``pgflow.schedule_fire_at``), earliest first."""
+    if not upcoming:
+        return []
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "select pgflow.schedule_fire_at(%s, u.tick, %s) from unnest(%s::timestamptz[]) as u(tick) "
+            "order by 1 limit %s",
+            [name, jitter, list(upcoming), limit],
+        )
+        return [row[0] for row in cursor.fetchall()]
 
 
 def schedule_dict(view: ScheduleView, statuses: dict[uuid.UUID, str]) -> dict[str, Any]:

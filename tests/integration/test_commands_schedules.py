@@ -127,6 +127,22 @@ class TestShow:
         assert data["recent_ticks"][0]["run_id"] == str(run_id)
         assert data["recent_ticks"][0]["run_status"] == "started"
 
+    def test_next_fire_times_include_the_jitter(self) -> None:
+        every_minute("ops-jitter", FLOW, jitter=30)
+        view = get_schedule("ops-jitter")
+        fires = [
+            row["at"]
+            for row in support.q(
+                "select pgflow.schedule_fire_at('ops-jitter', u, 30) as at from unnest(%s::timestamptz[]) u "
+                "order by 1 limit 5",
+                [list(view.upcoming)],
+            )
+        ]
+        assert fires != list(view.upcoming[:5]), "some tick is delayed by its jitter"
+        out, _ = call("pgflow_schedules", "show", "ops-jitter")
+        (line,) = [line for line in out.splitlines() if line.strip().startswith("next")]
+        assert line.split(None, 1)[1] == ", ".join(fire.strftime("%m-%d %H:%M:%S") for fire in fires)
+
 
 @pytest.mark.usefixtures("greet")
 class TestActions:

@@ -18,6 +18,7 @@ from pgflow_django.schedules.pg_cron import JOB_NAME, PgCronUnavailable, sync_pg
 from pgflow_django.schedules.report import (
     find_schedule,
     last_run_status,
+    next_fire_times,
     run_statuses,
     schedule_dict,
     state_of,
@@ -162,7 +163,11 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             console.print(f"  input     from {printable(view.input_callable)}")
         if view.last_error:
             console.print(f"  error     {printable(view.last_error)}", style="red")
-        coming = [_when(tick) for tick in view.upcoming[:5]] if view.active else []
+        coming = (
+            [_when(fire) for fire in next_fire_times(view.name, view.upcoming, view.jitter)]
+            if view.active
+            else []
+        )
         console.print(f"  next      {', '.join(coming) or '-'}")
         if not ticks:
             console.print("no ticks fired yet")
