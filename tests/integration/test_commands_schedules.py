@@ -212,6 +212,10 @@ class TestErrors:
         )
         with pytest.raises(CommandError, match="removed from code: declare it again"):
             call("pgflow_schedules", "resume", "ops-removed")
+        out, _ = call("pgflow_schedules", "pause", "ops-removed")
+        assert out.strip() == (
+            "schedule ops-removed was already removed from code; kept it (declare it again, or delete it)"
+        )
 
     @pytest.mark.parametrize(
         ("argv", "message"),

@@ -204,10 +204,12 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
         if options["format"] == "json":
             self.write_json(schedule_dict(view, run_statuses([view.last_run_id])))
         elif before.paused_reason is not None:
-            self.stdout.write(
-                f"schedule {name} was already {state_of(before)}; kept it (resume with "
-                f"pgflow_schedules resume {name})"
+            undo = (
+                "declare it again, or delete it"
+                if before.paused_reason == "removed_from_code"
+                else f"resume with pgflow_schedules resume {name}"
             )
+            self.stdout.write(f"schedule {name} was already {state_of(before)}; kept it ({undo})")
         else:
             self.stdout.write(
                 f"paused schedule {name}: it fires nothing until pgflow_schedules resume {name}"
