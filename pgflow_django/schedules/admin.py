@@ -65,6 +65,18 @@ def _short(moment: datetime | None, zone: str) -> str:
     return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
 
 
+def _last_run(obj: Schedule, *, detailed: bool) -> SafeString | str:
+    if obj.last_run_id is None:
+        return "-"
+    status = run_statuses([obj.last_run_id]).get(obj.last_run_id)
+    if status is None:
+        return f"{obj.last_run_id} (pruned)"
+    url = reverse("admin:pgflow_run_change", args=[obj.last_run_id])
+    if detailed:
+        return format_html('<a href="{}">{}</a> ({})', url, obj.last_run_id, status)
+    return format_html('<a href="{}" title="run {}">{}</a>', url, obj.last_run_id, status)
+
+
 class ScheduleAdmin(_ScheduleAdmin):
     list_display = (
         "schedule_name",
@@ -106,7 +118,7 @@ class ScheduleAdmin(_ScheduleAdmin):
                     "state",
                     "next_fire_times",
                     "last_fired_at",
-                    "last_run",
+                    "last_run_detail",
                     "missed_ticks",
                     "last_error",
                     "paused_at",
@@ -116,7 +128,14 @@ class ScheduleAdmin(_ScheduleAdmin):
         ("Recent ticks", {"fields": ("recent_ticks_table",)}),
         ("Record", {"fields": ("revision", "created_at", "updated_at")}),
     )
-    readonly_fields = ("state", "next_fire", "next_fire_times", "last_run", "recent_ticks_table")
+    readonly_fields = (
+        "state",
+        "next_fire",
+        "next_fire_times",
+        "last_run",
+        "last_run_detail",
+        "recent_ticks_table",
+    )
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -154,13 +173,13 @@ class ScheduleAdmin(_ScheduleAdmin):
 
     @admin.display(description="last run")
     def last_run(self, obj: Schedule) -> SafeString | str:
-        if obj.last_run_id is None:
-            return "-"
-        status = run_statuses([obj.last_run_id]).get(obj.last_run_id)
-        if status is None:
-            return f"{obj.last_run_id} (pruned)"
-        url = reverse("admin:pgflow_run_change", args=[obj.last_run_id])
-        return format_html('<a href="{}" title="run {}">{}</a>', url, obj.last_run_id, status)
+        """In the list: the run's status, linked to it."""
+        return _last_run(obj, detailed=False)
+
+    @admin.display(description="last run")
+    def last_run_detail(self, obj: Schedule) -> SafeString | str:
+        """On the detail page: the run's id, linked, and its status."""
+        return _last_run(obj, detailed=True)
 
     @admin.display(description="next fire times")
     def next_fire_times(self, obj: Schedule) -> SafeString | str:

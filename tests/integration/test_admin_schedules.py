@@ -80,6 +80,8 @@ def test_detail_shows_fire_times_in_its_zone_and_ticks_linked_to_runs(admin_clie
     for run in (run_id, manual):
         assert f'<a href="{reverse("admin:pgflow_run_change", args=[run])}">{run}</a>' in html
     assert "<td>manual</td>" in html and "<td>cron</td>" in html
+    url = reverse("admin:pgflow_run_change", args=[manual])
+    assert f'<div class="readonly"><a href="{url}">{manual}</a> (started)</div>' in html, "the last run"
     assert 'name="_save"' not in html
     paris = _page(admin_client, _detail("adm-paris"))
     assert " 02:30:00 CET (+0100)</li>" in paris, "a winter tick of Europe/Paris at 02:30 local"
