@@ -53,13 +53,25 @@ def sync_pg_cron_job(*, wanted: bool | None = None, using: str = "default") -> J
         cursor.execute("select pg_advisory_xact_lock(hashtextextended(%s, 0))", [LOCK_KEY])
         cursor.execute(
             "select (select extversion from pg_extension where extname = 'pg_cron'), "
-            "to_regprocedure('pgflow.fire_due_schedules(timestamptz, integer, jsonb, interval)') is not null"
+            "exists (select 1 from pg_proc as p join pg_namespace as n on n.oid = p.pronamespace "
+            "where n.nspname = 'pgflow' and p.proname = 'fire_due_schedules')"
         )
         extversion, migrated = cursor.fetchone()
         if extversion is None:
             if wanted:
                 raise PgCronUnavailable(_install_line(connection.settings_dict["NAME"]))
             return "absent"
+        cursor.execute(
+            "select has_schema_privilege('cron', 'USAGE') and has_table_privilege('cron.job', 'SELECT')"
+        )
+        if not cursor.fetchone()[0]:
+            if wanted:
+                raise PgCronUnavailable(
+                    "PGFLOW['SCHEDULER'] = 'pg_cron' but this database user may not use pg_cron: as a "
+                    "superuser, GRANT USAGE ON SCHEMA cron TO the user (and SELECT on cron.job); or set "
+                    "PGFLOW['SCHEDULER'] = 'workers'"
+                )
+            return "absent"  # a role that cannot see cron.job has no job there to remove
         cursor.execute(
             "select jobid, schedule, command, active from cron.job "
             "where jobname = %s and username = current_user order by jobid",

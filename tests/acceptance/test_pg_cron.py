@@ -216,3 +216,22 @@ def test_the_pg_cron_job_fires_due_ticks_and_follows_the_setting(cron_cluster: C
     assert after.returncode == 0 and cron_cluster.jobs() == []
     back = cron_cluster.manage("pg_cron", "migrate", "--noinput")
     assert back.returncode == 0 and len(cron_cluster.jobs()) == 1, "migrate registers it again"
+
+    # a database user without access to pg_cron: nothing to do by default, one line when asked for
+    with cron_cluster.connect() as conn:
+        conn.execute("create role pgflow_app login")
+    app_url = cron_cluster.url.replace("postgres@", "pgflow_app@")
+    env = {"DJANGO_SETTINGS_MODULE": "tests.pg_cron_settings"}
+    quiet = workers.run_manage(
+        app_url, "pgflow_schedules", "pg-cron", env={**env, "PGFLOW_TEST_SCHEDULER": "workers"}
+    )
+    assert quiet.returncode == 0 and "nothing changed" in quiet.stdout, quiet.stderr
+    refused = workers.run_manage(
+        app_url, "pgflow_schedules", "pg-cron", env={**env, "PGFLOW_TEST_SCHEDULER": "pg_cron"}
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        "CommandError: PGFLOW['SCHEDULER'] = 'pg_cron' but this database user may not use pg_cron: as a "
+        "superuser, GRANT USAGE ON SCHEMA cron TO the user (and SELECT on cron.job); or set "
+        "PGFLOW['SCHEDULER'] = 'workers'"
+    ]
