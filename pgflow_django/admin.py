@@ -1,8 +1,9 @@
-"""Django admin for pgflow: read-only pages of flows, runs, step tasks and workers.
+"""Django admin for pgflow: read-only pages of flows, runs, step tasks, workers and schedules.
 
 Nothing here writes a pgflow table: every field is read-only and add, change and delete are refused.
 The two run actions call the SQL API: cancel through ``pgflow_django.cancel_run`` (the path of
 ``manage.py pgflow_cancel``), re-run through ``pgflow.rerun``; both are recorded in Django's admin log.
+Schedules (``pgflow_django.schedules.admin``) are paused, resumed and triggered through their API.
 
 Django's admin refuses to register models with a composite primary key (``Step``, ``StepState``,
 ``StepTask``), so steps and step states are tables on their flow's and run's pages, and the step
@@ -26,8 +27,9 @@ from django.utils.safestring import SafeString, mark_safe
 
 from pgflow_django import dag, queries
 from pgflow_django.client import CancelResult, RunNotFound, cancel_run
-from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask, Worker
+from pgflow_django.models import Dep, Flow, Run, Schedule, Step, StepState, StepTask, Worker
 from pgflow_django.recorded_errors import read_error
+from pgflow_django.schedules.admin import ScheduleAdmin
 
 _MAX_MESSAGE_ID = 2**63 - 1
 """PGMQ message ids are bigint: a longer number matches no task."""
@@ -364,3 +366,6 @@ class WorkerAdmin(ReadOnlyAdminMixin, _WorkerAdmin):
         with connection.cursor() as cursor:
             pauses = queries.fetch_all(cursor, queries.WORKER_PAUSES, {"id": obj.worker_id})
         return ", ".join(f"{p.flow_slug} {p.step_slug or '(flow)'}: {p.reason}" for p in pauses) or "-"
+
+
+admin.site.register(Schedule, ScheduleAdmin)

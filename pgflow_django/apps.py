@@ -1,7 +1,7 @@
 from typing import Any
 
 from django.apps import AppConfig
-from django.db.models.signals import pre_migrate
+from django.db.models.signals import post_migrate, pre_migrate
 
 
 class PgflowConfig(AppConfig):
@@ -12,8 +12,10 @@ class PgflowConfig(AppConfig):
 
     def ready(self) -> None:
         from pgflow_django import checks  # noqa: F401  (registers the system checks)
+        from pgflow_django.schedules.pg_cron import sync_after_migrate
 
         pre_migrate.connect(refuse_unsupported_database, sender=self, dispatch_uid="pgflow-database-guard")
+        post_migrate.connect(sync_after_migrate, sender=self, dispatch_uid="pgflow-pg-cron-job")
 
 
 def refuse_unsupported_database(sender: AppConfig, using: str, plan: Any = None, **kwargs: Any) -> None:

@@ -15,6 +15,11 @@ Ids:
 - ``pgflow.E022`` ``pgmigrate`` installed without its companion apps ``pgactivity`` and ``pglock``
   (its ``migrate`` then fails with ``LookupError`` as soon as it waits for a lock);
 - ``pgflow.E023`` ``PGMIGRATE_LOCK_TIMEOUT`` that is not a number of seconds or a timedelta;
+- ``pgflow.E030`` a declared schedule is invalid (cron, time zone, input, or one name declared twice
+  with different definitions); ``pgflow.E031`` a declared schedule's flow is not registered;
+- ``pgflow.E032`` a stored schedule's cron or time zone no longer parses, ``pgflow.E033`` a name
+  declared in code is taken by a runtime schedule, ``pgflow.W030`` an active schedule's flow is not
+  compiled (database checks; ``pgflow_django.schedules.checks``);
 - ``pgflow.W001`` pgflow migrations not applied (database check; a warning, because deploy scripts often
   run ``check --database default`` before ``migrate``; not raised while ``migrate`` itself runs the
   checks).
@@ -38,6 +43,8 @@ from django.db import DatabaseError, connections
 from pgflow_django import queries
 from pgflow_django.dbguard import vendor_problem, version_problem
 from pgflow_django.dsl import Flow
+from pgflow_django.schedules import checks as _schedule_checks  # noqa: F401  (registers them)
+from pgflow_django.schedules.cron import InvalidSchedule
 from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, RULE, default_queue_name, slug_problem
 
 INSTALL_LINE = 'INSTALLED_APPS += ["pgactivity", "pglock", "pgmigrate", "pgflow_django"]'
@@ -68,6 +75,8 @@ def check_flows(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list
     try:
         registrations = collect_registrations()
     except Exception as exc:  # any failure to load flows is the finding itself
+        if isinstance(exc, InvalidSchedule):
+            return []  # a schedule(...) declaration failed: pgflow.E030 reports it
         return [
             checks.Error(
                 f"the registered pgflow flows cannot be loaded: {_one_line(exc)}",

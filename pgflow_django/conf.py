@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
+Scheduler: TypeAlias = Literal["workers", "pg_cron"]
+SCHEDULERS: tuple[Scheduler, ...] = ("workers", "pg_cron")
 OnShapeChange: TypeAlias = Literal["refuse", "replace-if-idle"]
 SHAPE_CHANGE_POLICIES: tuple[OnShapeChange, ...] = ("refuse", "replace-if-idle")
 """What start-up compilation may do with a changed flow. Never "replace": deleting runs that are
@@ -62,6 +64,8 @@ DEFAULTS: dict[str, Any] = {
     "ON_SHAPE_CHANGE": "refuse",
     "ALLOW_RECOMPILE": None,  # removed; False is accepted (it meant "refuse"), True is an error
     **{setting.key: setting.default for setting in SETTINGS},
+    # "pg_cron": a pg_cron job also fires due schedules, on the server's clock (see docs/schedules.md)
+    "SCHEDULER": "workers",
 }
 
 
@@ -83,6 +87,7 @@ class PgflowSettings:
     worker_conn_max_age: float | None
     worker_metrics_port: int | None
     worker_metrics_host: str
+    scheduler: Scheduler
 
 
 LIVE_HEARTBEATS: Final = 3
@@ -113,6 +118,18 @@ def get_settings() -> PgflowSettings:
         flows=list(raw["FLOWS"]),
         on_shape_change=_on_shape_change(raw),
         **{setting.attribute: setting.read(raw[setting.key]) for setting in SETTINGS},
+        scheduler=_scheduler(raw),
+    )
+
+
+def _scheduler(raw: dict[str, Any]) -> Scheduler:
+    from django.core.exceptions import ImproperlyConfigured
+
+    for scheduler in SCHEDULERS:
+        if raw["SCHEDULER"] == scheduler:
+            return scheduler
+    raise ImproperlyConfigured(
+        f"PGFLOW['SCHEDULER'] must be one of {', '.join(map(repr, SCHEDULERS))}, got {raw['SCHEDULER']!r}"
     )
 
 

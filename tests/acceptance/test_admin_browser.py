@@ -91,3 +91,49 @@ def test_admin_run_page_shows_each_steps_status(browser: Any, live_server: Any, 
         assert "completed" in labels and "started" in labels
     finally:
         q("select pgflow.delete_flow_and_data('browser_flow')")
+
+
+def test_admin_schedule_page_pauses_from_its_button(browser: Any, live_server: Any, admin_user: Any) -> None:
+    """The schedule page at 1400 px: next fire times, the ticks linked to their runs, and its Pause
+    button (a CSRF-protected POST) pausing it with the reason typed in."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from pgflow_django.schedules import create_schedule, get_schedule
+    from tests.sql.schedules.support import every_minute, fire, minute
+
+    q("select pgflow.create_flow('browser_sched')")
+    q("select pgflow.add_step('browser_sched', 'only')")
+    try:
+        every_minute("browser-minutely", "browser_sched", input={"report": "daily"})
+        fire(minute(1))
+        fire(minute(2))
+        q("select pgflow.trigger_schedule('browser-minutely')")
+        create_schedule("browser_sched", cron="30 2 * * *", name="browser-paris", timezone="Europe/Paris")
+
+        browser.get(f"{live_server.url}/admin/login/?next=/admin/")
+        browser.find_element(By.NAME, "username").send_keys("admin")
+        browser.find_element(By.NAME, "password").send_keys("password")
+        browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+        wait = WebDriverWait(browser, 20)
+        wait.until(lambda driver: "/admin/login/" not in driver.current_url)
+        ARTIFACTS.mkdir(exist_ok=True)
+        browser.get(f"{live_server.url}/admin/pgflow/schedule/")
+        browser.save_screenshot(str(ARTIFACTS / "admin-schedules.png"))
+        browser.set_window_size(1400, 1900)
+        browser.get(f"{live_server.url}/admin/pgflow/schedule/browser-minutely/change/")
+        ticks = browser.find_elements(By.CSS_SELECTOR, "table.pgflow-schedule-ticks tbody tr")
+        assert len(ticks) == 3
+        assert all(row.find_elements(By.TAG_NAME, "a") for row in ticks), "each tick links to its run"
+        assert browser.find_elements(By.CSS_SELECTOR, "ol.pgflow-next-fires li")
+        browser.save_screenshot(str(ARTIFACTS / "admin-schedule.png"))
+        browser.find_element(By.NAME, "reason").send_keys("vendor maintenance")
+        browser.find_element(By.XPATH, "//button[text()='Pause']").click()
+        wait.until(lambda driver: "Paused schedule browser-minutely" in driver.page_source)
+        view = get_schedule("browser-minutely")
+        assert (view.paused_reason, view.paused_detail) == ("operator", "vendor maintenance")
+        assert browser.find_elements(By.XPATH, "//button[text()='Resume']")
+        browser.save_screenshot(str(ARTIFACTS / "admin-schedule-paused.png"))
+    finally:
+        q("delete from pgflow.schedules where schedule_name like 'browser-%%'")
+        q("select pgflow.delete_flow_and_data('browser_sched')")

@@ -1,0 +1,143 @@
+"""System checks of schedules (registered by ``pgflow_django.checks``, which lists the ids).
+
+Without a database: the declarations load (a bad cron, time zone, input or a name declared twice
+with different definitions raises while ``flows.py`` is imported, and is reported here as E030
+rather than as the flows' E001), and each declared schedule's flow is registered (E031). With
+``--database``: stored crons and time zones still parse (E032), no declared name is taken by a
+runtime schedule (E033), and every active schedule's flow is compiled there (W030).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connections
+
+from pgflow_django.schedules.cron import InvalidSchedule, check_cron, check_timezone
+from pgflow_django.schedules.definition import ScheduleSpec
+
+_HINT_DECLARE = (
+    "fix the schedule(...) call named in the message; the worker and pgflow_compile fail the same way"
+)
+
+
+def _declared() -> tuple[list[ScheduleSpec] | None, checks.CheckMessage | None]:
+    """The declared schedules, or the E030 finding for the declaration that failed (None, None when
+    the flows cannot be loaded for another reason: pgflow.E001 reports that)."""
+    from pgflow_django.schedules.declare import declared_schedules
+
+    try:
+        return declared_schedules(), None
+    except InvalidSchedule as exc:
+        return None, checks.Error(
+            f"a declared schedule{_where(exc)} is invalid: {' '.join(str(exc).split())}",
+            hint=_HINT_DECLARE,
+            id="pgflow.E030",
+        )
+    except (ImproperlyConfigured, ImportError):
+        return None, None
+
+
+def _where(exc: BaseException) -> str:
+    """`` in module M, line N``: the module-level statement whose schedule(...) call raised."""
+    found = ""
+    trace = exc.__traceback__
+    while trace is not None:
+        frame = trace.tb_frame
+        if frame.f_code.co_name == "<module>":
+            found = f" in module {frame.f_globals.get('__name__', '?')}, line {trace.tb_lineno}"
+        trace = trace.tb_next
+    return found
+
+
+@checks.register("pgflow")
+def check_schedules(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    from pgflow_django.registry import get_flows
+
+    specs, failure = _declared()
+    if specs is None:
+        return [failure] if failure is not None else []
+    registered = get_flows()
+    return [
+        checks.Error(
+            f"schedule {spec.name!r} starts flow {spec.flow_slug!r}, which is not registered: no worker "
+            "runs it and its ticks fail",
+            hint="list the flow in PGFLOW['FLOWS'] or define it in an app's flows.py, or fix the target",
+            obj=spec.name,
+            id="pgflow.E031",
+        )
+        for spec in specs
+        if spec.task is None and spec.flow_slug not in registered
+    ]
+
+
+@checks.register("pgflow", checks.Tags.database)
+def check_stored_schedules(
+    app_configs: Sequence[Any] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Only with ``manage.py check --database ALIAS``."""
+    messages: list[checks.CheckMessage] = []
+    for alias in databases or ():
+        if connections[alias].vendor == "postgresql":
+            messages.extend(_stored(alias))
+    return messages
+
+
+def _stored(alias: str) -> list[checks.CheckMessage]:
+    try:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("select to_regclass('pgflow.schedules') is not null")
+            if not cursor.fetchone()[0]:
+                return []  # not migrated: pgflow.W001
+            cursor.execute(
+                """
+                select s.schedule_name, s.cron, s.timezone, s.origin, s.flow_slug,
+                       s.enabled and s.paused_reason is null,
+                       exists (select 1 from pgflow.flows as f where f.flow_slug = s.flow_slug)
+                  from pgflow.schedules as s order by s.schedule_name
+                """
+            )
+            rows = cursor.fetchall()
+    except DatabaseError:
+        return []  # pgflow.E009 reports a database that cannot be inspected
+    specs, _ = _declared()
+    declared = {spec.name for spec in specs or ()}
+    messages: list[checks.CheckMessage] = []
+    for name, cron, timezone, origin, flow_slug, active, compiled in rows:
+        try:
+            check_cron(cron)
+            check_timezone(timezone)
+        except InvalidSchedule as exc:
+            messages.append(
+                checks.Error(
+                    f"database {alias!r}: schedule {name!r}: {exc}; it fires nothing",
+                    hint="edit it (pgflow_django.schedules.edit_schedule, or its declaration) or delete it",
+                    obj=name,
+                    id="pgflow.E032",
+                )
+            )
+        if origin == "runtime" and name in declared:
+            messages.append(
+                checks.Error(
+                    f"database {alias!r}: schedule {name!r} is declared in code, but a runtime schedule has "
+                    "that name; the sync refuses it",
+                    hint="rename the declaration (name=...) or delete the runtime schedule",
+                    obj=name,
+                    id="pgflow.E033",
+                )
+            )
+        if active and not compiled:
+            messages.append(
+                checks.Warning(
+                    f"database {alias!r}: schedule {name!r} starts flow {flow_slug!r}, which is not compiled "
+                    "there; its ticks fail until it is",
+                    hint=f"run `manage.py pgflow_compile {flow_slug}` (a worker for it compiles it too), or "
+                    "pause the schedule",
+                    obj=name,
+                    id="pgflow.W030",
+                )
+            )
+    return messages

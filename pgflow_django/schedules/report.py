@@ -1,0 +1,122 @@
+"""How a schedule reads to an operator: its state in words, its last run's status, JSON, and the
+one-line error for a name no schedule has. Shared by ``manage.py pgflow_schedules`` and the admin."""
+
+from __future__ import annotations
+
+import difflib
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Final, Protocol
+
+from django.db import connections
+
+from pgflow_django.schedules.store import ScheduleNotFound, ScheduleView, get_schedule
+
+_LISTED: Final = 10
+
+
+class _Stateful(Protocol):
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def paused_reason(self) -> str | None: ...
+    @property
+    def paused_detail(self) -> str | None: ...
+
+
+def state_of(view: _Stateful) -> str:
+    """``active``, ``disabled``, ``paused`` (with the operator's note) or ``removed from code``."""
+    if view.paused_reason == "removed_from_code":
+        return "removed from code"
+    if view.paused_reason is not None:
+        return f"paused: {view.paused_detail}" if view.paused_detail else "paused"
+    return "active" if view.enabled else "disabled"
+
+
+def run_statuses(run_ids: Iterable[uuid.UUID | None], *, using: str = "default") -> dict[uuid.UUID, str]:
+    """The status of each run that still exists (a pruned run is absent from the result)."""
+    wanted = sorted({str(run_id) for run_id in run_ids if run_id is not None})
+    if not wanted:
+        return {}
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "select run_id, status from pgflow.runs where run_id = any(%s::uuid[])",
+            [wanted],
+        )
+        return {
+            row[0] if isinstance(row[0], uuid.UUID) else uuid.UUID(str(row[0])): row[1]
+            for row in cursor.fetchall()
+        }
+
+
+def last_run_status(view: ScheduleView, statuses: dict[uuid.UUID, str]) -> str | None:
+    """The last run's status; ``pruned`` once its run is gone; None before the first fire."""
+    if view.last_run_id is None:
+        return None
+    return statuses.get(view.last_run_id, "pruned")
+
+
+def next_fire_times(
+    name: str, upcoming: Sequence[datetime], jitter: int, *, limit: int = 5, using: str = "default"
+) -> list[datetime]:
+    """When the next planned ticks fire, jitter included (``pgflow.schedule_fire_at``), earliest first."""
+    if not upcoming:
+        return []
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "select pgflow.schedule_fire_at(%s, u.tick, %s) from unnest(%s::timestamptz[]) as u(tick) "
+            "order by 1 limit %s",
+            [name, jitter, list(upcoming), limit],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def schedule_dict(view: ScheduleView, statuses: dict[uuid.UUID, str]) -> dict[str, Any]:
+    """A schedule as JSON-ready data (run ids as strings, times ISO 8601 in UTC)."""
+    return {
+        "name": view.name,
+        "flow_slug": view.flow_slug,
+        "cron": view.cron,
+        "timezone": view.timezone,
+        "state": state_of(view),
+        "enabled": view.enabled,
+        "paused_reason": view.paused_reason,
+        "paused_detail": view.paused_detail,
+        "paused_at": view.paused_at,
+        "origin": view.origin,
+        "catch_up": view.catch_up,
+        "max_catch_up": view.max_catch_up,
+        "jitter": view.jitter,
+        "input": view.input,
+        "input_callable": view.input_callable,
+        "next_fire_at": view.next_fire_at,
+        "upcoming": list(view.upcoming[:5]),
+        "last_tick": view.last_tick,
+        "last_fired_at": view.last_fired_at,
+        "last_run_id": None if view.last_run_id is None else str(view.last_run_id),
+        "last_run_status": last_run_status(view, statuses),
+        "missed_ticks": view.missed_ticks,
+        "last_error": view.last_error,
+    }
+
+
+def schedule_not_found(name: str, *, using: str = "default") -> str:
+    """One line for a name no schedule has: the known names and the closest match."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("select schedule_name from pgflow.schedules order by schedule_name")
+        known = [row[0] for row in cursor.fetchall()]
+    listed = ", ".join(known[:_LISTED]) or "none"
+    if len(known) > _LISTED:
+        listed += f" and {len(known) - _LISTED} more"
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"no schedule named {name!r} (known schedules: {listed}){hint}"
+
+
+def find_schedule(name: str, *, using: str = "default") -> ScheduleView:
+    """``get_schedule``, whose ScheduleNotFound names the known schedules and the closest match."""
+    try:
+        return get_schedule(name, using=using)
+    except ScheduleNotFound:
+        raise ScheduleNotFound(schedule_not_found(name, using=using)) from None

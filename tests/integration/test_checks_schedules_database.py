@@ -1,0 +1,63 @@
+"""The schedules' database checks (``manage.py check --database default``): a stored cron that no
+longer parses, a declared name taken by a runtime schedule, an active schedule of a flow that is not
+compiled; each shown firing and not. Every change is rolled back with the test's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.core.checks import CheckMessage, run_checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from pgflow_django.compiler import compile_flow
+from pgflow_django.schedules import create_schedule, pause_schedule, schedule
+from pgflow_django.schedules.declare import forget_declarations
+from tests.integration import commands_flows
+from tests.sql import support
+
+
+def found() -> list[tuple[str, object]]:
+    messages: list[CheckMessage] = run_checks(tags=["database"], databases=["default"])
+    return [(m.id, m.obj) for m in messages if m.id.startswith("pgflow.")]
+
+
+@pytest.fixture(autouse=True)
+def greet() -> Iterator[None]:
+    compile_flow(commands_flows.greet)
+    yield
+    forget_declarations("chk-declared")
+
+
+def test_valid_schedules_pass() -> None:
+    create_schedule("cmd_greet", cron="*/5 * * * *", name="chk-ok")
+    assert found() == []
+    call_command("check", "--database", "default", "--fail-level", "WARNING")
+
+
+def test_a_stored_cron_that_no_longer_parses() -> None:
+    create_schedule("cmd_greet", cron="0 * * * *", name="chk-cron")
+    support.q("update pgflow.schedules set cron = '0 25 * * *' where schedule_name = 'chk-cron'")
+    assert found() == [("pgflow.E032", "chk-cron")]
+    support.q(
+        "update pgflow.schedules set cron = '0 * * * *', timezone = 'Mars/Olympus' "
+        "where schedule_name = 'chk-cron'"
+    )
+    assert found() == [("pgflow.E032", "chk-cron")]
+    with pytest.raises(SystemCheckError, match="'Mars/Olympus' is not a known IANA time zone"):
+        call_command("check", "--database", "default")
+
+
+def test_a_declared_name_taken_by_a_runtime_schedule() -> None:
+    create_schedule("cmd_greet", cron="0 * * * *", name="chk-declared")
+    assert found() == []
+    schedule(commands_flows.greet, cron="0 * * * *", name="chk-declared")
+    assert found() == [("pgflow.E033", "chk-declared")]
+
+
+def test_an_active_schedule_of_a_flow_not_compiled() -> None:
+    create_schedule("chk_not_compiled", cron="0 * * * *", name="chk-flow")
+    assert found() == [("pgflow.W030", "chk-flow")]
+    pause_schedule("chk-flow")
+    assert found() == [], "a paused schedule fires nothing: no warning"
