@@ -33,7 +33,12 @@ from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, RoutedFlow, route_flow
 from pgflow_django.encoding import clean_text
 from pgflow_django.recorded_errors import ERROR_PREFIX
-from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, shared_queue_problem
+from pgflow_django.slugs import (
+    MAX_FLOW_SLUG_LENGTH,
+    TASK_SLUG_DIGEST_CHARS,
+    TASK_STEP_SLUG,
+    shared_queue_problem,
+)
 from pgflow_django.worker.context import TaskContext as StepContext
 from pgflow_django.worker.runner import MAX_ERROR_LENGTH
 
@@ -82,7 +87,7 @@ def _load_framework() -> tuple[str, Any]:
 FRAMEWORK, tasks_api = _load_framework()
 """Which framework is in use (``django.tasks`` or ``django_tasks``) and its classes and signals."""
 
-STEP_SLUG: Final = "call"
+STEP_SLUG: Final = TASK_STEP_SLUG
 """The one step of every task flow."""
 MAX_TRACEBACK: Final = 8000
 """Characters of traceback kept per failed attempt (the engine stores at most 10,000 per error)."""
@@ -130,7 +135,7 @@ def task_flow_slug(module_path: str, queue_name: str) -> str:
     readable = re.sub(r"[^a-z0-9]+", "_", module_path.lower()).strip("_") or "task"
     if readable[0].isdigit():
         readable = f"t_{readable}"
-    digest = hashlib.sha256(f"{module_path}|{queue_name}".encode()).hexdigest()[:8]
+    digest = hashlib.sha256(f"{module_path}|{queue_name}".encode()).hexdigest()[:TASK_SLUG_DIGEST_CHARS]
     head = readable[: MAX_FLOW_SLUG_LENGTH - len(digest) - 1].rstrip("_")
     return f"{head}_{digest}"
 
