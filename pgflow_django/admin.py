@@ -25,7 +25,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from pgflow_django import admin_lists, dag, queries
-from pgflow_django.admin_lists import short_id, took, when
+from pgflow_django.admin_lists import clock, short_id, took, when
 from pgflow_django.client import CancelResult, RunNotFound, cancel_run
 from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask, Worker
 from pgflow_django.recorded_errors import read_error
@@ -83,6 +83,12 @@ def _diagram(svg: str) -> SafeString:
     return format_html('<div class="pgflow-diagram">{}</div>', mark_safe(svg))
 
 
+def _move_after(fields: Sequence[Any], anchor: str, name: str) -> list[Any]:
+    rest = [field for field in fields if field != name]
+    at = rest.index(anchor) + 1 if anchor in rest else 0
+    return [*rest[:at], name, *rest[at:]]
+
+
 def _effective(own: int | None, default: int | None) -> str:
     """A step option as it applies: the step's own value, or the flow's marked as such."""
     if own is not None:
@@ -112,6 +118,10 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
     ordering = ("flow_slug",)
     readonly_fields = ("routing", "dag_picture", "steps_table")
     exclude = ("queue_mode",)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        """The DAG right after the slug: the picture is what the page is for."""
+        return _move_after(super().get_fields(request, obj), "flow_slug", "dag_picture")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         """One queue mode row: the readable ``routing`` in place of the raw column."""
@@ -181,6 +191,10 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         fields = super().get_readonly_fields(request, obj)
         return ["error" if name == "error_message" else name for name in fields]
 
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        """The DAG right after the status, above the run's input and output, which can be long."""
+        return _move_after(super().get_fields(request, obj), "status", "dag_picture")
+
     @admin.display(description="run", ordering="run_id")
     def short_run(self, obj: Run) -> SafeString | str:
         return short_id(obj.run_id)
@@ -198,8 +212,8 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         return took(obj.started_at, obj.completed_at or obj.failed_at)
 
     @admin.display(description="error message")
-    def error(self, obj: Run) -> SafeString | None:
-        return _error_html(obj.error_message)
+    def error(self, obj: Run) -> SafeString | str:
+        return _error_html(obj.error_message) or "-"
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Run], search_term: str
@@ -328,12 +342,11 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
         "step_slug",
         "task_index",
         "status",
-        "attempts_count",
+        "attempts",
         "queued",
         "duration",
         "worker",
         "message_id_text",
-        "queue_name",
     )
     list_display_links = None
     list_filter = ("status", "flow", "queue_name", "step_slug")
@@ -382,9 +395,13 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
     def run_link(self, obj: StepTask) -> SafeString | str:
         return short_id(obj.run_id, reverse("admin:pgflow_run_change", args=[obj.run_id]))
 
+    @admin.display(description="attempts", ordering="attempts_count")
+    def attempts(self, obj: StepTask) -> int:
+        return obj.attempts_count
+
     @admin.display(description="queued", ordering="queued_at")
-    def queued(self, obj: StepTask) -> str:
-        return when(obj.queued_at)
+    def queued(self, obj: StepTask) -> SafeString | str:
+        return clock(obj.queued_at)
 
     @admin.display(description="duration")
     def duration(self, obj: StepTask) -> str:

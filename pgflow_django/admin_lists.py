@@ -51,6 +51,18 @@ def when(moment: datetime | None) -> str:
     return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def clock(moment: datetime | None) -> SafeString | str:
+    """A time to the second, without the date when it is today; the full time on hover."""
+    if moment is None:
+        return "-"
+    local = timezone.localtime(moment)
+    if local.date() != timezone.localdate():
+        return when(moment)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>', local.isoformat(), when(moment), f"{local:%H:%M:%S}"
+    )
+
+
 def took(start: datetime | None, end: datetime | None) -> str:
     return elapsed(start, end) or "-"
 

@@ -31,9 +31,9 @@ SLOT_GAP = 14
 LANE = 10
 MARGIN = 12
 LEGEND_ROW = 20
-COMPACT_WIDTH = 112
-COMPACT_LAYER_GAP = 28
-FIT_WIDTH = 1000
+COMPACT_WIDTH = 104
+COMPACT_LAYER_GAP = 24
+FIT_WIDTH = 960
 """Width in px the picture gets in the admin's change form at a 1400 px window, sidebar open."""
 
 #: Fill colours of step statuses in the run picture.
@@ -101,24 +101,27 @@ class Picture:
 
 
 def _sizes(box_width: int, across: bool) -> layered.Sizes:
+    if not across:
+        return layered.Sizes(BOX_HEIGHT, box_width, LAYER_GAP, SLOT_GAP, LANE)
     gap = LAYER_GAP if box_width == BOX_WIDTH else COMPACT_LAYER_GAP
-    if across:
-        return layered.Sizes(box_width, BOX_HEIGHT, gap, SLOT_GAP, LANE)
-    return layered.Sizes(BOX_HEIGHT, box_width, LAYER_GAP, SLOT_GAP, LANE)
+    return layered.Sizes(box_width, BOX_HEIGHT, gap, SLOT_GAP, LANE)
 
 
 def arrange(nodes: Sequence[Node]) -> Picture:
-    """Left to right if that fits ``FIT_WIDTH``; else top to bottom if that fits; else left to right
-    with narrower boxes (``COMPACT_WIDTH``), which the browser scales down to the container."""
+    """Left to right, with boxes narrowed (down to ``COMPACT_WIDTH``) to fit ``FIT_WIDTH``; else top
+    to bottom if that fits; else left to right at ``COMPACT_WIDTH``, scaled down by the browser."""
     order = [node.slug for node in nodes]
     deps = {node.slug: node.deps for node in nodes}
     across = Picture(layered.layout(order, deps, _sizes(BOX_WIDTH, True)), True)
     if across.width <= FIT_WIDTH:
         return across
+    count = len(across.placed.layers)
+    room = (FIT_WIDTH - 2 * MARGIN - (count - 1) * COMPACT_LAYER_GAP) // count
+    narrow = Picture(layered.layout(order, deps, _sizes(max(room, COMPACT_WIDTH), True)), True)
+    if narrow.width <= FIT_WIDTH:
+        return narrow
     down = Picture(layered.layout(order, deps, _sizes(BOX_WIDTH, False)), False)
-    if down.width <= FIT_WIDTH:
-        return down
-    return Picture(layered.layout(order, deps, _sizes(COMPACT_WIDTH, True)), True)
+    return down if down.width <= FIT_WIDTH else narrow
 
 
 def _clip(text: str, limit: int) -> str:
@@ -159,12 +162,15 @@ def render_svg(nodes: Sequence[Node], legend: Sequence[tuple[str, str]] = (), ti
             f'fill="{escape(node.fill)}" stroke="#374151" stroke-width="1"/>'
         )
         out.append(f"<title>{escape(node.slug)}</title>")
-        chars = (w - 14) // 7
+        chars = (w - 14) * 10 // 68
         out.append(
             f'<text x="{x + 7}" y="{y + 17}" font-weight="bold">{escape(_clip(node.slug, chars))}</text>'
         )
         for index, line in enumerate(node.lines[:2]):
-            out.append(f'<text x="{x + 7}" y="{y + 33 + 14 * index}">{escape(_clip(line, chars + 3))}</text>')
+            out.append(
+                f'<text x="{x + 7}" y="{y + 33 + 14 * index}" font-size="11">'
+                f"{escape(_clip(line, chars + 4))}</text>"
+            )
         out.append("</g>")
         if node.href:
             out.append("</a>")
@@ -227,12 +233,14 @@ def duration_text(seconds: float) -> str:
     return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
 
 
-def elapsed(start: datetime | None, end: datetime | None, now: datetime | None = None) -> str:
-    """Duration from ``start`` to ``end`` (to now, marked as running, while there is no end)."""
+def elapsed(
+    start: datetime | None, end: datetime | None, now: datetime | None = None, ongoing: str = " so far"
+) -> str:
+    """Duration from ``start`` to ``end`` (to now, followed by ``ongoing``, while there is no end)."""
     if start is None:
         return ""
     if end is None:
-        return f"{duration_text(max(0.0, ((now or timezone.now()) - start).total_seconds()))} so far"
+        return f"{duration_text(max(0.0, ((now or timezone.now()) - start).total_seconds()))}{ongoing}"
     return duration_text(max(timedelta(0), end - start).total_seconds())
 
 
@@ -256,9 +264,8 @@ def run_nodes(
     for step in steps:
         state = progress.get(step.step_slug, StepProgress("", 0, 0))
         status = state.status or "unknown"
-        lines = [f"{status} \u00b7 tasks {state.done}/{state.total}"]
-        if state.duration:
-            lines.append(state.duration)
+        counts = f"tasks {state.done}/{state.total}"
+        lines = [status, f"{counts} \u00b7 {state.duration}" if state.duration else counts]
         nodes.append(
             Node(
                 slug=step.step_slug,
@@ -282,7 +289,7 @@ def _step_duration(state: StepState, now: datetime) -> str:
     end = state.completed_at or state.failed_at or state.skipped_at
     if end is None and state.status != "started":
         return ""  # created, or cancelled (which records no time): nothing ran to measure
-    return elapsed(state.started_at, end, now)
+    return elapsed(state.started_at, end, now, ongoing="")  # the status says it is still running
 
 
 def run_svg(run: Run) -> str:

@@ -5,6 +5,7 @@ page that Chromium rendered."""
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -71,3 +72,21 @@ def parse_svg(svg: str) -> tuple[list[Rect], list[tuple[str, str, list[Point]]]]
         for m in re.finditer(r'data-from="([^"]*)" data-to="([^"]*)" points="([^"]*)"', svg)
     ]
     return rects, edges
+
+
+def layered_dag(seed: int, steps: int = 50, columns: int = 10) -> list[tuple[str, tuple[str, ...]]]:
+    """A random DAG of ``steps`` steps in exactly ``columns`` layers: ``(slug, deps)`` in order.
+
+    Every step past the first layer depends on one step of the layer before (so it lands in its
+    layer) and on up to two random earlier steps (long edges, the hard case for drawing)."""
+    rng = random.Random(seed)
+    layer_of = [min(columns - 1, i * columns // steps) for i in range(steps)]
+    result = []
+    for i in range(steps):
+        earlier = [j for j in range(i) if layer_of[j] < layer_of[i]]
+        deps: set[int] = set()
+        if earlier:
+            deps.add(max(j for j in earlier if layer_of[j] == layer_of[i] - 1))
+            deps.update(rng.sample(earlier, k=min(len(earlier), rng.randint(0, 2))))
+        result.append((f"step_{i:02d}", tuple(f"step_{j:02d}" for j in sorted(deps))))
+    return result

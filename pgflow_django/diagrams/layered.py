@@ -5,7 +5,8 @@ An edge that spans several layers gets one dummy slot in every layer it crosses,
 own in that layer's order, so its polyline runs straight through the lane and never over a box; the
 segments between layers lie in the gap between them, where there are no boxes. Orders within layers
 come from barycentre sweeps (down and up, keeping the order with the fewest crossings), then each
-slot moves towards the mean position of its neighbours without overlapping the slot before it.
+layer is placed as near to its neighbours' mean positions as its order and spacing allow (an
+isotonic regression per layer, alternately against the layer before and the layer after).
 
 Written here rather than taken from grandalf (the one pure-Python layered layout on PyPI): its last
 release is from January 2023, it has no type information, and this layout is small enough to own.
@@ -117,6 +118,21 @@ def _reorder(layer: list[str], fixed: Sequence[str], links: Mapping[str, list[st
     return [slug for _, slug in sorted(enumerate(layer), key=key)]
 
 
+def _isotonic(values: Sequence[float]) -> list[float]:
+    """The non-decreasing sequence closest to ``values`` in squares (pool adjacent violators).
+
+    Slot centres minus their minimum offsets must be non-decreasing for the slots not to overlap, so
+    this places a layer as near to its neighbours' mean positions as order and spacing allow."""
+    blocks: list[list[float]] = []  # [mean, weight]
+    for value in values:
+        blocks.append([value, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            mean, weight = blocks.pop()
+            blocks[-1][0] = (blocks[-1][0] * blocks[-1][1] + mean * weight) / (blocks[-1][1] + weight)
+            blocks[-1][1] += weight
+    return [mean for mean, weight in blocks for _ in range(int(weight))]
+
+
 def layout(order: Sequence[str], deps: Mapping[str, Sequence[str]], sizes: Sizes) -> Placed:
     """Place the nodes of ``order`` (definition order breaks ties) with their ``deps`` as edges."""
     layer = layers_of(order, deps)
@@ -166,14 +182,18 @@ def layout(order: Sequence[str], deps: Mapping[str, Sequence[str]], sizes: Sizes
             centre[slug] = v + extent(slug) / 2
             v += extent(slug) + sizes.slot_gap
     for _ in range(ALIGN_PASSES):
-        for slugs in best:
-            previous_end = float("-inf")
-            for slug in slugs:
-                near = [centre[s] for s in (*up.get(slug, ()), *down.get(slug, ()))]
-                wanted = sum(near) / len(near) if near else centre[slug]
-                low = previous_end + sizes.slot_gap + extent(slug) / 2
-                centre[slug] = max(wanted, low)
-                previous_end = centre[slug] + extent(slug) / 2
+        for links in (up, down):
+            for slugs in best:
+                offsets, wanted = [], []
+                offset = 0.0
+                for index, slug in enumerate(slugs):
+                    if index:
+                        offset += (extent(slugs[index - 1]) + extent(slug)) / 2 + sizes.slot_gap
+                    near = [centre[s] for s in links.get(slug, ())]
+                    offsets.append(offset)
+                    wanted.append((sum(near) / len(near) if near else centre[slug]) - offset)
+                for slug, z, offset in zip(slugs, _isotonic(wanted), offsets, strict=True):
+                    centre[slug] = z + offset
     top = min((centre[s] - extent(s) / 2 for s in centre), default=0.0)
     vpos = {slug: round(centre[slug] - extent(slug) / 2 - top) for slug in centre}
 

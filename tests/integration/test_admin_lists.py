@@ -41,7 +41,7 @@ def test_a_runs_tasks_list_in_step_then_index_order_with_seconds_and_durations(a
     html = page(admin_client, TASKS_URL, q=str(run_id))
     indexes = [int(i) for i in re.findall(r'<td class="field-task_index">(\d+)</td>', html)]
     assert indexes == [0, 1, 2, 3, 4]
-    queued = re.findall(r'<td class="field-queued[^"]*">([^<]*)</td>', html)
+    queued = re.findall(r'<td class="field-queued[^"]*"><time datetime="[^"]+" title="([^"]+)">', html)
     assert len(queued) == 5 and all(SECONDS.fullmatch(text) for text in queued), queued
     durations = re.findall(r'<td class="field-duration">([^<]*)</td>', html)
     assert re.fullmatch(r"2\.\d\ds", durations[2]), durations

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from pgflow_django import dag
 from pgflow_django.dag import Node
 from pgflow_django.diagrams import layered
-from tests.diagram_geometry import Rect, edges_behind_boxes, parse_svg, segment_hits_rect
+from tests.diagram_geometry import Rect, edges_behind_boxes, layered_dag, parse_svg, segment_hits_rect
 
 
 def diamond() -> list[Node]:
@@ -36,17 +34,7 @@ def document_flow() -> list[Node]:
 
 
 def random_flow(seed: int, steps: int = 50, columns: int = 10) -> list[Node]:
-    rng = random.Random(seed)
-    layer_of = [min(columns - 1, i * columns // steps) for i in range(steps)]
-    nodes = []
-    for i in range(steps):
-        earlier = [j for j in range(i) if layer_of[j] < layer_of[i]]
-        deps: set[int] = set()
-        if earlier:
-            deps.add(max(j for j in earlier if layer_of[j] == layer_of[i] - 1))
-            deps.update(rng.sample(earlier, k=min(len(earlier), rng.randint(0, 2))))
-        nodes.append(Node(f"step_{i:02d}", deps=tuple(f"step_{j:02d}" for j in sorted(deps))))
-    return nodes
+    return [Node(slug, deps=deps) for slug, deps in layered_dag(seed, steps, columns)]
 
 
 def test_layers_by_longest_path_in_definition_order() -> None:
@@ -79,6 +67,12 @@ def test_fifty_steps_in_ten_columns_draw_no_edge_behind_a_box(seed: int) -> None
     rects, edges = parse_svg(svg)
     assert len(rects) == 50
     assert edges_behind_boxes(rects, edges) == []
+    for a in rects:
+        for b in rects:
+            apart = (
+                a.x + a.width <= b.x or b.x + b.width <= a.x or a.y + a.height <= b.y or b.y + b.height <= a.y
+            )
+            assert a is b or apart, f"{a.slug} overlaps {b.slug}"
     width = int(svg.split('data-width="', 1)[1].split('"', 1)[0])
     assert width <= 1.4 * dag.FIT_WIDTH, "scaled to fit, the text keeps most of its size"
 
@@ -124,7 +118,7 @@ def test_run_boxes_link_to_their_tasks_and_show_the_duration() -> None:
     svg = dag.render_svg(nodes)
     link = '<a href="/tasks/?q=1&amp;step_slug__exact=a">'
     assert link + '<g class="pgflow-step pgflow-status-completed"' in svg
-    assert "completed \u00b7 tasks 3/3" in svg and "1.25s" in svg
+    assert ">completed</text>" in svg and "tasks 3/3 \u00b7 1.25s" in svg
     assert 'data-step="b"' in svg and svg.count("<a href") == 1
 
 
