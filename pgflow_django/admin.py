@@ -182,7 +182,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     search_fields = ("run_id",)
     date_hierarchy = "started_at"
     ordering = ("-started_at",)
-    readonly_fields = ("dag_picture", "step_states_table", "tasks_link")
+    readonly_fields = ("dag_picture", "timeline_picture", "step_states_table", "tasks_link")
     exclude = ("error_message",)
     actions = ("cancel_runs", "rerun_runs")
 
@@ -193,7 +193,8 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         """The DAG right after the status, above the run's input and output, which can be long."""
-        return _move_after(super().get_fields(request, obj), "status", "dag_picture")
+        fields = _move_after(super().get_fields(request, obj), "status", "dag_picture")
+        return _move_after(fields, "dag_picture", "timeline_picture")
 
     @admin.display(description="run", ordering="run_id")
     def short_run(self, obj: Run) -> SafeString | str:
@@ -234,6 +235,10 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     @admin.display(description="DAG")
     def dag_picture(self, obj: Run) -> SafeString:
         return _diagram(dag.run_svg(obj))
+
+    @admin.display(description="timeline")
+    def timeline_picture(self, obj: Run) -> SafeString:
+        return _diagram(dag.run_timeline_svg(obj))
 
     @admin.display(description="step states")
     def step_states_table(self, obj: Run) -> SafeString:

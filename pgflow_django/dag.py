@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.http import urlencode
 
-from pgflow_django.diagrams import layered
+from pgflow_django.diagrams import layered, timeline
 from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask
 
 BOX_WIDTH = 168
@@ -311,6 +311,15 @@ def run_svg(run: Run) -> str:
         )
         for s in StepState.objects.filter(run_id=run.run_id)
     }
-    links = {step.step_slug: step_tasks_url(run.run_id, step.step_slug) for step in steps}
-    nodes = run_nodes(steps, _deps_by_step(run.flow_id), progress, links)
+    nodes = run_nodes(steps, _deps_by_step(run.flow_id), progress, step_links(run, steps))
     return render_svg(nodes, list(STATUS_COLOURS.items()), title=f"run {run.run_id}")
+
+
+def step_links(run: Run, steps: Sequence[Step]) -> dict[str, str]:
+    return {step.step_slug: step_tasks_url(run.run_id, step.step_slug) for step in steps}
+
+
+def run_timeline_svg(run: Run) -> str:
+    """The run's Gantt chart (:mod:`pgflow_django.diagrams.timeline`) in the run picture's colours."""
+    steps = list(Step.objects.filter(flow_id=run.flow_id).order_by("step_index"))
+    return timeline.run_timeline_svg(run, STATUS_COLOURS, FIT_WIDTH, step_links(run, steps))

@@ -17,6 +17,7 @@ from pgflow_django.compiler import compile_flow
 from tests.acceptance.test_admin_browser import ARTIFACTS, CHROMEDRIVER, CHROMIUM
 from tests.acceptance.test_admin_browser import browser as browser  # the Chromium fixture
 from tests.diagram_geometry import Rect, edges_behind_boxes, layered_dag
+from tests.integration.test_admin_timeline import timeline_flow
 from tests.sql import support
 
 pytestmark = [
@@ -31,7 +32,8 @@ WIDTH = 1400
 HEIGHT = 1000
 DOCUMENT = "adm_document"
 WIDE = "adm_wide"
-SLUGS = (DOCUMENT, WIDE)
+TIMELINE = "adm_timeline"
+SLUGS = (DOCUMENT, WIDE, TIMELINE)
 
 GEOMETRY = """
 const svg = document.querySelector(arguments[0]);
@@ -81,6 +83,7 @@ def wide_flow() -> Flow:
 def flows() -> Iterator[None]:
     compile_flow(document_flow())
     compile_flow(wide_flow())
+    compile_flow(timeline_flow())
     yield
     for slug in SLUGS:
         support.execute_ok("select pgflow.delete_flow_and_data(%s)", [slug])
@@ -209,3 +212,27 @@ def test_lists_show_status_without_scrolling(console: Any, live_server: Any, flo
     assert status.rect["x"] + status.rect["width"] <= WIDTH
     cells = console.find_elements(By.CSS_SELECTOR, "#result_list td.field-run_link")
     assert cells and all(len(cell.text) == 8 for cell in cells), "short run ids on one line"
+
+
+def test_run_timeline_fits_and_shows_failed_attempts(console: Any, live_server: Any, flows: None) -> None:
+    from selenium.webdriver.common.by import By
+
+    run_id = start_flow(TIMELINE, list(range(12)))
+    records = support.claim(TIMELINE, step_slug="square")
+    for rec in records:
+        if rec["task_index"] in (3, 7):
+            assert support.fail(rec, "flaky upstream", retry_delay=0) == "retrying"
+        else:
+            assert support.complete(rec, rec["task_index"]) == "completed"
+    support.run_step(TIMELINE, "square", 0)
+    visit(console, f"{live_server.url}/admin/pgflow/run/{run_id}/change/", "run-timeline-page")
+    chart = console.find_element(By.CSS_SELECTOR, "svg.pgflow-timeline")
+    console.execute_script("arguments[0].scrollIntoView()", chart)
+    box = console.execute_script("return arguments[0].getBoundingClientRect().toJSON()", chart)
+    container = console.execute_script(
+        "return arguments[0].closest('.pgflow-diagram').getBoundingClientRect().toJSON()", chart
+    )
+    assert box["right"] <= container["right"] + 0.5 and box["right"] <= WIDTH
+    assert len(chart.find_elements(By.CSS_SELECTOR, ".pgflow-failure")) == 2
+    assert len(chart.find_elements(By.CSS_SELECTOR, ".pgflow-timeline-row")) == 2
+    chart.screenshot(str(ARTIFACTS / "admin-console-run-timeline.png"))
