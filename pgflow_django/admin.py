@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from pgflow_django import admin_lists, dag, queries
+from pgflow_django import admin_lists, dag, operations, queries
 from pgflow_django.admin_lists import clock, short_id, took, when
 from pgflow_django.client import CancelResult, RunNotFound, cancel_run
 from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask, Worker
@@ -128,6 +128,31 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
         fields = super().get_readonly_fields(request, obj)
         return [name for name in fields if name != "queue_mode"]
 
+    actions = ("pause_flows", "resume_flows")
+
+    def has_pause_flows_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.has_perm("pgflow.pause_flow")
+
+    @admin.action(description="Pause the workers of selected flows", permissions=["pause_flows"])
+    def pause_flows(self, request: HttpRequest, queryset: QuerySet[Flow]) -> None:
+        who = request.user.get_username()
+        for flow in queryset.order_by("flow_slug"):
+            pause = operations.pause(flow.flow_slug, detail=f"paused in the admin by {who}")
+            text = f"Paused flow {flow.flow_slug} ({pause.reason}): its workers stop at their next heartbeat."
+            self.log_change(request, flow, text)
+            self.message_user(request, text, messages.SUCCESS)
+
+    @admin.action(description="Resume the workers of selected flows", permissions=["pause_flows"])
+    def resume_flows(self, request: HttpRequest, queryset: QuerySet[Flow]) -> None:
+        for flow in queryset.order_by("flow_slug"):
+            cleared = operations.resume(flow.flow_slug)
+            if cleared is None:
+                self.message_user(request, f"Flow {flow.flow_slug} was not paused.", messages.WARNING)
+                continue
+            text = f"Resumed flow {flow.flow_slug} (cleared its {cleared.reason} pause)."
+            self.log_change(request, flow, text)
+            self.message_user(request, text, messages.SUCCESS)
+
     @admin.display(description="created", ordering="created_at")
     def created(self, obj: Flow) -> str:
         return when(obj.created_at)
@@ -228,9 +253,10 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
             return queryset.none(), False
 
     def has_cancel_runs_permission(self, request: HttpRequest) -> bool:
-        return request.user.is_active and request.user.is_superuser
+        return request.user.is_active and request.user.has_perm("pgflow.cancel_run")
 
-    has_rerun_runs_permission = has_cancel_runs_permission
+    def has_rerun_runs_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.has_perm("pgflow.rerun_run")
 
     @admin.display(description="DAG")
     def dag_picture(self, obj: Run) -> SafeString:

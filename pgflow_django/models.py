@@ -166,6 +166,7 @@ class Flow(ReadOnlyModel):
         managed = False
         db_table = 'pgflow"."flows'
         constraints = [models.UniqueConstraint(Lower("flow_slug"), name="flows_slug_lower_key")]
+        permissions = [("pause_flow", "Can pause and resume a flow's workers")]
 
     def __str__(self) -> str:
         return self.flow_slug
@@ -312,6 +313,10 @@ class Run(ReadOnlyModel):
         indexes = [
             models.Index(fields=["flow", "status"], name="runs_flow_status_idx"),
             models.Index(fields=["started_at"], name="runs_started_at_idx"),
+        ]
+        permissions = [
+            ("cancel_run", "Can cancel a started run"),
+            ("rerun_run", "Can start a new run of a finished run's flow and input"),
         ]
 
     def __str__(self) -> str:
