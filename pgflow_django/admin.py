@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from pgflow_django import admin_lists, dag, operations, queries
+from pgflow_django import admin_dashboard, admin_lists, dag, operations, queries
 from pgflow_django.admin_lists import clock, short_id, took, when
 from pgflow_django.client import CancelResult, RunNotFound, cancel_run
 from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask, Worker
@@ -361,6 +361,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         view = self.admin_site.admin_view(tasks.changelist_view)
         return [
             path("tasks/", view, name="pgflow_steptask_changelist"),
+            path("dashboard/", admin_dashboard.dashboard_view(self.admin_site), name="pgflow_dashboard"),
             *super().get_urls(),
         ]
 

@@ -196,6 +196,7 @@ def test_lists_show_status_without_scrolling(console: Any, live_server: Any, flo
         "run-list": "/admin/pgflow/run/",
         "task-list": f"/admin/pgflow/run/tasks/?q={run_id}",
         "worker-list": "/admin/pgflow/worker/",
+        "dashboard": "/admin/pgflow/run/dashboard/",
     }
     for shot, url in pages.items():
         visit(console, live_server.url + url, shot)
