@@ -317,6 +317,7 @@ class Run(ReadOnlyModel):
         permissions = [
             ("cancel_run", "Can cancel a started run"),
             ("rerun_run", "Can start a new run of a finished run's flow and input"),
+            ("retry_run", "Can retry a failed run from where it failed"),
         ]
 
     def __str__(self) -> str:

@@ -1,12 +1,16 @@
-"""Permissions of the admin's operator actions: cancel and re-run runs, pause and resume flows."""
+"""pgflow.retry_run, and the permissions of the admin's operator actions: cancel, re-run and retry
+runs, pause and resume flows."""
 
 from django.db import migrations
+
+from pgflow_django.sql.runsql import RunSqlFile
 
 
 class Migration(migrations.Migration):
     dependencies = [("pgflow", "0013_transition_times")]
 
     operations = [
+        RunSqlFile("0017_admin_console.sql", "0017_admin_console_down.sql"),
         migrations.AlterModelOptions(
             name="flow",
             options={
@@ -21,6 +25,7 @@ class Migration(migrations.Migration):
                 "permissions": [
                     ("cancel_run", "Can cancel a started run"),
                     ("rerun_run", "Can start a new run of a finished run's flow and input"),
+                    ("retry_run", "Can retry a failed run from where it failed"),
                 ],
             },
         ),

@@ -1,0 +1,97 @@
+-- Retries a failed (or cancelled) run from where it failed, in place: its completed steps and tasks
+-- keep their outputs; every failed or cancelled task is queued again with a new message and a fresh
+-- attempt budget (attempt_errors keeps the earlier attempts), its step is started again, and the run
+-- is started again so its dependents follow as usual. Returns the number of tasks queued again.
+-- Fenced against workers still running one of the run's tasks: a task cancelled while claimed may
+-- still be executing until its claim is older than the step's timeout + 30 s (the rule stalled-task
+-- recovery uses); until then the retry is refused, so a late report of the old claim can never be
+-- taken for an attempt of the retry. Lock order: run, then its tasks, then the new messages.
+-- Refused, changing nothing, for a run that is not failed, and for one whose failed step has no
+-- failed or cancelled task to run again (it failed outside its tasks, so a retry would fail again).
+create or replace function pgflow.retry_run(run_id uuid)
+returns integer
+language plpgsql
+set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_status text;
+  v_busy_until timestamptz;
+  v_stuck text;
+  v_count integer := 0;
+  v_batch record;
+begin
+  select r.status into v_status from pgflow.runs as r where r.run_id = retry_run.run_id for update;
+  if not found then
+    raise exception 'run % does not exist', retry_run.run_id using errcode = 'P0002';
+  end if;
+  if v_status <> 'failed' then
+    raise exception 'run % is %: only a failed or cancelled run can be retried', retry_run.run_id, v_status
+      using errcode = '55000';
+  end if;
+
+  perform 1 from pgflow.step_tasks as t
+   where t.run_id = retry_run.run_id
+   order by t.step_slug, t.task_index
+     for no key update;
+
+  select max(t.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30))
+    into v_busy_until
+    from pgflow.step_tasks as t
+    join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+    join pgflow.flows as f on f.flow_slug = t.flow_slug
+   where t.run_id = retry_run.run_id and t.status = 'cancelled' and t.attempts_count > 0
+     and not t.attempt_errors @> jsonb_build_array(jsonb_build_object('attempt', t.attempts_count))
+     and t.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30) > now();
+  if v_busy_until is not null then
+    raise exception 'run % has a task a worker may still be running: retry it after %', retry_run.run_id, v_busy_until
+      using errcode = '55006';
+  end if;
+
+  select string_agg(ss.step_slug, ', ' order by ss.step_slug) into v_stuck
+    from pgflow.step_states as ss
+   where ss.run_id = retry_run.run_id and ss.status in ('failed', 'cancelled')
+     and not exists (select 1 from pgflow.step_tasks as t
+                      where t.run_id = ss.run_id and t.step_slug = ss.step_slug
+                        and t.status in ('failed', 'cancelled'));
+  if v_stuck is not null then
+    raise exception 'run % failed in step % outside its tasks: a retry would fail the same way; re-run it instead',
+      retry_run.run_id, v_stuck using errcode = '55000';
+  end if;
+
+  update pgflow.runs as r
+     set status = 'started', failed_at = null, error_message = null, output = null
+   where r.run_id = retry_run.run_id;
+
+  update pgflow.step_states as ss
+     set status = 'started', error_message = null, failed_at = null,
+         remaining_tasks = (select count(*) from pgflow.step_tasks as t
+                             where t.run_id = ss.run_id and t.step_slug = ss.step_slug
+                               and t.status <> 'completed')
+   where ss.run_id = retry_run.run_id and ss.status in ('failed', 'cancelled');
+
+  for v_batch in
+    select t.queue_name, array_agg(t.step_slug order by t.step_slug, t.task_index) as steps,
+           array_agg(t.task_index order by t.step_slug, t.task_index) as indexes,
+           array_agg(jsonb_build_object('flow_slug', t.flow_slug, 'run_id', t.run_id,
+                                        'step_slug', t.step_slug, 'task_index', t.task_index)
+                     order by t.step_slug, t.task_index) as messages
+      from pgflow.step_tasks as t
+     where t.run_id = retry_run.run_id and t.status in ('failed', 'cancelled')
+     group by t.queue_name
+     order by t.queue_name
+  loop
+    update pgflow.step_tasks as t
+       set status = 'queued', message_id = sent.msg_id, attempts_count = 0, error_message = null,
+           started_at = null, failed_at = null, queued_at = clock_timestamp(), requeued_count = 0,
+           last_requeued_at = null, permanently_stalled_at = null
+      from unnest(v_batch.steps, v_batch.indexes) with ordinality as k(step_slug, task_index, n)
+      join pgmq.send_batch(v_batch.queue_name, array(select unnest(v_batch.messages)), 0)
+           with ordinality as sent(msg_id, n) on sent.n = k.n
+     where t.run_id = retry_run.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index;
+    v_count := v_count + cardinality(v_batch.steps);
+  end loop;
+
+  perform pgflow.start_ready_steps(array[retry_run.run_id]);
+  return v_count;
+end;
+$$;
