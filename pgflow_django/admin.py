@@ -26,7 +26,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from pgflow_django import admin_dashboard, admin_lists, dag, operations, queries
 from pgflow_django.admin_lists import clock, short_id, took, when
-from pgflow_django.client import CancelResult, RunNotFound, cancel_run
+from pgflow_django.client import CancelResult, RetryRefused, RunNotFound, cancel_run, retry_run
 from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask, Worker
 from pgflow_django.recorded_errors import read_error
 
@@ -209,7 +209,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     ordering = ("-started_at",)
     readonly_fields = ("dag_picture", "timeline_picture", "step_states_table", "tasks_link")
     exclude = ("error_message",)
-    actions = ("cancel_runs", "rerun_runs")
+    actions = ("cancel_runs", "retry_runs", "rerun_runs")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         """The run's error shown as ``ExceptionClass: message`` (with its traceback collapsed)."""
@@ -257,6 +257,9 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
 
     def has_rerun_runs_permission(self, request: HttpRequest) -> bool:
         return request.user.is_active and request.user.has_perm("pgflow.rerun_run")
+
+    def has_retry_runs_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.has_perm("pgflow.retry_run")
 
     @admin.display(description="DAG")
     def dag_picture(self, obj: Run) -> SafeString:
@@ -322,7 +325,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         for run in queryset.order_by("started_at"):
             try:
                 result = call(run.run_id)
-            except (DatabaseError, RunNotFound) as error:
+            except (DatabaseError, RunNotFound, RetryRefused) as error:
                 skipped += 1
                 self.message_user(request, f"Run {run.run_id}: {error}".strip(), messages.ERROR)
                 continue
@@ -345,6 +348,17 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
             return False, f"Run {run.run_id} was not cancelled: its status is {result.status}."
 
         self._act(request, queryset, cancel_run, describe)
+
+    @admin.action(description="Retry selected failed runs from where they failed", permissions=["retry_runs"])
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        def describe(run: Run, queued: int) -> tuple[bool, str]:
+            failure = read_error(run.error_message).summary if run.error_message else "no error recorded"
+            return True, (
+                f"Retried run {run.run_id} via pgflow.retry_run ({queued} tasks queued again); "
+                f"it had failed with: {failure}"
+            )
+
+        self._act(request, queryset, retry_run, describe)
 
     @admin.action(description="Re-run selected finished runs", permissions=["rerun_runs"])
     def rerun_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:

@@ -719,6 +719,9 @@ FLOW_USAGE: Final = Query(
 RERUN: Final = _value("rerun", "select pgflow.rerun(%s) as value")
 """Start a new run linked to a finished one (the admin's re-run action); its id."""
 
+RETRY_RUN: Final = _value("retry_run", "select pgflow.retry_run(%s) as value")
+"""Continue a failed run from where it failed (the admin's retry action); how many tasks it queued."""
+
 # -- coverage ------------------------------------------------------------------------------------------
 
 

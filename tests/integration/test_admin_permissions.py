@@ -79,3 +79,20 @@ def test_pause_and_resume_a_flow_need_the_pause_permission() -> None:
         "Paused flow cmd_greet (operator): its workers stop at their next heartbeat.",
         "Resumed flow cmd_greet (cleared its operator pause).",
     ]
+
+
+def test_retry_needs_the_retry_permission_and_says_why_it_refuses() -> None:
+    compile_flow(commands_flows.boom)
+    run_id = start_flow("cmd_boom", {})
+    assert support.fail(support.claim_one("cmd_boom"), "boom") == "failed"
+    act(operator("rerun_run"), "/admin/pgflow/run/", "retry_runs", run_id)
+    assert support.run(run_id)["status"] == "failed", "refused without the permission"
+
+    client = operator("retry_run")
+    html = act(client, "/admin/pgflow/run/", "retry_runs", run_id)
+    assert f"Retried run {run_id} via pgflow.retry_run (1 tasks queued again); it had failed with: " in html
+    (entry,) = LogEntry.objects.filter(object_id=str(run_id))
+    assert "boom" in entry.get_change_message(), "the error the retry clears is kept in the admin log"
+    assert support.run(run_id)["status"] == "started"
+    html = act(client, "/admin/pgflow/run/", "retry_runs", run_id)
+    assert f"Run {run_id}: run {run_id} is started: only a failed or cancelled run can be retried" in html

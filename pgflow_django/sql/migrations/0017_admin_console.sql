@@ -4,9 +4,10 @@
 
 -- 0450_function_retry_run.sql
 -- Retries a failed (or cancelled) run from where it failed, in place: its completed steps and tasks
--- keep their outputs; every failed or cancelled task is queued again with a new message and a fresh
--- attempt budget (attempt_errors keeps the earlier attempts), its step is started again, and the run
--- is started again so its dependents follow as usual. Returns the number of tasks queued again.
+-- keep their outputs; every failed or cancelled task is queued again with a new message and a new
+-- attempt history (attempts and attempt_errors start over, and the run's and steps' errors are
+-- cleared: the admin's Retry action writes the run's error to its log first), its step is started
+-- again, and the run is started again so its dependents follow. Returns the number of tasks queued.
 -- Fenced against workers still running one of the run's tasks: a task cancelled while claimed may
 -- still be executing until its claim is older than the step's timeout + 30 s (the rule stalled-task
 -- recovery uses); until then the retry is refused, so a late report of the old claim can never be
@@ -88,7 +89,7 @@ begin
     update pgflow.step_tasks as t
        set status = 'queued', message_id = sent.msg_id, attempts_count = 0, error_message = null,
            started_at = null, failed_at = null, queued_at = clock_timestamp(), requeued_count = 0,
-           last_requeued_at = null, permanently_stalled_at = null
+           last_requeued_at = null, permanently_stalled_at = null, attempt_errors = '[]'::jsonb
       from unnest(v_batch.steps, v_batch.indexes) with ordinality as k(step_slug, task_index, n)
       join pgmq.send_batch(v_batch.queue_name, array(select unnest(v_batch.messages)), 0)
            with ordinality as sent(msg_id, n) on sent.n = k.n
