@@ -241,16 +241,17 @@ def cancel_run(run_id: uuid.UUID | str, *, reason: str | None = None, using: str
 
 
 class RetryRefused(RuntimeError):
-    """``pgflow.retry_run`` refused the run (not failed, a worker may still run one of its tasks, or it
-    failed outside its tasks); the message says why and what to do."""
+    """``pgflow.retry_run`` refused the run (it is not failed, or it failed outside its tasks); the
+    message says why and what to do."""
 
 
-_RETRY_REFUSALS = frozenset({"55000", "55006"})
+_NOT_RETRYABLE = "55000"
 
 
 def retry_run(run_id: uuid.UUID | str, *, using: str = "default") -> int:
     """Continue a failed or cancelled run from where it failed (``pgflow.retry_run``): completed work
-    is kept, failed and cancelled tasks are queued again with a fresh attempt budget. Returns how many
+    is kept, failed and cancelled tasks are queued again, their attempt numbers continuing (a task
+    that had used all its attempts gets one more). Returns how many
     tasks were queued; ``RunNotFound`` for an unknown id, ``RetryRefused`` when the run cannot be
     retried now (nothing changed then)."""
     key = _as_uuid(run_id)
@@ -262,7 +263,7 @@ def retry_run(run_id: uuid.UUID | str, *, using: str = "default") -> int:
         state = getattr(cause, "sqlstate", None)
         if state == _NO_DATA_FOUND:
             raise _run_not_found(key) from None
-        if state in _RETRY_REFUSALS:
+        if state == _NOT_RETRYABLE:
             primary = getattr(getattr(cause, "diag", None), "message_primary", None)
             raise RetryRefused(str(primary or exc)) from None
         raise

@@ -375,6 +375,8 @@ class StepTask(ReadOnlyModel):
     failed_at = models.DateTimeField(null=True)
     queue_name = models.TextField()
     attempt_errors = models.JSONField(default=list)
+    attempts_base = models.IntegerField(default=0)
+    """Attempts made before the run's last retry (``pgflow.retry_run``); max_attempts counts after it."""
 
     class Meta:
         managed = False

@@ -1,7 +1,7 @@
-"""pgflow.retry_run, and the permissions of the admin's operator actions: cancel, re-run and retry
-runs, pause and resume flows."""
+"""pgflow.retry_run with step_tasks.attempts_base, and the permissions of the admin's operator
+actions: cancel, re-run and retry runs, pause and resume flows."""
 
-from django.db import migrations
+from django.db import migrations, models
 
 from pgflow_django.sql.runsql import RunSqlFile
 
@@ -11,6 +11,9 @@ class Migration(migrations.Migration):
 
     operations = [
         RunSqlFile("0017_admin_console.sql", "0017_admin_console_down.sql"),
+        migrations.AddField(
+            model_name="steptask", name="attempts_base", field=models.IntegerField(default=0)
+        ),
         migrations.AlterModelOptions(
             name="flow",
             options={

@@ -1,12 +1,14 @@
 -- Retries a failed (or cancelled) run from where it failed, in place: its completed steps and tasks
--- keep their outputs; every failed or cancelled task is queued again with a new message and a new
--- attempt history (attempts and attempt_errors start over, and the run's and steps' errors are
--- cleared: the admin's Retry action writes the run's error to its log first), its step is started
--- again, and the run is started again so its dependents follow. Returns the number of tasks queued.
--- Fenced against workers still running one of the run's tasks: a task cancelled while claimed may
--- still be executing until its claim is older than the step's timeout + 30 s (the rule stalled-task
--- recovery uses); until then the retry is refused, so a late report of the old claim can never be
--- taken for an attempt of the retry. Lock order: run, then its tasks, then the new messages.
+-- keep their outputs; every failed or cancelled task is queued again with a new message, its step is
+-- started again, and the run is started again so its dependents follow. Returns the number of tasks
+-- queued again. The run's and steps' errors are cleared (the admin's Retry action logs the run's
+-- error first); each task keeps its attempt_errors.
+-- Attempt numbers continue: a retried task's next claim is one more attempt than every claim before
+-- it, so a worker still running an old claim (a task cancelled mid-claim) reports a stale attempt
+-- that is refused, whenever it arrives. The attempt a cancel cut short is recorded in attempt_errors
+-- (with the run's error), so every attempt has its outcome.
+-- Each retried task gets its full max_attempts again (attempts_base marks where they start).
+-- Lock order: run, then its tasks, then the new messages.
 -- Refused, changing nothing, for a run that is not failed, and for one whose failed step has no
 -- failed or cancelled task to run again (it failed outside its tasks, so a retry would fail again).
 create or replace function pgflow.retry_run(run_id uuid)
@@ -16,12 +18,13 @@ set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_status text;
-  v_busy_until timestamptz;
+  v_error text;
   v_stuck text;
   v_count integer := 0;
   v_batch record;
 begin
-  select r.status into v_status from pgflow.runs as r where r.run_id = retry_run.run_id for update;
+  select r.status, r.error_message into v_status, v_error
+    from pgflow.runs as r where r.run_id = retry_run.run_id for update;
   if not found then
     raise exception 'run % does not exist', retry_run.run_id using errcode = 'P0002';
   end if;
@@ -34,19 +37,6 @@ begin
    where t.run_id = retry_run.run_id
    order by t.step_slug, t.task_index
      for no key update;
-
-  select max(t.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30))
-    into v_busy_until
-    from pgflow.step_tasks as t
-    join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-    join pgflow.flows as f on f.flow_slug = t.flow_slug
-   where t.run_id = retry_run.run_id and t.status = 'cancelled' and t.attempts_count > 0
-     and not t.attempt_errors @> jsonb_build_array(jsonb_build_object('attempt', t.attempts_count))
-     and t.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30) > now();
-  if v_busy_until is not null then
-    raise exception 'run % has a task a worker may still be running: retry it after %', retry_run.run_id, v_busy_until
-      using errcode = '55006';
-  end if;
 
   select string_agg(ss.step_slug, ', ' order by ss.step_slug) into v_stuck
     from pgflow.step_states as ss
@@ -70,6 +60,13 @@ begin
                                and t.status <> 'completed')
    where ss.run_id = retry_run.run_id and ss.status in ('failed', 'cancelled');
 
+  update pgflow.step_tasks as t
+     set attempt_errors = t.attempt_errors || jsonb_build_array(jsonb_build_object(
+           'attempt', t.attempts_count, 'worker_id', t.last_worker_id,
+           'error', coalesce(v_error, 'cancelled'), 'failed_at', clock_timestamp()))
+   where t.run_id = retry_run.run_id and t.status = 'cancelled' and t.attempts_count > 0
+     and not t.attempt_errors @> jsonb_build_array(jsonb_build_object('attempt', t.attempts_count));
+
   for v_batch in
     select t.queue_name, array_agg(t.step_slug order by t.step_slug, t.task_index) as steps,
            array_agg(t.task_index order by t.step_slug, t.task_index) as indexes,
@@ -82,9 +79,10 @@ begin
      order by t.queue_name
   loop
     update pgflow.step_tasks as t
-       set status = 'queued', message_id = sent.msg_id, attempts_count = 0, error_message = null,
-           started_at = null, failed_at = null, queued_at = clock_timestamp(), requeued_count = 0,
-           last_requeued_at = null, permanently_stalled_at = null, attempt_errors = '[]'::jsonb
+       set status = 'queued', message_id = sent.msg_id, error_message = null, failed_at = null,
+           attempts_base = t.attempts_count,
+           queued_at = clock_timestamp(), requeued_count = 0, last_requeued_at = null,
+           permanently_stalled_at = null
       from unnest(v_batch.steps, v_batch.indexes) with ordinality as k(step_slug, task_index, n)
       join pgmq.send_batch(v_batch.queue_name, array(select unnest(v_batch.messages)), 0)
            with ordinality as sent(msg_id, n) on sent.n = k.n

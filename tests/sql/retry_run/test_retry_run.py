@@ -1,11 +1,10 @@
 """pgflow.retry_run: a failed or cancelled run continues from where it failed, in place. Completed
 steps and tasks keep their outputs and are not run again; failed and cancelled tasks are queued again
-with a fresh attempt budget and new messages; dependents follow as usual."""
+with new messages, their attempt numbers continuing; dependents follow as usual."""
 
 from __future__ import annotations
 
 from tests.sql.support import (
-    backdate_started,
     claim,
     complete,
     db_error,
@@ -45,8 +44,6 @@ def test_retry_keeps_completed_work_and_queues_the_failed_and_cancelled_tasks() 
     assert run(run_id)["status"] == "failed"
     before = {(t["step_slug"], t["task_index"]): t for t in tasks(run_id)}
     assert before[("pages", 2)]["status"] == "cancelled"
-    backdate_started(run_id, "pages", 3600, task_index=2)  # the cancelled claim is long dead
-
     assert _retry(run_id) == 2
     after = {(t["step_slug"], t["task_index"]): t for t in tasks(run_id)}
     assert run(run_id)["status"] == "started" and run(run_id)["error_message"] is None
@@ -54,16 +51,21 @@ def test_retry_keeps_completed_work_and_queues_the_failed_and_cancelled_tasks() 
     assert after[("pages", 0)] == before[("pages", 0)], "completed task untouched"
     for index in (1, 2):
         task = after[("pages", index)]
-        assert (task["status"], task["attempts_count"], task["error_message"]) == ("queued", 0, None)
+        assert (task["status"], task["attempts_count"], task["error_message"]) == ("queued", 1, None)
         assert task["message_id"] != before[("pages", index)]["message_id"]
-    assert len(before[("pages", 1)]["attempt_errors"]) == 1
-    assert after[("pages", 1)]["attempt_errors"] == [], "a new attempt history"
+        assert [e["attempt"] for e in task["attempt_errors"]] == [1], "every attempt has its outcome"
+    assert after[("pages", 1)]["attempt_errors"] == before[("pages", 1)]["attempt_errors"]
+    assert before[("pages", 2)]["attempt_errors"] == []
+    assert "ocr crashed" in after[("pages", 2)]["attempt_errors"][0]["error"], (
+        "the attempt the failure cut short"
+    )
+    assert [after[("pages", i)]["attempts_base"] for i in (0, 1, 2)] == [0, 1, 1]
     assert states(run_id)["pages"]["status"] == "started" and states(run_id)["pages"]["remaining_tasks"] == 2
     assert states(run_id)["summary"]["status"] == "created"
     assert live_ids("rt") == {after[("pages", 1)]["message_id"], after[("pages", 2)]["message_id"]}
 
     again = claim("rt", step_slug="pages")
-    assert [(r["task_index"], r["attempt"], r["input"]) for r in again] == [(1, 1, 11), (2, 1, 12)]
+    assert [(r["task_index"], r["attempt"], r["input"]) for r in again] == [(1, 2, 11), (2, 2, 12)]
     for rec in again:
         assert complete(rec, f"p{rec['task_index']}") == "completed"
     (summary,) = claim("rt", step_slug="summary")
@@ -81,19 +83,32 @@ def test_retry_of_a_run_that_is_not_failed_is_refused() -> None:
     assert "does not exist" in db_error("select pgflow.retry_run(gen_random_uuid())")
 
 
-def test_retry_waits_for_a_cancelled_claim_to_be_dead() -> None:
-    """A task cancelled while claimed may still run in its worker until timeout + 30 s: refused."""
+def test_a_worker_still_running_a_cancelled_claim_can_never_complete_the_retry() -> None:
+    """Attempt numbers continue, so the old claim's report is stale before and after the new claim."""
     make_flow("rt_c", step("a"), timeout=5)
     run_id = start("rt_c")
     (rec,) = claim("rt_c")
     assert val("select pgflow.cancel_run(%s) as value", [run_id]) == "cancelled"
-    assert "a worker may still be running" in db_error("select pgflow.retry_run(%s)", [run_id])
-    assert run(run_id)["status"] == "failed", "nothing changed"
-    backdate_started(run_id, "a", 36)
     assert _retry(run_id) == 1
-    # the old claim reports late: attempt 1 of a task that is queued again is stale
-    assert complete(rec, "late") != "completed"
+    assert complete(rec, "late") != "completed", "stale while queued again"
     (again,) = claim("rt_c")
-    assert again["attempt"] == 1
+    assert again["attempt"] == 2
+    assert complete(rec, "late") != "completed", "stale while the retried attempt runs"
     assert complete(again, "fresh") == "completed"
     assert q("select output from pgflow.runs where run_id = %s", [run_id])[0]["output"] == {"a": "fresh"}
+
+
+def test_a_retried_task_gets_its_full_attempt_budget_again() -> None:
+    make_flow("rt_x", step("a"), max_attempts=2, base_delay=0)
+    run_id = start("rt_x")
+    for expected in ("retrying", "failed"):
+        (rec,) = claim("rt_x")
+        assert fail(rec, "down", retry_delay=0) == expected
+    assert _retry(run_id) == 1
+    for attempt, expected in ((3, "retrying"), (4, "failed")):
+        (rec,) = claim("rt_x")
+        assert rec["attempt"] == attempt, "numbering continues"
+        assert fail(rec, "still down", retry_delay=0) == expected, "max_attempts counts from the retry"
+    assert run(run_id)["status"] == "failed"
+    assert [e["attempt"] for e in tasks(run_id)[0]["attempt_errors"]] == [1, 2, 3, 4]
+    assert _retry(run_id) == 1 and tasks(run_id)[0]["attempts_base"] == 4
