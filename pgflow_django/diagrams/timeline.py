@@ -22,6 +22,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.html import escape
 
 from pgflow_django.models import Run, Step, StepState, StepTask
+from pgflow_django.recorded_errors import read_error
 
 LABEL_WIDTH = 200
 ROW_HEIGHT = 24
@@ -168,7 +169,12 @@ def _failures(run: Run) -> dict[str, list[Failure]]:
             if at is None:
                 continue
             found.setdefault(step_slug, []).append(
-                Failure(at, int(error.get("attempt") or 0), task_index, str(error.get("error") or ""))
+                Failure(
+                    at,
+                    int(error.get("attempt") or 0),
+                    task_index,
+                    read_error(str(error.get("error") or "")).summary,
+                )
             )
     return found
 
