@@ -172,12 +172,16 @@ def test_run_page_dag_fits_shows_status_and_links_to_tasks(
 
 
 def test_fifty_steps_in_ten_columns_fit_at_1400_px(console: Any, live_server: Any, flows: None) -> None:
+    from selenium.webdriver.common.by import By
+
     visit(console, f"{live_server.url}/admin/pgflow/flow/{WIDE}/change/", "flow-fifty-steps")
     geometry = check_dag(console, "fifty-steps-dag")
     assert len(geometry["steps"]) == 50
     assert geometry["scale"] >= 0.7, "scaled to fit, the labels keep most of their size"
     visit(console, f"{live_server.url}/admin/pgflow/flow/{DOCUMENT}/change/", "flow-page")
     assert check_dag(console, "flow-dag")["scale"] == pytest.approx(1.0)
+    table = console.find_element(By.CSS_SELECTOR, "table.pgflow-steps")
+    assert table.rect["x"] + table.rect["width"] <= WIDTH, "the steps table fits the window"
 
 
 def test_lists_show_status_without_scrolling(console: Any, live_server: Any, flows: None) -> None:
