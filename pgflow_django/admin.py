@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection, models, transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
@@ -57,10 +57,31 @@ class ReadOnlyAdminMixin:
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        """Every concrete field, times shown to the second (Django's own format stops at minutes)."""
         admin_self: Any = self
-        fields = [f.name for f in admin_self.model._meta.concrete_fields if f.name != "pk"]
+        fields = [
+            _to_the_second(f) if isinstance(f, models.DateTimeField) else f.name
+            for f in admin_self.model._meta.concrete_fields
+            if f.name != "pk"
+        ]
         return [*fields, *admin_self.readonly_fields]
+
+    def get_exclude(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        """The raw time fields, shown to the second by ``get_readonly_fields`` instead."""
+        admin_self: Any = self
+        times = [
+            f.name for f in admin_self.model._meta.concrete_fields if isinstance(f, models.DateTimeField)
+        ]
+        return [*(admin_self.exclude or ()), *times]
+
+
+def _to_the_second(field: models.DateTimeField[Any, Any]) -> Callable[[Any], str]:
+    def show(obj: Any) -> str:
+        return when(getattr(obj, field.name))
+
+    show.__name__ = field.name
+    return admin.display(description=str(field.verbose_name))(show)
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], css_class: str) -> SafeString:

@@ -105,3 +105,16 @@ def test_stopped_workers_are_hidden_until_asked_for(admin_client: Client) -> Non
     assert str(stopped) in shown and str(live) not in shown
     both = page(admin_client, "/admin/pgflow/worker/", state="all")
     assert str(live) in both and str(stopped) in both
+
+
+def test_change_pages_show_times_to_the_second_once(admin_client: Client) -> None:
+    compile_flow(commands_flows.greet)
+    run_id = start_flow("cmd_greet", {"name": "ada"})
+    html = page(admin_client, reverse("admin:pgflow_run_change", args=[run_id]))
+    started = re.search(
+        r'<div class="form-row field-started_at">.*?<div class="readonly">([^<]*)</div>', html, re.S
+    )
+    assert started and SECONDS.fullmatch(started[1].strip()), started
+    assert html.count("field-started_at") == 1 and html.count("field-completed_at") == 1
+    flow = page(admin_client, reverse("admin:pgflow_flow_change", args=["cmd_greet"]))
+    assert flow.count("field-created_at") == 1
