@@ -17,16 +17,17 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.db import DatabaseError, connection, transaction
-from django.db.models import QuerySet
+from django.db import DatabaseError, connection, models, transaction
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from pgflow_django import dag, queries
-from pgflow_django.client import CancelResult, RunNotFound, cancel_run
+from pgflow_django import admin_dashboard, admin_lists, dag, operations, queries
+from pgflow_django.admin_lists import clock, short_id, took, when
+from pgflow_django.client import CancelResult, RetryRefused, RunNotFound, cancel_run, retry_run
 from pgflow_django.models import Dep, Flow, Run, Schedule, Step, StepState, StepTask, Worker
 from pgflow_django.recorded_errors import read_error
 from pgflow_django.schedules.admin import ScheduleAdmin
@@ -44,7 +45,10 @@ else:  # ModelAdmin is not subscriptable at run time
 
 
 class ReadOnlyAdminMixin:
-    """No add, change or delete; every field read-only."""
+    """No add, change or delete; every field read-only; the pgflow admin stylesheet."""
+
+    class Media:
+        css = {"all": (admin_lists.CSS,)}
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -55,10 +59,31 @@ class ReadOnlyAdminMixin:
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        """Every concrete field, times shown to the second (Django's own format stops at minutes)."""
         admin_self: Any = self
-        fields = [f.name for f in admin_self.model._meta.concrete_fields if f.name != "pk"]
+        fields = [
+            _to_the_second(f) if isinstance(f, models.DateTimeField) else f.name
+            for f in admin_self.model._meta.concrete_fields
+            if f.name != "pk"
+        ]
         return [*fields, *admin_self.readonly_fields]
+
+    def get_exclude(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        """The raw time fields, shown to the second by ``get_readonly_fields`` instead."""
+        admin_self: Any = self
+        times = [
+            f.name for f in admin_self.model._meta.concrete_fields if isinstance(f, models.DateTimeField)
+        ]
+        return [*(admin_self.exclude or ()), *times]
+
+
+def _to_the_second(field: models.DateTimeField[Any, Any]) -> Callable[[Any], str]:
+    def show(obj: Any) -> str:
+        return when(getattr(obj, field.name))
+
+    show.__name__ = field.name
+    return admin.display(description=str(field.verbose_name))(show)
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], css_class: str) -> SafeString:
@@ -74,6 +99,24 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], css_class: str
     return format_html(
         '<table class="{}"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>', css_class, head, body
     )
+
+
+def _diagram(svg: str) -> SafeString:
+    """An SVG drawn by :mod:`pgflow_django.dag` (every text in it escaped), in a container it fits."""
+    return format_html('<div class="pgflow-diagram">{}</div>', mark_safe(svg))
+
+
+def _move_after(fields: Sequence[Any], anchor: str, name: str) -> list[Any]:
+    rest = [field for field in fields if field != name]
+    at = rest.index(anchor) + 1 if anchor in rest else 0
+    return [*rest[:at], name, *rest[at:]]
+
+
+def _effective(own: int | None, default: int | None) -> str:
+    """A step option as it applies: the step's own value, or the flow's marked as such."""
+    if own is not None:
+        return str(own)
+    return f"{default} (flow)" if default is not None else "-"
 
 
 def _error_html(text: str | None) -> SafeString | None:
@@ -92,11 +135,50 @@ def _error_html(text: str | None) -> SafeString | None:
 
 @admin.register(Flow)
 class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
-    list_display = ("flow_slug", "routing", "step_count", "opt_max_attempts", "opt_timeout", "created_at")
-    list_filter = ("queue_mode",)
+    list_display = ("flow_slug", "routing", "step_count", "opt_max_attempts", "opt_timeout", "created")
+    list_filter = (admin_lists.FlowKindFilter, "queue_mode")
     search_fields = ("flow_slug",)
     ordering = ("flow_slug",)
     readonly_fields = ("routing", "dag_picture", "steps_table")
+    exclude = ("queue_mode",)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        """The DAG right after the slug: the picture is what the page is for."""
+        return _move_after(super().get_fields(request, obj), "flow_slug", "dag_picture")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        """One queue mode row: the readable ``routing`` in place of the raw column."""
+        fields = super().get_readonly_fields(request, obj)
+        return [name for name in fields if name != "queue_mode"]
+
+    actions = ("pause_flows", "resume_flows")
+
+    def has_pause_flows_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.has_perm("pgflow.pause_flow")
+
+    @admin.action(description="Pause the workers of selected flows", permissions=["pause_flows"])
+    def pause_flows(self, request: HttpRequest, queryset: QuerySet[Flow]) -> None:
+        who = request.user.get_username()
+        for flow in queryset.order_by("flow_slug"):
+            pause = operations.pause(flow.flow_slug, detail=f"paused in the admin by {who}")
+            text = f"Paused flow {flow.flow_slug} ({pause.reason}): its workers stop at their next heartbeat."
+            self.log_change(request, flow, text)
+            self.message_user(request, text, messages.SUCCESS)
+
+    @admin.action(description="Resume the workers of selected flows", permissions=["pause_flows"])
+    def resume_flows(self, request: HttpRequest, queryset: QuerySet[Flow]) -> None:
+        for flow in queryset.order_by("flow_slug"):
+            cleared = operations.resume(flow.flow_slug)
+            if cleared is None:
+                self.message_user(request, f"Flow {flow.flow_slug} was not paused.", messages.WARNING)
+                continue
+            text = f"Resumed flow {flow.flow_slug} (cleared its {cleared.reason} pause)."
+            self.log_change(request, flow, text)
+            self.message_user(request, text, messages.SUCCESS)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: Flow) -> str:
+        return when(obj.created_at)
 
     @admin.display(description="queue mode", ordering="queue_mode")
     def routing(self, obj: Flow) -> str:
@@ -108,7 +190,7 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
 
     @admin.display(description="DAG")
     def dag_picture(self, obj: Flow) -> SafeString:
-        return mark_safe(dag.flow_svg(obj))
+        return _diagram(dag.flow_svg(obj))
 
     @admin.display(description="steps")
     def steps_table(self, obj: Flow) -> SafeString:
@@ -122,8 +204,10 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
                 step.step_type,
                 step.queue_name,
                 ", ".join(deps.get(step.step_slug, [])) or "-",
-                f"max_attempts={step.opt_max_attempts} base_delay={step.opt_base_delay} "
-                f"timeout={step.opt_timeout} start_delay={step.opt_start_delay}",
+                f"max_attempts={_effective(step.opt_max_attempts, obj.opt_max_attempts)} "
+                f"base_delay={_effective(step.opt_base_delay, obj.opt_base_delay)} "
+                f"timeout={_effective(step.opt_timeout, obj.opt_timeout)} "
+                f"start_delay={_effective(step.opt_start_delay, 0)}",
                 step.when_unmet,
                 step.when_exhausted,
             )
@@ -140,23 +224,45 @@ def _rerun(run_id: uuid.UUID) -> Any:
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
-    list_display = ("run_id", "flow", "status", "started_at", "completed_at", "failed_at")
+    list_display = ("short_run", "flow", "status", "started", "finished", "duration")
+    list_display_links = ("short_run",)
     list_filter = ("status", "flow")
     search_fields = ("run_id",)
     date_hierarchy = "started_at"
     ordering = ("-started_at",)
-    readonly_fields = ("dag_picture", "step_states_table", "tasks_link")
+    readonly_fields = ("dag_picture", "timeline_picture", "step_states_table", "tasks_link")
     exclude = ("error_message",)
-    actions = ("cancel_runs", "rerun_runs")
+    actions = ("cancel_runs", "retry_runs", "rerun_runs")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         """The run's error shown as ``ExceptionClass: message`` (with its traceback collapsed)."""
         fields = super().get_readonly_fields(request, obj)
         return ["error" if name == "error_message" else name for name in fields]
 
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        """The DAG right after the status, above the run's input and output, which can be long."""
+        fields = _move_after(super().get_fields(request, obj), "status", "dag_picture")
+        return _move_after(fields, "dag_picture", "timeline_picture")
+
+    @admin.display(description="run", ordering="run_id")
+    def short_run(self, obj: Run) -> SafeString | str:
+        return short_id(obj.run_id)
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Run) -> str:
+        return when(obj.started_at)
+
+    @admin.display(description="finished")
+    def finished(self, obj: Run) -> str:
+        return when(obj.completed_at or obj.failed_at)
+
+    @admin.display(description="duration")
+    def duration(self, obj: Run) -> str:
+        return took(obj.started_at, obj.completed_at or obj.failed_at)
+
     @admin.display(description="error message")
-    def error(self, obj: Run) -> SafeString | None:
-        return _error_html(obj.error_message)
+    def error(self, obj: Run) -> SafeString | str:
+        return _error_html(obj.error_message) or "-"
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Run], search_term: str
@@ -170,13 +276,21 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
             return queryset.none(), False
 
     def has_cancel_runs_permission(self, request: HttpRequest) -> bool:
-        return request.user.is_active and request.user.is_superuser
+        return request.user.is_active and request.user.has_perm("pgflow.cancel_run")
 
-    has_rerun_runs_permission = has_cancel_runs_permission
+    def has_rerun_runs_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.has_perm("pgflow.rerun_run")
+
+    def has_retry_runs_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.has_perm("pgflow.retry_run")
 
     @admin.display(description="DAG")
     def dag_picture(self, obj: Run) -> SafeString:
-        return mark_safe(dag.run_svg(obj))
+        return _diagram(dag.run_svg(obj))
+
+    @admin.display(description="timeline")
+    def timeline_picture(self, obj: Run) -> SafeString:
+        return _diagram(dag.run_timeline_svg(obj))
 
     @admin.display(description="step states")
     def step_states_table(self, obj: Run) -> SafeString:
@@ -196,8 +310,11 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
                 s.remaining_deps,
                 s.skip_reason,
                 _error_html(s.error_message),
-                s.started_at,
-                s.completed_at or s.failed_at or s.skipped_at,
+                when(s.started_at),
+                when(s.completed_at or s.failed_at or s.skipped_at),
+                took(s.started_at, s.completed_at or s.failed_at or s.skipped_at)
+                if s.started_at and s.status != "cancelled"
+                else "-",
             )
             for s in (states[slug] for slug in order if slug in states)
         ]
@@ -211,6 +328,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
             "error",
             "started",
             "finished",
+            "duration",
         )
         return _table(headers, rows, "pgflow-step-states")
 
@@ -230,7 +348,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         for run in queryset.order_by("started_at"):
             try:
                 result = call(run.run_id)
-            except (DatabaseError, RunNotFound) as error:
+            except (DatabaseError, RunNotFound, RetryRefused) as error:
                 skipped += 1
                 self.message_user(request, f"Run {run.run_id}: {error}".strip(), messages.ERROR)
                 continue
@@ -254,6 +372,17 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
 
         self._act(request, queryset, cancel_run, describe)
 
+    @admin.action(description="Retry selected failed runs from where they failed", permissions=["retry_runs"])
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        def describe(run: Run, queued: int) -> tuple[bool, str]:
+            failure = read_error(run.error_message).summary if run.error_message else "no error recorded"
+            return True, (
+                f"Retried run {run.run_id} via pgflow.retry_run ({queued} tasks queued again); "
+                f"it had failed with: {failure}"
+            )
+
+        self._act(request, queryset, retry_run, describe)
+
     @admin.action(description="Re-run selected finished runs", permissions=["rerun_runs"])
     def rerun_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         def describe(run: Run, result: Any) -> tuple[bool, str]:
@@ -269,6 +398,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         view = self.admin_site.admin_view(tasks.changelist_view)
         return [
             path("tasks/", view, name="pgflow_steptask_changelist"),
+            path("dashboard/", admin_dashboard.dashboard_view(self.admin_site), name="pgflow_dashboard"),
             *super().get_urls(),
         ]
 
@@ -278,23 +408,18 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
 
     list_display = (
         "run_link",
-        "flow",
         "step_slug",
         "task_index",
-        "queue_name",
-        "message_id_text",
         "status",
-        "attempts_count",
-        "last_worker_id",
-        "queued_at",
-        "started_at",
-        "completed_at",
-        "failed_at",
+        "attempts",
+        "queued",
+        "duration",
+        "worker",
+        "message_id_text",
     )
     list_display_links = None
     list_filter = ("status", "flow", "queue_name", "step_slug")
     search_fields = ("run_id", "message_id", "queue_name")
-    ordering = ("-queued_at", "run_id", "step_slug", "task_index")
     actions = None
     list_per_page = 100
 
@@ -304,6 +429,20 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
             and request.user.is_staff
             and (request.user.has_perm("pgflow.view_run") or request.user.has_perm("pgflow.view_steptask"))
         )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[StepTask]:
+        """Each task's step position in its flow, so a run's tasks list in step order, then index."""
+        position = Step.objects.filter(flow_id=OuterRef("flow_id"), step_slug=OuterRef("step_slug"))
+        tasks = StepTask.objects.annotate(step_position=Subquery(position.values("step_index")))
+        return tasks.order_by(*self.get_ordering(request))
+
+    def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
+        """One run's tasks (searched by run id) by step then index; all tasks newest first."""
+        try:
+            uuid.UUID(request.GET.get("q", "").strip())
+        except ValueError:
+            return ("-queued_at", "run_id", "step_position", "task_index")
+        return ("step_position", "task_index")
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[StepTask], search_term: str
@@ -322,9 +461,25 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
         return queryset.filter(queue_name=term.lower()), False
 
     @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: StepTask) -> SafeString:
-        url = reverse("admin:pgflow_run_change", args=[obj.run_id])
-        return format_html('<a href="{}">{}</a>', url, obj.run_id)
+    def run_link(self, obj: StepTask) -> SafeString | str:
+        return short_id(obj.run_id, reverse("admin:pgflow_run_change", args=[obj.run_id]))
+
+    @admin.display(description="attempts", ordering="attempts_count")
+    def attempts(self, obj: StepTask) -> int:
+        return obj.attempts_count
+
+    @admin.display(description="queued", ordering="queued_at")
+    def queued(self, obj: StepTask) -> SafeString | str:
+        return clock(obj.queued_at)
+
+    @admin.display(description="duration")
+    def duration(self, obj: StepTask) -> str:
+        """From claim to completion or failure (running time so far while it runs)."""
+        return took(obj.started_at, obj.completed_at or obj.failed_at)
+
+    @admin.display(description="worker", ordering="last_worker_id")
+    def worker(self, obj: StepTask) -> SafeString | str:
+        return short_id(obj.last_worker_id)
 
     @admin.display(description="message id", ordering="message_id")
     def message_id_text(self, obj: StepTask) -> str:
@@ -340,19 +495,31 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
 @admin.register(Worker)
 class WorkerAdmin(ReadOnlyAdminMixin, _WorkerAdmin):
     list_display = (
-        "worker_id",
+        "short_worker",
         "queue_name",
         "function_name",
         "heartbeat_age",
         "paused",
-        "started_at",
-        "stopped_at",
-        "deprecated_at",
+        "started",
+        "stopped",
     )
-    list_filter = ("queue_name", "function_name")
+    list_display_links = ("short_worker",)
+    list_filter = (admin_lists.WorkerStateFilter, "queue_name", "function_name")
     search_fields = ("queue_name", "function_name")
     ordering = ("-last_heartbeat_at",)
     readonly_fields = ("heartbeat_age", "paused")
+
+    @admin.display(description="worker", ordering="worker_id")
+    def short_worker(self, obj: Worker) -> SafeString | str:
+        return short_id(obj.worker_id)
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Worker) -> str:
+        return when(obj.started_at)
+
+    @admin.display(description="stopped", ordering="stopped_at")
+    def stopped(self, obj: Worker) -> str:
+        return when(obj.stopped_at or obj.deprecated_at)
 
     @admin.display(description="heartbeat age", ordering="-last_heartbeat_at")
     def heartbeat_age(self, obj: Worker) -> str:

@@ -258,6 +258,35 @@ def cancel_run(run_id: uuid.UUID | str, *, reason: str | None = None, using: str
     return CancelResult(run_id=key, cancelled=False, status=cast(RunStatus, outcome))
 
 
+class RetryRefused(RuntimeError):
+    """``pgflow.retry_run`` refused the run (it is not failed, or it failed outside its tasks); the
+    message says why and what to do."""
+
+
+_NOT_RETRYABLE = "55000"
+
+
+def retry_run(run_id: uuid.UUID | str, *, using: str = "default") -> int:
+    """Continue a failed or cancelled run from where it failed (``pgflow.retry_run``): completed work
+    is kept, failed and cancelled tasks are queued again, their attempt numbers continuing (a task
+    that had used all its attempts gets one more). Returns how many
+    tasks were queued; ``RunNotFound`` for an unknown id, ``RetryRefused`` when the run cannot be
+    retried now (nothing changed then)."""
+    key = _as_uuid(run_id)
+    try:
+        with transaction.atomic(using=using), connections[using].cursor() as cursor:
+            return int(queries.value(cursor, queries.RETRY_RUN, [key]))
+    except DatabaseError as exc:
+        cause = exc.__cause__
+        state = getattr(cause, "sqlstate", None)
+        if state == _NO_DATA_FOUND:
+            raise _run_not_found(key) from None
+        if state == _NOT_RETRYABLE:
+            primary = getattr(getattr(cause, "diag", None), "message_primary", None)
+            raise RetryRefused(str(primary or exc)) from None
+        raise
+
+
 def wait_for_run(
     run_id: uuid.UUID | str, timeout: float = 60.0, poll: float = 0.2, *, using: str = "default"
 ) -> RunView:

@@ -167,6 +167,7 @@ class Flow(ReadOnlyModel):
         managed = False
         db_table = 'pgflow"."flows'
         constraints = [models.UniqueConstraint(Lower("flow_slug"), name="flows_slug_lower_key")]
+        permissions = [("pause_flow", "Can pause and resume a flow's workers")]
 
     def __str__(self) -> str:
         return self.flow_slug
@@ -316,6 +317,11 @@ class Run(ReadOnlyModel):
             models.Index(fields=["flow", "status"], name="runs_flow_status_idx"),
             models.Index(fields=["started_at"], name="runs_started_at_idx"),
         ]
+        permissions = [
+            ("cancel_run", "Can cancel a started run"),
+            ("rerun_run", "Can start a new run of a finished run's flow and input"),
+            ("retry_run", "Can retry a failed run from where it failed"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.flow_id}/{self.run_id}"
@@ -372,6 +378,8 @@ class StepTask(ReadOnlyModel):
     failed_at = models.DateTimeField(null=True)
     queue_name = models.TextField()
     attempt_errors = models.JSONField(default=list)
+    attempts_base = models.IntegerField(default=0)
+    """Attempts made before the run's last retry (``pgflow.retry_run``); max_attempts counts after it."""
 
     class Meta:
         managed = False

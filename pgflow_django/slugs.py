@@ -18,6 +18,11 @@ MAX_SLUG_LENGTH: Final = 128
 MAX_FLOW_SLUG_LENGTH: Final = 47
 """PGMQ refuses queue names longer than this, and a flow's queue is named after its slug."""
 RESERVED_SLUGS: Final = frozenset({"run"})
+TASK_STEP_SLUG: Final = "call"
+"""The one step of the flow that runs a Django task (``pgflow_django.tasks``)."""
+TASK_SLUG_DIGEST_CHARS: Final = 8
+"""Hex digits of the hash that ends a Django task's flow slug (unique per function and queue)."""
+TASK_FLOW_SLUG_REGEX: Final = rf"_[0-9a-f]{{{TASK_SLUG_DIGEST_CHARS}}}$"
 
 _SLUG_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _BAD_CHAR_RE: Final = re.compile(r"[^A-Za-z0-9_]")
@@ -140,6 +145,6 @@ def task_flow_slug(module_path: str, queue_name: str) -> str:
     readable = re.sub(r"[^a-z0-9]+", "_", module_path.lower()).strip("_") or "task"
     if readable[0].isdigit():
         readable = f"t_{readable}"
-    digest = hashlib.sha256(f"{module_path}|{queue_name}".encode()).hexdigest()[:8]
+    digest = hashlib.sha256(f"{module_path}|{queue_name}".encode()).hexdigest()[:TASK_SLUG_DIGEST_CHARS]
     head = readable[: MAX_FLOW_SLUG_LENGTH - len(digest) - 1].rstrip("_")
     return f"{head}_{digest}"

@@ -31,7 +31,7 @@ from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, RoutedFlow, route_flow
 from pgflow_django.encoding import OutputNotSerialisable, clean_text, encode_output
 from pgflow_django.recorded_errors import ERROR_PREFIX, MAX_ERROR_LENGTH
-from pgflow_django.slugs import shared_queue_problem, task_flow_slug
+from pgflow_django.slugs import TASK_STEP_SLUG, shared_queue_problem, task_flow_slug
 from pgflow_django.worker.context import TaskContext as StepContext
 
 
@@ -79,7 +79,7 @@ def _load_framework() -> tuple[str, Any]:
 FRAMEWORK, tasks_api = _load_framework()
 """Which framework is in use (``django.tasks`` or ``django_tasks``) and its classes and signals."""
 
-STEP_SLUG: Final = "call"
+STEP_SLUG: Final = TASK_STEP_SLUG
 """The one step of every task flow."""
 MAX_TRACEBACK: Final = 8000
 """Characters of traceback kept per failed attempt (the engine stores at most 10,000 per error)."""

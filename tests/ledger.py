@@ -252,7 +252,7 @@ def find_violations(
         "from pgflow.step_tasks as t "
         "join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug "
         "join pgflow.flows as f on f.flow_slug = t.flow_slug "
-        "where t.attempts_count > coalesce(s.opt_max_attempts, f.opt_max_attempts) "
+        "where t.attempts_count - t.attempts_base > coalesce(s.opt_max_attempts, f.opt_max_attempts) "
         "   or (t.status = 'completed' and t.attempts_count < 1)",
     ):
         problems.append(f"task {run_id}/{step_slug}/{index} has {attempts} attempts (max_attempts {limit})")

@@ -1,9 +1,13 @@
-"""The DAG picture: layers by dependency depth, one arrow per dependency, every text escaped."""
+"""The DAG picture: layered layout, crossings reduced, no edge behind a box, every text escaped."""
 
 from __future__ import annotations
 
+import pytest
+
 from pgflow_django import dag
 from pgflow_django.dag import Node
+from pgflow_django.diagrams import layered
+from tests.diagram_geometry import Rect, edges_behind_boxes, layered_dag, parse_svg, segment_hits_rect
 
 
 def diamond() -> list[Node]:
@@ -16,29 +20,84 @@ def diamond() -> list[Node]:
     ]
 
 
-def test_columns_by_dependency_depth_in_definition_order() -> None:
-    placed = dag.layout(diamond())
-    assert placed.columns == [["a", "e"], ["b", "c"], ["d"]]
-    ax, _ = placed.positions["a"]
-    bx, by = placed.positions["b"]
-    cx, cy = placed.positions["c"]
-    dx, _ = placed.positions["d"]
-    assert ax < bx == cx < dx
-    assert by < cy
-    assert placed.positions["e"][0] == ax
+def document_flow() -> list[Node]:
+    """The shape the old straight-line drawing got wrong: ``load -> detect_language`` skips a layer."""
+    return [
+        Node("load"),
+        Node("split_pages", deps=("load",)),
+        Node("ocr_page", deps=("split_pages",)),
+        Node("detect_language", deps=("load", "ocr_page")),
+        Node("summarise", deps=("detect_language", "ocr_page")),
+        Node("index", deps=("summarise",)),
+        Node("notify", deps=("index", "load")),
+    ]
 
 
-def test_depth_is_the_longest_path_not_the_shortest() -> None:
-    nodes = [Node("a"), Node("b", deps=("a",)), Node("c", deps=("a", "b"))]
-    assert dag.depths(nodes) == {"a": 0, "b": 1, "c": 2}
+def random_flow(seed: int, steps: int = 50, columns: int = 10) -> list[Node]:
+    return [Node(slug, deps=deps) for slug, deps in layered_dag(seed, steps, columns)]
 
 
-def test_one_arrow_per_dependency() -> None:
-    svg = dag.render_svg(diamond())
-    assert svg.count('class="pgflow-edge"') == 4
-    assert 'data-from="b" data-to="d"' in svg
-    assert svg.count('class="pgflow-step') == 5
-    assert svg.startswith("<svg") and svg.endswith("</svg>")
+def test_layers_by_longest_path_in_definition_order() -> None:
+    placed = dag.arrange(diamond()).placed
+    assert [sorted(layer) for layer in placed.layers] == [["a", "e"], ["b", "c"], ["d"]]
+    assert placed.boxes["a"].u < placed.boxes["b"].u == placed.boxes["c"].u < placed.boxes["d"].u
+    assert layered.layers_of(["a", "b", "c"], {"b": ["a"], "c": ["a", "b"]}) == {"a": 0, "b": 1, "c": 2}
+
+
+def test_a_long_edge_gets_a_lane_in_every_layer_it_crosses() -> None:
+    placed = dag.arrange(document_flow()).placed
+    long_edge = next(e for e in placed.edges if (e.source, e.target) == ("load", "detect_language"))
+    assert len(long_edge.points) == 2 + 2 * 2, "two layers crossed: one lane (two points) in each"
+    lanes = [slug for layer in placed.layers for slug in layer if slug.startswith("\0load\0detect")]
+    assert len(lanes) == 2
+
+
+@pytest.mark.parametrize("nodes", [diamond(), document_flow()], ids=["diamond", "document"])
+def test_no_edge_passes_behind_a_box(nodes: list[Node]) -> None:
+    rects, edges = parse_svg(dag.render_svg(nodes))
+    assert len(rects) == len(nodes)
+    assert len(edges) == sum(len(node.deps) for node in nodes)
+    assert edges_behind_boxes(rects, edges) == []
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fifty_steps_in_ten_columns_draw_no_edge_behind_a_box(seed: int) -> None:
+    nodes = random_flow(seed)
+    svg = dag.render_svg(nodes)
+    rects, edges = parse_svg(svg)
+    assert len(rects) == 50
+    assert edges_behind_boxes(rects, edges) == []
+    for a in rects:
+        for b in rects:
+            apart = (
+                a.x + a.width <= b.x or b.x + b.width <= a.x or a.y + a.height <= b.y or b.y + b.height <= a.y
+            )
+            assert a is b or apart, f"{a.slug} overlaps {b.slug}"
+    width = int(svg.split('data-width="', 1)[1].split('"', 1)[0])
+    assert width <= 1.4 * dag.FIT_WIDTH, "scaled to fit, the text keeps most of its size"
+
+
+def test_crossing_reduction_untangles_a_crossed_definition_order() -> None:
+    nodes = [Node("a"), Node("b"), Node("x", deps=("b",)), Node("y", deps=("a",))]
+    placed = dag.arrange(nodes).placed
+    assert placed.crossings == 0
+    assert placed.layers[1] == ["y", "x"]
+
+
+def test_the_geometry_check_sees_an_edge_behind_a_box() -> None:
+    box = Rect("middle", 100, 0, 50, 50)
+    assert segment_hits_rect((0, 25), (300, 25), box)
+    assert not segment_hits_rect((0, 60), (300, 60), box)
+    assert edges_behind_boxes([box], [("a", "b", [(0, 25), (300, 25)])]) == ["a -> b behind middle"]
+
+
+def test_a_wide_flow_is_drawn_top_to_bottom_when_that_is_narrower() -> None:
+    chain = [Node(f"s{i}", deps=((f"s{i - 1}",) if i else ())) for i in range(10)]
+    picture = dag.arrange(chain)
+    assert not picture.across
+    assert picture.width < dag.FIT_WIDTH
+    short = dag.arrange(chain[:4])
+    assert short.across
 
 
 def test_empty_flow_renders() -> None:
@@ -46,9 +105,30 @@ def test_empty_flow_renders() -> None:
     assert svg.startswith("<svg") and "pgflow-step" not in svg
 
 
+def test_run_boxes_link_to_their_tasks_and_show_the_duration() -> None:
+    from pgflow_django.models import Step
+
+    steps = [Step(step_slug="a", step_index=0), Step(step_slug="b", step_index=1)]
+    nodes = dag.run_nodes(
+        steps,
+        {"b": ["a"]},
+        {"a": dag.StepProgress("completed", 3, 3, "1.25s"), "b": dag.StepProgress("started", 0, 1, "")},
+        {"a": "/tasks/?q=1&step_slug__exact=a"},
+    )
+    svg = dag.render_svg(nodes)
+    link = '<a href="/tasks/?q=1&amp;step_slug__exact=a">'
+    assert link + '<g class="pgflow-step pgflow-status-completed"' in svg
+    assert ">completed</text>" in svg and "tasks 3/3 \u00b7 1.25s" in svg
+    assert 'data-step="b"' in svg and svg.count("<a href") == 1
+
+
+def test_durations_are_short() -> None:
+    assert [dag.duration_text(s) for s in (0.42, 12.34, 245, 7380)] == ["0.42s", "12.3s", "4m05s", "2h03m"]
+
+
 def test_every_text_is_escaped() -> None:
     nodes = [
-        Node("<script>", lines=('x"><b>',), css_class="<i>"),
+        Node("<script>", lines=('x"><b>',), css_class="<i>", href='"><script>'),
         Node("ok", deps=("<script>",)),
     ]
     svg = dag.render_svg(nodes, legend=[("<queue>", "#fff")], title="<t>")
@@ -56,27 +136,3 @@ def test_every_text_is_escaped() -> None:
     assert "&lt;script&gt;" in svg
     assert "<b>" not in svg and "<i>" not in svg and "<queue>" not in svg and "<t>" not in svg
     assert 'data-from="&lt;script&gt;" data-to="ok"' in svg
-
-
-def test_queue_colours_one_per_queue() -> None:
-    colours = dag.queue_colours(["b", "a", "b", "c"])
-    assert list(colours) == ["a", "b", "c"]
-    assert len(set(colours.values())) == 3
-
-
-def test_run_nodes_carry_status_colour_and_task_counts() -> None:
-    class FakeStep:
-        def __init__(self, slug: str) -> None:
-            self.step_slug = slug
-
-    steps = [FakeStep("first"), FakeStep("second")]
-    nodes = dag.run_nodes(
-        steps,  # type: ignore[arg-type]
-        {"second": ["first"]},
-        {"first": "completed", "second": "started"},
-        {"first": (1, 1), "second": (2, 5)},
-    )
-    assert nodes[0].fill == dag.STATUS_COLOURS["completed"]
-    assert nodes[1].lines == ("started \u00b7 tasks 2/5",)
-    assert nodes[1].css_class == "pgflow-status-started"
-    assert nodes[1].deps == ("first",)

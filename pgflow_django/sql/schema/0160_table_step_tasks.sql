@@ -20,6 +20,8 @@ create table pgflow.step_tasks (
   queue_name text not null constraint step_tasks_queue_name_check check (pgflow.is_valid_queue_name(queue_name)),
   -- one entry per failed attempt: {attempt, worker_id, error, failed_at} (fail_task appends)
   attempt_errors jsonb not null default '[]'::jsonb,
+  -- attempts made before the run's last pgflow.retry_run: max_attempts counts the attempts after it
+  attempts_base integer not null default 0 check (attempts_base >= 0),
   primary key (run_id, step_slug, task_index),
   foreign key (run_id, step_slug) references pgflow.step_states (run_id, step_slug),
   check (status <> 'started' or started_at is not null)

@@ -49,12 +49,12 @@ begin
                                 'error', fail_task.error_message, 'failed_at', clock_timestamp());
   select coalesce(s.opt_max_attempts, f.opt_max_attempts),
          coalesce(fail_task.retry_delay,
-                  least(floor(coalesce(s.opt_base_delay, f.opt_base_delay) * power(2, v_task.attempts_count)), 2147483647)::integer)
+                  least(floor(coalesce(s.opt_base_delay, f.opt_base_delay) * power(2, v_task.attempts_count - v_task.attempts_base)), 2147483647)::integer)
     into v_max_attempts, v_delay
     from pgflow.steps as s join pgflow.flows as f on f.flow_slug = s.flow_slug
    where s.flow_slug = v_task.flow_slug and s.step_slug = v_task.step_slug;
 
-  if v_task.attempts_count < v_max_attempts then
+  if v_task.attempts_count - v_task.attempts_base < v_max_attempts then
     update pgflow.step_tasks as t
        set status = 'queued', error_message = fail_task.error_message, queued_at = clock_timestamp(),
            attempt_errors = t.attempt_errors || jsonb_build_array(v_error)

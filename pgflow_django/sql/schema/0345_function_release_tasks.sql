@@ -34,7 +34,7 @@ begin
        and r.run_id = t.run_id and r.status = 'started'
        and ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
        and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug and f.flow_slug = t.flow_slug
-       and t.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts)
+       and t.attempts_count - t.attempts_base < coalesce(s.opt_max_attempts, f.opt_max_attempts)
     returning t.queue_name, t.message_id, t.run_id, t.step_slug, t.task_index
   )
   select coalesce(jsonb_agg(jsonb_build_object('queue_name', rl.queue_name, 'message_id', rl.message_id,

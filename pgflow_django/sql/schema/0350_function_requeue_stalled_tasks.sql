@@ -38,7 +38,7 @@ begin
 
   with stalled as (
     select t.run_id, t.step_slug, t.task_index, t.queue_name, t.message_id,
-           t.requeued_count < 3 and t.attempts_count < coalesce(s.opt_max_attempts, f.opt_max_attempts) as can_requeue
+           t.requeued_count < 3 and t.attempts_count - t.attempts_base < coalesce(s.opt_max_attempts, f.opt_max_attempts) as can_requeue
       from pgflow.step_tasks as t
       join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
       join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug

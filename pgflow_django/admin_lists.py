@@ -1,0 +1,128 @@
+"""Cells and filters of the admin's lists: short ids, times to the second, durations, and the
+default filters that hide Django task flows and stopped workers until asked for."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Exists, OuterRef, QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from pgflow_django.dag import elapsed
+from pgflow_django.models import Flow, Step, Worker
+from pgflow_django.slugs import TASK_FLOW_SLUG_REGEX, TASK_STEP_SLUG
+
+if TYPE_CHECKING:
+    from django.contrib.admin.filters import _ListFilterChoices
+
+SHORT_ID = 8
+"""Characters of a UUID shown in a list; the rest stays in the page for hover and copy."""
+
+CSS = "pgflow_django/admin.css"
+
+
+def short_id(value: uuid.UUID | str | None, href: str = "") -> SafeString | str:
+    """The first ``SHORT_ID`` characters of an id; hovering shows all of it, copying copies all of it
+    (the rest is in the text, collapsed to zero width by ``admin.css``)."""
+    if value is None:
+        return "-"
+    text = str(value)
+    inner = format_html(
+        '<span class="pgflow-id" title="{}">{}<span class="pgflow-id-rest">{}</span></span>',
+        text,
+        text[:SHORT_ID],
+        text[SHORT_ID:],
+    )
+    return format_html('<a href="{}">{}</a>', href, inner) if href else inner
+
+
+def when(moment: datetime | None) -> str:
+    """A time in the current time zone, to the second."""
+    if moment is None:
+        return "-"
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def clock(moment: datetime | None) -> SafeString | str:
+    """A time to the second, without the date when it is today; the full time on hover."""
+    if moment is None:
+        return "-"
+    local = timezone.localtime(moment)
+    if local.date() != timezone.localdate():
+        return when(moment)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>', local.isoformat(), when(moment), f"{local:%H:%M:%S}"
+    )
+
+
+def took(start: datetime | None, end: datetime | None) -> str:
+    return elapsed(start, end) or "-"
+
+
+def task_flows(queryset: QuerySet[Flow]) -> QuerySet[Flow]:
+    """Flows made for Django tasks: one step named ``call`` and a slug ending in a hash."""
+    call_step = Step.objects.filter(flow_id=OuterRef("flow_slug"), step_slug=TASK_STEP_SLUG)
+    return queryset.filter(Exists(call_step), flow_slug__regex=TASK_FLOW_SLUG_REGEX, queue_mode="routed")
+
+
+class _DefaultingFilter(admin.SimpleListFilter):
+    """A filter whose unselected state is a named default rather than "All"."""
+
+    default_label = ""
+
+    def choices(self, changelist: ChangeList) -> Iterator[_ListFilterChoices]:
+        name = str(self.parameter_name)
+        yield {
+            "selected": self.value() is None,
+            "query_string": changelist.get_query_string(remove=[name]),
+            "display": self.default_label,
+        }
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == str(lookup),
+                "query_string": changelist.get_query_string({name: lookup}),
+                "display": title,
+            }
+
+
+class FlowKindFilter(_DefaultingFilter):
+    """Django task flows (one per task function and queue) would flood the list: shown on request."""
+
+    title = "kind"
+    parameter_name = "kind"
+    default_label = "Workflows"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("tasks", "Django task flows"), ("all", "All flows")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "all":
+            return queryset
+        tasks = task_flows(queryset)
+        if self.value() == "tasks":
+            return tasks
+        return queryset.exclude(flow_slug__in=tasks.values("flow_slug"))
+
+
+class WorkerStateFilter(_DefaultingFilter):
+    """Live workers by default; stopped ones (their rows kept for the record) on request."""
+
+    title = "state"
+    parameter_name = "state"
+    default_label = "Live"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("stopped", "Stopped"), ("all", "All")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Worker]) -> QuerySet[Worker]:
+        if self.value() == "all":
+            return queryset
+        return queryset.filter(stopped_at__isnull=self.value() != "stopped")

@@ -1,0 +1,120 @@
+"""Lists that fit: short ids with the full id kept, times to the second with durations, a run's tasks
+in step then index order, effective step options, one queue mode row, Django task flows and stopped
+workers behind their own filters."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from django.test import Client
+from django.urls import reverse
+
+from pgflow_django import Flow, route_flow, start_flow
+from pgflow_django.compiler import compile_flow
+from pgflow_django.tasks import task_flow_slug
+from tests.integration import commands_flows
+from tests.integration.test_admin import TASKS_URL, page
+from tests.sql import support
+
+SECONDS = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+
+
+def _handler(flow_input: Any) -> Any:
+    return flow_input
+
+
+def test_a_runs_tasks_list_in_step_then_index_order_with_seconds_and_durations(admin_client: Client) -> None:
+    compile_flow(commands_flows.squares)
+    run_id = start_flow("cmd_squares", [10, 11, 12, 13, 14])
+    # queued in the order 4, 1, 3, 0, 2: the list must not follow it
+    for index, seconds in ((4, 5), (1, 4), (3, 3), (0, 2), (2, 1)):
+        support.execute_ok(
+            "update pgflow.step_tasks set queued_at = now() - make_interval(secs => %s)"
+            " where run_id = %s and task_index = %s",
+            [seconds, run_id, index],
+        )
+    records = support.claim("cmd_squares")
+    support.backdate_started(run_id, "square", 2.5, task_index=2)
+    assert support.complete(records[2], 144) == "completed"
+    html = page(admin_client, TASKS_URL, q=str(run_id))
+    indexes = [int(i) for i in re.findall(r'<td class="field-task_index">(\d+)</td>', html)]
+    assert indexes == [0, 1, 2, 3, 4]
+    queued = re.findall(r'<td class="field-queued[^"]*"><time datetime="[^"]+" title="([^"]+)">', html)
+    assert len(queued) == 5 and all(SECONDS.fullmatch(text) for text in queued), queued
+    durations = re.findall(r'<td class="field-duration">([^<]*)</td>', html)
+    assert re.fullmatch(r"2\.\d\ds", durations[2]), durations
+    assert all(d.endswith("s so far") for i, d in enumerate(durations) if i != 2), durations
+    short = str(run_id)[:8]
+    assert f'title="{run_id}">{short}<span class="pgflow-id-rest">{str(run_id)[8:]}</span>' in html
+    assert html.index("field-status") < html.index("field-queued"), "status comes before the times"
+
+
+def test_run_list_shows_short_ids_seconds_and_durations(admin_client: Client) -> None:
+    compile_flow(commands_flows.greet)
+    run_id = start_flow("cmd_greet", {"name": "ada"})
+    support.run_step("cmd_greet", "hello", {"greeting": "hi"})
+    support.run_step("cmd_greet", "shout", "HI")
+    html = page(admin_client, "/admin/pgflow/run/")
+    assert f'title="{run_id}">{str(run_id)[:8]}<' in html
+    started = re.search(r'<td class="field-started">([^<]*)</td>', html)
+    assert started and SECONDS.fullmatch(started[1])
+    duration = re.search(r'<td class="field-duration">([^<]*)</td>', html)
+    assert duration and re.fullmatch(r"\d+\.\d+s", duration[1]), duration
+
+
+def test_flow_page_shows_effective_options_and_one_queue_mode_row(admin_client: Client) -> None:
+    flow = Flow("adm_options", max_attempts=4, base_delay=2, timeout=30)
+    flow.step(slug="own", max_attempts=1, timeout=5)(_handler)
+    flow.step(slug="inherits", depends_on=["own"])(_handler)
+    compile_flow(flow)
+    html = page(admin_client, reverse("admin:pgflow_flow_change", args=["adm_options"]))
+    assert "max_attempts=1 base_delay=2 (flow) timeout=5 start_delay=0 (flow)" in html
+    assert "max_attempts=4 (flow) base_delay=2 (flow) timeout=30 (flow)" in html
+    assert "None" not in html
+    assert html.count("Queue mode") + html.count("queue mode") == 1, "one queue mode row"
+
+
+def test_django_task_flows_have_their_own_filter(admin_client: Client) -> None:
+    compile_flow(commands_flows.greet)
+    slug = task_flow_slug("app.tasks.send_mail", "adm_jobs")
+    task_flow = Flow(slug, timeout=30)
+    task_flow.step(slug="call")(_handler)
+    compile_flow(route_flow(task_flow, queues={"call": "adm_jobs"}))
+    assert slug not in page(admin_client, "/admin/pgflow/flow/")
+    assert "cmd_greet" in page(admin_client, "/admin/pgflow/flow/")
+    tasks = page(admin_client, "/admin/pgflow/flow/", kind="tasks")
+    assert slug in tasks and ">cmd_greet<" not in tasks
+    everything = page(admin_client, "/admin/pgflow/flow/", kind="all")
+    assert slug in everything and "cmd_greet" in everything
+    support.execute_ok("select pgflow.delete_flow_and_data(%s)", [slug])
+
+
+def test_stopped_workers_are_hidden_until_asked_for(admin_client: Client) -> None:
+    live, stopped = uuid.uuid4(), uuid.uuid4()
+    for worker_id in (live, stopped):
+        support.execute_ok(
+            "insert into pgflow.workers (worker_id, queue_name, function_name) values (%s, 'q', 'f')",
+            [worker_id],
+        )
+    support.execute_ok("update pgflow.workers set stopped_at = now() where worker_id = %s", [stopped])
+    default = page(admin_client, "/admin/pgflow/worker/")
+    assert str(live) in default and str(stopped) not in default
+    shown = page(admin_client, "/admin/pgflow/worker/", state="stopped")
+    assert str(stopped) in shown and str(live) not in shown
+    both = page(admin_client, "/admin/pgflow/worker/", state="all")
+    assert str(live) in both and str(stopped) in both
+
+
+def test_change_pages_show_times_to_the_second_once(admin_client: Client) -> None:
+    compile_flow(commands_flows.greet)
+    run_id = start_flow("cmd_greet", {"name": "ada"})
+    html = page(admin_client, reverse("admin:pgflow_run_change", args=[run_id]))
+    started = re.search(
+        r'<div class="form-row field-started_at">.*?<div class="readonly">([^<]*)</div>', html, re.S
+    )
+    assert started and SECONDS.fullmatch(started[1].strip()), started
+    assert html.count("field-started_at") == 1 and html.count("field-completed_at") == 1
+    flow = page(admin_client, reverse("admin:pgflow_flow_change", args=["cmd_greet"]))
+    assert flow.count("field-created_at") == 1
