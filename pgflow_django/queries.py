@@ -1134,6 +1134,105 @@ MARK_REMOVED_FROM_CODE: Final = Query(
 )
 """Pause the declared schedules missing from the code now (a list of the declared names)."""
 
+SCHEDULE_NAMES: Final = Query(
+    "schedule_names", "select schedule_name from pgflow.schedules order by schedule_name", ScheduleNameRow
+)
+
+
+class FireTime(NamedTuple):
+    fire_at: datetime
+
+
+SCHEDULE_FIRE_TIMES: Final = Query(
+    "schedule_fire_times",
+    "select pgflow.schedule_fire_at(%s, u.tick, %s) as fire_at from unnest(%s::timestamptz[]) as u(tick)"
+    " order by 1 limit %s",
+    FireTime,
+)
+"""When some planned ticks of a schedule fire, jitter included (name, jitter, ticks, limit), earliest
+first."""
+
+HAS_SCHEDULES_TABLE: Final = _value(
+    "has_schedules_table", "select to_regclass('pgflow.schedules') is not null as value"
+)
+
+
+class StoredScheduleCheck(NamedTuple):
+    """What the database checks of schedules read of each stored schedule."""
+
+    name: str
+    cron: str
+    timezone: str
+    origin: str
+    flow_slug: str
+    active: bool
+    compiled: bool
+
+
+STORED_SCHEDULE_CHECKS: Final = Query(
+    "stored_schedule_checks",
+    """
+    select s.schedule_name as name, s.cron, s.timezone, s.origin, s.flow_slug,
+           s.enabled and s.paused_reason is null as active,
+           exists (select 1 from pgflow.flows as f where f.flow_slug = s.flow_slug) as compiled
+      from pgflow.schedules as s order by s.schedule_name
+    """,
+    StoredScheduleCheck,
+)
+
+PG_CRON_JOB_LOCK: Final = _value(
+    "pg_cron_job_lock", "select pg_advisory_xact_lock(hashtextextended(%s, 0)) is null as value"
+)
+"""Concurrent syncs of the pg_cron job (deploys running ``migrate`` at once) queue here."""
+
+
+class PgCronState(NamedTuple):
+    extversion: str | None
+    """The installed pg_cron's version; None without the extension."""
+    migrated: bool
+    """Whether pgflow's firing function exists (the job has something to call)."""
+
+
+PG_CRON_STATE: Final = Query(
+    "pg_cron_state",
+    """
+    select (select extversion from pg_extension where extname = 'pg_cron') as extversion,
+           exists (select 1 from pg_proc as p join pg_namespace as n on n.oid = p.pronamespace
+                    where n.nspname = 'pgflow' and p.proname = 'fire_due_schedules') as migrated
+    """,
+    PgCronState,
+)
+PG_CRON_USABLE: Final = _value(
+    "pg_cron_usable",
+    "select has_schema_privilege('cron', 'USAGE') and has_table_privilege('cron.job', 'SELECT') as value",
+)
+"""Whether the current user may see its pg_cron jobs."""
+
+
+class PgCronJob(NamedTuple):
+    jobid: int
+    schedule: str
+    command: str
+    active: bool
+
+
+PG_CRON_JOBS: Final = Query(
+    "pg_cron_jobs",
+    "select jobid, schedule, command, active from cron.job"
+    " where jobname = %s and username = current_user order by jobid",
+    PgCronJob,
+)
+"""The current user's pg_cron jobs of a name, oldest first."""
+
+PG_CRON_UNSCHEDULE: Final = _value("pg_cron_unschedule", "select cron.unschedule(%s::bigint) as value")
+PG_CRON_ALTER_JOB: Final = _value(
+    "pg_cron_alter_job",
+    "select cron.alter_job(%s::bigint, schedule => %s, command => %s, active => true) is null as value",
+)
+"""Set a job's schedule and command and make it active (job id, schedule, command)."""
+PG_CRON_SCHEDULE: Final = _value("pg_cron_schedule", "select cron.schedule(%s, %s, %s) as value")
+"""Register a pg_cron job (name, schedule, command); its job id."""
+
 
 # -- the testing toolkit (pgflow_django.testing) ---------------------------------------------------------
 

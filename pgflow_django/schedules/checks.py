@@ -16,6 +16,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 
+from pgflow_django import queries
 from pgflow_django.schedules.cron import InvalidSchedule, check_cron, check_timezone
 from pgflow_django.schedules.definition import ScheduleSpec
 
@@ -89,27 +90,19 @@ def check_stored_schedules(
 def _stored(alias: str) -> list[checks.CheckMessage]:
     try:
         with connections[alias].cursor() as cursor:
-            cursor.execute("select to_regclass('pgflow.schedules') is not null")
-            if not cursor.fetchone()[0]:
+            if not queries.value(cursor, queries.HAS_SCHEDULES_TABLE):
                 return []  # not migrated: pgflow.W001
-            cursor.execute(
-                """
-                select s.schedule_name, s.cron, s.timezone, s.origin, s.flow_slug,
-                       s.enabled and s.paused_reason is null,
-                       exists (select 1 from pgflow.flows as f where f.flow_slug = s.flow_slug)
-                  from pgflow.schedules as s order by s.schedule_name
-                """
-            )
-            rows = cursor.fetchall()
+            rows = queries.fetch_all(cursor, queries.STORED_SCHEDULE_CHECKS)
     except DatabaseError:
         return []  # pgflow.E009 reports a database that cannot be inspected
     specs, _ = _declared()
     declared = {spec.name for spec in specs or ()}
     messages: list[checks.CheckMessage] = []
-    for name, cron, timezone, origin, flow_slug, active, compiled in rows:
+    for row in rows:
+        name, flow_slug = row.name, row.flow_slug
         try:
-            check_cron(cron)
-            check_timezone(timezone)
+            check_cron(row.cron)
+            check_timezone(row.timezone)
         except InvalidSchedule as exc:
             messages.append(
                 checks.Error(
@@ -119,7 +112,7 @@ def _stored(alias: str) -> list[checks.CheckMessage]:
                     id="pgflow.E032",
                 )
             )
-        if origin == "runtime" and name in declared:
+        if row.origin == "runtime" and name in declared:
             messages.append(
                 checks.Error(
                     f"database {alias!r}: schedule {name!r} is declared in code, but a runtime schedule has "
@@ -129,7 +122,7 @@ def _stored(alias: str) -> list[checks.CheckMessage]:
                     id="pgflow.E033",
                 )
             )
-        if active and not compiled:
+        if row.active and not row.compiled:
             messages.append(
                 checks.Warning(
                     f"database {alias!r}: schedule {name!r} starts flow {flow_slug!r}, which is not compiled "

@@ -20,6 +20,8 @@ from typing import Final, Literal, TypeAlias
 
 from django.db import connections, transaction
 
+from pgflow_django import queries
+
 JOB_NAME: Final = "pgflow_fire_due_schedules"
 COMMAND: Final = "select count(*) from pgflow.fire_due_schedules()"
 EVERY_SECOND: Final = "1 seconds"
@@ -50,21 +52,15 @@ def sync_pg_cron_job(*, wanted: bool | None = None, using: str = "default") -> J
         wanted = get_settings().scheduler == "pg_cron"
     connection = connections[using]
     with transaction.atomic(using=using), connection.cursor() as cursor:
-        cursor.execute("select pg_advisory_xact_lock(hashtextextended(%s, 0))", [LOCK_KEY])
-        cursor.execute(
-            "select (select extversion from pg_extension where extname = 'pg_cron'), "
-            "exists (select 1 from pg_proc as p join pg_namespace as n on n.oid = p.pronamespace "
-            "where n.nspname = 'pgflow' and p.proname = 'fire_due_schedules')"
-        )
-        extversion, migrated = cursor.fetchone()
+        queries.value(cursor, queries.PG_CRON_JOB_LOCK, [LOCK_KEY])
+        state = queries.fetch_one(cursor, queries.PG_CRON_STATE)
+        assert state is not None
+        extversion = state.extversion
         if extversion is None:
             if wanted:
                 raise PgCronUnavailable(_install_line(connection.settings_dict["NAME"]))
             return "absent"
-        cursor.execute(
-            "select has_schema_privilege('cron', 'USAGE') and has_table_privilege('cron.job', 'SELECT')"
-        )
-        if not cursor.fetchone()[0]:
+        if not queries.value(cursor, queries.PG_CRON_USABLE):
             if wanted:
                 raise PgCronUnavailable(
                     "PGFLOW['SCHEDULER'] = 'pg_cron' but this database user may not use pg_cron: as a "
@@ -72,28 +68,20 @@ def sync_pg_cron_job(*, wanted: bool | None = None, using: str = "default") -> J
                     "PGFLOW['SCHEDULER'] = 'workers'"
                 )
             return "absent"  # a role that cannot see cron.job has no job there to remove
-        cursor.execute(
-            "select jobid, schedule, command, active from cron.job "
-            "where jobname = %s and username = current_user order by jobid",
-            [JOB_NAME],
-        )
-        jobs = cursor.fetchall()
-        if not (wanted and migrated):
-            for jobid, *_ in jobs:
-                cursor.execute("select cron.unschedule(%s::bigint)", [jobid])
+        jobs = queries.fetch_all(cursor, queries.PG_CRON_JOBS, [JOB_NAME])
+        if not (wanted and state.migrated):
+            for job in jobs:
+                queries.value(cursor, queries.PG_CRON_UNSCHEDULE, [job.jobid])
             return "removed" if jobs else "absent"
         schedule = job_schedule(extversion)
-        if [(row[1], row[2], row[3]) for row in jobs] == [(schedule, COMMAND, True)]:
+        if [(job.schedule, job.command, job.active) for job in jobs] == [(schedule, COMMAND, True)]:
             return "unchanged"
-        for jobid, *_ in jobs[1:]:
-            cursor.execute("select cron.unschedule(%s::bigint)", [jobid])
+        for job in jobs[1:]:
+            queries.value(cursor, queries.PG_CRON_UNSCHEDULE, [job.jobid])
         if jobs:
-            cursor.execute(
-                "select cron.alter_job(%s::bigint, schedule => %s, command => %s, active => true)",
-                [jobs[0][0], schedule, COMMAND],
-            )
+            queries.value(cursor, queries.PG_CRON_ALTER_JOB, [jobs[0].jobid, schedule, COMMAND])
         else:
-            cursor.execute("select cron.schedule(%s, %s, %s)", [JOB_NAME, schedule, COMMAND])
+            queries.value(cursor, queries.PG_CRON_SCHEDULE, [JOB_NAME, schedule, COMMAND])
         return "updated" if jobs else "registered"
 
 

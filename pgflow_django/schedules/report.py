@@ -11,6 +11,7 @@ from typing import Any, Final, Protocol
 
 from django.db import connections
 
+from pgflow_django import queries
 from pgflow_django.schedules.store import ScheduleNotFound, ScheduleView, get_schedule
 
 _LISTED: Final = 10
@@ -36,18 +37,11 @@ def state_of(view: _Stateful) -> str:
 
 def run_statuses(run_ids: Iterable[uuid.UUID | None], *, using: str = "default") -> dict[uuid.UUID, str]:
     """The status of each run that still exists (a pruned run is absent from the result)."""
-    wanted = sorted({str(run_id) for run_id in run_ids if run_id is not None})
+    wanted = sorted({uuid.UUID(str(run_id)) for run_id in run_ids if run_id is not None})
     if not wanted:
         return {}
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            "select run_id, status from pgflow.runs where run_id = any(%s::uuid[])",
-            [wanted],
-        )
-        return {
-            row[0] if isinstance(row[0], uuid.UUID) else uuid.UUID(str(row[0])): row[1]
-            for row in cursor.fetchall()
-        }
+        return {row.run_id: row.status for row in queries.fetch_all(cursor, queries.RUN_STATUSES, [wanted])}
 
 
 def last_run_status(view: ScheduleView, statuses: dict[uuid.UUID, str]) -> str | None:
@@ -64,12 +58,8 @@ def next_fire_times(
     if not upcoming:
         return []
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            "select pgflow.schedule_fire_at(%s, u.tick, %s) from unnest(%s::timestamptz[]) as u(tick) "
-            "order by 1 limit %s",
-            [name, jitter, list(upcoming), limit],
-        )
-        return [row[0] for row in cursor.fetchall()]
+        rows = queries.fetch_all(cursor, queries.SCHEDULE_FIRE_TIMES, [name, jitter, list(upcoming), limit])
+        return [row.fire_at for row in rows]
 
 
 def schedule_dict(view: ScheduleView, statuses: dict[uuid.UUID, str]) -> dict[str, Any]:
@@ -104,8 +94,7 @@ def schedule_dict(view: ScheduleView, statuses: dict[uuid.UUID, str]) -> dict[st
 def schedule_not_found(name: str, *, using: str = "default") -> str:
     """One line for a name no schedule has: the known names and the closest match."""
     with connections[using].cursor() as cursor:
-        cursor.execute("select schedule_name from pgflow.schedules order by schedule_name")
-        known = [row[0] for row in cursor.fetchall()]
+        known = [row.schedule_name for row in queries.fetch_all(cursor, queries.SCHEDULE_NAMES)]
     listed = ", ".join(known[:_LISTED]) or "none"
     if len(known) > _LISTED:
         listed += f" and {len(known) - _LISTED} more"

@@ -39,6 +39,8 @@ DATABASE = "pgflow_cron"
 WAIT_SECONDS = 90
 """Longest wait for pg_cron's next run (it runs at each minute boundary)."""
 
+pytestmark = pytest.mark.slow
+
 
 def _as_postgres(command: list[str]) -> list[str]:
     """initdb and the server refuse to run as root: run them as the postgres system user."""

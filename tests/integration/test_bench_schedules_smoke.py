@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from django.db import connection
+
 from tests.integration.test_bench_smoke import REPO_DIR, server_url
 
 
@@ -28,7 +30,7 @@ def test_schedules_bench_fires_the_due_ticks_of_every_round(tmp_path: Path) -> N
             "--rounds",
             "4",
             "--database",
-            "pgflow_bench_schedules_smoke",
+            f"{connection.settings_dict['NAME']}_bench_schedules",
             "--drop",
             "--json",
             str(output),

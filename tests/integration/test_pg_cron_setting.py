@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
+from django.db import connection
 from django.test import override_settings
 
 from pgflow_django.conf import get_settings
@@ -30,7 +31,9 @@ def test_pg_cron_without_the_extension_says_how_to_install_it() -> None:
         call("pgflow_schedules", "pg-cron")
     message = str(caught.value)
     assert "\n" not in message
-    assert message.startswith("PGFLOW['SCHEDULER'] = 'pg_cron' but database 'test_h_")
+    database = connection.settings_dict["NAME"]
+    assert message.startswith(f"PGFLOW['SCHEDULER'] = 'pg_cron' but database {database!r} has no pg_cron")
+    assert f"cron.database_name = '{database}'" in message
     assert (
         "apt-get install postgresql-15-cron" in message and "shared_preload_libraries = 'pg_cron'" in message
     )
