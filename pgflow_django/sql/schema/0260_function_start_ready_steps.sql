@@ -6,6 +6,7 @@
 create or replace function pgflow.start_ready_steps(run_ids uuid[])
 returns void
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_batches jsonb;

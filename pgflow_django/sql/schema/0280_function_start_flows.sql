@@ -9,6 +9,7 @@ create or replace function pgflow.start_flows(
 )
 returns setof pgflow.runs
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_root_map text;

@@ -16,6 +16,7 @@ create or replace function pgflow.claim_classified(
 )
 returns setof pgflow.claim_record
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_claimed pgflow.step_tasks[];

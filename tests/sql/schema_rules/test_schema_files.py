@@ -2,6 +2,8 @@
 
 * Each function pins its ``search_path`` to ``pg_catalog, pgflow, pgmq``: what a name in its body
   means never depends on the caller's path.
+* The functions of the claim/complete/start path plan once per session (``plan_cache_mode =
+  force_generic_plan``; ``tests/sql/plans`` shows those plans are index probes), and no other does.
 * A file under ``sql/schema`` is named ``NNNN_<kind>_<name>.sql`` after the one object it creates
   (overloads of a function share its name and differ by number).
 * No function exists that only the tests would call (the ones dropped by migration 0015 stay gone).
@@ -15,6 +17,22 @@ from pgflow_django.sql import SCHEMA_DIR, schema_files
 from tests.sql.support import q
 
 PINNED = "search_path=pg_catalog, pgflow, pgmq"
+GENERIC = "plan_cache_mode=force_generic_plan"
+HOT_PATH = frozenset(
+    {
+        "archive_task_messages",
+        "cascade",
+        "claim_classified",
+        "classify_claim",
+        "complete_tasks",
+        "fail_task",
+        "maybe_complete_runs",
+        "start_flows",
+        "start_ready_steps",
+        "start_shared_tasks",
+        "start_tasks",
+    }
+)
 
 _CREATES = re.compile(
     r"^create (?:or replace )?(function|table|type|schema)\s+(?:if not exists\s+)?(?:pgflow\.)?([a-z_0-9]+)",
@@ -25,12 +43,28 @@ _FILE = re.compile(r"^[0-9]{4}_(function|table|type|schema)_([a-z_0-9]+)\.sql$")
 
 def test_every_pgflow_function_pins_its_search_path() -> None:
     rows = q(
-        "select format('%%I(%%s)', p.proname, pg_get_function_identity_arguments(p.oid)) as function,"
+        "select p.oid::regprocedure::text as function,"
         "       p.proconfig as config"
         "  from pg_proc as p where p.pronamespace = 'pgflow'::regnamespace order by 1"
     )
     assert len(rows) > 30, "the catalog query found no pgflow functions: the check would be vacuous"
-    assert [row["function"] for row in rows if row["config"] != [PINNED]] == []
+    assert [row["function"] for row in rows if row["config"][:1] != [PINNED]] == []
+
+
+def test_the_hot_path_functions_and_only_they_force_generic_plans() -> None:
+    """A cached plan is PL/pgSQL's (a SQL function plans its statement on every call), so the hot path
+    is PL/pgSQL; the previous release's claim wrapper, in SQL, keeps the default."""
+    rows = q(
+        "select p.oid::regprocedure::text as function,"
+        "       p.proname as name, p.proconfig as config, l.lanname as language"
+        "  from pg_proc as p join pg_language as l on l.oid = p.prolang"
+        " where p.pronamespace = 'pgflow'::regnamespace order by 1"
+    )
+    hot = {row["function"] for row in rows if row["name"] in HOT_PATH and row["language"] == "plpgsql"}
+    assert {row["function"]: row["config"] for row in rows} == {
+        row["function"]: [PINNED, GENERIC] if row["function"] in hot else [PINNED] for row in rows
+    }
+    assert {row["name"] for row in rows if row["function"] in hot} == HOT_PATH
 
 
 def test_each_schema_file_is_named_after_the_object_it_creates() -> None:

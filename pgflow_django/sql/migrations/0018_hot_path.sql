@@ -1,0 +1,66 @@
+-- Frozen migration delta 0018_hot_path (loaded by pgflow_django/migrations/0018_hot_path.py):
+-- plans that stay good on the claim/complete/start path.
+--   * the hot PL/pgSQL functions plan their statements once per session (plan_cache_mode =
+--     force_generic_plan): their generic plans are index probes by key at any table size, and the
+--     default re-planned every call for its first five calls and then whenever a custom plan looked
+--     cheaper, which was most of a completion's cost.
+--   * classify_claim becomes PL/pgSQL for the same reason: a SQL function's statement is planned on
+--     every call.
+
+-- 0299_function_classify_claim.sql
+-- The first half of a claim, shared by pgflow.start_tasks and pgflow.start_shared_tasks: each
+-- distinct message id of the batch with its task, found by persisted identity ((queue_name,
+-- message_id) -> task; a lateral LIMIT 1 keeps the plan an index probe per message whatever the
+-- table statistics say), and its outcome:
+--   <no_task>      no task has this message (start_tasks passes NULL and judges the body next)
+--   <unsupported>  the task is not one of the (flow_slug, step_slug) pairs of the support set
+--   terminal, started, claimed (a queued task in a started run and step), ineligible (otherwise)
+-- The arrays are in task key order, the order in which every other writer locks a run's tasks.
+-- PL/pgSQL with a generic plan: a SQL function's statement is planned again on every call, a
+-- PL/pgSQL one once per session; the plan is index probes by (queue_name, message_id), run_id and
+-- (run_id, step_slug), good for any table size.
+create or replace function pgflow.classify_claim(
+  queue_name text, msg_ids bigint[], support_flows text[], support_steps text[], no_task text, unsupported text,
+  out ids bigint[], out runs uuid[], out steps text[], out indexes integer[], out outcomes text[]
+)
+language plpgsql
+stable
+set search_path = pg_catalog, pgflow, pgmq
+set plan_cache_mode = force_generic_plan
+as $$
+begin
+  select array_agg(i.id order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.run_id order by t.run_id, t.step_slug, t.task_index, i.id),
+         array_agg(t.step_slug order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.task_index order by t.run_id, t.step_slug, t.task_index, i.id),
+         array_agg(case
+                     when t.run_id is null then classify_claim.no_task
+                     when not exists (select 1 from unnest(classify_claim.support_flows, classify_claim.support_steps) as p(flow_slug, step_slug)
+                                       where p.flow_slug = t.flow_slug and p.step_slug = t.step_slug) then classify_claim.unsupported
+                     when t.status in ('completed', 'failed', 'skipped', 'cancelled') then 'terminal'
+                     when t.status = 'started' then 'started'
+                     when r.status = 'started' and ss.status = 'started' then 'claimed'
+                     else 'ineligible'
+                   end order by t.run_id, t.step_slug, t.task_index, i.id)
+    from (select distinct unnest(classify_claim.msg_ids) as id) as i
+    left join lateral (
+      select t.run_id, t.step_slug, t.task_index, t.flow_slug, t.status
+        from pgflow.step_tasks as t
+       where t.queue_name = classify_claim.queue_name and t.message_id = i.id
+       limit 1
+    ) as t on true
+    left join pgflow.runs as r on r.run_id = t.run_id
+    left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+    into classify_claim.ids, classify_claim.runs, classify_claim.steps, classify_claim.indexes,
+         classify_claim.outcomes;
+end;
+$$;
+
+alter function pgflow.archive_task_messages(queue_names text[], msg_ids bigint[]) set plan_cache_mode = force_generic_plan;
+alter function pgflow.cascade(run_ids uuid[]) set plan_cache_mode = force_generic_plan;
+alter function pgflow.claim_classified(queue_name text, worker_id uuid, ids bigint[], runs uuid[], steps text[], indexes integer[], outcomes text[], archived text[]) set plan_cache_mode = force_generic_plan;
+alter function pgflow.complete_tasks(items jsonb) set plan_cache_mode = force_generic_plan;
+alter function pgflow.fail_task(run_id uuid, step_slug text, task_index integer, attempt integer, error_message text, retry_delay integer) set plan_cache_mode = force_generic_plan;
+alter function pgflow.maybe_complete_runs(run_ids uuid[]) set plan_cache_mode = force_generic_plan;
+alter function pgflow.start_flows(flow_slug text, inputs jsonb, run_ids uuid[], start_delay integer) set plan_cache_mode = force_generic_plan;
+alter function pgflow.start_ready_steps(run_ids uuid[]) set plan_cache_mode = force_generic_plan;
+alter function pgflow.start_shared_tasks(queue_name text, msg_ids bigint[], worker_id uuid, support_flows text[], support_steps text[]) set plan_cache_mode = force_generic_plan;
+alter function pgflow.start_tasks(queue_name text, flow_slug text, msg_ids bigint[], worker_id uuid, step_slug text) set plan_cache_mode = force_generic_plan;
