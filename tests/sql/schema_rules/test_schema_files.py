@@ -2,8 +2,9 @@
 
 * Each function pins its ``search_path`` to ``pg_catalog, pgflow, pgmq``: what a name in its body
   means never depends on the caller's path.
-* The functions of the claim/complete/start path plan once per session (``plan_cache_mode =
-  force_generic_plan``; ``tests/sql/plans`` shows those plans are index probes), and no other does.
+* The functions of the claim/complete/start path plan once per session and by key
+  (``plan_cache_mode = force_generic_plan``, no sequential scans, merge or hash joins;
+  ``tests/sql/plans`` shows those plans are index probes), and no other function does.
 * A file under ``sql/schema`` is named ``NNNN_<kind>_<name>.sql`` after the one object it creates
   (overloads of a function share its name and differ by number).
 * No function exists that only the tests would call (the ones dropped by migration 0015 stay gone).
@@ -17,7 +18,12 @@ from pgflow_django.sql import SCHEMA_DIR, schema_files
 from tests.sql.support import q
 
 PINNED = "search_path=pg_catalog, pgflow, pgmq"
-GENERIC = "plan_cache_mode=force_generic_plan"
+HOT_PLANS = [
+    "plan_cache_mode=force_generic_plan",
+    "enable_seqscan=off",
+    "enable_mergejoin=off",
+    "enable_hashjoin=off",
+]
 HOT_PATH = frozenset(
     {
         "archive_task_messages",
@@ -62,7 +68,7 @@ def test_the_hot_path_functions_and_only_they_force_generic_plans() -> None:
     )
     hot = {row["function"] for row in rows if row["name"] in HOT_PATH and row["language"] == "plpgsql"}
     assert {row["function"]: row["config"] for row in rows} == {
-        row["function"]: [PINNED, GENERIC] if row["function"] in hot else [PINNED] for row in rows
+        row["function"]: [PINNED, *HOT_PLANS] if row["function"] in hot else [PINNED] for row in rows
     }
     assert {row["name"] for row in rows if row["function"] in hot} == HOT_PATH
 
