@@ -1,6 +1,65 @@
 -- Frozen migration delta 0018_hot_path, down: back to the 0015 definitions (classify_claim in SQL,
 -- the default plan_cache_mode).
 
+-- 0260_function_start_ready_steps.sql
+-- Starts every ready step (created, no open dependencies, at least one task) of the given started
+-- runs: creates its tasks and sends their messages to the step's persisted queue, one PGMQ batch per
+-- queue and start delay (the step's start_delay, or what remains of a delayed run's not_before);
+-- each task stores that queue as its immutable snapshot. No queue DDL here.
+-- The n-th id returned by send_batch belongs to the n-th message sent.
+create or replace function pgflow.start_ready_steps(run_ids uuid[])
+returns void
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_batches jsonb;
+  v_batch record;
+begin
+  with started as (
+    update pgflow.step_states as ss
+       set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
+      from pgflow.runs as r, pgflow.steps as s
+     where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
+       and ss.initial_tasks > 0
+       and r.run_id = ss.run_id and r.status = 'started'
+       and s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks,
+              greatest(coalesce(s.opt_start_delay, 0),
+                       coalesce(ceil(extract(epoch from r.not_before - clock_timestamp()))::integer, 0)) as start_delay,
+              s.queue_name
+  ), messages as (
+    select st.queue_name, st.start_delay,
+           jsonb_build_object('flow_slug', st.flow_slug, 'run_id', st.run_id,
+                              'step_slug', st.step_slug, 'task_index', i) as message
+      from started as st
+     cross join lateral generate_series(0, st.initial_tasks - 1) as i
+  )
+  select jsonb_agg(jsonb_build_object('queue_name', m.queue_name, 'start_delay', m.start_delay, 'messages', m.messages))
+    into v_batches
+    from (select queue_name, start_delay, jsonb_agg(message) as messages
+            from messages group by queue_name, start_delay) as m;
+
+  if v_batches is null then
+    return;
+  end if;
+
+  for v_batch in
+    select b->>'queue_name' as queue_name, (b->>'start_delay')::integer as start_delay, b->'messages' as messages
+      from jsonb_array_elements(v_batches) as b
+  loop
+    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
+    select m.message->>'flow_slug', (m.message->>'run_id')::uuid, m.message->>'step_slug',
+           (m.message->>'task_index')::integer, sent.msg_id, v_batch.queue_name
+      from jsonb_array_elements(v_batch.messages) with ordinality as m(message, n)
+      join pgmq.send_batch(
+             v_batch.queue_name,
+             array(select e from jsonb_array_elements(v_batch.messages) as e),
+             v_batch.start_delay
+           ) with ordinality as sent(msg_id, n) on sent.n = m.n;
+  end loop;
+end;
+$$;
+
 -- 0298_function_claim_classified.sql
 -- The second half of a claim, shared by pgflow.start_tasks and pgflow.start_shared_tasks once they
 -- have classified a batch: the arrays hold each message id with its task key and outcome, in task
