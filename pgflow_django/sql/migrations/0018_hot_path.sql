@@ -13,8 +13,29 @@
 --     probe per message whatever the table held when it was made.
 --   * start_ready_steps pairs each message with its PGMQ id by position (rows from) instead of a
 --     join on the ordinality, which without hash joins would be quadratic in a map step's size.
+--   * is_valid_queue_name drops its search_path pin (its body names everything with pg_catalog) so
+--     that the CHECK constraint of step_tasks.queue_name inlines it instead of calling it per row.
 --   * classify_claim becomes PL/pgSQL for the same reason: a SQL function's statement is planned on
 --     every call.
+
+-- 0012_function_is_valid_queue_name.sql
+-- Queue names pgflow stores: lowercase canonical physical identities that fit PGMQ's 47-character
+-- limit (PGMQ lowercases table names, so 'Orders' and 'orders' would address the same tables).
+-- The one function without a pinned search_path: the CHECK constraint of step_tasks.queue_name runs it
+-- for every row the claim, the completion and a step's start write, and only a SQL function without
+-- a SET clause is inlined there (a pinned one is a function call with its own executor, about 2 us a
+-- row). Every name in the body is qualified with pg_catalog, operators included, so no caller's path
+-- changes what it means (tests/sql/schema_rules checks it under a hostile path).
+create or replace function pgflow.is_valid_queue_name(queue_name text)
+returns boolean
+language sql
+immutable
+as $$
+  select queue_name is not null
+     and pg_catalog.length(queue_name) operator(pg_catalog.>=) 1
+     and pg_catalog.length(queue_name) operator(pg_catalog.<=) 47
+     and queue_name operator(pg_catalog.~) '^[a-z0-9_]+$'
+$$;
 
 -- 0260_function_start_ready_steps.sql
 -- Starts every ready step (created, no open dependencies, at least one task) of the given started

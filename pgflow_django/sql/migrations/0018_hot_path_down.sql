@@ -1,6 +1,19 @@
 -- Frozen migration delta 0018_hot_path, down: back to the 0015 definitions (classify_claim in SQL,
 -- the default plan_cache_mode).
 
+-- 0012_function_is_valid_queue_name.sql
+-- Queue names pgflow stores: lowercase canonical physical identities that fit PGMQ's 47-character
+-- limit (PGMQ lowercases table names, so 'Orders' and 'orders' would address the same tables).
+create or replace function pgflow.is_valid_queue_name(queue_name text)
+returns boolean
+language sql set search_path = pg_catalog, pgflow, pgmq
+immutable
+as $$
+  select queue_name is not null
+     and length(queue_name) between 1 and 47
+     and queue_name ~ '^[a-z0-9_]+$'
+$$;
+
 -- 0260_function_start_ready_steps.sql
 -- Starts every ready step (created, no open dependencies, at least one task) of the given started
 -- runs: creates its tasks and sends their messages to the step's persisted queue, one PGMQ batch per

@@ -1,7 +1,9 @@
 """Rules every schema file and every function of schema ``pgflow`` keeps, checked on the migrated catalog.
 
 * Each function pins its ``search_path`` to ``pg_catalog, pgflow, pgmq``: what a name in its body
-  means never depends on the caller's path.
+  means never depends on the caller's path. The one exception, ``is_valid_queue_name`` (a CHECK
+  constraint's validator, unpinned so that it is inlined), names everything with ``pg_catalog``: it
+  is checked to be inlined and to judge the same under a path that redefines its operators.
 * The functions of the claim/complete/start path plan once per session and by key
   (``plan_cache_mode = force_generic_plan``, no sequential scans, merge or hash joins;
   ``tests/sql/plans`` shows those plans are index probes), and no other function does.
@@ -18,6 +20,7 @@ from pgflow_django.sql import SCHEMA_DIR, schema_files
 from tests.sql.support import q
 
 PINNED = "search_path=pg_catalog, pgflow, pgmq"
+INLINED = frozenset({"pgflow.is_valid_queue_name(text)"})
 HOT_PLANS = [
     "plan_cache_mode=force_generic_plan",
     "enable_seqscan=off",
@@ -54,7 +57,7 @@ def test_every_pgflow_function_pins_its_search_path() -> None:
         "  from pg_proc as p where p.pronamespace = 'pgflow'::regnamespace order by 1"
     )
     assert len(rows) > 30, "the catalog query found no pgflow functions: the check would be vacuous"
-    assert [row["function"] for row in rows if row["config"][:1] != [PINNED]] == []
+    assert [row["function"] for row in rows if (row["config"] or [None])[:1] != [PINNED]] == sorted(INLINED)
 
 
 def test_the_hot_path_functions_and_only_they_force_generic_plans() -> None:
@@ -67,8 +70,10 @@ def test_the_hot_path_functions_and_only_they_force_generic_plans() -> None:
         " where p.pronamespace = 'pgflow'::regnamespace order by 1"
     )
     hot = {row["function"] for row in rows if row["name"] in HOT_PATH and row["language"] == "plpgsql"}
-    assert {row["function"]: row["config"] for row in rows} == {
-        row["function"]: [PINNED, *HOT_PLANS] if row["function"] in hot else [PINNED] for row in rows
+    assert {row["function"]: row["config"] for row in rows if row["function"] not in INLINED} == {
+        row["function"]: [PINNED, *HOT_PLANS] if row["function"] in hot else [PINNED]
+        for row in rows
+        if row["function"] not in INLINED
     }
     assert {row["name"] for row in rows if row["function"] in hot} == HOT_PATH
 
@@ -107,3 +112,38 @@ def test_functions_only_tests_called_are_gone() -> None:
         "pgflow.set_vt_batch(text,bigint[],integer[],text)",
         "pgflow.start_ready_steps(uuid[])",
     ]
+
+
+def test_the_queue_name_validator_is_inlined() -> None:
+    [plan] = q(
+        "explain (verbose, format json)"
+        " select pgflow.is_valid_queue_name(v.name) from (values ('orders'), ('x')) as v(name)"
+    )[0]["QUERY PLAN"]
+    output = " ".join(plan["Plan"]["Output"])
+    assert "is_valid_queue_name" not in output
+    assert "~" in output
+
+
+def test_the_queue_name_validator_ignores_a_hostile_path() -> None:
+    """A path that puts its own ``~``, ``>=`` and ``<=`` for text and integers first changes nothing."""
+    q("create schema hostile")
+    q("create function hostile.yes(text, text) returns boolean language sql immutable as 'select true'")
+    q("create function hostile.yes(integer, integer) returns boolean language sql immutable as 'select true'")
+    for op in ("~", ">=", "<="):
+        q(f"create operator hostile.{op} (leftarg = text, rightarg = text, function = hostile.yes)")
+        q(f"create operator hostile.{op} (leftarg = integer, rightarg = integer, function = hostile.yes)")
+    q("set local search_path = hostile, pg_catalog, pgflow")
+    assert q("select 'A' ~ 'b' as yes")[0]["yes"] is True
+    judged = q(
+        "select v.name, pgflow.is_valid_queue_name(v.name) as ok"
+        "  from (values ('orders'), ('Orders'), (''), (repeat('a', 48)), ('no space')) as v(name)"
+        " order by v.name"
+    )
+    q("set local search_path = pg_catalog, public")
+    assert {row["name"]: row["ok"] for row in judged} == {
+        "orders": True,
+        "Orders": False,
+        "": False,
+        "a" * 48: False,
+        "no space": False,
+    }
