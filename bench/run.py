@@ -2,7 +2,9 @@
 
 Order: raw PGMQ limit (1 and 2 clients), the SQL-only engine loop, then real ``pgflow_worker``
 processes (1 and 2 per flow) for drain and end-to-end throughput, the chain's latency with an idle
-worker and the workers' peak RSS, and the raw limit again (the better window is the reference).
+worker and the workers' peak RSS; then the history phase (``--history`` finished runs preloaded, and
+the start rate, the 1-step drain and the chain's latency again), and the raw limit again (the better
+window is the reference).
 ``--quick`` is a smoke run with tiny counts.
 """
 
@@ -14,8 +16,9 @@ import shlex
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,7 @@ from bench.db import (
     with_database,
 )
 from bench.flows import MAP_SIZE
+from bench.history import preload_finished_runs
 from bench.observability import measure_observability
 from bench.phases import (
     BenchFlow,
@@ -68,12 +72,37 @@ TARGETS = (
     Target(
         "1-step no-op drain, 2 workers, vs raw 2-client cycle", "drain_bench_one_2", ">=", 0.25, ratio=True
     ),
-    Target("3-step chain start->complete p50 (client)", "latency_client_p50_ms", "<=", 10.0),
+    Target("3-step chain start->complete p50 (client)", "latency_client_p50_ms", "<=", 6.0),
+    Target("3-step chain start->complete p95 (client)", "latency_client_p95_ms", "<=", 12.0),
+    Target(
+        "1-step drain, 2 workers, defaults vs tuned",
+        "drain_bench_one_2_defaults",
+        ">=",
+        0.8,
+        versus="drain_bench_one_2",
+    ),
+    Target(
+        "start rate with history vs without", "start_bench_one_history", ">=", 0.8, versus="start_bench_one"
+    ),
+    Target(
+        "1-step drain with history vs without",
+        "drain_bench_one_2_history",
+        ">=",
+        0.8,
+        versus="drain_bench_one_2",
+    ),
+    Target(
+        "chain p50 with history vs without",
+        "latency_client_p50_ms_history",
+        "<=",
+        1.2,
+        versus="latency_client_p50_ms",
+    ),
     Target("worker peak RSS (MB)", "rss_peak", "<=", 100.0),
     Target("metrics on: throughput kept (% of off)", "obs_metrics_kept_pct", ">=", 95.0),
     Target("tracing, SDK recording: throughput kept (% of off)", "obs_tracing_kept_pct", ">=", 97.0),
 )
-"""Issue 3's and issue 20's targets; reported, never asserted."""
+"""Issues 3, 19 and 20's targets; reported, never asserted."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +112,8 @@ class Sizes:
     runs: dict[str, int]
     """Runs per measurement, by flow slug (the map's runs are 100 tasks each)."""
     latency_runs: int
+    history: int
+    """Finished runs preloaded for the history phase (0: no history phase)."""
     timeout: float
     counts: dict[str, tuple[int, ...]]
     """Worker (and SQL-only) process counts measured, by flow slug."""
@@ -100,6 +131,7 @@ FULL = Sizes(
     raw_warmup=1.0,
     runs={"bench_one": 6000, "bench_chain": 2000, "bench_map": 60},
     latency_runs=200,
+    history=1_000_000,
     timeout=600.0,
     counts={"bench_one": (1, 2), "bench_chain": (1, 2), "bench_map": (1, 2)},
     starvation=StarvationSizes(
@@ -111,6 +143,7 @@ QUICK = Sizes(
     raw_warmup=0.05,
     runs={"bench_one": 20, "bench_chain": 10, "bench_map": 2},
     latency_runs=5,
+    history=2000,
     timeout=120.0,
     counts={"bench_one": (1, 2), "bench_chain": (1,), "bench_map": (1,)},
     starvation=StarvationSizes(
@@ -165,6 +198,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only-observability",
         action="store_true",
         help="of the worker phases, run only the observability cost drains",
+    )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=None,
+        help="finished runs preloaded for the history phase (default 1,000,000; --quick 2,000; 0 skips it)",
     )
     parser.add_argument("--drop", action="store_true", help="drop the bench database at the end")
     return parser.parse_args(argv)
@@ -345,7 +384,7 @@ class Bench:
         )
         runs = self.sizes.runs[flow.slug]
         timeout = self.sizes.timeout
-        ids = start_runs(self.url, flow, runs)
+        ids = self.timed_start(flow, runs, variant)
         spawned = time.monotonic()
         with WorkerGroup(
             url=self.url,
@@ -380,25 +419,58 @@ class Bench:
                 worker_cpu = worker_meter.stop() or 0.0
                 self.add(
                     engine_figure(
-                        f"e2e_{flow.slug}_{count}",
+                        f"e2e_{flow.slug}_{count}" + (f"_{variant}" if variant else ""),
                         "worker end to end (starts included)",
-                        f"{flow.label}, {count} worker(s)",
+                        label,
                         found,
                         **cpu_detail(server_cpu, worker_cpu, found.tasks),
                     )
                 )
                 if flow.slug == "bench_chain" and count == 1:
                     time.sleep(0.2)
-                    self.measure_latency(flow)
+                    self.measure_latency(flow, variant)
             pids = group.pids
         rss = sampler.peak_mb(pids)
         drain = self.report.get(key)
         if drain is not None:
             drain.detail["peak_rss_mb"] = round(rss, 1)
 
-    def measure_latency(self, flow: BenchFlow) -> None:
+    def timed_start(self, flow: BenchFlow, runs: int, variant: str) -> list[uuid.UUID]:
+        """Start the runs of a drain through start_flows (1,000 per call); the first start of each
+        flow (and of each variant) is also its start-rate figure."""
+        key = f"start_{flow.slug}" + (f"_{variant}" if variant else "")
+        began = time.monotonic()
+        ids = start_runs(self.url, flow, runs)
+        seconds = time.monotonic() - began
+        if self.report.get(key) is None and seconds > 0:
+            self.add(
+                Figure(
+                    key=key,
+                    section="start rate (start_flows, 1,000 runs per call, then ANALYZE)",
+                    label=f"{flow.label}, {runs} runs" + (f", {variant}" if variant else ""),
+                    value=runs / seconds,
+                    unit="runs/s",
+                    detail={"runs": runs, "seconds": round(seconds, 4)},
+                )
+            )
+        return ids
+
+    def measure_history(self, sampler: RssSampler, log_dir: Path) -> None:
+        """Preload finished runs, then the start rate, the 1-step drain (2 workers) and the chain's
+        latency again, with the same options, beside the figures measured before the history."""
+        runs = self.sizes.history
+        seconds = preload_finished_runs(self.url, FLOWS[0].slug, runs)
+        self.report.meta["history"] = {"finished_runs": runs, "preload_seconds": round(seconds, 1)}
+        self.say(f"  preloaded {runs:,} finished runs in {seconds:.1f} s")
+        vacuum_analyze(self.url)
+        self.worker_phase(FLOWS[0], 2, sampler, log_dir, end_to_end_too=False, variant="history")
+        vacuum_analyze(self.url)
+        self.worker_phase(FLOWS[1], 1, sampler, log_dir, end_to_end_too=True, variant="history")
+
+    def measure_latency(self, flow: BenchFlow, variant: str = "") -> None:
         runs = self.sizes.latency_runs
         measured = latency(self.url, flow, runs).summary()
+        suffix = f"_{variant}" if variant else ""
         for name, label in (
             ("client_p50_ms", "p50, seen by the client"),
             ("client_p95_ms", "p95, seen by the client"),
@@ -409,8 +481,9 @@ class Bench:
         ):
             self.add(
                 Figure(
-                    key=f"latency_{name}",
-                    section=f"{flow.label} start->complete, idle worker, {runs} runs",
+                    key=f"latency_{name}{suffix}",
+                    section=f"{flow.label} start->complete, idle worker, {runs} runs"
+                    + (f", {variant}" if variant else ""),
                     label=label,
                     value=measured[name],
                     unit="ms",
@@ -434,6 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 150)
     sizes = QUICK if args.quick else FULL
+    if args.history is not None:
+        sizes = replace(sizes, history=max(0, args.history))
     started = datetime.now(UTC)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
 
@@ -499,6 +574,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         timeout=sizes.timeout,
                     ):
                         bench.add(figure)
+                if sizes.history and not args.only_observability:
+                    bench.say(
+                        f"history: {sizes.history:,} finished runs, then start, drain and latency again"
+                    )
+                    bench.measure_history(sampler, Path(logs) / "history")
                 if not args.no_starvation and not args.only_observability:
                     bench.say("starvation: a step beside a map backlog, plain and step-queued")
                     for figure in measure_starvation(

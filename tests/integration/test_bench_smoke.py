@@ -60,6 +60,14 @@ def test_quick_bench_runs_every_phase_and_writes_json(tmp_path: Path) -> None:
     assert {"raw_1_client", "raw_2_clients", "sql_bench_one_1", "sql_bench_one_2"} <= keys
     assert {"drain_bench_one_2", "e2e_bench_chain_1", "drain_bench_map_1", "rss_peak"} <= keys
     assert {"latency_client_p50_ms", "latency_client_p95_ms"} <= keys
+    history = {"start_bench_one_history", "drain_bench_one_2_history", "latency_client_p50_ms_history"}
+    assert {"start_bench_one", *history} <= keys
+    assert report["meta"]["history"]["finished_runs"] == 2000
+    assert {target["name"] for target in report["targets"]} >= {
+        "start rate with history vs without",
+        "1-step drain with history vs without",
+        "chain p50 with history vs without",
+    }
     assert report["meta"]["server"]["synchronous_commit"] == "on"
     for figure in report["figures"]:
         assert figure["value"] > 0, figure

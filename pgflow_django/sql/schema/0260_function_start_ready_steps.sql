@@ -6,6 +6,7 @@
 create or replace function pgflow.start_ready_steps(run_ids uuid[])
 returns void
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off
 as $$
 declare
   v_batches jsonb;
@@ -43,15 +44,18 @@ begin
     select b->>'queue_name' as queue_name, (b->>'start_delay')::integer as start_delay, b->'messages' as messages
       from jsonb_array_elements(v_batches) as b
   loop
+    -- rows from pairs the n-th message with the n-th id by position: no join to plan, so a large map
+    -- step's batch costs its length, whatever the planner settings
     insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
     select m.message->>'flow_slug', (m.message->>'run_id')::uuid, m.message->>'step_slug',
-           (m.message->>'task_index')::integer, sent.msg_id, v_batch.queue_name
-      from jsonb_array_elements(v_batch.messages) with ordinality as m(message, n)
-      join pgmq.send_batch(
-             v_batch.queue_name,
-             array(select e from jsonb_array_elements(v_batch.messages) as e),
-             v_batch.start_delay
-           ) with ordinality as sent(msg_id, n) on sent.n = m.n;
+           (m.message->>'task_index')::integer, m.msg_id, v_batch.queue_name
+      from rows from (
+             jsonb_array_elements(v_batch.messages),
+             pgmq.send_batch(
+               v_batch.queue_name,
+               array(select e from jsonb_array_elements(v_batch.messages) as e),
+               v_batch.start_delay)
+           ) as m(message, msg_id);
   end loop;
 end;
 $$;

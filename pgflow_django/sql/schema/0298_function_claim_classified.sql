@@ -16,6 +16,7 @@ create or replace function pgflow.claim_classified(
 )
 returns setof pgflow.claim_record
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off
 as $$
 declare
   v_claimed pgflow.step_tasks[];
@@ -23,20 +24,25 @@ begin
   -- the callers checked each task's run and step; a run that fails or a step that is skipped
   -- meanwhile terminalizes its queued tasks, which the status recheck on the locked row sees; a
   -- row locked by another transaction is skipped, never waited for (see above)
+  -- each task is locked by its own probe (a lateral subquery) and updated by the row version locked:
+  -- the plan stays an index probe per claimed message even if it was made while the table was empty
   with lockable as (
-    select t.run_id, t.step_slug, t.task_index
+    select t.row_id
       from unnest(runs, steps, indexes, outcomes) as k(run_id, step_slug, task_index, outcome)
-      join pgflow.step_tasks as t
-        on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
-     where k.outcome = 'claimed' and t.status = 'queued'
-       for no key update of t skip locked
+     cross join lateral (
+       select t.ctid as row_id
+         from pgflow.step_tasks as t
+        where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+          and t.status = 'queued'
+          for no key update skip locked
+     ) as t
+     where k.outcome = 'claimed'
   ), claimed as (
     update pgflow.step_tasks as t
        set status = 'started', attempts_count = t.attempts_count + 1, started_at = clock_timestamp(),
            last_worker_id = claim_classified.worker_id
       from lockable as l
-     where t.run_id = l.run_id and t.step_slug = l.step_slug and t.task_index = l.task_index
-       and t.status = 'queued'
+     where t.ctid = l.row_id and t.status = 'queued'
     returning t.*
   )
   select array_agg(c) into v_claimed from claimed as c;

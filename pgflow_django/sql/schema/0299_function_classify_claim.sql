@@ -6,14 +6,19 @@
 --   <unsupported>  the task is not one of the (flow_slug, step_slug) pairs of the support set
 --   terminal, started, claimed (a queued task in a started run and step), ineligible (otherwise)
 -- The arrays are in task key order, the order in which every other writer locks a run's tasks.
+-- PL/pgSQL with a generic plan: a SQL function's statement is planned again on every call, a
+-- PL/pgSQL one once per session; the plan is index probes by (queue_name, message_id), run_id and
+-- (run_id, step_slug), good for any table size.
 create or replace function pgflow.classify_claim(
   queue_name text, msg_ids bigint[], support_flows text[], support_steps text[], no_task text, unsupported text,
   out ids bigint[], out runs uuid[], out steps text[], out indexes integer[], out outcomes text[]
 )
-language sql
+language plpgsql
 stable
 set search_path = pg_catalog, pgflow, pgmq
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off
 as $$
+begin
   select array_agg(i.id order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.run_id order by t.run_id, t.step_slug, t.task_index, i.id),
          array_agg(t.step_slug order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.task_index order by t.run_id, t.step_slug, t.task_index, i.id),
          array_agg(case
@@ -34,4 +39,7 @@ as $$
     ) as t on true
     left join pgflow.runs as r on r.run_id = t.run_id
     left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+    into classify_claim.ids, classify_claim.runs, classify_claim.steps, classify_claim.indexes,
+         classify_claim.outcomes;
+end;
 $$;

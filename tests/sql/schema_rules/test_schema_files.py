@@ -1,7 +1,12 @@
 """Rules every schema file and every function of schema ``pgflow`` keeps, checked on the migrated catalog.
 
 * Each function pins its ``search_path`` to ``pg_catalog, pgflow, pgmq``: what a name in its body
-  means never depends on the caller's path.
+  means never depends on the caller's path. The one exception, ``is_valid_queue_name`` (a CHECK
+  constraint's validator, unpinned so that it is inlined), names everything with ``pg_catalog``: it
+  is checked to be inlined and to judge the same under a path that redefines its operators.
+* The functions of the claim/complete/start path plan once per session and by key
+  (``plan_cache_mode = force_generic_plan``, no sequential scans, merge or hash joins;
+  ``tests/sql/plans`` shows those plans are index probes), and no other function does.
 * A file under ``sql/schema`` is named ``NNNN_<kind>_<name>.sql`` after the one object it creates
   (overloads of a function share its name and differ by number).
 * No function exists that only the tests would call (the ones dropped by migration 0015 stay gone).
@@ -15,6 +20,28 @@ from pgflow_django.sql import SCHEMA_DIR, schema_files
 from tests.sql.support import q
 
 PINNED = "search_path=pg_catalog, pgflow, pgmq"
+INLINED = frozenset({"pgflow.is_valid_queue_name(text)"})
+HOT_PLANS = [
+    "plan_cache_mode=force_generic_plan",
+    "enable_seqscan=off",
+    "enable_mergejoin=off",
+    "enable_hashjoin=off",
+]
+HOT_PATH = frozenset(
+    {
+        "archive_task_messages",
+        "cascade",
+        "claim_classified",
+        "classify_claim",
+        "complete_tasks",
+        "fail_task",
+        "maybe_complete_runs",
+        "start_flows",
+        "start_ready_steps",
+        "start_shared_tasks",
+        "start_tasks",
+    }
+)
 
 _CREATES = re.compile(
     r"^create (?:or replace )?(function|table|type|schema)\s+(?:if not exists\s+)?(?:pgflow\.)?([a-z_0-9]+)",
@@ -25,12 +52,30 @@ _FILE = re.compile(r"^[0-9]{4}_(function|table|type|schema)_([a-z_0-9]+)\.sql$")
 
 def test_every_pgflow_function_pins_its_search_path() -> None:
     rows = q(
-        "select format('%%I(%%s)', p.proname, pg_get_function_identity_arguments(p.oid)) as function,"
+        "select p.oid::regprocedure::text as function,"
         "       p.proconfig as config"
         "  from pg_proc as p where p.pronamespace = 'pgflow'::regnamespace order by 1"
     )
     assert len(rows) > 30, "the catalog query found no pgflow functions: the check would be vacuous"
-    assert [row["function"] for row in rows if row["config"] != [PINNED]] == []
+    assert [row["function"] for row in rows if (row["config"] or [None])[:1] != [PINNED]] == sorted(INLINED)
+
+
+def test_the_hot_path_functions_and_only_they_force_generic_plans() -> None:
+    """A cached plan is PL/pgSQL's (a SQL function plans its statement on every call), so the hot path
+    is PL/pgSQL; the previous release's claim wrapper, in SQL, keeps the default."""
+    rows = q(
+        "select p.oid::regprocedure::text as function,"
+        "       p.proname as name, p.proconfig as config, l.lanname as language"
+        "  from pg_proc as p join pg_language as l on l.oid = p.prolang"
+        " where p.pronamespace = 'pgflow'::regnamespace order by 1"
+    )
+    hot = {row["function"] for row in rows if row["name"] in HOT_PATH and row["language"] == "plpgsql"}
+    assert {row["function"]: row["config"] for row in rows if row["function"] not in INLINED} == {
+        row["function"]: [PINNED, *HOT_PLANS] if row["function"] in hot else [PINNED]
+        for row in rows
+        if row["function"] not in INLINED
+    }
+    assert {row["name"] for row in rows if row["function"] in hot} == HOT_PATH
 
 
 def test_each_schema_file_is_named_after_the_object_it_creates() -> None:
@@ -67,3 +112,38 @@ def test_functions_only_tests_called_are_gone() -> None:
         "pgflow.set_vt_batch(text,bigint[],integer[],text)",
         "pgflow.start_ready_steps(uuid[])",
     ]
+
+
+def test_the_queue_name_validator_is_inlined() -> None:
+    [plan] = q(
+        "explain (verbose, format json)"
+        " select pgflow.is_valid_queue_name(v.name) from (values ('orders'), ('x')) as v(name)"
+    )[0]["QUERY PLAN"]
+    output = " ".join(plan["Plan"]["Output"])
+    assert "is_valid_queue_name" not in output
+    assert "~" in output
+
+
+def test_the_queue_name_validator_ignores_a_hostile_path() -> None:
+    """A path that puts its own ``~``, ``>=`` and ``<=`` for text and integers first changes nothing."""
+    q("create schema hostile")
+    q("create function hostile.yes(text, text) returns boolean language sql immutable as 'select true'")
+    q("create function hostile.yes(integer, integer) returns boolean language sql immutable as 'select true'")
+    for op in ("~", ">=", "<="):
+        q(f"create operator hostile.{op} (leftarg = text, rightarg = text, function = hostile.yes)")
+        q(f"create operator hostile.{op} (leftarg = integer, rightarg = integer, function = hostile.yes)")
+    q("set local search_path = hostile, pg_catalog, pgflow")
+    assert q("select 'A' ~ 'b' as yes")[0]["yes"] is True
+    judged = q(
+        "select v.name, pgflow.is_valid_queue_name(v.name) as ok"
+        "  from (values ('orders'), ('Orders'), (''), (repeat('a', 48)), ('no space')) as v(name)"
+        " order by v.name"
+    )
+    q("set local search_path = pg_catalog, public")
+    assert {row["name"]: row["ok"] for row in judged} == {
+        "orders": True,
+        "Orders": False,
+        "": False,
+        "a" * 48: False,
+        "no space": False,
+    }

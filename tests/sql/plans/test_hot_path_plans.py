@@ -1,0 +1,223 @@
+"""The plans of the hot path reach rows by index, on empty tables and with 1,000,000 finished runs.
+
+A long-lived worker's backend keeps each hot function's generic plan for the session (migration
+0018), so a plan made on an empty database must stay good when the history is large. The check runs
+the real start/claim/complete calls on a scratch database with ``auto_explain`` logging every
+statement's plan (as JSON notices to this connection) and asserts, by plan shape only, that every
+read of a table that grows with history (``runs``, ``step_states``, ``step_tasks``, the queue's
+tables) is an index probe: no sequential scan, no index scan without an index condition. The small
+definition tables (flows, steps, deps) may be read any way. Not checked: the worker's own
+``pgmq.read`` (PGMQ's statement, run outside our functions) and PostgreSQL's foreign-key checks.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+from psycopg import sql
+
+from pgflow_django.pgmq_install import ensure_pgmq
+from pgflow_django.sql import schema_sql
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+
+FLOW = "plans"
+HISTORY = 1_000_000
+GROWING = {"runs", "step_states", "step_tasks", f"q_{FLOW}", f"a_{FLOW}"}
+EXPLAIN = (
+    "load 'auto_explain'",
+    "set auto_explain.log_min_duration = 0",
+    "set auto_explain.log_nested_statements = on",
+    "set auto_explain.log_format = json",
+    "set auto_explain.log_level = notice",
+    "set client_min_messages = notice",
+)
+
+
+@pytest.fixture(params=[0, HISTORY], ids=["empty", "million_finished_runs"])
+def scratch(
+    request: pytest.FixtureRequest, django_db_setup: None, django_db_blocker: Any
+) -> Iterator[psycopg.Connection[Any]]:
+    """A fresh database with PGMQ, the schema files, a 3-step chain flow and ``request.param``
+    finished runs of it; dropped afterwards."""
+    with django_db_blocker.unblock():
+        params = {
+            key: value
+            for key, value in connection.get_connection_params().items()
+            if key not in {"context", "cursor_factory"}
+        }
+    name = f"pgflow_plans_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(**params, autocommit=True) as admin:
+        admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    try:
+        with psycopg.connect(**{**params, "dbname": name}, autocommit=True) as conn:
+            with conn.transaction(), conn.cursor() as cursor:
+                ensure_pgmq(cursor)
+                cursor.execute(schema_sql())
+                cursor.execute("select pgflow.create_flow(%s)", [FLOW])
+                cursor.execute("select pgflow.add_step(%s, 'a')", [FLOW])
+                cursor.execute("select pgflow.add_step(%s, 'b', array['a'])", [FLOW])
+                cursor.execute("select pgflow.add_step(%s, 'c', array['b'])", [FLOW])
+            if request.param:
+                preload_history(conn, request.param)
+            conn.execute("analyze")
+            yield conn
+    finally:
+        with psycopg.connect(**params, autocommit=True) as admin:
+            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+
+
+def preload_history(conn: psycopg.Connection[Any], runs: int) -> None:
+    """``runs`` finished runs of the flow, one completed step and task each, set-based (foreign keys
+    are not checked: the rows are consistent by construction), then fresh statistics."""
+    with conn.transaction():
+        conn.execute("set local session_replication_role = replica")
+        conn.execute(
+            "create temporary table history on commit drop as"
+            " select gen_random_uuid() as run_id, n from generate_series(1, %s) as n",
+            [runs],
+        )
+        conn.execute(
+            "insert into pgflow.runs"
+            " (run_id, flow_slug, status, input, output, remaining_steps, completed_at)"
+            " select h.run_id, %s, 'completed', '{}', '{}', 0, clock_timestamp() from history as h",
+            [FLOW],
+        )
+        conn.execute(
+            "insert into pgflow.step_states"
+            " (flow_slug, run_id, step_slug, status, remaining_tasks, initial_tasks, output,"
+            "  started_at, completed_at)"
+            " select %s, h.run_id, 'c', 'completed', 0, 1, '{}', clock_timestamp(), clock_timestamp()"
+            "   from history as h",
+            [FLOW],
+        )
+        conn.execute(
+            "insert into pgflow.step_tasks (flow_slug, run_id, step_slug, message_id, status, attempts_count,"
+            "  output, queue_name, started_at, completed_at)"
+            " select %s, h.run_id, 'c', h.n, 'completed', 1, '{}', %s, clock_timestamp(), clock_timestamp()"
+            "   from history as h",
+            [FLOW, FLOW],
+        )
+        # the queue's next ids come after the history's (the (queue_name, message_id) key is unique)
+        conn.execute(
+            sql.SQL("select setval(pg_get_serial_sequence({}, 'msg_id'), %s)").format(
+                sql.Literal(f"pgmq.q_{FLOW}")
+            ),
+            [runs],
+        )
+
+
+def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """The plan of every statement a start of 1 and of 1,000 runs, their claims and completions run,
+    in a fresh session (so every plan is made on the tables as they are now)."""
+    plans: list[dict[str, Any]] = []
+    reading = False
+
+    def keep(notice: psycopg.errors.Diagnostic) -> None:
+        text = notice.message_primary or ""
+        if "plan:" in text and not reading and "OPERATOR(pg_catalog.=)" not in text:
+            found = json.loads(text.split("plan:", 1)[1])
+            plans.append({**found["Plan"], "Query Text": found.get("Query Text", "")})
+
+    with psycopg.connect(conn.info.dsn, autocommit=True) as session:
+        for setting in EXPLAIN:
+            session.execute(setting)
+        session.add_notice_handler(keep)
+        worker = uuid.uuid4()
+        for size in (1, 1000):
+            session.execute("select pgflow.start_flows(%s, %s::jsonb)", [FLOW, json.dumps([{}] * size)])
+            for _ in ("a", "b", "c"):
+                reading = True
+                ids = [
+                    row[0]
+                    for row in session.execute("select msg_id from pgmq.read(%s, 30, %s)", [FLOW, size])
+                ]
+                reading = False
+                assert len(ids) == size
+                claimed = session.execute(
+                    "select run_id, step_slug, task_index, attempt"
+                    "  from pgflow.start_tasks(%s, %s, %s, %s, null)",
+                    [FLOW, FLOW, ids, worker],
+                ).fetchall()
+                assert len(claimed) == size
+                items = [
+                    {
+                        "run_id": str(run),
+                        "step_slug": step,
+                        "task_index": index,
+                        "attempt": attempt,
+                        "output": {},
+                    }
+                    for run, step, index, attempt in claimed
+                ]
+                outcomes = session.execute(
+                    "select outcome from pgflow.complete_tasks(%s::jsonb)", [json.dumps(items)]
+                ).fetchall()
+                assert {row[0] for row in outcomes} == {"completed"}
+        reading = True
+        unfinished = session.execute(
+            "select count(*) from pgflow.runs where flow_slug = %s and status <> 'completed'", [FLOW]
+        ).fetchone()
+        assert unfinished == (0,)
+    return plans
+
+
+def scans(plan: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(access, relation) of every node of a plan tree that names a relation; an index scan with no
+    index condition (a full index walk) is reported as such."""
+    if "Relation Name" in plan:
+        node = plan["Node Type"]
+        if node in {"Index Scan", "Index Only Scan"} and "Index Cond" not in plan:
+            node = "Full Index Scan"
+        yield node, plan["Relation Name"]
+    for child in plan.get("Plans", ()):
+        yield from scans(child)
+
+
+def growing_table_scans(plans: list[dict[str, Any]]) -> tuple[set[tuple[str, str, str]], set[str]]:
+    """(each scan of a growing table that is not a probe, with its statement; growing tables probed)."""
+    sequential: set[tuple[str, str, str]] = set()
+    indexed: set[str] = set()
+    for plan in plans:
+        for node, table in scans(plan):
+            if table not in GROWING:
+                continue
+            if node in {"Seq Scan", "Full Index Scan"}:
+                sequential.add((node, table, " ".join(str(plan.get("Query Text", "")).split())))
+            else:
+                indexed.add(table)
+    return sequential, indexed
+
+
+def assert_index_access(plans: list[dict[str, Any]]) -> None:
+    sequential, indexed = growing_table_scans(plans)
+    assert len(plans) > 30, "auto_explain reported almost no statements: the check would be vacuous"
+    assert sequential == set()
+    assert indexed >= {"runs", "step_states", "step_tasks", f"q_{FLOW}"}
+
+
+def test_hot_path_plans_use_indexes(scratch: psycopg.Connection[Any]) -> None:
+    assert_index_access(hot_path_plans(scratch))
+
+
+def test_the_check_sees_a_sequential_scan_and_a_full_index_walk() -> None:
+    plan = {
+        "Node Type": "Hash Join",
+        "Query Text": "q",
+        "Plans": [
+            {"Node Type": "Seq Scan", "Relation Name": "step_tasks"},
+            {"Node Type": "Index Scan", "Relation Name": "runs"},
+            {"Node Type": "Index Scan", "Relation Name": "step_states", "Index Cond": "(run_id = $1)"},
+            {"Node Type": "Seq Scan", "Relation Name": "steps"},
+        ],
+    }
+    assert growing_table_scans([plan]) == (
+        {("Seq Scan", "step_tasks", "q"), ("Full Index Scan", "runs", "q")},
+        {"step_states"},
+    )
