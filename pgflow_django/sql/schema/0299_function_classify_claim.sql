@@ -1,7 +1,8 @@
 -- The first half of a claim, shared by pgflow.start_tasks and pgflow.start_shared_tasks: each
 -- distinct message id of the batch with its task, found by persisted identity ((queue_name,
--- message_id) -> task; a lateral LIMIT 1 keeps the plan an index probe per message whatever the
--- table statistics say), and its outcome:
+-- message_id) -> task, then its run and step state; each a lateral LIMIT 1, which PostgreSQL does not
+-- flatten into a join, so the plan stays an index probe per message whatever the table statistics
+-- say: planned on empty tables, a plain join to runs was a full walk of runs_pkey), and its outcome:
 --   <no_task>      no task has this message (start_tasks passes NULL and judges the body next)
 --   <unsupported>  the task is not one of the (flow_slug, step_slug) pairs of the support set
 --   terminal, started, claimed (a queued task in a started run and step), ineligible (otherwise)
@@ -37,8 +38,14 @@ begin
        where t.queue_name = classify_claim.queue_name and t.message_id = i.id
        limit 1
     ) as t on true
-    left join pgflow.runs as r on r.run_id = t.run_id
-    left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+    left join lateral (
+      select r.status from pgflow.runs as r where r.run_id = t.run_id limit 1
+    ) as r on true
+    left join lateral (
+      select ss.status from pgflow.step_states as ss
+       where ss.run_id = t.run_id and ss.step_slug = t.step_slug
+       limit 1
+    ) as ss on true
     into classify_claim.ids, classify_claim.runs, classify_claim.steps, classify_claim.indexes,
          classify_claim.outcomes;
 end;
