@@ -8,9 +8,8 @@ claim fencing keep runs consistent; an ORM write would bypass them, so every wri
 
 from __future__ import annotations
 
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Func, Q
 from django.db.models.functions import Lower
@@ -438,6 +437,25 @@ class TickKind(models.TextChoices):
     MANUAL = "manual"
 
 
+if TYPE_CHECKING:
+    _ListField = models.Field[list[Any], list[Any]]
+else:
+    _ListField = models.Field
+
+
+class TimestampList(_ListField):
+    """A ``timestamptz[]`` column read as a list of datetimes (psycopg decodes the array itself).
+
+    Not ``django.contrib.postgres``'s ArrayField: that one requires ``django.contrib.postgres`` in
+    INSTALLED_APPS (a system check error on Django 6), which pgflow's install line does not ask for."""
+
+    def db_type(self, connection: Any) -> str:
+        return "timestamptz[]"
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> list[Any]:
+        return [] if value is None else list(value)
+
+
 class Schedule(ReadOnlyModel):
     """``pgflow.schedules``: a flow started on cron ticks; changed through ``pgflow_django.schedules``.
 
@@ -459,7 +477,7 @@ class Schedule(ReadOnlyModel):
     paused_at = models.DateTimeField(null=True)
     origin = models.TextField(choices=ScheduleOrigin.choices)
     revision = models.BigIntegerField(default=1)
-    upcoming = ArrayField(models.DateTimeField(), default=list)
+    upcoming = TimestampList(default=list)
     planned_until = models.DateTimeField(null=True)
     next_fire_at = models.DateTimeField(null=True)
     last_tick = models.DateTimeField(null=True)

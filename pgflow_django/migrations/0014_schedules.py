@@ -2,9 +2,9 @@
 
 The ``CreateModel`` operations only record the read-only models in Django's migration state."""
 
-import django.contrib.postgres.fields
 from django.db import migrations, models
 
+import pgflow_django.models
 from pgflow_django.sql.runsql import RunSqlFile
 
 
@@ -49,9 +49,7 @@ class Migration(migrations.Migration):
                 ("revision", models.BigIntegerField(default=1)),
                 (
                     "upcoming",
-                    django.contrib.postgres.fields.ArrayField(
-                        base_field=models.DateTimeField(), default=list, size=None
-                    ),
+                    pgflow_django.models.TimestampList(default=list),
                 ),
                 ("planned_until", models.DateTimeField(null=True)),
                 ("next_fire_at", models.DateTimeField(null=True)),
