@@ -8,27 +8,16 @@ Each call records one definition in this process's registry; ``sync_declared_sch
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Unpack
 
 from pgflow_django.schedules.cron import InvalidSchedule
-from pgflow_django.schedules.definition import CatchUp, ScheduleSpec, build_spec
+from pgflow_django.schedules.definition import ScheduleOptions, ScheduleSpec, build_spec
 
 _declared: dict[str, tuple[ScheduleSpec, str]] = {}
 _lock = threading.Lock()
 
 
-def schedule(
-    target: Any,
-    *,
-    cron: str,
-    input: Any = None,
-    name: str | None = None,
-    timezone: str = "UTC",
-    catch_up: CatchUp = "latest",
-    max_catch_up: int = 10,
-    jitter: int = 0,
-    enabled: bool = True,
-) -> ScheduleSpec:
+def schedule(target: Any, *, cron: str, **options: Unpack[ScheduleOptions]) -> ScheduleSpec:
     """Declare that ``target`` (a Flow, or a ``@task`` of the pgflow tasks backend) runs on ``cron``.
 
     ``cron``: 5 fields, or 6 with a leading seconds field, read in ``timezone`` (IANA name).
@@ -41,17 +30,7 @@ def schedule(
     ``enabled=False`` keeps the schedule stored but firing nothing.
     Declaring the same name twice with different definitions raises InvalidSchedule.
     """
-    spec = build_spec(
-        target,
-        cron=cron,
-        input=input,
-        name=name,
-        timezone=timezone,
-        catch_up=catch_up,
-        max_catch_up=max_catch_up,
-        jitter=jitter,
-        enabled=enabled,
-    )
+    spec = build_spec(target, cron=cron, **options)
     where = _caller_module()
     with _lock:
         previous = _declared.get(spec.name)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypeAlias, get_args
+from typing import Any, Final, Literal, TypeAlias, TypedDict, get_args
 
 from pgflow_django.dsl import Flow
 from pgflow_django.schedules.callables import resolve_callable
@@ -20,6 +20,21 @@ from pgflow_django.slugs import validate_flow_slug
 
 CatchUp: TypeAlias = Literal["all", "latest", "none"]
 CATCH_UP_POLICIES: Final = get_args(CatchUp)
+
+
+class ScheduleOptions(TypedDict, total=False):
+    """The optional arguments of a definition, taken by ``schedule()`` and ``create_schedule()`` and
+    passed on to ``build_spec``, which holds their defaults and checks them."""
+
+    input: Any
+    name: str | None
+    timezone: str
+    catch_up: CatchUp
+    max_catch_up: int
+    jitter: int
+    enabled: bool
+
+
 MAX_NAME_LENGTH: Final = 200
 MAX_CATCH_UP: Final = 1000
 

@@ -13,7 +13,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Unpack
 from zoneinfo import ZoneInfo
 
 from django.db import connections, transaction
@@ -22,7 +22,7 @@ from pgflow_django import queries
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.schedules.callables import resolve_callable
 from pgflow_django.schedules.cron import InvalidSchedule
-from pgflow_django.schedules.definition import CatchUp, TaskTarget, build_spec
+from pgflow_django.schedules.definition import CatchUp, ScheduleOptions, TaskTarget, build_spec
 from pgflow_django.schedules.firing import evaluate_input
 from pgflow_django.schedules.planner import plan_schedules
 
@@ -88,33 +88,13 @@ class TickView:
 
 
 def create_schedule(
-    target: Any,
-    *,
-    cron: str,
-    input: Any = None,
-    name: str | None = None,
-    timezone: str = "UTC",
-    catch_up: CatchUp = "latest",
-    max_catch_up: int = 10,
-    jitter: int = 0,
-    enabled: bool = True,
-    using: str = "default",
+    target: Any, *, cron: str, using: str = "default", **options: Unpack[ScheduleOptions]
 ) -> ScheduleView:
     """Create a runtime schedule of a Flow, flow slug or ``@task`` and plan its ticks from now.
 
     The arguments mean what they mean for ``schedule()``; raises InvalidSchedule or ScheduleExists.
     """
-    spec = build_spec(
-        target,
-        cron=cron,
-        input=input,
-        name=name,
-        timezone=timezone,
-        catch_up=catch_up,
-        max_catch_up=max_catch_up,
-        jitter=jitter,
-        enabled=enabled,
-    )
+    spec = build_spec(target, cron=cron, **options)
     require_postgresql(using)
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
         if queries.value(cursor, queries.CREATE_SCHEDULE, spec.parameters()) is None:
