@@ -27,6 +27,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from pgflow_django import admin_dashboard, admin_lists, dag, operations, queries
 from pgflow_django.admin_lists import clock, short_id, took, when
+from pgflow_django.admin_permissions import NoEditsMixin
 from pgflow_django.client import CancelResult, RetryRefused, RunNotFound, cancel_run, retry_run
 from pgflow_django.models import Dep, Flow, Run, Schedule, Step, StepState, StepTask, Worker
 from pgflow_django.recorded_errors import read_error
@@ -44,20 +45,11 @@ else:  # ModelAdmin is not subscriptable at run time
     _FlowAdmin = _RunAdmin = _StepTaskAdmin = _WorkerAdmin = admin.ModelAdmin
 
 
-class ReadOnlyAdminMixin:
+class ReadOnlyAdminMixin(NoEditsMixin):
     """No add, change or delete; every field read-only; the pgflow admin stylesheet."""
 
     class Media:
         css = {"all": (admin_lists.CSS,)}
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         """Every concrete field, times shown to the second (Django's own format stops at minutes)."""
@@ -117,6 +109,14 @@ def _effective(own: int | None, default: int | None) -> str:
     if own is not None:
         return str(own)
     return f"{default} (flow)" if default is not None else "-"
+
+
+def _run_id(term: str) -> uuid.UUID | None:
+    """A search term as the run id the run and task lists search by, or None when it is not one."""
+    try:
+        return uuid.UUID(term)
+    except ValueError:
+        return None
 
 
 def _error_html(text: str | None) -> SafeString | None:
@@ -270,10 +270,8 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        try:
-            return queryset.filter(run_id=uuid.UUID(term)), False
-        except ValueError:
-            return queryset.none(), False
+        run_id = _run_id(term)
+        return (queryset.none() if run_id is None else queryset.filter(run_id=run_id)), False
 
     def has_cancel_runs_permission(self, request: HttpRequest) -> bool:
         return request.user.is_active and request.user.has_perm("pgflow.cancel_run")
@@ -438,9 +436,7 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
 
     def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
         """One run's tasks (searched by run id) by step then index; all tasks newest first."""
-        try:
-            uuid.UUID(request.GET.get("q", "").strip())
-        except ValueError:
+        if _run_id(request.GET.get("q", "").strip()) is None:
             return ("-queued_at", "run_id", "step_position", "task_index")
         return ("step_position", "task_index")
 
@@ -450,10 +446,9 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        try:
-            return queryset.filter(run_id=uuid.UUID(term)), False
-        except ValueError:
-            pass
+        run_id = _run_id(term)
+        if run_id is not None:
+            return queryset.filter(run_id=run_id), False
         if term.isascii() and term.isdigit():  # str.isdigit() alone accepts "²", which int() refuses
             if len(term) > len(str(_MAX_MESSAGE_ID)) or int(term) > _MAX_MESSAGE_ID:
                 return queryset.none(), False

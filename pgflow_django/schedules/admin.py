@@ -24,6 +24,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from pgflow_django.admin_permissions import NoEditsMixin
 from pgflow_django.models import Schedule
 from pgflow_django.schedules.cron import InvalidSchedule
 from pgflow_django.schedules.report import next_fire_times, run_statuses, state_of
@@ -77,7 +78,7 @@ def _last_run(obj: Schedule, *, detailed: bool) -> SafeString | str:
     return format_html('<a href="{}" title="run {}">{}</a>', url, obj.last_run_id, status)
 
 
-class ScheduleAdmin(_ScheduleAdmin):
+class ScheduleAdmin(NoEditsMixin, _ScheduleAdmin):
     list_display = (
         "schedule_name",
         "flow_slug",
@@ -136,15 +137,6 @@ class ScheduleAdmin(_ScheduleAdmin):
         "last_run_detail",
         "recent_ticks_table",
     )
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         """Pause, resume and trigger: ``pgflow.change_schedule`` (superusers have every permission)."""
