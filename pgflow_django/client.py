@@ -6,7 +6,6 @@ commits or rolls back with the caller's writes, so a run never starts for an ord
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import time
@@ -34,6 +33,7 @@ from pgflow_django.encoding import (
 from pgflow_django.operations import FlowNotFound
 from pgflow_django.signals import send_run_started
 from pgflow_django.slugs import validate_flow_slug
+from pgflow_django.suggest import known_and_closest
 
 RunStatus: TypeAlias = Literal["started", "completed", "failed"]
 StepStatus: TypeAlias = Literal["created", "started", "completed", "failed", "skipped", "cancelled"]
@@ -319,11 +319,7 @@ def flow_not_found(slug: str, compiled: Iterable[str] = ()) -> str:
             "pgflow_django.compile_flow(flow) first (run_flow compiles for you)"
         )
     known = sorted({*registered, *compiled})
-    listed = ", ".join(known[:_LISTED_FLOWS]) or "none"
-    if len(known) > _LISTED_FLOWS:
-        listed += f" and {len(known) - _LISTED_FLOWS} more"
-    close = difflib.get_close_matches(slug, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    listed, hint = known_and_closest(slug, known, most=_LISTED_FLOWS)
     return f"no flow {slug!r} (known flows: {listed}){hint}"
 
 

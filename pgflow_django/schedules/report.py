@@ -3,7 +3,6 @@ one-line error for a name no schedule has. Shared by ``manage.py pgflow_schedule
 
 from __future__ import annotations
 
-import difflib
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -13,6 +12,7 @@ from django.db import connections
 
 from pgflow_django import queries
 from pgflow_django.schedules.store import ScheduleNotFound, ScheduleView, get_schedule
+from pgflow_django.suggest import known_and_closest
 
 _LISTED: Final = 10
 
@@ -95,11 +95,7 @@ def schedule_not_found(name: str, *, using: str = "default") -> str:
     """One line for a name no schedule has: the known names and the closest match."""
     with connections[using].cursor() as cursor:
         known = [row.schedule_name for row in queries.fetch_all(cursor, queries.SCHEDULE_NAMES)]
-    listed = ", ".join(known[:_LISTED]) or "none"
-    if len(known) > _LISTED:
-        listed += f" and {len(known) - _LISTED} more"
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    listed, hint = known_and_closest(name, known, most=_LISTED)
     return f"no schedule named {name!r} (known schedules: {listed}){hint}"
 
 
