@@ -6,7 +6,6 @@ use Django's database connection) load on first access.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from pgflow_django.dsl import (
@@ -21,6 +20,7 @@ from pgflow_django.dsl import (
     route_flow,
     with_step_queues,
 )
+from pgflow_django.lazy import load_lazily
 from pgflow_django.slugs import InvalidSlug
 
 if TYPE_CHECKING:
@@ -86,9 +86,4 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pgflow_django' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+    return load_lazily(globals(), name, _LAZY.get(name))

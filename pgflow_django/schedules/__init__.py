@@ -12,8 +12,9 @@ worker.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from pgflow_django.lazy import load_lazily
 
 if TYPE_CHECKING:
     from pgflow_django.schedules.cron import InvalidSchedule
@@ -98,8 +99,4 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pgflow_django.schedules' has no attribute {name!r}")
-    value = getattr(import_module(f"pgflow_django.schedules.{module}"), name)
-    globals()[name] = value
-    return value
+    return load_lazily(globals(), name, None if module is None else f"{__name__}.{module}")
