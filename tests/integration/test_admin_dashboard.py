@@ -77,3 +77,9 @@ def test_dashboard_needs_the_view_run_permission(client: Client) -> None:
     user = User.objects.create_user("viewer", password="pw", is_staff=True)
     client.force_login(user)
     assert client.get(URL).status_code == 403
+
+
+def test_the_runs_list_links_to_the_dashboard(admin_client: Client) -> None:
+    page = admin_client.get("/admin/pgflow/run/")
+    assert page.status_code == 200
+    assert f'href="{URL}" class="pgflow-dashboard-link"' in page.content.decode()
