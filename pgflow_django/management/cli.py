@@ -280,6 +280,26 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def database_alias(text: str) -> str:
+    """``--database``: a key of ``settings.DATABASES``, or one line listing the ones there are."""
+    from django.db import connections
+
+    if text not in connections.settings:
+        known = ", ".join(sorted(connections.settings))
+        raise CommandError(f"unknown database alias {printable(text)!r}; DATABASES has: {known}")
+    return text
+
+
+def add_database_argument(parser: CommandParser) -> None:
+    """The ``--database ALIAS`` option of every pgflow command (checked by :func:`database_alias`)."""
+    parser.add_argument(
+        "--database",
+        default="default",
+        metavar="ALIAS",
+        help="the Django database alias whose pgflow schema to use (default: 'default')",
+    )
+
+
 def positive_int(text: str) -> int:
     """A whole number from 1 to ``MAX_COUNT``, written in ASCII digits."""
     digits = text.strip().removeprefix("+")

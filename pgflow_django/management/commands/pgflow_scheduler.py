@@ -13,7 +13,13 @@ from typing import Any
 import psycopg
 from django.core.management.base import CommandError, CommandParser
 
-from pgflow_django.management.cli import PgflowCommand, positive_float, shown_argument
+from pgflow_django.management.cli import (
+    PgflowCommand,
+    add_database_argument,
+    database_alias,
+    positive_float,
+    shown_argument,
+)
 
 logger = logging.getLogger("pgflow_django.schedules")
 
@@ -44,8 +50,10 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
             type=aware_timestamp,
             help="with --once: the time to fire at, an ISO timestamp with offset (default: the clock)",
         )
+        add_database_argument(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
+        from pgflow_django.conf import get_settings
         from pgflow_django.schedules.service import run_pass
         from pgflow_django.worker.connection import connect, connection_params
 
@@ -55,7 +63,7 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
         stop = threading.Event()
         if not options["once"]:
             self._stop_on_signals(stop)
-        params = connection_params()
+        params = connection_params(database_alias(options["database"]), get_settings().pooler)
         conn = connect(params, "scheduler")
         try:
             while True:

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import CommandError, CommandParser
 
 from pgflow_django.dsl import Flow
-from pgflow_django.management.cli import PgflowCommand, positive_float, positive_int, shown_argument
+from pgflow_django.management.cli import (
+    PgflowCommand,
+    add_database_argument,
+    database_alias,
+    positive_float,
+    positive_int,
+    shown_argument,
+)
 from pgflow_django.worker.logs import LEVELS
 
 if TYPE_CHECKING:
@@ -163,6 +170,14 @@ arguments; 128 + signal number after a second signal
             help="period of stalled-task recovery, one worker at a time "
             "(default: PGFLOW STALLED_CHECK_SECONDS)",
         )
+        add_database_argument(parser)
+        parser.add_argument(
+            "--listen-url",
+            metavar="URL",
+            help="a libpq URL of a direct session (not through a transaction pooler) for LISTEN "
+            "(default: PGFLOW LISTEN_DATABASE's alias, else the worker's database; none, so polling "
+            "alone, when PGFLOW POOLER is 'transaction')",
+        )
         parser.add_argument(
             "--no-scheduler",
             action="store_true",
@@ -197,6 +212,8 @@ arguments; 128 + signal number after a second signal
                     max_tasks=options["max_tasks"],
                     until_empty=options["until_empty"] or None,
                     scheduler=False if options["no_scheduler"] else None,
+                    using=database_alias(options["database"]),
+                    listen_url=options["listen_url"],
                 )
                 worker = QueueWorker(flows, worker_options)
                 status = worker.prepare()
