@@ -15,8 +15,6 @@ from django.core.management.base import CommandError, CommandParser
 
 from pgflow_django.management.cli import (
     PgflowCommand,
-    add_database_argument,
-    database_alias,
     positive_float,
     shown_argument,
 )
@@ -50,7 +48,6 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
             type=aware_timestamp,
             help="with --once: the time to fire at, an ISO timestamp with offset (default: the clock)",
         )
-        add_database_argument(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
         from pgflow_django.conf import get_settings
@@ -63,7 +60,7 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
         stop = threading.Event()
         if not options["once"]:
             self._stop_on_signals(stop)
-        params = connection_params(database_alias(options["database"]), get_settings().pooler)
+        params = connection_params(self.using, get_settings().pooler)
         conn = connect(params, "scheduler")
         try:
             while True:

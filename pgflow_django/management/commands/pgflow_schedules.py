@@ -39,6 +39,7 @@ SHOWN_TICKS: Final = 10
 
 
 class Command(PgflowCommand):
+    database_option = False  # the schedule store reads the default database only, for now
     help = (
         "List the schedules (next and last fire, the last run's status, paused and why), show one with\n"
         "its coming fire times and recent ticks, pause or resume one, or trigger one now (a run outside\n"

@@ -13,8 +13,6 @@ from django.core.management.base import CommandError, CommandParser
 from pgflow_django.dsl import Flow
 from pgflow_django.management.cli import (
     PgflowCommand,
-    add_database_argument,
-    database_alias,
     positive_float,
     positive_int,
     shown_argument,
@@ -170,7 +168,6 @@ arguments; 128 + signal number after a second signal
             help="period of stalled-task recovery, one worker at a time "
             "(default: PGFLOW STALLED_CHECK_SECONDS)",
         )
-        add_database_argument(parser)
         parser.add_argument(
             "--listen-url",
             metavar="URL",
@@ -212,7 +209,7 @@ arguments; 128 + signal number after a second signal
                     max_tasks=options["max_tasks"],
                     until_empty=options["until_empty"] or None,
                     scheduler=False if options["no_scheduler"] else None,
-                    using=database_alias(options["database"]),
+                    using=self.using,
                     listen_url=options["listen_url"],
                 )
                 worker = QueueWorker(flows, worker_options)
