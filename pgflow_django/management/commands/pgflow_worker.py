@@ -273,8 +273,8 @@ arguments; 128 + signal number after a second signal
             raise PreflightError("--exclude-queue narrows --queue '*'; pass --queue '*' with it")
         if options["tasks"]:
             if queue == ALL_QUEUES:
-                return list(task_queues(options["exclude_queue"]))
-            chosen, flows = task_flows(queue)
+                return list(task_queues(options["exclude_queue"], self.using))
+            chosen, flows = task_flows(queue, self.using)
             return [(chosen, flows)]
         flows = [resolve_flow(slug) for slug in options["flow"]]
         if queue != ALL_QUEUES:
