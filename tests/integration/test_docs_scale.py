@@ -71,3 +71,34 @@ def test_each_command_of_the_several_databases_example_parses() -> None:
         command = load_command_class("pgflow_django", words[1])
         options = vars(command.create_parser("manage.py", words[1]).parse_args(words[2:]))
         assert options["database"] == "second", line
+
+
+def test_a_listen_database_that_is_not_an_alias_is_e040() -> None:
+    from pgflow_django.checks import check_pooler
+
+    with override_settings(PGFLOW={"LISTEN_DATABASE": "direct"}):
+        messages = check_pooler()
+    assert [message.id for message in messages] == ["pgflow.E040"]
+    assert "'direct', which DATABASES does not have (default)" in messages[0].msg
+
+
+def test_prepared_statements_asked_for_behind_a_transaction_pooler_are_w040() -> None:
+    from django.db import connections
+
+    from pgflow_django.checks import check_pooler
+
+    options = connections.settings["default"].setdefault("OPTIONS", {})
+    with override_settings(PGFLOW={"POOLER": "transaction"}):
+        assert check_pooler() == []
+        options["prepare_threshold"] = 5
+        try:
+            messages = check_pooler()
+        finally:
+            del options["prepare_threshold"]
+    assert [(message.id, message.obj) for message in messages] == [("pgflow.W040", "default")]
+    with override_settings(PGFLOW={}):
+        options["prepare_threshold"] = 5
+        try:
+            assert check_pooler() == [], "a direct connection may prepare"
+        finally:
+            del options["prepare_threshold"]
