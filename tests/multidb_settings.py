@@ -14,5 +14,8 @@ DATABASES = {
 }
 TASKS = {
     **TASKS,
-    "second": {**TASKS["default"], "OPTIONS": {**TASKS["default"]["OPTIONS"], "DATABASE": "second"}},
+    "second": {
+        **TASKS["default"],
+        "OPTIONS": {**TASKS["default"]["OPTIONS"], "DATABASE": "second", "MODULES": ["tests.multidb_tasks"]},
+    },
 }

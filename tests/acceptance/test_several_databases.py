@@ -145,3 +145,20 @@ def test_an_unknown_alias_is_one_line_listing_the_aliases(pair: Pair) -> None:
     assert result.stderr.strip().splitlines() == [
         "CommandError: unknown database alias 'third'; DATABASES has: default, second"
     ], result.stderr
+
+
+def test_a_tasks_worker_serves_the_backend_of_its_database(pair: Pair) -> None:
+    enqueue = (
+        "from testproject.example.tasks import add; from tests.multidb_tasks import add_second; "
+        "print(add_second.enqueue(2, 3).id); print(add.enqueue(4, 5).id)"
+    )
+    in_b, in_a = pair.manage("shell", "-c", enqueue).stdout.split()[-2:]
+    assert set(pair.runs("second")) == {in_b} and set(pair.runs("default")) == {in_a}
+
+    pair.manage("pgflow_worker", "--tasks", "--database", "second", "--until-empty")
+    assert pair.runs("second") == {in_b: "completed"}
+    assert pair.rows("second", "select output from pgflow.runs") == [({"call": 5},)]
+    assert pair.runs("default") == {in_a: "started"}, "the other database's task waits for its own worker"
+
+    pair.manage("pgflow_worker", "--tasks", "--until-empty")
+    assert pair.runs("default") == {in_a: "completed"}
