@@ -1,6 +1,7 @@
 """Workers through PgBouncer in transaction pooling mode (``PGFLOW["POOLER"] = "transaction"``): runs
 complete with no prepared statement crossing pooled connections, LISTEN goes over a direct session or
-the worker polls, and kill -9 of a worker or a restart of PgBouncer mid-run loses nothing.
+the worker polls, and kill -9 of a worker, a restart of PgBouncer or of PostgreSQL behind it mid-run
+loses nothing.
 
 The pool is small (4 server connections for every worker's connections), so consecutive transactions
 of one client land on different server connections, where a prepared statement would be missing.
@@ -11,12 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 
 from tests import ledger
-from tests.acceptance.faults import FAST, RECOVERY_AGE, LedgerSpawner, Rig, alive
+from tests.acceptance.faults import FAST, RECOVERY_AGE, Db, LedgerSpawner, Rig, alive
 from tests.support.pgbouncer import PgBouncer
 from tests.workers import WorkerProcess, wait_recovery_passes, wait_until
 
@@ -48,6 +51,14 @@ def pooled(database_url: str, pgbouncer: PgBouncer, tmp_path: Path) -> Iterator[
     setup = Rig(database_url, PooledSpawner(pgbouncer.url(database_url), tmp_path))
     yield setup
     setup.close()
+
+
+def rode_through_a_fault(*workers: WorkerProcess) -> None:
+    """The fault reached the workers: one of them lost the database and carried on."""
+    assert any(
+        "database unavailable" in worker.log() or "recording results failed" in worker.log()
+        for worker in workers
+    ), "no worker noticed the fault"
 
 
 def no_prepared_statement_errors(*workers: WorkerProcess) -> None:
@@ -122,5 +133,48 @@ def test_pgbouncer_restarted_mid_run_loses_nothing(pooled: Rig, pgbouncer: PgBou
     assert set(db.run_statuses(runs).values()) == {"completed"}
     assert len(db.effects(runs)) == 300
     alive(*workers)
+    rode_through_a_fault(*workers)
     no_prepared_statement_errors(*workers)
     db.check(flow)
+
+
+def test_postgresql_restarted_behind_pgbouncer_loses_nothing(private_cluster: Any, tmp_path: Path) -> None:
+    """The private cluster (the test restarts it) behind its own PgBouncer: workers reach it only
+    through the pooler, which reconnects to the restarted server on the workers' next transactions."""
+    info = private_cluster.server.get_postmaster_info()
+    host = info.socket_dir if info.socket_dir is not None else info.hostname
+    bouncer = PgBouncer(
+        str(host), int(info.port), "postgres", run_as=private_cluster.server.system_user or "postgres"
+    )
+    rig = Rig(private_cluster.url, PooledSpawner(bouncer.url(private_cluster.url), tmp_path))
+    try:
+        flow, db = ledger.LEDGER_FLOW, rig.db
+        workers = [rig.spawn(flow, "--concurrency", "4", "--stalled-check-seconds", "1") for _ in range(2)]
+        runs = db.start(flow, [[{"sleep": 0.05}] * 5] * 60)
+        db.close()
+        for restart in (1, 2):
+
+            def progress(r: int = restart) -> bool:
+                with psycopg.connect(private_cluster.url, autocommit=True) as conn:
+                    row = conn.execute(
+                        "select count(*) from pgflow.step_tasks where status = 'completed' and run_id = any(%s)",
+                        [runs],
+                    ).fetchone()
+                return row is not None and int(row[0]) >= r * 100
+
+            wait_until(progress, 120, f"progress before restart {restart}")
+            private_cluster.restart()
+        restarted = time.time()
+        db = rig.db = Db(private_cluster.url)
+        time.sleep(3)
+        db.backdate_lost_claims(db.val("select to_timestamp(%s)", [restarted]))
+        db.wait_finished([flow], 120)
+        assert set(db.run_statuses(runs).values()) == {"completed"}
+        assert len(db.effects(runs)) == 300
+        alive(*workers)
+        rode_through_a_fault(*workers)
+        no_prepared_statement_errors(*workers)
+        db.check(flow)
+    finally:
+        rig.close()
+        bouncer.close()

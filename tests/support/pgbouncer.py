@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -40,11 +40,16 @@ def free_port() -> int:
 class PgBouncer:
     """One pgbouncer process; ``url(direct_url)`` is the same database through it."""
 
-    def __init__(self, server_host: str, server_port: int, user: str, pool_size: int = 4) -> None:
+    def __init__(
+        self, server_host: str, server_port: int, user: str, pool_size: int = 4, run_as: str = "postgres"
+    ) -> None:
+        """``run_as``: the system user pgbouncer runs as when started by root (it refuses root); a
+        server's own user reaches its socket directory."""
         self.binary = executable()
         self.root = Path(tempfile.mkdtemp(prefix="pgflow-pgbouncer-"))
         self.port = free_port()
         self.user = user
+        self.run_as = run_as
         (self.root / "userlist.txt").write_text(f'"{user}" ""\n')
         # a small pool: several clients share each server connection, so a statement prepared on one
         # transaction's server connection is missing from the next one's
@@ -60,14 +65,14 @@ class PgBouncer:
             "server_reset_query =\n"
         )
         if os.geteuid() == 0:
-            shutil.chown(self.root, "postgres")
+            shutil.chown(self.root, run_as)
             for name in ("userlist.txt", "pgbouncer.ini"):
-                shutil.chown(self.root / name, "postgres")
+                shutil.chown(self.root / name, run_as)
         self.process: subprocess.Popen[bytes] | None = None
         self.start()
 
     def start(self) -> None:
-        user = ["-u", "postgres"] if os.geteuid() == 0 else []
+        user = ["-u", self.run_as] if os.geteuid() == 0 else []
         self.process = subprocess.Popen([self.binary, "-q", *user, str(self.root / "pgbouncer.ini")])
         deadline = time.monotonic() + 15
         while True:
@@ -101,8 +106,6 @@ class PgBouncer:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def url(self, direct_url: str) -> str:
-        """``direct_url`` with its host and port replaced by this pooler's."""
+        """``direct_url``'s database through this pooler (its host, port and socket replaced)."""
         parts = urlsplit(direct_url)
-        credentials = parts.netloc.rpartition("@")[0]
-        netloc = f"{credentials}@127.0.0.1:{self.port}" if credentials else f"127.0.0.1:{self.port}"
-        return urlunsplit(parts._replace(netloc=netloc))
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}{parts.path}"
