@@ -26,6 +26,7 @@ from tests.workers import WorkerProcess, wait_recovery_passes, wait_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 POLLING_LINE = "no LISTEN through a transaction pooler"
+COMPLETED_TASKS = "select count(*) from pgflow.step_tasks where status = 'completed' and run_id = any(%s)"
 
 
 class PooledSpawner(LedgerSpawner):
@@ -116,12 +117,7 @@ def test_pgbouncer_restarted_mid_run_loses_nothing(pooled: Rig, pgbouncer: PgBou
     runs = db.start(flow, [[{"sleep": 0.05}] * 5] * 60)
 
     def completed() -> int:
-        return int(
-            db.val(
-                "select count(*) from pgflow.step_tasks where status = 'completed' and run_id = any(%s)",
-                [runs],
-            )
-        )
+        return int(db.val(COMPLETED_TASKS, [runs]))
 
     for restart in (1, 2):
         wait_until(lambda r=restart: completed() >= r * 100, 120, f"progress before restart {restart}")
@@ -156,10 +152,7 @@ def test_postgresql_restarted_behind_pgbouncer_loses_nothing(private_cluster: An
 
             def progress(r: int = restart) -> bool:
                 with psycopg.connect(private_cluster.url, autocommit=True) as conn:
-                    row = conn.execute(
-                        "select count(*) from pgflow.step_tasks where status = 'completed' and run_id = any(%s)",
-                        [runs],
-                    ).fetchone()
+                    row = conn.execute(COMPLETED_TASKS, [runs]).fetchone()
                 return row is not None and int(row[0]) >= r * 100
 
             wait_until(progress, 120, f"progress before restart {restart}")
