@@ -162,3 +162,20 @@ def test_a_tasks_worker_serves_the_backend_of_its_database(pair: Pair) -> None:
 
     pair.manage("pgflow_worker", "--tasks", "--until-empty")
     assert pair.runs("default") == {in_a: "completed"}
+
+
+def test_schedules_are_listed_paused_and_triggered_on_the_chosen_alias(pair: Pair) -> None:
+    pair.manage("pgflow_compile", FLOW, "--database", "second")
+    create = (
+        "from pgflow_django.schedules import create_schedule; "
+        "create_schedule('example_chain', cron='0 3 * * *', input={'n': 7}, name='nightly', using='second')"
+    )
+    pair.manage("shell", "-c", create)
+    listed = json.loads(pair.manage("pgflow_schedules", "--format", "json", "--database", "second").stdout)
+    assert [schedule["name"] for schedule in listed] == ["nightly"]
+    assert json.loads(pair.manage("pgflow_schedules", "--format", "json").stdout) == []
+
+    pair.manage("pgflow_schedules", "pause", "nightly", "--database", "second")
+    assert pair.rows("second", "select paused_reason from pgflow.schedules") == [("operator",)]
+    pair.manage("pgflow_schedules", "trigger", "nightly", "--database", "second")
+    assert list(pair.runs("second").values()) == ["started"] and pair.runs("default") == {}
