@@ -20,6 +20,9 @@ Ids:
 - ``pgflow.E032`` a stored schedule's cron or time zone no longer parses, ``pgflow.E033`` a name
   declared in code is taken by a runtime schedule, ``pgflow.W030`` an active schedule's flow is not
   compiled (database checks; ``pgflow_django.schedules.checks``);
+- ``pgflow.E040`` ``PGFLOW['LISTEN_DATABASE']`` is not a ``DATABASES`` alias; ``pgflow.W040`` with
+  ``PGFLOW['POOLER'] = 'transaction'``, an alias pgflow uses asks psycopg for prepared statements
+  (``OPTIONS['prepare_threshold']``), which break behind a transaction pooler;
 - ``pgflow.W001`` pgflow migrations not applied (database check; a warning, because deploy scripts often
   run ``check --database default`` before ``migrate``; not raised while ``migrate`` itself runs the
   checks).
@@ -196,6 +199,45 @@ def check_install(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> li
                     id="pgflow.E020",
                 )
             )
+    return messages
+
+
+@checks.register("pgflow")
+def check_pooler(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``POOLER`` and ``LISTEN_DATABASE`` against ``DATABASES``, from settings alone."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from pgflow_django.conf import get_settings
+
+    try:
+        conf = get_settings()
+    except ImproperlyConfigured:
+        return []  # reported where the settings are read, in one line
+    messages: list[checks.CheckMessage] = []
+    if conf.listen_database is not None and conf.listen_database not in connections.settings:
+        messages.append(
+            checks.Error(
+                f"PGFLOW['LISTEN_DATABASE'] is {conf.listen_database!r}, which DATABASES does not have "
+                f"({', '.join(sorted(connections.settings))})",
+                hint="name the alias of a direct connection (not through a transaction pooler) to the "
+                "workers' database, or remove the key",
+                id="pgflow.E040",
+            )
+        )
+    if conf.pooler == "transaction":
+        for alias in pgflow_aliases():
+            threshold = (connections.settings[alias].get("OPTIONS") or {}).get("prepare_threshold")
+            if threshold is not None:
+                messages.append(
+                    checks.Warning(
+                        f"DATABASES[{alias!r}]['OPTIONS']['prepare_threshold'] is {threshold!r} while "
+                        "PGFLOW['POOLER'] is 'transaction': psycopg prepares statements on one server "
+                        "connection, and PgBouncer runs the next transaction on another",
+                        hint="remove prepare_threshold from OPTIONS (Django then passes None)",
+                        obj=alias,
+                        id="pgflow.W040",
+                    )
+                )
     return messages
 
 

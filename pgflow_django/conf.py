@@ -22,6 +22,26 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+Pooler: TypeAlias = Literal["transaction"]
+POOLERS: tuple[Pooler, ...] = ("transaction",)
+
+
+def _pooler(value: Any) -> Pooler | None:
+    """``POOLER``: None (a direct connection, or a session-mode pooler) or ``"transaction"``."""
+    if value is None:
+        return None
+    for pooler in POOLERS:
+        if value == pooler:
+            return pooler
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"PGFLOW['POOLER'] must be None or 'transaction', got {value!r}")
+
+
 @dataclass(frozen=True)
 class Setting:
     """One ``PGFLOW`` key: its default, how its value is read, and the worker option it fills."""
@@ -55,6 +75,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     # The worker's Prometheus port (/metrics, /healthz, /readyz; needs the [metrics] extra); None: off.
     Setting("WORKER_METRICS_PORT", None, _optional_int, "metrics_port"),
     Setting("WORKER_METRICS_HOST", "0.0.0.0", str, "metrics_host"),
+    # "transaction": the database aliases reach PostgreSQL through a transaction-pooling PgBouncer, so
+    # the worker's own connections prepare no statement and LISTEN needs a direct session of its own.
+    Setting("POOLER", None, _pooler, "pooler"),
+    # The Django alias of a direct (unpooled) connection for the worker's LISTEN (None: the worker's
+    # own database, or polling alone when POOLER is "transaction").
+    Setting("LISTEN_DATABASE", None, _optional_str, "listen_database"),
 )
 """The one table of the worker settings' defaults: ``PgflowSettings``, ``WorkerOptions`` and the
 ``pgflow_worker`` options (which default to the setting) all take theirs from here."""
@@ -87,6 +113,8 @@ class PgflowSettings:
     worker_conn_max_age: float | None
     worker_metrics_port: int | None
     worker_metrics_host: str
+    pooler: Pooler | None
+    listen_database: str | None
     scheduler: Scheduler
 
 

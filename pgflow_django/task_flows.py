@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from pgflow_django.tasks import PgflowTaskBackend
 
 
-def _backends() -> list[PgflowTaskBackend]:
-    """The configured PgflowTaskBackends; one clear error when there is none."""
+def _backends(using: str | None = None) -> list[PgflowTaskBackend]:
+    """The configured PgflowTaskBackends (those whose ``DATABASE`` is ``using``, when given); one
+    clear error when there is none."""
     from django.conf import settings
 
     if not getattr(settings, "TASKS", None):
@@ -34,12 +35,21 @@ def _backends() -> list[PgflowTaskBackend]:
         raise PreflightError(str(exc)) from None
     if not backends:
         raise PreflightError("no TASKS backend is pgflow_django.tasks.PgflowTaskBackend; configure one first")
-    return backends
+    if using is None:
+        return backends
+    chosen = [backend for backend in backends if backend.using == using]
+    if not chosen:
+        databases = ", ".join(sorted({repr(backend.using) for backend in backends}))
+        raise PreflightError(
+            f"no PgflowTaskBackend has DATABASE {using!r} (theirs: {databases}); pass --database one of them"
+        )
+    return chosen
 
 
-def task_flows(queue: str | None) -> tuple[str, list[Flow]]:
-    """The queue to poll and its task flows; one clear error when nothing can run."""
-    backends = _backends()
+def task_flows(queue: str | None, using: str | None = None) -> tuple[str, list[Flow]]:
+    """The queue to poll and its task flows (of the backends on database ``using``, when given); one
+    clear error when nothing can run."""
+    backends = _backends(using)
     if queue is None:
         queues = sorted({name for backend in backends for name in backend.queues})
         if not queues or "default" in queues:
@@ -75,10 +85,10 @@ ALL_QUEUES = "*"
 """``--queue '*'``: every queue of the task backends."""
 
 
-def task_queues(exclude: list[str]) -> list[tuple[str, list[Flow]]]:
+def task_queues(exclude: list[str], using: str | None = None) -> list[tuple[str, list[Flow]]]:
     """``--queue '*'``: each configured queue (a backend's ``QUEUES``, or the queues its tasks name
     when it lists none) with its task flows, minus ``exclude``; queues without a task are skipped."""
-    backends = _backends()
+    backends = _backends(using)
     names: set[str] = set()
     for backend in backends:
         names.update(backend.queues or {task.queue_name for task in backend.discover_tasks()})
@@ -92,7 +102,7 @@ def task_queues(exclude: list[str]) -> list[tuple[str, list[Flow]]]:
     found: list[tuple[str, list[Flow]]] = []
     for queue in chosen:
         try:
-            found.append(task_flows(queue))
+            found.append(task_flows(queue, using))
         except PreflightError as exc:
             if not str(exc).startswith("no task found"):
                 raise

@@ -130,6 +130,7 @@ def _own_connection() -> Any:
             autocommit=True,
             application_name=LEDGER_APPLICATION_NAME,
             connect_timeout=5,
+            prepare_threshold=None,  # it may reach the database through a transaction pooler
         )
         _local.conn = conn
     return conn

@@ -87,6 +87,11 @@ class PgflowCommand(BaseCommand):
     examples: ClassVar[str] = ""
     """Shown under ``--help`` after the options."""
 
+    database_option: ClassVar[bool] = True
+    """Take ``--database ALIAS``: the command then works on ``self.using``'s pgflow schema."""
+
+    using: str = "default"
+
     requires_system_checks = []
     """No system checks first: each command checks what it needs and says it in one line, and an
     unrelated finding (another flow's bad slug) must not stop ``pgflow_runs`` or ``pgflow_pause``.
@@ -96,7 +101,10 @@ class PgflowCommand(BaseCommand):
         kwargs.setdefault("formatter_class", HelpFormatter)
         if self.examples:
             kwargs.setdefault("epilog", f"examples:\n{self.examples.strip(chr(10)).rstrip()}")
-        return super().create_parser(prog_name, subcommand, **kwargs)
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        if self.database_option:
+            add_database_argument(parser)
+        return parser
 
     def run_from_argv(self, argv: list[str]) -> None:
         """Parse once up front so that a bad argument is one line and exit 2, not usage text."""
@@ -126,8 +134,9 @@ class PgflowCommand(BaseCommand):
             raise CommandError(message, returncode=exc.returncode) from exc
 
     def handle(self, *args: Any, **options: Any) -> None:
+        self.using = database_alias(options.get("database") or "default")
         try:
-            require_postgresql()
+            require_postgresql(self.using)
             self.run(*args, **options)
         except _EXPECTED_ERRORS as exc:
             raise CommandError(one_line(exc)) from exc
@@ -278,6 +287,26 @@ def parse_duration(text: str) -> timedelta:
             f"duration {shown_argument(text)} is too long: at most {int(MAX_SECONDS) // 86400}d (100 years)"
         )
     return timedelta(seconds=seconds)
+
+
+def database_alias(text: str) -> str:
+    """``--database``: a key of ``settings.DATABASES``, or one line listing the ones there are."""
+    from django.db import connections
+
+    if text not in connections.settings:
+        known = ", ".join(sorted(connections.settings))
+        raise CommandError(f"unknown database alias {printable(text)!r}; DATABASES has: {known}")
+    return text
+
+
+def add_database_argument(parser: CommandParser) -> None:
+    """The ``--database ALIAS`` option of every pgflow command (checked by :func:`database_alias`)."""
+    parser.add_argument(
+        "--database",
+        default="default",
+        metavar="ALIAS",
+        help="the Django database alias whose pgflow schema to use (default: 'default')",
+    )
 
 
 def positive_int(text: str) -> int:

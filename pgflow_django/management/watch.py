@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import connections
 from django.utils import timezone
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
@@ -61,10 +61,10 @@ class WatchFrame:
     queues: list[QueueDepth]
 
 
-def take_snapshot(flow: str | None, limit: int) -> WatchFrame:
+def take_snapshot(flow: str | None, limit: int, *, using: str = "default") -> WatchFrame:
     params: dict[str, Any] = {"flow": flow, "limit": limit}
     runs: dict[str, ActiveRun] = {}
-    with connection.cursor() as cursor:
+    with connections[using].cursor() as cursor:
         for row in queries.fetch_all(cursor, queries.ACTIVE_RUN_STEPS, params):
             run = runs.setdefault(
                 str(row.run_id),

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from pgflow_django import queries
@@ -32,10 +33,20 @@ DJANGO_ONLY_OPTIONS = frozenset(
 """Keys of ``DATABASES[...]["OPTIONS"]`` that Django consumes itself and libpq would reject."""
 
 
-def connection_params(using: str = "default") -> dict[str, Any]:
-    """psycopg connection keywords built from Django's ``settings_dict`` for ``using``."""
+def connection_params(using: str = "default", pooler: str | None = None) -> dict[str, Any]:
+    """psycopg connection keywords built from Django's ``settings_dict`` for ``using``.
+
+    Behind a transaction pooler (``pooler="transaction"``) psycopg prepares nothing: a statement it
+    prepared after ``prepare_threshold`` runs would live on one server connection, and PgBouncer hands
+    the next transaction to any of them. Direct connections keep psycopg's default, which spares the
+    claim loop re-planning its statements.
+    """
     from django.db import connections
 
+    if using not in connections.settings:
+        raise ValueError(
+            f"unknown database alias {using!r}; DATABASES has: {', '.join(sorted(connections.settings))}"
+        )
     settings_dict = connections[using].settings_dict
     params: dict[str, Any] = {
         key: value
@@ -47,6 +58,27 @@ def connection_params(using: str = "default") -> dict[str, Any]:
     for key, name in (("USER", "user"), ("PASSWORD", "password"), ("HOST", "host"), ("PORT", "port")):
         if settings_dict.get(key):
             params[name] = str(settings_dict[key])
+    if pooler == "transaction":
+        params["prepare_threshold"] = None
+    return params
+
+
+def listen_params(
+    params: dict[str, Any], pooler: str | None, listen_database: str | None, listen_url: str | None
+) -> dict[str, Any] | None:
+    """Where the worker's LISTEN goes: ``--listen-url``, else ``PGFLOW["LISTEN_DATABASE"]``'s alias,
+    else the worker's own connection; None (poll only) behind a transaction pooler, where a LISTEN
+    would hold a pooled server connection that PgBouncer may give to another client between
+    transactions, and notifications would never reach this one."""
+    if listen_url is not None:
+        try:
+            return conninfo_to_dict(listen_url)
+        except psycopg.ProgrammingError as exc:
+            raise ValueError(f"--listen-url is not a libpq connection string: {first_line(exc)}") from None
+    if listen_database is not None:
+        return connection_params(listen_database)
+    if pooler == "transaction":
+        return None
     return params
 
 

@@ -32,6 +32,12 @@ class WorkerOptions:
     metrics_port: int | None = _DEFAULT["metrics_port"]
     """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port (0: any free one; None: off)."""
     metrics_host: str = _DEFAULT["metrics_host"]
+    pooler: str | None = _DEFAULT["pooler"]
+    """``"transaction"``: the database is reached through a transaction-pooling PgBouncer."""
+    listen_database: str | None = _DEFAULT["listen_database"]
+    """The Django alias of a direct session for LISTEN (``PGFLOW["LISTEN_DATABASE"]``)."""
+    listen_url: str | None = None
+    """``--listen-url``: a libpq URL of a direct session for LISTEN (wins over ``listen_database``)."""
     read_visibility_seconds: int = 5
     """The shortest time a claim's read hides its batch; a plain or step worker hides it for its
     longest step timeout + 2 s, the visibility the claim gives a task, so the claim need not write it."""

@@ -33,6 +33,7 @@ from pgflow_django.worker.connection import (
     connection_params,
     first_line,
     is_transient,
+    listen_params,
 )
 from pgflow_django.worker.limits import TaskBudget, UntilEmpty
 from pgflow_django.worker.listener import Listener, insert_channel
@@ -127,6 +128,8 @@ class QueueWorker:
         )
         self.state = WorkerState(options.concurrency)
         self._params: dict[str, Any] = {}
+        self._listen_params: dict[str, Any] | None = None
+        """The LISTEN session's connection keywords (None: poll only; see ``listen_params``)."""
         self.engine: Engine | None = None
         self.completer: Completer | None = None
         self.listener: Listener | None = None
@@ -178,7 +181,10 @@ class QueueWorker:
         results = [compile_flow(flow, using=self.options.using) for flow in self.flows]
         statuses = [result.status for result in results]
         self.generations = {result.flow_slug: result.generation for result in results}
-        self._params = connection_params(self.options.using)
+        self._params = connection_params(self.options.using, self.options.pooler)
+        self._listen_params = listen_params(
+            self._params, self.options.pooler, self.options.listen_database, self.options.listen_url
+        )
         self.engine = Engine(self._params, "supervisor")
         if self.shared:
             support = tuple(self.engine.shared_support(self.queue, [flow.slug for flow in self.flows]))
@@ -245,8 +251,17 @@ class QueueWorker:
         self.observe.tracing = tracing.recording()
         self.completer.observe = self.observe
         self.completer.start()
-        self.listener = Listener(self._params, insert_channel(self.queue_table), self.state)
-        self.listener.start()
+        self.listener = Listener(self._listen_params or {}, insert_channel(self.queue_table), self.state)
+        if self._listen_params is None:
+            logger.warning(
+                "queue=%s: no LISTEN through a transaction pooler (PGFLOW POOLER); polling every %.1fs. "
+                "Give a direct session with PGFLOW['LISTEN_DATABASE'] or --listen-url to react at once",
+                self.queue,
+                opts.poll_interval,
+                extra=self.observe.fields,
+            )
+        else:
+            self.listener.start()
         self.runner = Runner(self.flows, self.state, self.completer, opts.using)
         self.runner.observe = self.observe
         self.pool = HandlerPool(opts.concurrency, self.runner.run, on_exit=self.runner.thread_done)

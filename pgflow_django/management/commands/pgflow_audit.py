@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
-from django.db import connection, transaction
+from django.db import connections, transaction
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pgflow_django import queries
@@ -64,8 +64,8 @@ exit codes: 0 every check passed; 1 a check found problems, or another error; 2 
         )
         with (
             Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar,
-            transaction.atomic(),
-            connection.cursor() as cursor,
+            transaction.atomic(using=self.using),
+            connections[self.using].cursor() as cursor,
         ):
             queries.value(cursor, queries.READ_ONLY_TRANSACTION)
             checks = current_audit_checks(cursor)
@@ -76,5 +76,5 @@ exit codes: 0 every check passed; 1 a check found problems, or another error; 2 
 
             findings = run_audit(cursor, progress, checks)
             bar.update(task, completed=len(checks))
-            transaction.set_rollback(True)
+            transaction.set_rollback(True, using=self.using)
         return findings

@@ -37,7 +37,7 @@ finished (nothing changed)
     def run(self, *args: Any, **options: Any) -> None:
         reason: str | None = options["reason"]
         try:
-            result = cancel_run(options["run_id"], reason=reason)
+            result = cancel_run(options["run_id"], reason=reason, using=self.using)
         except ValueError as exc:
             raise CommandError(f"--reason: {exc}", returncode=USAGE_ERROR) from None
         if result.cancelled:

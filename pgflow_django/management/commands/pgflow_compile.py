@@ -173,7 +173,7 @@ exit codes: 0 all compiled, verified or replaced; 1 a flow differs from the data
 
     def _compile(self, flow: Flow, *, refuse: bool) -> Outcome:
         try:
-            result = compile_flow(flow, on_change="refuse" if refuse else None)
+            result = compile_flow(flow, on_change="refuse" if refuse else None, using=self.using)
         except FlowMismatch as exc:
             return _mismatch(exc)
         return _outcome(result)
@@ -182,7 +182,7 @@ exit codes: 0 all compiled, verified or replaced; 1 a flow differs from the data
         """Run the real compiler, then roll its transaction back: the answer without the writes."""
         try:
             with transaction.atomic():
-                result = compile_flow(flow, on_change="refuse")
+                result = compile_flow(flow, on_change="refuse", using=self.using)
                 transaction.set_rollback(True)
         except FlowMismatch as exc:
             return _mismatch(exc)
@@ -209,7 +209,9 @@ exit codes: 0 all compiled, verified or replaced; 1 a flow differs from the data
                 raise CommandError(f"not confirmed; flow {slug!r} was not replaced")
         try:
             with self.working(f"replacing flow {slug!r}", no_color=no_color):
-                result = compile_flow(flow, on_change="replace", confirmed_runs=outcome.runs)
+                result = compile_flow(
+                    flow, on_change="replace", confirmed_runs=outcome.runs, using=self.using
+                )
         except FlowMismatch as exc:
             return _mismatch(exc)
         return _outcome(result)

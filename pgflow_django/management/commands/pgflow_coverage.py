@@ -80,10 +80,10 @@ exit codes: 0 every route has a live worker (or no flow is compiled); 1 error (e
             self.stdout.write(coverage_sql(flow=flow, live_seconds=live_seconds), ending="")
             return
         query = coverage_sql(flow=flow, live_seconds=live_seconds)
-        routes = coverage(flow=flow, live_seconds=live_seconds)
+        routes = coverage(using=self.using, flow=flow, live_seconds=live_seconds)
         uncovered = [route for route in routes if not route.covered]
         shown = routes if options["all"] else uncovered
-        no_flows = not routes and compiled_flow_count() == 0
+        no_flows = not routes and compiled_flow_count(self.using) == 0
         if options["format"] == "json":
             self.write_json(
                 {

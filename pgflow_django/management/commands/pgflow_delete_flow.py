@@ -33,13 +33,13 @@ exit codes: 0 deleted; 1 not confirmed, no such flow, or another error; 2 bad ar
 
     def run(self, *args: Any, **options: Any) -> None:
         slug: str = options["flow"]
-        summary = describe_flow(slug)
+        summary = describe_flow(slug, using=self.using)
         if summary.live_workers:
             self.stderr.write(self.style.WARNING(_live_workers_warning(summary)))
         if not options["yes"]:
             self._confirm(summary, options.get("stdin") or sys.stdin)
         with self.working(f"deleting flow {slug!r}", no_color=options["no_color"]):
-            deleted = delete_flow(slug)
+            deleted = delete_flow(slug, using=self.using)
         if options["verbosity"] > 0:
             self.stdout.write(f"deleted flow {slug!r}: {deleted.runs} run(s) and {deleted.what_goes}")
 

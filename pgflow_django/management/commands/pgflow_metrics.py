@@ -38,7 +38,7 @@ exit codes: 0 written; 1 database error or prometheus-client missing; 2 bad argu
 
                 write_to_textfile(options["output"], database_registry())
             else:
-                self.stdout.write(database_text().decode(), ending="")
+                self.stdout.write(database_text(self.using).decode(), ending="")
         except MetricsUnavailable as exc:
             raise CommandError(str(exc)) from None
         except DatabaseError as exc:

@@ -35,7 +35,7 @@ exit codes: 0 done; 1 error (e.g. unknown flow); 2 bad arguments
 
     def run(self, *args: Any, **options: Any) -> None:
         if options["flow"] is None:
-            found = pauses()
+            found = pauses(using=self.using)
             if options["format"] == "json":
                 self.write_json([asdict(p) for p in found])
                 return
@@ -48,7 +48,7 @@ exit codes: 0 done; 1 error (e.g. unknown flow); 2 bad arguments
                     + (f": {printable(item.detail)}" if item.detail else "")
                 )
             return
-        result = pause(options["flow"], options["step"], detail=options["detail"])
+        result = pause(options["flow"], options["step"], detail=options["detail"], using=self.using)
         name = result.flow_slug + (f" --step {result.step_slug}" if result.step_slug else "")
         if options["format"] == "json":
             self.write_json(asdict(result))

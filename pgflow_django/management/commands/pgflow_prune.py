@@ -38,7 +38,7 @@ exit codes: 0 done; 1 error; 2 bad arguments
 
     def run(self, *args: Any, **options: Any) -> None:
         with self.working("pruning", no_color=options["no_color"]):
-            result = prune(options["older_than"])
+            result = prune(options["older_than"], using=self.using)
         if options["format"] == "json":
             self.write_json(asdict(result))
         elif options["verbosity"] > 0:

@@ -38,7 +38,7 @@ exit codes: 0 done; 1 error (e.g. not a shared queue: the line lists the shared 
 
     def run(self, *args: Any, **options: Any) -> None:
         with self.working("pruning", no_color=options["no_color"]):
-            deleted = prune_shared_archive(options["queue"], options["older_than"])
+            deleted = prune_shared_archive(options["queue"], options["older_than"], using=self.using)
         if options["format"] == "json":
             self.write_json({"queue": options["queue"], "archived_messages": deleted})
         elif options["verbosity"] > 0:

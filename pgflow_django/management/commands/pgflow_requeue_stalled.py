@@ -30,7 +30,7 @@ exit codes: 0 done (also when nothing was stalled); 1 error; 2 bad arguments
 
     def run(self, *args: Any, **options: Any) -> None:
         with self.working("looking for stalled tasks", no_color=options["no_color"]):
-            result = requeue_stalled()
+            result = requeue_stalled(using=self.using)
         if options["format"] == "json":
             self.write_json(asdict(result))
         elif options["verbosity"] > 0:

@@ -38,7 +38,7 @@ exit codes: 0 cleared, or nothing was paused; 1 error; 2 bad arguments
                 validate_slug(options["step"], "--step")
         except InvalidSlug as exc:
             raise CommandError(str(exc)) from None
-        cleared = resume(options["flow"], options["step"])
+        cleared = resume(options["flow"], options["step"], using=self.using)
         if options["format"] == "json":
             self.write_json({"cleared": None if cleared is None else asdict(cleared)})
         elif cleared is None:

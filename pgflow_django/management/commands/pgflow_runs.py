@@ -98,7 +98,7 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
                 validate_flow_slug(options["flow"], "--flow")
             except InvalidSlug as exc:
                 raise CommandError(str(exc), returncode=USAGE_ERROR) from None
-            compiled = list(Flow.objects.values_list("flow_slug", flat=True))
+            compiled = list(Flow.objects.using(self.using).values_list("flow_slug", flat=True))
             if options["flow"] not in compiled:
                 message = flow_not_found(options["flow"], compiled)
                 raise CommandError(f"--flow: {message}", returncode=USAGE_ERROR)
@@ -120,7 +120,7 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
         if given:
             flags = ", ".join(f"--{name}" for name in given)
             raise CommandError(f"{flags} only filter the list of runs; leave them out when showing run {key}")
-        self._show(get_run(key), as_json, options)
+        self._show(get_run(key, using=self.using), as_json, options)
 
     def _watch(self, key: uuid.UUID | None, as_json: bool, options: Any) -> None:
         if key is not None:
@@ -146,7 +146,12 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
                 if live_console.is_terminal:
                     live = stack.enter_context(Live(console=live_console, auto_refresh=False))
                 while True:
-                    view = render(take_snapshot(flow, limit), flow=flow, interval=interval, limit=limit)
+                    view = render(
+                        take_snapshot(flow, limit, using=self.using),
+                        flow=flow,
+                        interval=interval,
+                        limit=limit,
+                    )
                     if live is not None:
                         live.update(view, refresh=True)
                     else:
@@ -161,7 +166,7 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
             return  # Ctrl-C is how a watch ends: exit 0
 
     def _list(self, flow: str | None, status: str | None, limit: int, as_json: bool, options: Any) -> None:
-        runs = Run.objects.all()
+        runs = Run.objects.using(self.using).all()
         if flow:
             runs = runs.filter(flow_id=flow)
         if status:
@@ -205,7 +210,8 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
 
     def _show(self, view: RunView, as_json: bool, options: Any) -> None:
         tasks = list(
-            StepTask.objects.filter(run_id=view.run_id)
+            StepTask.objects.using(self.using)
+            .filter(run_id=view.run_id)
             .order_by("step_slug", "task_index")
             .values(
                 "step_slug",

@@ -13,7 +13,11 @@ from typing import Any
 import psycopg
 from django.core.management.base import CommandError, CommandParser
 
-from pgflow_django.management.cli import PgflowCommand, positive_float, shown_argument
+from pgflow_django.management.cli import (
+    PgflowCommand,
+    positive_float,
+    shown_argument,
+)
 
 logger = logging.getLogger("pgflow_django.schedules")
 
@@ -46,6 +50,7 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
         )
 
     def run(self, *args: Any, **options: Any) -> None:
+        from pgflow_django.conf import get_settings
         from pgflow_django.schedules.service import run_pass
         from pgflow_django.worker.connection import connect, connection_params
 
@@ -55,7 +60,7 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
         stop = threading.Event()
         if not options["once"]:
             self._stop_on_signals(stop)
-        params = connection_params()
+        params = connection_params(self.using, get_settings().pooler)
         conn = connect(params, "scheduler")
         try:
             while True:

@@ -81,7 +81,7 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             elif action == "pg-cron":
                 self._pg_cron(options)
             elif action == "show":
-                self._show(find_schedule(_named(name)), options)
+                self._show(find_schedule(_named(name), using=self.using), options)
             elif action == "pause":
                 self._pause(_named(name), options)
             elif action == "resume":
@@ -102,8 +102,8 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             raise CommandError("--input only applies to trigger")
 
     def _list(self, options: dict[str, Any]) -> None:
-        views = list_schedules()
-        statuses = run_statuses(view.last_run_id for view in views)
+        views = list_schedules(using=self.using)
+        statuses = run_statuses((view.last_run_id for view in views), using=self.using)
         if options["format"] == "json":
             self.write_json([schedule_dict(view, statuses) for view in views])
             return
@@ -132,8 +132,8 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
         console.print(f"times in {timezone.get_current_timezone_name()}", style="dim")
 
     def _show(self, view: ScheduleView, options: dict[str, Any]) -> None:
-        ticks = recent_ticks(view.name, limit=SHOWN_TICKS)
-        statuses = run_statuses([view.last_run_id, *(tick.run_id for tick in ticks)])
+        ticks = recent_ticks(view.name, limit=SHOWN_TICKS, using=self.using)
+        statuses = run_statuses([view.last_run_id, *(tick.run_id for tick in ticks)], using=self.using)
         if options["format"] == "json":
             self.write_json(
                 {
@@ -164,7 +164,7 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
         if view.last_error:
             console.print(f"  error     {printable(view.last_error)}", style="red")
         coming = (
-            [_when(fire) for fire in next_fire_times(view.name, view.upcoming, view.jitter)]
+            [_when(fire) for fire in next_fire_times(view.name, view.upcoming, view.jitter, using=self.using)]
             if view.active
             else []
         )
@@ -186,7 +186,7 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
         console.print(f"times in {timezone.get_current_timezone_name()}", style="dim")
 
     def _pg_cron(self, options: dict[str, Any]) -> None:
-        change = sync_pg_cron_job()
+        change = sync_pg_cron_job(using=self.using)
         if options["format"] == "json":
             self.write_json({"job": JOB_NAME, "change": change})
         elif change == "absent":
@@ -199,10 +199,10 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             self.stdout.write(f"pg_cron job {JOB_NAME} {change}: it calls pgflow.fire_due_schedules()")
 
     def _pause(self, name: str, options: dict[str, Any]) -> None:
-        before = find_schedule(name)
-        view = pause_schedule(name, detail=options["reason"])
+        before = find_schedule(name, using=self.using)
+        view = pause_schedule(name, detail=options["reason"], using=self.using)
         if options["format"] == "json":
-            self.write_json(schedule_dict(view, run_statuses([view.last_run_id])))
+            self.write_json(schedule_dict(view, run_statuses([view.last_run_id], using=self.using)))
         elif before.paused_reason is not None:
             undo = (
                 "declare it again, or delete it"
@@ -216,10 +216,10 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             )
 
     def _resume(self, name: str, options: dict[str, Any]) -> None:
-        before = find_schedule(name)
-        view = resume_schedule(name)
+        before = find_schedule(name, using=self.using)
+        view = resume_schedule(name, using=self.using)
         if options["format"] == "json":
-            self.write_json(schedule_dict(view, run_statuses([view.last_run_id])))
+            self.write_json(schedule_dict(view, run_statuses([view.last_run_id], using=self.using)))
         elif before.paused_reason is None:
             self.stdout.write(f"schedule {name} is not paused; nothing changed")
         else:
@@ -229,11 +229,11 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             )
 
     def _trigger(self, name: str, options: dict[str, Any]) -> None:
-        find_schedule(name)
+        find_schedule(name, using=self.using)
         if options["input"] is None:
-            run_id = trigger_now(name)
+            run_id = trigger_now(name, using=self.using)
         else:
-            run_id = trigger_now(name, input=load_json_argument(options["input"]))
+            run_id = trigger_now(name, input=load_json_argument(options["input"]), using=self.using)
         if options["format"] == "json":
             self.write_json({"name": name, "run_id": str(run_id)})
         else:

@@ -77,7 +77,7 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
             raise CommandError("--timeout only applies with --wait")
         flow_input = load_json_argument(options["input"])
         flow: Flow | str = get_flows().get(options["flow"]) or options["flow"]
-        started = start_flow(flow, flow_input, run_id=options["run_id"])
+        started = start_flow(flow, flow_input, run_id=options["run_id"], using=self.using)
         as_json = options["format"] == "json"
         if not options["wait"]:
             if as_json:
@@ -102,7 +102,7 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
         """Poll the run; on a terminal, redraw its step table in place (on stderr, keeping stdout clean)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         console = self.console(stderr=True, no_color=no_color)
-        view = get_run(key)
+        view = get_run(key, using=self.using)
         with contextlib.ExitStack() as stack:
             live = None
             if console.is_terminal:
@@ -114,7 +114,7 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
                 if left is not None and left <= 0:
                     break
                 time.sleep(POLL_SECONDS if left is None else min(POLL_SECONDS, left))
-                view = get_run(key)
+                view = get_run(key, using=self.using)
                 if live is not None:
                     live.update(_live(view), refresh=True)
         return view

@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import CommandError, CommandParser
 
 from pgflow_django.dsl import Flow
-from pgflow_django.management.cli import PgflowCommand, positive_float, positive_int, shown_argument
+from pgflow_django.management.cli import (
+    PgflowCommand,
+    positive_float,
+    positive_int,
+    shown_argument,
+)
 from pgflow_django.worker.logs import LEVELS
 
 if TYPE_CHECKING:
@@ -164,6 +169,13 @@ arguments; 128 + signal number after a second signal
             "(default: PGFLOW STALLED_CHECK_SECONDS)",
         )
         parser.add_argument(
+            "--listen-url",
+            metavar="URL",
+            help="a libpq URL of a direct session (not through a transaction pooler) for LISTEN "
+            "(default: PGFLOW LISTEN_DATABASE's alias, else the worker's database; none, so polling "
+            "alone, when PGFLOW POOLER is 'transaction')",
+        )
+        parser.add_argument(
             "--no-scheduler",
             action="store_true",
             help="do not fire due schedules (by default every worker fires them, one at a time; "
@@ -197,6 +209,8 @@ arguments; 128 + signal number after a second signal
                     max_tasks=options["max_tasks"],
                     until_empty=options["until_empty"] or None,
                     scheduler=False if options["no_scheduler"] else None,
+                    using=self.using,
+                    listen_url=options["listen_url"],
                 )
                 worker = QueueWorker(flows, worker_options)
                 status = worker.prepare()
@@ -259,8 +273,8 @@ arguments; 128 + signal number after a second signal
             raise PreflightError("--exclude-queue narrows --queue '*'; pass --queue '*' with it")
         if options["tasks"]:
             if queue == ALL_QUEUES:
-                return list(task_queues(options["exclude_queue"]))
-            chosen, flows = task_flows(queue)
+                return list(task_queues(options["exclude_queue"], self.using))
+            chosen, flows = task_flows(queue, self.using)
             return [(chosen, flows)]
         flows = [resolve_flow(slug) for slug in options["flow"]]
         if queue != ALL_QUEUES:

@@ -57,6 +57,7 @@ class Counts:
 
 
 class Command(PgflowCommand):
+    database_option = False  # the demo migrates and runs on the default database
     help = (
         "Run the example end to end: migrate, compile the demo flow, start worker processes, start a\n"
         "batch of order runs (a map over order lines, a condition for VIP gifts, a charge that fails\n"
