@@ -450,7 +450,7 @@ class TimestampList(_ListField):
     INSTALLED_APPS (a system check error on Django 6), which pgflow's install line does not ask for."""
 
     def db_type(self, connection: Any) -> str:
-        return "timestamptz[]"
+        return "timestamp with time zone[]"
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> list[Any]:
         return [] if value is None else list(value)
