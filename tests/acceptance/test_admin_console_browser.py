@@ -24,7 +24,7 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(
         CHROMIUM is None or CHROMEDRIVER is None,
-        reason="Chromium is not installed: apt-get install chromium chromium-driver (.ci/install-browser)",
+        reason="Chromium is not installed: apt-get install chromium chromium-driver (.ci/install-test-tools)",
     ),
 ]
 
