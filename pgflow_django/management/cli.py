@@ -14,6 +14,7 @@ import json
 import math
 import re
 import sys
+import textwrap
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -78,7 +79,19 @@ _EXPECTED_ERRORS: Final = (
 
 
 class HelpFormatter(DjangoHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Django's option order, but the description and examples keep their line breaks."""
+    """Django's option order; the description and epilog are filled to the terminal's width paragraph
+    by paragraph, except indented blocks (the examples), which keep their lines."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        filled = []
+        for paragraph in re.split(r"\n\s*\n", text.strip("\n")):
+            lines = paragraph.splitlines()
+            if any(line[:1].isspace() for line in lines):
+                filled.append("\n".join(indent + line for line in lines))
+            else:
+                words = " ".join(paragraph.split())
+                filled.append(textwrap.fill(words, width, initial_indent=indent, subsequent_indent=indent))
+        return "\n\n".join(filled)
 
 
 class PgflowCommand(BaseCommand):
