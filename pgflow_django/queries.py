@@ -403,6 +403,27 @@ RUN_INPUT: Final = _value("run_input", "select input::text as value from pgflow.
 """A run's input as JSON text (a handler's ``ctx.flow_input``)."""
 
 
+class TaskKeyRow(NamedTuple):
+    run_id: uuid.UUID
+    step_slug: str
+    task_index: int
+
+
+CANCELLED_TASKS: Final = Query(
+    "cancelled_tasks",
+    """
+    select t.run_id, t.step_slug, t.task_index
+      from unnest(%s::uuid[], %s::text[], %s::integer[]) as k(run_id, step_slug, task_index)
+      join pgflow.step_tasks as t
+        on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+     where t.status = 'cancelled'
+    """,
+    TaskKeyRow,
+)
+"""Which of a worker's in-flight tasks were cancelled with their run (``cancel_run``, or a failed
+run): one primary-key probe per task held, at most ``--concurrency`` of them, each heartbeat."""
+
+
 class UnsupportedGroup(NamedTuple):
     flow_slug: str
     step_slug: str
