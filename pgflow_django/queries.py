@@ -452,6 +452,19 @@ START_FLOW: Final = _value(
     "start_flow",
     "select run_id as value from pgflow.start_flow(%s, %s::jsonb, %s::uuid, %s::integer)",
 )
+
+
+class ExistingRun(NamedTuple):
+    flow_slug: str
+    same_input: bool
+
+
+EXISTING_RUN: Final = Query(
+    "existing_run",
+    "select flow_slug, input = %s::jsonb as same_input from pgflow.runs where run_id = %s",
+    ExistingRun,
+)
+"""The run a chosen run id (or an idempotency key's) already names, and whether its input is this one."""
 """Start one run (flow slug, input json, run id or null, delay seconds or null); its id."""
 
 START_FLOWS: Final = _value(
