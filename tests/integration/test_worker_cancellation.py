@@ -72,3 +72,15 @@ def test_the_docs_examples_are_the_ones_the_worker_runs() -> None:
     for block in handlers:
         body = block[block.index("@") :]
         assert body in source, "docs/flow-control.md shows a handler testproject/example/flows.py lacks"
+
+
+def test_an_atomic_handler_finishing_after_the_cancel_rolls_its_writes_back(
+    spawn_worker: Callable[..., WorkerProcess],
+) -> None:
+    worker = spawn_worker("example_ledger", *WORKER_ARGS)
+    run_id = start_flow("example_ledger", [{"sleep": 2}])
+    wait_until(lambda: task(run_id, "record")["status"] == "started", 15, "the task to start")
+    assert cancel_run(run_id).cancelled
+    wait_until(lambda: "late completion ignored" in worker.log(), 15, "the handler to finish late")
+    assert task(run_id, "record")["status"] == "cancelled"
+    assert q1("select count(*) as n from example_ledgerentry where key like %s", [f"{run_id}%"]) == {"n": 0}
