@@ -190,6 +190,48 @@ def _start_chosen(
     raise RunIdInUse(f"run id {chosen} was taken and deleted while starting: start it again")
 
 
+KEYED_START_ATTEMPTS: Final = 3
+"""A keyed batch whose keys another start takes meanwhile reads them again, this many times at most."""
+
+
+def _start_keyed(slug: str, bodies: list[str], ids: list[uuid.UUID], using: str) -> list[uuid.UUID]:
+    """Start the runs of the keys that have none, in one savepointed call; a key repeated in the batch
+    is one run (its first input). A concurrent start of one of the keys makes the call fail on the
+    primary key once the other commits: the keys are read again and the rest started."""
+    first_bodies: dict[uuid.UUID, str] = {}
+    for run_id, body in zip(ids, bodies, strict=True):
+        first_bodies.setdefault(run_id, body)
+    trace_context = tracing.current_context()
+    for _ in range(KEYED_START_ATTEMPTS):
+        with connections[using].cursor() as cursor:
+            taken = queries.fetch_all(cursor, queries.TAKEN_RUN_IDS, [list(first_bodies)])
+        foreign = [row for row in taken if row.flow_slug != slug]
+        if foreign:
+            raise RunIdInUse(
+                f"run id {foreign[0].run_id} already names a run of flow {foreign[0].flow_slug!r}"
+            )
+        started = {row.run_id for row in taken}
+        todo = [run_id for run_id in first_bodies if run_id not in started]
+        if not todo:
+            return ids
+        try:
+            with transaction.atomic(using=using), connections[using].cursor() as cursor:
+                with _unknown_flow_as_not_found(slug, using):
+                    body = f"[{','.join(first_bodies[run_id] for run_id in todo)}]"
+                    queries.value(cursor, queries.START_FLOWS, [slug, body, todo])
+                if trace_context is not None:
+                    tracing.record_on_runs(cursor, todo, trace_context)
+        except IntegrityError as exc:
+            if getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None) != "runs_pkey":
+                raise
+            continue
+        send_run_started(slug, todo, using)
+        return ids
+    raise RunIdInUse(
+        f"the keys of this start_flows call kept being taken by other starts of {slug!r}: call again"
+    )
+
+
 def _traced(trace_context: str | None, using: str) -> Any:
     """A traced start records its context in the starting transaction, so no worker claims the run
     before its context is there; an untraced start adds nothing."""
@@ -210,15 +252,28 @@ def start_flows(
     inputs: Iterable[Any],
     *,
     run_ids: Sequence[uuid.UUID | str] | None = None,
+    idempotency_keys: Sequence[str] | None = None,
     using: str = "default",
 ) -> list[uuid.UUID]:
-    """Start one run per input in a single database call; returns the run ids in input order."""
+    """Start one run per input in a single database call; returns the run ids in input order.
+
+    ``idempotency_keys`` (one per input) start only the keys with no run yet and return the existing
+    runs of the others, as ``start_flow(..., idempotency_key=)`` does for one."""
     require_postgresql(using)
     slug = _flow_slug(flow_or_slug)
     bodies = [
         encode_run_input(flow_or_slug, item, f"input #{index} of flow {slug!r}")
         for index, item in enumerate(inputs)
     ]
+    if idempotency_keys is not None:
+        if run_ids is not None:
+            raise ValueError("start_flows takes run_ids or idempotency_keys, not both")
+        if len(idempotency_keys) != len(bodies):
+            raise ValueError(
+                f"start_flows got {len(bodies)} inputs but {len(idempotency_keys)} idempotency_keys; "
+                "pass one key per input"
+            )
+        return _start_keyed(slug, bodies, [idempotency_run_id(slug, key) for key in idempotency_keys], using)
     if run_ids is None:
         ids = [uuid.uuid4() for _ in bodies]
     elif len(run_ids) != len(bodies):

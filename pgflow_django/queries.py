@@ -465,6 +465,19 @@ EXISTING_RUN: Final = Query(
     ExistingRun,
 )
 """The run a chosen run id (or an idempotency key's) already names, and whether its input is this one."""
+
+
+class TakenRunId(NamedTuple):
+    run_id: uuid.UUID
+    flow_slug: str
+
+
+TAKEN_RUN_IDS: Final = Query(
+    "taken_run_ids",
+    "select run_id, flow_slug from pgflow.runs where run_id = any(%s::uuid[])",
+    TakenRunId,
+)
+"""Which of a keyed ``start_flows``' run ids already name a run (they are not started again)."""
 """Start one run (flow slug, input json, run id or null, delay seconds or null); its id."""
 
 START_FLOWS: Final = _value(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.db import connections, transaction
 
-from pgflow_django import RunIdInUse, cancel_run, start_flow
+from pgflow_django import RunIdInUse, cancel_run, start_flow, start_flows
 from pgflow_django.client import idempotency_run_id
 from pgflow_django.compiler import compile_flow
 from pgflow_django.operations import prune
@@ -200,3 +200,61 @@ def test_concurrent_starts_when_the_first_rolls_back_start_one_run() -> None:
     a.join(10)
     b.join(10)
     assert runs() == [{"run_id": results["second"], "input": {"name": "bob"}}]
+
+
+def test_start_flows_starts_only_the_keys_without_a_run() -> None:
+    old = start_flow(FLOW, {"name": "ada"}, idempotency_key="a")
+    ids = start_flows(FLOW, [{"name": "x"}, {"name": "b"}, {"name": "b2"}], idempotency_keys=["a", "b", "b"])
+    assert ids[0] == old and ids[1] == ids[2] == idempotency_run_id(FLOW, "b")
+    assert runs() == [{"run_id": old, "input": {"name": "ada"}}, {"run_id": ids[1], "input": {"name": "b"}}]
+    assert start_flows(FLOW, [{}, {}], idempotency_keys=["b", "a"]) == [ids[1], old]
+    assert len(runs()) == 2
+    with pytest.raises(ValueError, match="2 inputs but 1 idempotency_keys"):
+        start_flows(FLOW, [{}, {}], idempotency_keys=["a"])
+    with pytest.raises(ValueError, match="run_ids or idempotency_keys, not both"):
+        start_flows(FLOW, [{}], run_ids=[uuid.uuid4()], idempotency_keys=["a"])
+
+
+def test_a_keyed_batch_waiting_on_a_concurrent_start_takes_its_run_and_starts_the_rest() -> None:
+    first_started = threading.Event()
+    commit_first = threading.Event()
+    results: dict[str, object] = {}
+
+    def first() -> None:
+        try:
+            with transaction.atomic():
+                results["first"] = start_flow(FLOW, {"name": "ada"}, idempotency_key="k1")
+                first_started.set()
+                assert commit_first.wait(10)
+        finally:
+            connections.close_all()
+
+    def batch() -> None:
+        try:
+            results["batch"] = start_flows(
+                FLOW, [{"name": "x"}, {"name": "y"}], idempotency_keys=["k1", "k2"]
+            )
+        finally:
+            connections.close_all()
+
+    a = threading.Thread(target=first)
+    a.start()
+    assert first_started.wait(10)
+    b = threading.Thread(target=batch)
+    b.start()
+    wait_until(
+        lambda: q1(
+            "select count(*) as n from pg_stat_activity where datname = current_database() "
+            "and wait_event_type = 'Lock' and query like '%%start_flows%%'"
+        )["n"],
+        10,
+        "the batch to wait for the first start",
+    )
+    commit_first.set()
+    a.join(10)
+    b.join(10)
+    assert results["batch"] == [results["first"], idempotency_run_id(FLOW, "k2")]
+    assert runs() == [
+        {"run_id": results["first"], "input": {"name": "ada"}},
+        {"run_id": idempotency_run_id(FLOW, "k2"), "input": {"name": "y"}},
+    ]
