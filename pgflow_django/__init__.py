@@ -26,6 +26,7 @@ from pgflow_django.slugs import InvalidSlug
 if TYPE_CHECKING:
     from pgflow_django.client import (
         CancelResult,
+        RunIdInUse,
         RunNotFound,
         RunView,
         StepStateView,
@@ -48,6 +49,7 @@ _LAZY = {
     "CancelResult": "pgflow_django.client",
     "RunView": "pgflow_django.client",
     "StepStateView": "pgflow_django.client",
+    "RunIdInUse": "pgflow_django.client",
     "RunNotFound": "pgflow_django.client",
     "compile_flow": "pgflow_django.compiler",
     "CompileResult": "pgflow_django.compiler",
@@ -67,6 +69,7 @@ __all__ = [
     "InvalidSlug",
     "Retry",
     "RoutedFlow",
+    "RunIdInUse",
     "RunNotFound",
     "RunView",
     "StepDefinition",

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Literal, TypeAlias, cast
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, DataError, connections, transaction
+from django.db import DatabaseError, DataError, IntegrityError, connections, transaction
 
 from pgflow_django import queries, tracing
 from pgflow_django.dbguard import require_postgresql
@@ -51,6 +51,22 @@ class InvalidInput(ValueError):
 
 class RunNotFound(LookupError):
     """No run has this id (yet: it may belong to a transaction that has not committed)."""
+
+
+class RunIdInUse(ValueError):
+    """A chosen run id already names a run of another flow or with another input."""
+
+
+IDEMPOTENCY_NAMESPACE: Final = uuid.UUID("5b0f3a57-1c2d-4e8a-9f61-7d0c2e4b9a13")
+"""The UUIDv5 namespace of idempotency keys: a key's run id is ``uuid5(namespace, flow + NUL + key)``."""
+
+
+def idempotency_run_id(flow_slug: str, key: str) -> uuid.UUID:
+    """The run id an idempotency key stands for: one key of one flow is one run id, so the runs
+    table's primary key is what makes concurrent starts with one key agree on one run."""
+    if not isinstance(key, str) or not key or "\x00" in key:
+        raise ValueError(f"idempotency_key must be a non-empty string without NUL, got {key!r}")
+    return uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{flow_slug}\x00{key}")
 
 
 @dataclass(frozen=True)
@@ -112,25 +128,108 @@ def start_flow(
     *,
     run_id: uuid.UUID | str | None = None,
     delay: timedelta | int | None = None,
+    idempotency_key: str | None = None,
     using: str = "default",
 ) -> uuid.UUID:
     """Start one run and return its id; inside ``transaction.atomic()`` it commits with the caller.
 
     ``delay`` (seconds, or a timedelta rounded up to whole seconds) keeps the run's first tasks
-    invisible to workers until then."""
+    invisible to workers until then. ``idempotency_key`` returns the run an earlier start of this
+    flow with that key made, while that run exists, instead of starting another; a ``run_id`` already
+    in use returns its run when the flow and input are the same, else raises ``RunIdInUse``."""
     require_postgresql(using)
     slug = _flow_slug(flow_or_slug)
     body = encode_run_input(flow_or_slug, input, f"input of flow {slug!r}")
-    chosen = None if run_id is None else _as_uuid(run_id)
+    if idempotency_key is not None:
+        if run_id is not None:
+            raise ValueError("start_flow takes run_id or idempotency_key, not both")
+        return _start_chosen(slug, body, idempotency_run_id(slug, idempotency_key), delay, using, keyed=True)
+    if run_id is not None:
+        return _start_chosen(slug, body, _as_uuid(run_id), delay, using, keyed=False)
     trace_context = tracing.current_context()
     with _traced(trace_context, using), connections[using].cursor() as cursor:
         with _unknown_flow_as_not_found(slug, using):
-            started = queries.value(cursor, queries.START_FLOW, [slug, body, chosen, _delay_seconds(delay)])
+            started = queries.value(cursor, queries.START_FLOW, [slug, body, None, _delay_seconds(delay)])
         new_id = _as_uuid(started)
         if trace_context is not None:
             tracing.record_on_runs(cursor, [new_id], trace_context)
     send_run_started(slug, [new_id], using)
     return new_id
+
+
+def _start_chosen(
+    slug: str, body: str, chosen: uuid.UUID, delay: timedelta | int | None, using: str, *, keyed: bool
+) -> uuid.UUID:
+    """Start a run under a chosen id in a savepoint; when the id is taken (a concurrent start of the
+    same id waits for the other's commit first), return the run it names if it is the same start."""
+    seconds = _delay_seconds(delay)
+    trace_context = tracing.current_context()
+    for _ in range(2):  # the run found taken may be deleted before it is read: then start it again
+        try:
+            with transaction.atomic(using=using), connections[using].cursor() as cursor:
+                with _unknown_flow_as_not_found(slug, using):
+                    queries.value(cursor, queries.START_FLOW, [slug, body, chosen, seconds])
+                if trace_context is not None:
+                    tracing.record_on_runs(cursor, [chosen], trace_context)
+        except IntegrityError as exc:
+            if getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None) != "runs_pkey":
+                raise
+            with connections[using].cursor() as cursor:
+                existing = queries.fetch_one(cursor, queries.EXISTING_RUN, [body, chosen])
+            if existing is None:
+                continue
+            if existing.flow_slug != slug or not (keyed or existing.same_input):
+                what = (
+                    f"of flow {existing.flow_slug!r}" if existing.flow_slug != slug else "with another input"
+                )
+                raise RunIdInUse(f"run id {chosen} already names a run {what}: choose a new run_id") from None
+            return chosen
+        else:
+            send_run_started(slug, [chosen], using)
+            return chosen
+    raise RunIdInUse(f"run id {chosen} was taken and deleted while starting: start it again")
+
+
+KEYED_START_ATTEMPTS: Final = 3
+"""A keyed batch whose keys another start takes meanwhile reads them again, this many times at most."""
+
+
+def _start_keyed(slug: str, bodies: list[str], ids: list[uuid.UUID], using: str) -> list[uuid.UUID]:
+    """Start the runs of the keys that have none, in one savepointed call; a key repeated in the batch
+    is one run (its first input). A concurrent start of one of the keys makes the call fail on the
+    primary key once the other commits: the keys are read again and the rest started."""
+    first_bodies: dict[uuid.UUID, str] = {}
+    for run_id, body in zip(ids, bodies, strict=True):
+        first_bodies.setdefault(run_id, body)
+    trace_context = tracing.current_context()
+    for _ in range(KEYED_START_ATTEMPTS):
+        with connections[using].cursor() as cursor:
+            taken = queries.fetch_all(cursor, queries.TAKEN_RUN_IDS, [list(first_bodies)])
+        foreign = [row for row in taken if row.flow_slug != slug]
+        if foreign:
+            raise RunIdInUse(
+                f"run id {foreign[0].run_id} already names a run of flow {foreign[0].flow_slug!r}"
+            )
+        started = {row.run_id for row in taken}
+        todo = [run_id for run_id in first_bodies if run_id not in started]
+        if not todo:
+            return ids
+        try:
+            with transaction.atomic(using=using), connections[using].cursor() as cursor:
+                with _unknown_flow_as_not_found(slug, using):
+                    body = f"[{','.join(first_bodies[run_id] for run_id in todo)}]"
+                    queries.value(cursor, queries.START_FLOWS, [slug, body, todo])
+                if trace_context is not None:
+                    tracing.record_on_runs(cursor, todo, trace_context)
+        except IntegrityError as exc:
+            if getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None) != "runs_pkey":
+                raise
+            continue
+        send_run_started(slug, todo, using)
+        return ids
+    raise RunIdInUse(
+        f"the keys of this start_flows call kept being taken by other starts of {slug!r}: call again"
+    )
 
 
 def _traced(trace_context: str | None, using: str) -> Any:
@@ -153,15 +252,28 @@ def start_flows(
     inputs: Iterable[Any],
     *,
     run_ids: Sequence[uuid.UUID | str] | None = None,
+    idempotency_keys: Sequence[str] | None = None,
     using: str = "default",
 ) -> list[uuid.UUID]:
-    """Start one run per input in a single database call; returns the run ids in input order."""
+    """Start one run per input in a single database call; returns the run ids in input order.
+
+    ``idempotency_keys`` (one per input) start only the keys with no run yet and return the existing
+    runs of the others, as ``start_flow(..., idempotency_key=)`` does for one."""
     require_postgresql(using)
     slug = _flow_slug(flow_or_slug)
     bodies = [
         encode_run_input(flow_or_slug, item, f"input #{index} of flow {slug!r}")
         for index, item in enumerate(inputs)
     ]
+    if idempotency_keys is not None:
+        if run_ids is not None:
+            raise ValueError("start_flows takes run_ids or idempotency_keys, not both")
+        if len(idempotency_keys) != len(bodies):
+            raise ValueError(
+                f"start_flows got {len(bodies)} inputs but {len(idempotency_keys)} idempotency_keys; "
+                "pass one key per input"
+            )
+        return _start_keyed(slug, bodies, [idempotency_run_id(slug, key) for key in idempotency_keys], using)
     if run_ids is None:
         ids = [uuid.uuid4() for _ in bodies]
     elif len(run_ids) != len(bodies):

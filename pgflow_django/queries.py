@@ -403,6 +403,27 @@ RUN_INPUT: Final = _value("run_input", "select input::text as value from pgflow.
 """A run's input as JSON text (a handler's ``ctx.flow_input``)."""
 
 
+class TaskKeyRow(NamedTuple):
+    run_id: uuid.UUID
+    step_slug: str
+    task_index: int
+
+
+CANCELLED_TASKS: Final = Query(
+    "cancelled_tasks",
+    """
+    select t.run_id, t.step_slug, t.task_index
+      from unnest(%s::uuid[], %s::text[], %s::integer[]) as k(run_id, step_slug, task_index)
+      join pgflow.step_tasks as t
+        on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+     where t.status = 'cancelled'
+    """,
+    TaskKeyRow,
+)
+"""Which of a worker's in-flight tasks were cancelled with their run (``cancel_run``, or a failed
+run): one primary-key probe per task held, at most ``--concurrency`` of them, each heartbeat."""
+
+
 class UnsupportedGroup(NamedTuple):
     flow_slug: str
     step_slug: str
@@ -431,6 +452,32 @@ START_FLOW: Final = _value(
     "start_flow",
     "select run_id as value from pgflow.start_flow(%s, %s::jsonb, %s::uuid, %s::integer)",
 )
+
+
+class ExistingRun(NamedTuple):
+    flow_slug: str
+    same_input: bool
+
+
+EXISTING_RUN: Final = Query(
+    "existing_run",
+    "select flow_slug, input = %s::jsonb as same_input from pgflow.runs where run_id = %s",
+    ExistingRun,
+)
+"""The run a chosen run id (or an idempotency key's) already names, and whether its input is this one."""
+
+
+class TakenRunId(NamedTuple):
+    run_id: uuid.UUID
+    flow_slug: str
+
+
+TAKEN_RUN_IDS: Final = Query(
+    "taken_run_ids",
+    "select run_id, flow_slug from pgflow.runs where run_id = any(%s::uuid[])",
+    TakenRunId,
+)
+"""Which of a keyed ``start_flows``' run ids already name a run (they are not started again)."""
 """Start one run (flow slug, input json, run id or null, delay seconds or null); its id."""
 
 START_FLOWS: Final = _value(

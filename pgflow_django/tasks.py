@@ -216,7 +216,7 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
         # read back in the starting transaction: a worker cannot have claimed the task yet, so the
         # result is READY (as Django's database backends return it), never a racing RUNNING
         with transaction.atomic(using=self.using):
-            run_id = start_flow(flow, payload, run_id=uuid.uuid4(), delay=delay, using=self.using)
+            run_id = start_flow(flow, payload, delay=delay, using=self.using)
             result = self.get_result(str(run_id))
         tasks_api.task_enqueued.send(type(self), task_result=result)
         return result

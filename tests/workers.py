@@ -139,6 +139,8 @@ EXAMPLE_FLOWS = (
     "example_flaky",
     "example_ledger",
     "example_sleepy",
+    "example_crawl",
+    "example_acrawl",
 )
 
 

@@ -35,7 +35,7 @@ from django.db import Error as DjangoDatabaseError
 from rich.console import Console
 from rich.markup import escape
 
-from pgflow_django.client import InvalidInput, RunNotFound
+from pgflow_django.client import InvalidInput, RunIdInUse, RunNotFound
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import FlowDefinitionError
 from pgflow_django.operations import FlowNotFound
@@ -73,6 +73,7 @@ _EXPECTED_ERRORS: Final = (
     FlowNotFound,
     InvalidSlug,
     InvalidInput,
+    RunIdInUse,
     RunNotFound,
 )
 """Configuration and input mistakes whose message is already the one line to show."""

@@ -320,6 +320,16 @@ class Engine:
             )
         )
 
+    def cancelled_tasks(self, tasks: list[ClaimedTask]) -> set[tuple[uuid.UUID, str, int]]:
+        """The keys of those of ``tasks`` whose run was cancelled (or failed) since they were claimed."""
+        if not tasks:
+            return set()
+        rows = self._fetch(
+            queries.CANCELLED_TASKS,
+            [[t.run_id for t in tasks], [t.step_slug for t in tasks], [t.task_index for t in tasks]],
+        )
+        return {(row.run_id, row.step_slug, row.task_index) for row in rows}
+
     def mark_stopped(self, worker_id: uuid.UUID) -> None:
         self._fetch(queries.MARK_STOPPED, [worker_id])
 

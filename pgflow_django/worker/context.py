@@ -1,13 +1,17 @@
-"""The ``ctx`` a handler receives (DESIGN 3.1): who this task is, and the worker's shutdown event."""
+"""The ``ctx`` a handler receives (DESIGN 3.1): who this task is, the worker's shutdown event, and
+the task's cancellation."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
 from typing import Any
 
 _UNSET: Any = object()
+CANCEL_POLL_SECONDS = 0.05
+"""How often ``await ctx.wait_cancelled()`` looks at the cancellation (the event is set by a thread)."""
 
 
 class TaskContext:
@@ -16,6 +20,7 @@ class TaskContext:
     __slots__ = (
         "_flow_input",
         "attempt",
+        "cancel_event",
         "flow_slug",
         "message_id",
         "queue_name",
@@ -39,6 +44,7 @@ class TaskContext:
         shutdown_event: threading.Event,
         flow_input: Any = _UNSET,
         using: str = "default",
+        cancel_event: threading.Event | None = None,
     ) -> None:
         self.flow_slug = flow_slug
         self.run_id = run_id
@@ -49,6 +55,7 @@ class TaskContext:
         self.message_id = message_id
         self.shutdown_event = shutdown_event
         self.using = using
+        self.cancel_event = cancel_event or threading.Event()
         self._flow_input = flow_input
 
     @property
@@ -81,6 +88,17 @@ class TaskContext:
     def shutting_down(self) -> bool:
         """True once the worker was asked to stop: a long handler may checkpoint and return early."""
         return self.shutdown_event.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the worker learnt (within a heartbeat) that this task's run was cancelled: the
+        handler may stop early, and whatever it returns then is not recorded."""
+        return self.cancel_event.is_set()
+
+    async def wait_cancelled(self) -> None:
+        """Returns once the run is cancelled; race it against the work (``asyncio.wait``) to stop early."""
+        while not self.cancel_event.is_set():
+            await asyncio.sleep(CANCEL_POLL_SECONDS)
 
     def __repr__(self) -> str:
         return (

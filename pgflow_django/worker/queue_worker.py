@@ -345,6 +345,7 @@ class QueueWorker:
                         self.observe.paused(str(paused[1]))
                         self.state.request_stop()
                         break
+                    self._tell_cancelled(engine)
                     next_heartbeat = now + opts.heartbeat_seconds
                 if now >= next_stalled:
                     self._requeue_stalled(engine)
@@ -551,6 +552,17 @@ class QueueWorker:
         except RuntimeError:  # PoolClosed, or no thread could be started
             self.state.release(task)
             raise
+
+    def _tell_cancelled(self, engine: Engine) -> None:
+        """Set the cancellation of each in-flight task whose run was cancelled, for its handler's ``ctx``."""
+        told = self.state.cancel(engine.cancelled_tasks(self.state.held_tasks()))
+        if told:
+            logger.info(
+                "told %d running handler(s) that their run was cancelled queue=%s",
+                told,
+                self.queue,
+                extra=self.observe.fields,
+            )
 
     def _requeue_stalled(self, engine: Engine) -> None:
         try:

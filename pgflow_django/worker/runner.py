@@ -124,6 +124,7 @@ class Runner:
             message_id=task.message_id,
             shutdown_event=self.state.stopping,
             using=self.using,
+            cancel_event=self.state.cancellation(task),
             **extra,
         )
 

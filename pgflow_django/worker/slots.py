@@ -25,6 +25,8 @@ class WorkerState:
         self._in_flight: dict[TaskKey, ClaimedTask] = {}
         self._awaiting: set[TaskKey] = set()
         """Tasks taken whose result is not yet handed on: the completer waits for them, briefly."""
+        self._cancelled: dict[TaskKey, threading.Event] = {}
+        """Each held task's cancellation, set once its run is found cancelled (a handler's ``ctx``)."""
         self._executing = 0
         self._notified = False
         self._slots_wanted = 0
@@ -59,6 +61,7 @@ class WorkerState:
         with self._cond:
             self._in_flight[task.key] = task
             self._awaiting.add(task.key)
+            self._cancelled[task.key] = threading.Event()
 
     def result_ready(self, task: ClaimedTask) -> None:
         """The task's result is handed on (or never will be): it no longer holds a completion batch."""
@@ -78,12 +81,29 @@ class WorkerState:
         with self._cond:
             self._in_flight.pop(task.key, None)
             self._awaiting.discard(task.key)
+            self._cancelled.pop(task.key, None)
             if self._slots_wanted and self.capacity - len(self._in_flight) >= self._slots_wanted:
                 self._cond.notify_all()
 
     def held_tasks(self) -> list[ClaimedTask]:
         with self._cond:
             return list(self._in_flight.values())
+
+    def cancellation(self, task: ClaimedTask) -> threading.Event:
+        """The event set when ``task``'s run is cancelled (a fresh, never-set one for a task not held)."""
+        with self._cond:
+            return self._cancelled.get(task.key) or threading.Event()
+
+    def cancel(self, keys: set[TaskKey]) -> int:
+        """Tell the handlers of the held tasks in ``keys`` that their run was cancelled; how many were new."""
+        told = 0
+        with self._cond:
+            for key in keys:
+                event = self._cancelled.get(key)
+                if event is not None and not event.is_set():
+                    event.set()
+                    told += 1
+        return told
 
     # -- wake-ups ------------------------------------------------------------------------------
 

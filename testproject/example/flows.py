@@ -118,6 +118,40 @@ def nap(item: Any, ctx: TaskContext) -> Any:
     return {"attempt": ctx.attempt}
 
 
+# -- cooperative cancellation (docs/flow-control.md shows these two handlers)
+crawl = Flow("example_crawl", timeout=60)
+
+
+@crawl.step()
+def pages(flow_input: Any, ctx: TaskContext) -> Any:
+    done = 0
+    for _page in range(flow_input["pages"]):
+        if ctx.cancelled:
+            break  # the run was cancelled: stop now, nothing returned is recorded
+        time.sleep(0.1)  # fetch and store one page
+        done += 1
+    return {"done": done}
+
+
+acrawl = Flow("example_acrawl", timeout=60)
+
+
+@acrawl.step()
+async def apages(flow_input: Any, ctx: TaskContext) -> Any:
+    async def fetch_all() -> int:
+        for _page in range(flow_input["pages"]):
+            await asyncio.sleep(0.1)  # fetch and store one page
+        return flow_input["pages"]
+
+    work = asyncio.ensure_future(fetch_all())
+    cancelled = asyncio.ensure_future(ctx.wait_cancelled())
+    await asyncio.wait([work, cancelled], return_when=asyncio.FIRST_COMPLETED)
+    loser = cancelled if work.done() else work
+    loser.cancel()
+    await asyncio.gather(loser, return_exceptions=True)
+    return {"done": work.result() if not work.cancelled() else None}
+
+
 # The support-thread pipeline, plain and step-queued (support.py), and its hand-written equivalent
 # (support_manual.py): imported here so that workers register them.
 from testproject.example.support import (  # noqa: E402, F401

@@ -60,8 +60,16 @@ class TestStart:
     def test_a_run_id_that_is_taken(self) -> None:
         chosen = str(uuid.uuid4())
         call("pgflow_start", "cmd_greet", "--input", "{}", "--run-id", chosen)
-        with pytest.raises(CommandError, match=rf"Key \(run_id\)=\({chosen}\) already exists"):
-            call("pgflow_start", "cmd_greet", "--input", "{}", "--run-id", chosen)
+        out, _ = call("pgflow_start", "cmd_greet", "--input", "{}", "--run-id", chosen)
+        assert out.strip() == chosen, "the same start again is the same run"
+        with pytest.raises(CommandError, match=rf"^run id {chosen} already names a run with another input"):
+            call("pgflow_start", "cmd_greet", "--input", '{"name": "bob"}', "--run-id", chosen)
+
+    def test_an_idempotency_key_prints_the_first_run_again(self) -> None:
+        first, _ = call("pgflow_start", "cmd_greet", "--input", "{}", "--idempotency-key", "order-1")
+        again, _ = call("pgflow_start", "cmd_greet", "--input", "{}", "--idempotency-key", "order-1")
+        assert again == first
+        assert scalar("select count(*) from pgflow.runs where flow_slug = 'cmd_greet'") == 1
 
     def test_input_from_a_file(self, tmp_path: Path) -> None:
         path = tmp_path / "input.json"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import decimal
 import json
@@ -16,6 +17,7 @@ from pgflow_django.recorded_errors import error_text
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.connection import ClaimedTask, Engine, completion_item
+from pgflow_django.worker.context import TaskContext
 from pgflow_django.worker.listener import insert_channel
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.pool import HandlerPool, PoolClosed
@@ -263,3 +265,36 @@ def test_a_handler_escaping_with_a_base_exception_does_not_cost_the_pool_its_thr
     assert ran == [1]
     assert pool.thread_count == 1
     pool.shutdown()
+
+
+def test_a_cancellation_reaches_only_the_held_task_it_names_and_leaves_with_it() -> None:
+    state = WorkerState(2)
+    other = _task(1)
+    state.take(TASK)
+    state.take(other)
+    event = state.cancellation(TASK)
+    assert state.cancel({TASK.key, (uuid.UUID(int=9), "gone", 0)}) == 1
+    assert state.cancel({TASK.key}) == 0, "a task is told once"
+    assert event.is_set() and not state.cancellation(other).is_set()
+    state.release(TASK)
+    assert not state.cancellation(TASK).is_set(), "a released task's key holds no cancellation"
+
+
+def test_wait_cancelled_returns_once_another_thread_cancels() -> None:
+    event = threading.Event()
+    ctx = TaskContext(
+        flow_slug="f",
+        run_id=uuid.UUID(int=1),
+        step_slug="s",
+        task_index=0,
+        attempt=1,
+        queue_name="f",
+        message_id=1,
+        shutdown_event=threading.Event(),
+        cancel_event=event,
+    )
+    assert not ctx.cancelled
+    threading.Timer(0.1, event.set).start()
+    started = time.monotonic()
+    asyncio.run(asyncio.wait_for(ctx.wait_cancelled(), timeout=5))
+    assert ctx.cancelled and time.monotonic() - started < 2

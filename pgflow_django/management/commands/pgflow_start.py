@@ -60,8 +60,14 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
             metavar="JSON",
             help="the run input: a JSON document, @path to read a file, or - to read standard input",
         )
-        parser.add_argument(
+        chosen = parser.add_mutually_exclusive_group()
+        chosen.add_argument(
             "--run-id", type=run_id, metavar="UUID", help="choose the run id (default: random)"
+        )
+        chosen.add_argument(
+            "--idempotency-key",
+            metavar="KEY",
+            help="print the run an earlier start of this flow with KEY made instead of starting another",
         )
         parser.add_argument("--wait", action="store_true", help="wait until the run completes or fails")
         parser.add_argument(
@@ -77,7 +83,13 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
             raise CommandError("--timeout only applies with --wait")
         flow_input = load_json_argument(options["input"])
         flow: Flow | str = get_flows().get(options["flow"]) or options["flow"]
-        started = start_flow(flow, flow_input, run_id=options["run_id"], using=self.using)
+        started = start_flow(
+            flow,
+            flow_input,
+            run_id=options["run_id"],
+            idempotency_key=options["idempotency_key"],
+            using=self.using,
+        )
         as_json = options["format"] == "json"
         if not options["wait"]:
             if as_json:
