@@ -9,11 +9,13 @@ of one client land on different server connections, where a prepared statement w
 
 from __future__ import annotations
 
+import os
+import pwd
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import psycopg
 import pytest
@@ -41,7 +43,13 @@ class PooledSpawner(LedgerSpawner):
 @pytest.fixture
 def pgbouncer(database_url: str) -> Iterator[PgBouncer]:
     parts = urlsplit(database_url)
-    bouncer = PgBouncer(parts.hostname or "127.0.0.1", parts.port or 5432, parts.username or "postgres")
+    query = parse_qs(parts.query)
+    host = query.get("host", [parts.hostname or "127.0.0.1"])[0]
+    port = int(query.get("port", [parts.port or 5432])[0])
+    # a server reached through its socket directory (the embedded PostgreSQL): pgbouncer runs as the
+    # directory's owner, who may enter it
+    run_as = pwd.getpwuid(os.stat(host).st_uid).pw_name if host.startswith("/") else "postgres"
+    bouncer = PgBouncer(host, port, parts.username or "postgres", run_as=run_as)
     yield bouncer
     bouncer.close()
 
