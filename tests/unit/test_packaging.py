@@ -10,6 +10,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import yaml
 from packaging.version import Version
 from trove_classifiers import classifiers as known_classifiers
 
@@ -102,3 +103,18 @@ def test_a_library_declares_ranges_and_leaves_the_psycopg_build_to_the_installer
     assert PROJECT["optional-dependencies"]["binary"] == ["psycopg[binary]>=3.2"]
     assert not any("==" in dependency for dependency in dependencies)
     assert "dev" not in PROJECT["optional-dependencies"]
+
+
+def test_the_hosted_docs_build_like_make_docs() -> None:
+    config = yaml.safe_load((ROOT / ".readthedocs.yaml").read_text())
+    python = config["build"]["tools"]["python"]
+    assert python in {row[0] for row in nox_combinations()}, (
+        f"docs build on Python {python}, which is not tested"
+    )
+    install = " ".join(config["build"]["jobs"]["install"])
+    group = re.search(r"--group (\w+)", install)
+    assert group and group[1] in PYPROJECT["dependency-groups"]
+    (html,) = config["build"]["jobs"]["build"]["html"]
+    assert "mkdocs build --strict" in html
+    assert "mkdocs build --strict" in (ROOT / "Makefile").read_text()
+    assert PROJECT["urls"]["Documentation"].startswith("https://pgflow-django.readthedocs.io/")
