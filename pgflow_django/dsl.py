@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, Literal, TypeAlias, TypeVar, cast, get_args, overload
+from typing import Any, Final, Literal, TypeAlias, TypedDict, TypeVar, Unpack, cast, get_args, overload
 
 from pgflow_django.slugs import (
     InvalidSlug,
@@ -115,6 +115,30 @@ class StepDefinition:
         }
 
 
+class StepKeywords(TypedDict, total=False):
+    """The options ``@flow.step()`` and ``@flow.map()`` take by keyword (all optional).
+
+    ``slug`` (default: the function's name); ``depends_on``: step functions or slugs that must
+    complete first; ``max_attempts``, ``base_delay``, ``timeout``, ``start_delay``: whole seconds or
+    counts, None for the flow's value (``start_delay``: 0); ``if_`` / ``if_not``: JSON the step's
+    input must contain / must not contain; ``when_unmet`` (default ``skip``) and ``when_exhausted``
+    (default ``fail``): ``fail``, ``skip`` or ``skip-cascade``; ``atomic``: the handler's ORM writes
+    and its completion commit in one transaction.
+    """
+
+    slug: str | None
+    depends_on: Iterable[StepRef] | StepRef
+    max_attempts: int | None
+    base_delay: int | None
+    timeout: int | None
+    start_delay: int | None
+    if_: Mapping[str, Any] | None
+    if_not: Mapping[str, Any] | None
+    when_unmet: WhenMode
+    when_exhausted: WhenMode
+    atomic: bool
+
+
 class Retry(Exception):
     """Raised by a handler to choose the delay before its next attempt.
 
@@ -170,97 +194,31 @@ class Flow:
     def step(self, fn: F, /) -> F: ...
 
     @overload
-    def step(
-        self,
-        fn: None = None,
-        /,
-        *,
-        slug: str | None = None,
-        depends_on: Iterable[StepRef] | StepRef = (),
-        max_attempts: int | None = None,
-        base_delay: int | None = None,
-        timeout: int | None = None,
-        start_delay: int | None = None,
-        if_: Mapping[str, Any] | None = None,
-        if_not: Mapping[str, Any] | None = None,
-        when_unmet: WhenMode = "skip",
-        when_exhausted: WhenMode = "fail",
-        atomic: bool = False,
-    ) -> Callable[[F], F]: ...
+    def step(self, fn: None = None, /, **options: Unpack[StepKeywords]) -> Callable[[F], F]: ...
 
-    def step(
-        self,
-        fn: F | None = None,
-        /,
-        *,
-        slug: str | None = None,
-        depends_on: Iterable[StepRef] | StepRef = (),
-        max_attempts: int | None = None,
-        base_delay: int | None = None,
-        timeout: int | None = None,
-        start_delay: int | None = None,
-        if_: Mapping[str, Any] | None = None,
-        if_not: Mapping[str, Any] | None = None,
-        when_unmet: WhenMode = "skip",
-        when_exhausted: WhenMode = "fail",
-        atomic: bool = False,
-    ) -> F | Callable[[F], F]:
+    def step(self, fn: F | None = None, /, **options: Unpack[StepKeywords]) -> F | Callable[[F], F]:
         """Add a step that runs once per run: a root step receives the flow input, a dependent one
-        ``{dep_slug: output}``. Returns the function unchanged."""
+        ``{dep_slug: output}``. Takes the options of :class:`StepKeywords`; returns the function unchanged."""
         if fn is not None and not callable(fn):
             raise FlowDefinitionError(
                 f"flow {self._slug!r}: step() takes its options by keyword, e.g. @flow.step(slug={fn!r})"
             )
+        _check_keywords("step", options)
 
         def decorate(handler: F) -> F:
-            self._add(
-                handler,
-                step_type="single",
-                slug=slug,
-                refs=_refs(depends_on),
-                options=(max_attempts, base_delay, timeout, start_delay),
-                if_=if_,
-                if_not=if_not,
-                when_unmet=when_unmet,
-                when_exhausted=when_exhausted,
-                atomic=atomic,
-            )
+            self._add(handler, "single", (), **options)
             return handler
 
         return decorate if fn is None else decorate(fn)
 
-    def map(
-        self,
-        *,
-        array: StepRef | None = None,
-        slug: str | None = None,
-        depends_on: Iterable[StepRef] | StepRef = (),
-        max_attempts: int | None = None,
-        base_delay: int | None = None,
-        timeout: int | None = None,
-        start_delay: int | None = None,
-        if_: Mapping[str, Any] | None = None,
-        if_not: Mapping[str, Any] | None = None,
-        when_unmet: WhenMode = "skip",
-        when_exhausted: WhenMode = "fail",
-        atomic: bool = False,
-    ) -> Callable[[F], F]:
+    def map(self, *, array: StepRef | None = None, **options: Unpack[StepKeywords]) -> Callable[[F], F]:
         """Add a step that runs one task per element of an array: the output of ``array`` (its only
-        dependency), or the flow input when ``array`` is None. Its output is the list of task outputs."""
+        dependency), or the flow input when ``array`` is None. Its output is the list of task outputs.
+        Takes the options of :class:`StepKeywords` besides ``array``."""
+        _check_keywords("map", options)
 
         def decorate(handler: F) -> F:
-            self._add(
-                handler,
-                step_type="map",
-                slug=slug,
-                refs=_refs(depends_on) + (() if array is None else (array,)),
-                options=(max_attempts, base_delay, timeout, start_delay),
-                if_=if_,
-                if_not=if_not,
-                when_unmet=when_unmet,
-                when_exhausted=when_exhausted,
-                atomic=atomic,
-            )
+            self._add(handler, "map", () if array is None else (array,), **options)
             return handler
 
         return decorate
@@ -315,16 +273,20 @@ class Flow:
     def _add(
         self,
         handler: Handler,
-        *,
         step_type: StepType,
-        slug: str | None,
-        refs: tuple[StepRef, ...],
-        options: tuple[int | None, int | None, int | None, int | None],
-        if_: Mapping[str, Any] | None,
-        if_not: Mapping[str, Any] | None,
-        when_unmet: str,
-        when_exhausted: str,
-        atomic: bool,
+        array: tuple[StepRef, ...],
+        *,
+        slug: str | None = None,
+        depends_on: Iterable[StepRef] | StepRef = (),
+        max_attempts: int | None = None,
+        base_delay: int | None = None,
+        timeout: int | None = None,
+        start_delay: int | None = None,
+        if_: Mapping[str, Any] | None = None,
+        if_not: Mapping[str, Any] | None = None,
+        when_unmet: str = "skip",
+        when_exhausted: str = "fail",
+        atomic: bool = False,
     ) -> None:
         """Validate everything first, then record the step, so a refused step leaves the flow unchanged."""
         if self._fixed_reason is not None:
@@ -350,13 +312,12 @@ class Flow:
                 f"{owner} differs only in case from step {twin!r}; queue names are lowercase, so give it "
                 "another slug="
             )
-        deps = tuple(sorted({self._resolve(ref, step_slug) for ref in refs}))
+        deps = tuple(sorted({self._resolve(ref, step_slug) for ref in _refs(depends_on) + array}))
         if step_type == "map" and len(deps) > 1:
             raise FlowDefinitionError(
                 f"{owner} is a map with {len(deps)} dependencies ({', '.join(deps)}); a map has at most "
                 "one: pass array=<step> to map over that step's output, or nothing to map over the flow input"
             )
-        max_attempts, base_delay, timeout, start_delay = options
         step_options = StepOptions(
             max_attempts=_int_option(owner, "max_attempts", max_attempts, 1, optional=True),
             base_delay=_int_option(owner, "base_delay", base_delay, 0, optional=True),
@@ -564,6 +525,16 @@ def route_flow(flow: Flow, *, queues: Mapping[str, str]) -> RoutedFlow:
             f"flow {flow.slug!r} already has a route ({flow.queue_mode}); route the plain flow instead"
         )
     return RoutedFlow(flow, queues)
+
+
+def _check_keywords(decorator: str, options: Mapping[str, object]) -> None:
+    """An unknown option is a TypeError, as for any keyword a function lacks; it lists the valid ones."""
+    unknown = sorted(set(options) - StepKeywords.__optional_keys__)
+    if unknown:
+        raise TypeError(
+            f"{decorator}() got an unexpected keyword argument {unknown[0]!r}; it takes "
+            + ", ".join(sorted(StepKeywords.__optional_keys__))
+        )
 
 
 def _refs(depends_on: Iterable[StepRef] | StepRef) -> tuple[StepRef, ...]:
