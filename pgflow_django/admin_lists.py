@@ -4,7 +4,7 @@ default filters that hide Django task flows and stopped workers until asked for.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +17,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from pgflow_django.dag import elapsed
-from pgflow_django.models import Flow, Step, Worker
+from pgflow_django.models import Flow, Step
 from pgflow_django.slugs import TASK_FLOW_SLUG_REGEX, TASK_STEP_SLUG
 
 if TYPE_CHECKING:
@@ -67,6 +67,27 @@ def took(start: datetime | None, end: datetime | None) -> str:
     return elapsed(start, end) or "-"
 
 
+def id_column(field: str, description: str) -> Callable[[Any, Any], SafeString | str]:
+    """A list column (a ModelAdmin method) showing the id in ``field`` as :func:`short_id`, sorted by it."""
+
+    @admin.display(description=description, ordering=field)
+    def column(model_admin: Any, obj: Any) -> SafeString | str:
+        return short_id(getattr(obj, field))
+
+    return column
+
+
+def time_column(description: str, *fields: str, sortable: bool = True) -> Callable[[Any, Any], str]:
+    """A list column showing the first of ``fields`` that is set, to the second; sorted by the first
+    field when ``sortable``."""
+
+    @admin.display(description=description, ordering=fields[0] if sortable else None)
+    def column(model_admin: Any, obj: Any) -> str:
+        return when(next((moment for moment in (getattr(obj, name) for name in fields) if moment), None))
+
+    return column
+
+
 def task_flows(queryset: QuerySet[Flow]) -> QuerySet[Flow]:
     """Flows made for Django tasks: one step named ``call`` and a slug ending in a hash."""
     call_step = Step.objects.filter(flow_id=OuterRef("flow_slug"), step_slug=TASK_STEP_SLUG)
@@ -77,6 +98,13 @@ class _DefaultingFilter(admin.SimpleListFilter):
     """A filter whose unselected state is a named default rather than "All"."""
 
     default_label = ""
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Every row for ``all``; otherwise what :meth:`narrow` keeps for the default or the choice."""
+        return queryset if self.value() == "all" else self.narrow(queryset)
+
+    def narrow(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        raise NotImplementedError
 
     def choices(self, changelist: ChangeList) -> Iterator[_ListFilterChoices]:
         name = str(self.parameter_name)
@@ -103,9 +131,7 @@ class FlowKindFilter(_DefaultingFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [("tasks", "Django task flows"), ("all", "All flows")]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        if self.value() == "all":
-            return queryset
+    def narrow(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         tasks = task_flows(queryset)
         if self.value() == "tasks":
             return tasks
@@ -122,7 +148,5 @@ class WorkerStateFilter(_DefaultingFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [("stopped", "Stopped"), ("all", "All")]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Worker]) -> QuerySet[Worker]:
-        if self.value() == "all":
-            return queryset
+    def narrow(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.filter(stopped_at__isnull=self.value() != "stopped")
