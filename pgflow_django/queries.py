@@ -1258,25 +1258,6 @@ ROLLBACK_TO_SAVEPOINT: Final = _value("rollback_to_savepoint", 'rollback to save
 stand alone: an error undoes only that statement."""
 
 
-class PlannerSetting(NamedTuple):
-    previous: str
-    value: str
-
-
-FORCE_GENERIC_PLANS: Final = Query(
-    "force_generic_plans",
-    "select current_setting('plan_cache_mode') as previous,"
-    " set_config('plan_cache_mode', 'force_generic_plan', %s) as value",
-    PlannerSetting,
-)
-"""A drain's generic plans for the engine's functions (``%s``: local to the transaction), and the
-caller's setting to put back afterwards."""
-
-SET_PLAN_CACHE_MODE: Final = _value(
-    "set_plan_cache_mode", "select set_config('plan_cache_mode', %s, %s) as value"
-)
-"""Put the caller's ``plan_cache_mode`` back after a drain."""
-
 FLOWS_WITH_STARTED_RUNS: Final = Query(
     "flows_with_started_runs",
     "select distinct flow_slug from pgflow.runs where status = 'started' order by 1",
