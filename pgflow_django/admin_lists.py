@@ -17,7 +17,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from pgflow_django.dag import elapsed
-from pgflow_django.models import Flow, Step
+from pgflow_django.models import Flow, Step, Worker
 from pgflow_django.slugs import TASK_FLOW_SLUG_REGEX, TASK_STEP_SLUG
 
 if TYPE_CHECKING:
@@ -99,13 +99,6 @@ class _DefaultingFilter(admin.SimpleListFilter):
 
     default_label = ""
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        """Every row for ``all``; otherwise what :meth:`narrow` keeps for the default or the choice."""
-        return queryset if self.value() == "all" else self.narrow(queryset)
-
-    def narrow(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        raise NotImplementedError
-
     def choices(self, changelist: ChangeList) -> Iterator[_ListFilterChoices]:
         name = str(self.parameter_name)
         yield {
@@ -131,7 +124,9 @@ class FlowKindFilter(_DefaultingFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [("tasks", "Django task flows"), ("all", "All flows")]
 
-    def narrow(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "all":
+            return queryset
         tasks = task_flows(queryset)
         if self.value() == "tasks":
             return tasks
@@ -148,5 +143,7 @@ class WorkerStateFilter(_DefaultingFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [("stopped", "Stopped"), ("all", "All")]
 
-    def narrow(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Worker]) -> QuerySet[Worker]:
+        if self.value() == "all":
+            return queryset
         return queryset.filter(stopped_at__isnull=self.value() != "stopped")

@@ -206,7 +206,7 @@ class Flow:
         _check_keywords("step", options)
 
         def decorate(handler: F) -> F:
-            self._add(handler, "single", (), **options)
+            self._add(handler, "single", (), options)
             return handler
 
         return decorate if fn is None else decorate(fn)
@@ -218,7 +218,7 @@ class Flow:
         _check_keywords("map", options)
 
         def decorate(handler: F) -> F:
-            self._add(handler, "map", () if array is None else (array,), **options)
+            self._add(handler, "map", () if array is None else (array,), options)
             return handler
 
         return decorate
@@ -271,22 +271,7 @@ class Flow:
         )
 
     def _add(
-        self,
-        handler: Handler,
-        step_type: StepType,
-        array: tuple[StepRef, ...],
-        *,
-        slug: str | None = None,
-        depends_on: Iterable[StepRef] | StepRef = (),
-        max_attempts: int | None = None,
-        base_delay: int | None = None,
-        timeout: int | None = None,
-        start_delay: int | None = None,
-        if_: Mapping[str, Any] | None = None,
-        if_not: Mapping[str, Any] | None = None,
-        when_unmet: str = "skip",
-        when_exhausted: str = "fail",
-        atomic: bool = False,
+        self, handler: Handler, step_type: StepType, array: tuple[StepRef, ...], options: StepKeywords
     ) -> None:
         """Validate everything first, then record the step, so a refused step leaves the flow unchanged."""
         if self._fixed_reason is not None:
@@ -295,6 +280,7 @@ class Flow:
             raise FlowDefinitionError(
                 f"flow {self._slug!r}: a step handler must be a function, got {type(handler).__name__}"
             )
+        slug = options.get("slug")
         if slug is None:
             step_slug = validate_slug(
                 getattr(handler, "__name__", None),
@@ -312,17 +298,19 @@ class Flow:
                 f"{owner} differs only in case from step {twin!r}; queue names are lowercase, so give it "
                 "another slug="
             )
-        deps = tuple(sorted({self._resolve(ref, step_slug) for ref in _refs(depends_on) + array}))
+        deps = tuple(
+            sorted({self._resolve(ref, step_slug) for ref in _refs(options.get("depends_on", ())) + array})
+        )
         if step_type == "map" and len(deps) > 1:
             raise FlowDefinitionError(
                 f"{owner} is a map with {len(deps)} dependencies ({', '.join(deps)}); a map has at most "
                 "one: pass array=<step> to map over that step's output, or nothing to map over the flow input"
             )
         step_options = StepOptions(
-            max_attempts=_int_option(owner, "max_attempts", max_attempts, 1, optional=True),
-            base_delay=_int_option(owner, "base_delay", base_delay, 0, optional=True),
-            timeout=_int_option(owner, "timeout", timeout, 1, optional=True),
-            start_delay=_int_option(owner, "start_delay", start_delay, 0, optional=True),
+            max_attempts=_int_option(owner, "max_attempts", options.get("max_attempts"), 1, optional=True),
+            base_delay=_int_option(owner, "base_delay", options.get("base_delay"), 0, optional=True),
+            timeout=_int_option(owner, "timeout", options.get("timeout"), 1, optional=True),
+            start_delay=_int_option(owner, "start_delay", options.get("start_delay"), 0, optional=True),
         )
         definition = StepDefinition(
             slug=step_slug,
@@ -331,11 +319,11 @@ class Flow:
             handler=handler,
             index=len(self._steps),
             options=step_options,
-            required_input_pattern=_pattern(owner, "if_", if_, deps),
-            forbidden_input_pattern=_pattern(owner, "if_not", if_not, deps),
-            when_unmet=_when(owner, "when_unmet", when_unmet),
-            when_exhausted=_when(owner, "when_exhausted", when_exhausted),
-            atomic=_flag(owner, "atomic", atomic),
+            required_input_pattern=_pattern(owner, "if_", options.get("if_"), deps),
+            forbidden_input_pattern=_pattern(owner, "if_not", options.get("if_not"), deps),
+            when_unmet=_when(owner, "when_unmet", options.get("when_unmet", "skip")),
+            when_exhausted=_when(owner, "when_exhausted", options.get("when_exhausted", "fail")),
+            atomic=_flag(owner, "atomic", options.get("atomic", False)),
             accepts_context=_accepts_context(owner, handler),
         )
         self._steps[step_slug] = definition
