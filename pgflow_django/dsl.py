@@ -371,7 +371,31 @@ class Flow:
         )
 
 
-class StepQueuedFlow(Flow):
+class _FixedRouteFlow(Flow):
+    """A flow made from a plain one with a queue fixed for each step; its steps can no longer change."""
+
+    _queues: Mapping[str, str]
+
+    def _fix(
+        self, steps: Mapping[str, StepDefinition], queues: Mapping[str, str], how: str, call: str
+    ) -> None:
+        self._steps = dict(steps)
+        self._queues = MappingProxyType(dict(queues))
+        self._fixed_reason = (
+            f"flow {self.slug!r} is {how}: its steps were fixed by {call.partition('(')[0]}(); define every "
+            f"step on the plain flow first, then call {call}"
+        )
+
+    @property
+    def step_queues(self) -> Mapping[str, str]:
+        """Each step's queue by step slug, in definition order (read-only)."""
+        return self._queues
+
+    def queue_for(self, ref: StepRef) -> str:
+        return self._queues[self._resolve(ref, None)]
+
+
+class StepQueuedFlow(_FixedRouteFlow):
     """A flow whose every step has a private generated queue and its own worker pool.
 
     Made by ``with_step_queues(flow)``; its steps are fixed at that moment. The DAG, handlers and
@@ -391,11 +415,7 @@ class StepQueuedFlow(Flow):
                 queues[definition.slug] = step_queue_name(self.slug, definition.slug, definition.index)
             except InvalidSlug as exc:
                 raise FlowDefinitionError(f"with_step_queues: {exc}") from None
-        self._queues = MappingProxyType(queues)
-        self._fixed_reason = (
-            f"flow {self.slug!r} is step-queued: its steps were fixed by with_step_queues(); define every "
-            "step on the plain flow first, then call with_step_queues(flow)"
-        )
+        self._fix(self._steps, queues, "step-queued", "with_step_queues(flow)")
 
     def __repr__(self) -> str:
         return f"<StepQueuedFlow {self.slug!r}: {', '.join(self._steps)}>"
@@ -404,14 +424,6 @@ class StepQueuedFlow(Flow):
     def queue_mode(self) -> QueueMode:
         """``step``: each step's tasks go to that step's private queue."""
         return "step"
-
-    @property
-    def step_queues(self) -> Mapping[str, str]:
-        """Each step's private queue by step slug, in definition order (read-only)."""
-        return self._queues
-
-    def queue_for(self, ref: StepRef) -> str:
-        return self._queues[self._resolve(ref, None)]
 
     def copy(self, *, slug: str) -> StepQueuedFlow:
         """The same step-queued flow under another slug, with the queues generated for that slug."""
@@ -429,7 +441,7 @@ def with_step_queues(flow: Flow) -> StepQueuedFlow:
     return StepQueuedFlow(flow)
 
 
-class RoutedFlow(Flow):
+class RoutedFlow(_FixedRouteFlow):
     """A flow whose steps go to explicit shared queues: several steps, flows and versions may share one.
 
     Made by ``route_flow(flow, queues={...})``; its steps are fixed at that moment. A worker polls one
@@ -464,11 +476,8 @@ class RoutedFlow(Flow):
                     f"{owner}: queue {queues[slug]!r} of step {slug!r} is the flow's own default queue name, "
                     "reserved for the plain flow; choose another shared queue name"
                 )
-        self._steps = dict(flow.steps)
-        self._queues = MappingProxyType({slug: queues[slug] for slug in steps})
-        self._fixed_reason = (
-            f"flow {self.slug!r} is routed: its steps were fixed by route_flow(); define every step on the "
-            "plain flow first, then call route_flow(flow, queues=...)"
+        self._fix(
+            flow.steps, {slug: queues[slug] for slug in steps}, "routed", "route_flow(flow, queues=...)"
         )
 
     def __repr__(self) -> str:
@@ -480,17 +489,9 @@ class RoutedFlow(Flow):
         return "routed"
 
     @property
-    def step_queues(self) -> Mapping[str, str]:
-        """Each step's shared queue by step slug, in definition order (read-only)."""
-        return self._queues
-
-    @property
     def queues(self) -> tuple[str, ...]:
         """The distinct shared queues of the route, in first-use order."""
         return tuple(dict.fromkeys(self._queues.values()))
-
-    def queue_for(self, ref: StepRef) -> str:
-        return self._queues[self._resolve(ref, None)]
 
     def steps_on(self, queue: str) -> tuple[str, ...]:
         """The steps routed to ``queue``, in definition order."""
