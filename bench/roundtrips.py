@@ -18,8 +18,7 @@ import psycopg
 PHASES = (
     ("ensure_flow_compiled", "compile"),
     ("pgflow.start_flow", "start"),
-    ("subscription_pause", "setup (pauses, planner)"),
-    ("plan_cache_mode", "setup (pauses, planner)"),
+    ("subscription_pause", "setup (pauses)"),
     ("with stale as materialized", "claim"),
     ("pgflow.complete_task", "complete"),
     ("pgflow.fail_task", "fail"),

@@ -176,9 +176,7 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
             self.log_change(request, flow, text)
             self.message_user(request, text, messages.SUCCESS)
 
-    @admin.display(description="created", ordering="created_at")
-    def created(self, obj: Flow) -> str:
-        return when(obj.created_at)
+    created = admin_lists.time_column("created", "created_at")
 
     @admin.display(description="queue mode", ordering="queue_mode")
     def routing(self, obj: Flow) -> str:
@@ -244,17 +242,9 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         fields = _move_after(super().get_fields(request, obj), "status", "dag_picture")
         return _move_after(fields, "dag_picture", "timeline_picture")
 
-    @admin.display(description="run", ordering="run_id")
-    def short_run(self, obj: Run) -> SafeString | str:
-        return short_id(obj.run_id)
-
-    @admin.display(description="started", ordering="started_at")
-    def started(self, obj: Run) -> str:
-        return when(obj.started_at)
-
-    @admin.display(description="finished")
-    def finished(self, obj: Run) -> str:
-        return when(obj.completed_at or obj.failed_at)
+    short_run = admin_lists.id_column("run_id", "run")
+    started = admin_lists.time_column("started", "started_at")
+    finished = admin_lists.time_column("finished", "completed_at", "failed_at", sortable=False)
 
     @admin.display(description="duration")
     def duration(self, obj: Run) -> str:
@@ -472,9 +462,7 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
         """From claim to completion or failure (running time so far while it runs)."""
         return took(obj.started_at, obj.completed_at or obj.failed_at)
 
-    @admin.display(description="worker", ordering="last_worker_id")
-    def worker(self, obj: StepTask) -> SafeString | str:
-        return short_id(obj.last_worker_id)
+    worker = admin_lists.id_column("last_worker_id", "worker")
 
     @admin.display(description="message id", ordering="message_id")
     def message_id_text(self, obj: StepTask) -> str:
@@ -504,17 +492,9 @@ class WorkerAdmin(ReadOnlyAdminMixin, _WorkerAdmin):
     ordering = ("-last_heartbeat_at",)
     readonly_fields = ("heartbeat_age", "paused")
 
-    @admin.display(description="worker", ordering="worker_id")
-    def short_worker(self, obj: Worker) -> SafeString | str:
-        return short_id(obj.worker_id)
-
-    @admin.display(description="started", ordering="started_at")
-    def started(self, obj: Worker) -> str:
-        return when(obj.started_at)
-
-    @admin.display(description="stopped", ordering="stopped_at")
-    def stopped(self, obj: Worker) -> str:
-        return when(obj.stopped_at or obj.deprecated_at)
+    short_worker = admin_lists.id_column("worker_id", "worker")
+    started = admin_lists.time_column("started", "started_at")
+    stopped = admin_lists.time_column("stopped", "stopped_at", "deprecated_at")
 
     @admin.display(description="heartbeat age", ordering="-last_heartbeat_at")
     def heartbeat_age(self, obj: Worker) -> str:

@@ -4,7 +4,7 @@ default filters that hide Django task flows and stopped workers until asked for.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +65,27 @@ def clock(moment: datetime | None) -> SafeString | str:
 
 def took(start: datetime | None, end: datetime | None) -> str:
     return elapsed(start, end) or "-"
+
+
+def id_column(field: str, description: str) -> Callable[[Any, Any], SafeString | str]:
+    """A list column (a ModelAdmin method) showing the id in ``field`` as :func:`short_id`, sorted by it."""
+
+    @admin.display(description=description, ordering=field)
+    def column(model_admin: Any, obj: Any) -> SafeString | str:
+        return short_id(getattr(obj, field))
+
+    return column
+
+
+def time_column(description: str, *fields: str, sortable: bool = True) -> Callable[[Any, Any], str]:
+    """A list column showing the first of ``fields`` that is set, to the second; sorted by the first
+    field when ``sortable``."""
+
+    @admin.display(description=description, ordering=fields[0] if sortable else None)
+    def column(model_admin: Any, obj: Any) -> str:
+        return when(next((moment for moment in (getattr(obj, name) for name in fields) if moment), None))
+
+    return column
 
 
 def task_flows(queryset: QuerySet[Flow]) -> QuerySet[Flow]:

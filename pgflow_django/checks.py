@@ -17,6 +17,8 @@ Ids:
 - ``pgflow.E023`` ``PGMIGRATE_LOCK_TIMEOUT`` that is not a number of seconds or a timedelta;
 - ``pgflow.E030`` a declared schedule is invalid (cron, time zone, input, or one name declared twice
   with different definitions); ``pgflow.E031`` a declared schedule's flow is not registered;
+- ``pgflow.E034`` a task module (an installed app's ``tasks``, or ``OPTIONS['MODULES']`` of a
+  ``PgflowTaskBackend``) raises while it is imported;
 - ``pgflow.E032`` a stored schedule's cron or time zone no longer parses, ``pgflow.E033`` a name
   declared in code is taken by a runtime schedule, ``pgflow.W030`` an active schedule's flow is not
   compiled (database checks; ``pgflow_django.schedules.checks``);

@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, Literal, TypeAlias, TypeVar, cast, get_args, overload
+from typing import Any, Final, Literal, TypeAlias, TypedDict, TypeVar, Unpack, cast, get_args, overload
 
 from pgflow_django.slugs import (
     InvalidSlug,
@@ -115,6 +115,30 @@ class StepDefinition:
         }
 
 
+class StepKeywords(TypedDict, total=False):
+    """The options ``@flow.step()`` and ``@flow.map()`` take by keyword (all optional).
+
+    ``slug`` (default: the function's name); ``depends_on``: step functions or slugs that must
+    complete first; ``max_attempts``, ``base_delay``, ``timeout``, ``start_delay``: whole seconds or
+    counts, None for the flow's value (``start_delay``: 0); ``if_`` / ``if_not``: JSON the step's
+    input must contain / must not contain; ``when_unmet`` (default ``skip``) and ``when_exhausted``
+    (default ``fail``): ``fail``, ``skip`` or ``skip-cascade``; ``atomic``: the handler's ORM writes
+    and its completion commit in one transaction.
+    """
+
+    slug: str | None
+    depends_on: Iterable[StepRef] | StepRef
+    max_attempts: int | None
+    base_delay: int | None
+    timeout: int | None
+    start_delay: int | None
+    if_: Mapping[str, Any] | None
+    if_not: Mapping[str, Any] | None
+    when_unmet: WhenMode
+    when_exhausted: WhenMode
+    atomic: bool
+
+
 class Retry(Exception):
     """Raised by a handler to choose the delay before its next attempt.
 
@@ -170,97 +194,31 @@ class Flow:
     def step(self, fn: F, /) -> F: ...
 
     @overload
-    def step(
-        self,
-        fn: None = None,
-        /,
-        *,
-        slug: str | None = None,
-        depends_on: Iterable[StepRef] | StepRef = (),
-        max_attempts: int | None = None,
-        base_delay: int | None = None,
-        timeout: int | None = None,
-        start_delay: int | None = None,
-        if_: Mapping[str, Any] | None = None,
-        if_not: Mapping[str, Any] | None = None,
-        when_unmet: WhenMode = "skip",
-        when_exhausted: WhenMode = "fail",
-        atomic: bool = False,
-    ) -> Callable[[F], F]: ...
+    def step(self, fn: None = None, /, **options: Unpack[StepKeywords]) -> Callable[[F], F]: ...
 
-    def step(
-        self,
-        fn: F | None = None,
-        /,
-        *,
-        slug: str | None = None,
-        depends_on: Iterable[StepRef] | StepRef = (),
-        max_attempts: int | None = None,
-        base_delay: int | None = None,
-        timeout: int | None = None,
-        start_delay: int | None = None,
-        if_: Mapping[str, Any] | None = None,
-        if_not: Mapping[str, Any] | None = None,
-        when_unmet: WhenMode = "skip",
-        when_exhausted: WhenMode = "fail",
-        atomic: bool = False,
-    ) -> F | Callable[[F], F]:
+    def step(self, fn: F | None = None, /, **options: Unpack[StepKeywords]) -> F | Callable[[F], F]:
         """Add a step that runs once per run: a root step receives the flow input, a dependent one
-        ``{dep_slug: output}``. Returns the function unchanged."""
+        ``{dep_slug: output}``. Takes the options of :class:`StepKeywords`; returns the function unchanged."""
         if fn is not None and not callable(fn):
             raise FlowDefinitionError(
                 f"flow {self._slug!r}: step() takes its options by keyword, e.g. @flow.step(slug={fn!r})"
             )
+        _check_keywords("step", options)
 
         def decorate(handler: F) -> F:
-            self._add(
-                handler,
-                step_type="single",
-                slug=slug,
-                refs=_refs(depends_on),
-                options=(max_attempts, base_delay, timeout, start_delay),
-                if_=if_,
-                if_not=if_not,
-                when_unmet=when_unmet,
-                when_exhausted=when_exhausted,
-                atomic=atomic,
-            )
+            self._add(handler, "single", (), options)
             return handler
 
         return decorate if fn is None else decorate(fn)
 
-    def map(
-        self,
-        *,
-        array: StepRef | None = None,
-        slug: str | None = None,
-        depends_on: Iterable[StepRef] | StepRef = (),
-        max_attempts: int | None = None,
-        base_delay: int | None = None,
-        timeout: int | None = None,
-        start_delay: int | None = None,
-        if_: Mapping[str, Any] | None = None,
-        if_not: Mapping[str, Any] | None = None,
-        when_unmet: WhenMode = "skip",
-        when_exhausted: WhenMode = "fail",
-        atomic: bool = False,
-    ) -> Callable[[F], F]:
+    def map(self, *, array: StepRef | None = None, **options: Unpack[StepKeywords]) -> Callable[[F], F]:
         """Add a step that runs one task per element of an array: the output of ``array`` (its only
-        dependency), or the flow input when ``array`` is None. Its output is the list of task outputs."""
+        dependency), or the flow input when ``array`` is None. Its output is the list of task outputs.
+        Takes the options of :class:`StepKeywords` besides ``array``."""
+        _check_keywords("map", options)
 
         def decorate(handler: F) -> F:
-            self._add(
-                handler,
-                step_type="map",
-                slug=slug,
-                refs=_refs(depends_on) + (() if array is None else (array,)),
-                options=(max_attempts, base_delay, timeout, start_delay),
-                if_=if_,
-                if_not=if_not,
-                when_unmet=when_unmet,
-                when_exhausted=when_exhausted,
-                atomic=atomic,
-            )
+            self._add(handler, "map", () if array is None else (array,), options)
             return handler
 
         return decorate
@@ -313,18 +271,7 @@ class Flow:
         )
 
     def _add(
-        self,
-        handler: Handler,
-        *,
-        step_type: StepType,
-        slug: str | None,
-        refs: tuple[StepRef, ...],
-        options: tuple[int | None, int | None, int | None, int | None],
-        if_: Mapping[str, Any] | None,
-        if_not: Mapping[str, Any] | None,
-        when_unmet: str,
-        when_exhausted: str,
-        atomic: bool,
+        self, handler: Handler, step_type: StepType, array: tuple[StepRef, ...], options: StepKeywords
     ) -> None:
         """Validate everything first, then record the step, so a refused step leaves the flow unchanged."""
         if self._fixed_reason is not None:
@@ -333,6 +280,7 @@ class Flow:
             raise FlowDefinitionError(
                 f"flow {self._slug!r}: a step handler must be a function, got {type(handler).__name__}"
             )
+        slug = options.get("slug")
         if slug is None:
             step_slug = validate_slug(
                 getattr(handler, "__name__", None),
@@ -350,18 +298,19 @@ class Flow:
                 f"{owner} differs only in case from step {twin!r}; queue names are lowercase, so give it "
                 "another slug="
             )
-        deps = tuple(sorted({self._resolve(ref, step_slug) for ref in refs}))
+        deps = tuple(
+            sorted({self._resolve(ref, step_slug) for ref in _refs(options.get("depends_on", ())) + array})
+        )
         if step_type == "map" and len(deps) > 1:
             raise FlowDefinitionError(
                 f"{owner} is a map with {len(deps)} dependencies ({', '.join(deps)}); a map has at most "
                 "one: pass array=<step> to map over that step's output, or nothing to map over the flow input"
             )
-        max_attempts, base_delay, timeout, start_delay = options
         step_options = StepOptions(
-            max_attempts=_int_option(owner, "max_attempts", max_attempts, 1, optional=True),
-            base_delay=_int_option(owner, "base_delay", base_delay, 0, optional=True),
-            timeout=_int_option(owner, "timeout", timeout, 1, optional=True),
-            start_delay=_int_option(owner, "start_delay", start_delay, 0, optional=True),
+            max_attempts=_int_option(owner, "max_attempts", options.get("max_attempts"), 1, optional=True),
+            base_delay=_int_option(owner, "base_delay", options.get("base_delay"), 0, optional=True),
+            timeout=_int_option(owner, "timeout", options.get("timeout"), 1, optional=True),
+            start_delay=_int_option(owner, "start_delay", options.get("start_delay"), 0, optional=True),
         )
         definition = StepDefinition(
             slug=step_slug,
@@ -370,11 +319,11 @@ class Flow:
             handler=handler,
             index=len(self._steps),
             options=step_options,
-            required_input_pattern=_pattern(owner, "if_", if_, deps),
-            forbidden_input_pattern=_pattern(owner, "if_not", if_not, deps),
-            when_unmet=_when(owner, "when_unmet", when_unmet),
-            when_exhausted=_when(owner, "when_exhausted", when_exhausted),
-            atomic=_flag(owner, "atomic", atomic),
+            required_input_pattern=_pattern(owner, "if_", options.get("if_"), deps),
+            forbidden_input_pattern=_pattern(owner, "if_not", options.get("if_not"), deps),
+            when_unmet=_when(owner, "when_unmet", options.get("when_unmet", "skip")),
+            when_exhausted=_when(owner, "when_exhausted", options.get("when_exhausted", "fail")),
+            atomic=_flag(owner, "atomic", options.get("atomic", False)),
             accepts_context=_accepts_context(owner, handler),
         )
         self._steps[step_slug] = definition
@@ -422,7 +371,31 @@ class Flow:
         )
 
 
-class StepQueuedFlow(Flow):
+class _FixedRouteFlow(Flow):
+    """A flow made from a plain one with a queue fixed for each step; its steps can no longer change."""
+
+    _queues: Mapping[str, str]
+
+    def _fix(
+        self, steps: Mapping[str, StepDefinition], queues: Mapping[str, str], how: str, call: str
+    ) -> None:
+        self._steps = dict(steps)
+        self._queues = MappingProxyType(dict(queues))
+        self._fixed_reason = (
+            f"flow {self.slug!r} is {how}: its steps were fixed by {call.partition('(')[0]}(); define every "
+            f"step on the plain flow first, then call {call}"
+        )
+
+    @property
+    def step_queues(self) -> Mapping[str, str]:
+        """Each step's queue by step slug, in definition order (read-only)."""
+        return self._queues
+
+    def queue_for(self, ref: StepRef) -> str:
+        return self._queues[self._resolve(ref, None)]
+
+
+class StepQueuedFlow(_FixedRouteFlow):
     """A flow whose every step has a private generated queue and its own worker pool.
 
     Made by ``with_step_queues(flow)``; its steps are fixed at that moment. The DAG, handlers and
@@ -442,11 +415,7 @@ class StepQueuedFlow(Flow):
                 queues[definition.slug] = step_queue_name(self.slug, definition.slug, definition.index)
             except InvalidSlug as exc:
                 raise FlowDefinitionError(f"with_step_queues: {exc}") from None
-        self._queues = MappingProxyType(queues)
-        self._fixed_reason = (
-            f"flow {self.slug!r} is step-queued: its steps were fixed by with_step_queues(); define every "
-            "step on the plain flow first, then call with_step_queues(flow)"
-        )
+        self._fix(self._steps, queues, "step-queued", "with_step_queues(flow)")
 
     def __repr__(self) -> str:
         return f"<StepQueuedFlow {self.slug!r}: {', '.join(self._steps)}>"
@@ -455,14 +424,6 @@ class StepQueuedFlow(Flow):
     def queue_mode(self) -> QueueMode:
         """``step``: each step's tasks go to that step's private queue."""
         return "step"
-
-    @property
-    def step_queues(self) -> Mapping[str, str]:
-        """Each step's private queue by step slug, in definition order (read-only)."""
-        return self._queues
-
-    def queue_for(self, ref: StepRef) -> str:
-        return self._queues[self._resolve(ref, None)]
 
     def copy(self, *, slug: str) -> StepQueuedFlow:
         """The same step-queued flow under another slug, with the queues generated for that slug."""
@@ -480,7 +441,7 @@ def with_step_queues(flow: Flow) -> StepQueuedFlow:
     return StepQueuedFlow(flow)
 
 
-class RoutedFlow(Flow):
+class RoutedFlow(_FixedRouteFlow):
     """A flow whose steps go to explicit shared queues: several steps, flows and versions may share one.
 
     Made by ``route_flow(flow, queues={...})``; its steps are fixed at that moment. A worker polls one
@@ -515,11 +476,8 @@ class RoutedFlow(Flow):
                     f"{owner}: queue {queues[slug]!r} of step {slug!r} is the flow's own default queue name, "
                     "reserved for the plain flow; choose another shared queue name"
                 )
-        self._steps = dict(flow.steps)
-        self._queues = MappingProxyType({slug: queues[slug] for slug in steps})
-        self._fixed_reason = (
-            f"flow {self.slug!r} is routed: its steps were fixed by route_flow(); define every step on the "
-            "plain flow first, then call route_flow(flow, queues=...)"
+        self._fix(
+            flow.steps, {slug: queues[slug] for slug in steps}, "routed", "route_flow(flow, queues=...)"
         )
 
     def __repr__(self) -> str:
@@ -531,17 +489,9 @@ class RoutedFlow(Flow):
         return "routed"
 
     @property
-    def step_queues(self) -> Mapping[str, str]:
-        """Each step's shared queue by step slug, in definition order (read-only)."""
-        return self._queues
-
-    @property
     def queues(self) -> tuple[str, ...]:
         """The distinct shared queues of the route, in first-use order."""
         return tuple(dict.fromkeys(self._queues.values()))
-
-    def queue_for(self, ref: StepRef) -> str:
-        return self._queues[self._resolve(ref, None)]
 
     def steps_on(self, queue: str) -> tuple[str, ...]:
         """The steps routed to ``queue``, in definition order."""
@@ -564,6 +514,16 @@ def route_flow(flow: Flow, *, queues: Mapping[str, str]) -> RoutedFlow:
             f"flow {flow.slug!r} already has a route ({flow.queue_mode}); route the plain flow instead"
         )
     return RoutedFlow(flow, queues)
+
+
+def _check_keywords(decorator: str, options: Mapping[str, object]) -> None:
+    """An unknown option is a TypeError, as for any keyword a function lacks; it lists the valid ones."""
+    unknown = sorted(set(options) - StepKeywords.__optional_keys__)
+    if unknown:
+        raise TypeError(
+            f"{decorator}() got an unexpected keyword argument {unknown[0]!r}; it takes "
+            + ", ".join(sorted(StepKeywords.__optional_keys__))
+        )
 
 
 def _refs(depends_on: Iterable[StepRef] | StepRef) -> tuple[StepRef, ...]:

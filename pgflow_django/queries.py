@@ -17,6 +17,8 @@ from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from psycopg import sql
 
+from pgflow_django.schedules.views import ScheduleView, TickView
+
 R = TypeVar("R")
 
 
@@ -877,36 +879,6 @@ COVERAGE: Final = Query("coverage", COVERAGE_SQL, RouteCoverage)
 # -- schedules (pgflow_django.schedules) ------------------------------------------------------------
 
 
-class ScheduleRow(NamedTuple):
-    """One row of ``pgflow.schedules``, its columns named as ``schedules.store.ScheduleView`` names them."""
-
-    name: str
-    flow_slug: str
-    cron: str
-    timezone: str
-    input: str
-    """The run input (or a callable-input task schedule's payload) as JSON text."""
-    input_callable: str | None
-    catch_up: str
-    max_catch_up: int
-    jitter: int
-    enabled: bool
-    paused_reason: str | None
-    paused_detail: str | None
-    paused_at: datetime | None
-    origin: str
-    revision: int
-    upcoming: list[datetime] | None
-    next_fire_at: datetime | None
-    last_tick: datetime | None
-    last_fired_at: datetime | None
-    last_run_id: uuid.UUID | None
-    missed_ticks: int
-    last_error: str | None
-    created_at: datetime
-    updated_at: datetime
-
-
 _SCHEDULE_COLUMNS: Final = """
 select schedule_name as name, flow_slug, cron, timezone, input::text as input, input_callable, catch_up,
        max_catch_up, jitter_seconds as jitter, enabled, paused_reason, paused_detail, paused_at, origin,
@@ -914,13 +886,17 @@ select schedule_name as name, flow_slug, cron, timezone, input::text as input, i
        created_at, updated_at
   from pgflow.schedules"""
 
-GET_SCHEDULE: Final = Query("get_schedule", f"{_SCHEDULE_COLUMNS} where schedule_name = %s", ScheduleRow)
+GET_SCHEDULE: Final = Query(
+    "get_schedule", f"{_SCHEDULE_COLUMNS} where schedule_name = %s", ScheduleView.from_columns
+)
 LOCK_SCHEDULE: Final = Query(
-    "lock_schedule", f"{_SCHEDULE_COLUMNS} where schedule_name = %s for update", ScheduleRow
+    "lock_schedule", f"{_SCHEDULE_COLUMNS} where schedule_name = %s for update", ScheduleView.from_columns
 )
 """One schedule, locked until the caller's transaction ends: the API's changes wait on a firing pass
 that holds it, and the other way round."""
-ALL_SCHEDULES: Final = Query("all_schedules", f"{_SCHEDULE_COLUMNS} order by schedule_name", ScheduleRow)
+ALL_SCHEDULES: Final = Query(
+    "all_schedules", f"{_SCHEDULE_COLUMNS} order by schedule_name", ScheduleView.from_columns
+)
 
 CREATE_SCHEDULE: Final = _value(
     "create_schedule",
@@ -995,19 +971,11 @@ TRIGGER_SCHEDULE: Final = _value(
 """Start one ``manual`` run of a schedule (name, now, input json or null for the stored one); its id."""
 
 
-class TickRow(NamedTuple):
-    schedule_name: str
-    tick: datetime
-    run_id: uuid.UUID
-    kind: str
-    fired_at: datetime
-
-
 RECENT_TICKS: Final = Query(
     "recent_ticks",
     "select schedule_name, tick, run_id, kind, fired_at from pgflow.schedule_ticks"
     " where schedule_name = %s order by tick desc limit %s",
-    TickRow,
+    TickView.from_columns,
 )
 """A schedule's latest fired ticks, newest first."""
 
@@ -1289,25 +1257,6 @@ ROLLBACK_TO_SAVEPOINT: Final = _value("rollback_to_savepoint", 'rollback to save
 """In-process statements each run in this savepoint of the test's transaction, as a worker's each
 stand alone: an error undoes only that statement."""
 
-
-class PlannerSetting(NamedTuple):
-    previous: str
-    value: str
-
-
-FORCE_GENERIC_PLANS: Final = Query(
-    "force_generic_plans",
-    "select current_setting('plan_cache_mode') as previous,"
-    " set_config('plan_cache_mode', 'force_generic_plan', %s) as value",
-    PlannerSetting,
-)
-"""A drain's generic plans for the engine's functions (``%s``: local to the transaction), and the
-caller's setting to put back afterwards."""
-
-SET_PLAN_CACHE_MODE: Final = _value(
-    "set_plan_cache_mode", "select set_config('plan_cache_mode', %s, %s) as value"
-)
-"""Put the caller's ``plan_cache_mode`` back after a drain."""
 
 FLOWS_WITH_STARTED_RUNS: Final = Query(
     "flows_with_started_runs",

@@ -21,6 +21,28 @@ class FlowNotRegistered(LookupError):
     """A slug that no registered flow carries."""
 
 
+class TaskModuleError(ImproperlyConfigured):
+    """A module the tasks backend discovers tasks in raised while it was imported."""
+
+    def __init__(self, module: str, error: BaseException) -> None:
+        self.module = module
+        self.error = error
+        detail = " ".join(str(error).split())
+        super().__init__(
+            f"task module {module!r} cannot be imported: {type(error).__name__}"
+            + (f": {detail}" if detail else "")
+        )
+
+
+def import_task_module(name: str) -> ModuleType:
+    """Import a module tasks are discovered in; whatever it raises becomes a ``TaskModuleError`` naming
+    it, so a system check or a worker reports one line instead of a traceback."""
+    try:
+        return import_module(name)
+    except Exception as exc:
+        raise TaskModuleError(name, exc) from exc
+
+
 def registered() -> list[tuple[Flow, str]]:
     """Every (flow, where it is registered) in registration order, duplicates and clashes included:
     the ``FLOWS`` setting's entries first, then the apps' flows modules. ``get_flows`` and the system

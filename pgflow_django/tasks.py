@@ -31,6 +31,7 @@ from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, RoutedFlow, route_flow
 from pgflow_django.encoding import OutputNotSerialisable, clean_text, encode_output
 from pgflow_django.recorded_errors import ERROR_PREFIX, MAX_ERROR_LENGTH
+from pgflow_django.registry import import_task_module
 from pgflow_django.slugs import TASK_STEP_SLUG, shared_queue_problem, task_flow_slug
 from pgflow_django.worker.context import TaskContext as StepContext
 
@@ -277,7 +278,7 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
         ]
         found: dict[str, Any] = {}
         for name in [*modules, *self.modules]:
-            module = import_module(name)
+            module = import_task_module(name)
             for value in vars(module).values():
                 if isinstance(value, tasks_api.Task) and value.backend == self.alias:
                     found.setdefault(module_path(value), value)

@@ -6,15 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
-import psycopg
 from django.db import connection
-from psycopg import sql
 
+from tests.support.scratch import empty_database, server_params
 from tests.workers import MANAGE, REPO, url_from_settings
 
 SETTINGS = "tests.first_hour_settings"
@@ -41,20 +38,8 @@ def manage(
     )
 
 
-def server_params() -> dict[str, Any]:
-    params = connection.get_connection_params()
-    return {key: value for key, value in params.items() if key not in {"context", "cursor_factory"}}
-
-
 @contextmanager
 def fresh_database() -> Iterator[str]:
     """The DATABASE_URL of a new, empty database on the test server; dropped afterwards."""
-    name = f"pgflow_fresh_{uuid.uuid4().hex[:12]}"
-    params = server_params()
-    with psycopg.connect(**params, autocommit=True) as admin:
-        admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    try:
+    with empty_database("fresh", server_params()) as name:
         yield url_from_settings({**connection.settings_dict, "NAME": name})
-    finally:
-        with psycopg.connect(**params, autocommit=True) as admin:
-            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
         ScheduleDeclared,
         ScheduleExists,
         ScheduleNotFound,
-        ScheduleView,
-        TickView,
         create_schedule,
         delete_schedule,
         edit_schedule,
@@ -39,6 +37,7 @@ if TYPE_CHECKING:
         trigger_now,
     )
     from pgflow_django.schedules.sync import SyncResult, sync_declared_schedules
+    from pgflow_django.schedules.views import ScheduleView, TickView
 
 _LAZY = {
     "CatchUp": "definition",
@@ -49,9 +48,9 @@ _LAZY = {
     "ScheduleExists": "store",
     "ScheduleNotFound": "store",
     "ScheduleSpec": "definition",
-    "ScheduleView": "store",
+    "ScheduleView": "views",
     "SyncResult": "sync",
-    "TickView": "store",
+    "TickView": "views",
     "create_schedule": "store",
     "declared_schedules": "declare",
     "delete_schedule": "store",

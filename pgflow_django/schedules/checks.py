@@ -2,7 +2,8 @@
 
 Without a database: the declarations load (a bad cron, time zone, input or a name declared twice
 with different definitions raises while ``flows.py`` is imported, and is reported here as E030
-rather than as the flows' E001), and each declared schedule's flow is registered (E031). With
+rather than as the flows' E001), every task module imports (E034: one line naming the module and
+its exception), and each declared schedule's flow is registered (E031). With
 ``--database``: stored crons and time zones still parse (E032), no declared name is taken by a
 runtime schedule (E033), and every active schedule's flow is compiled there (W030).
 """
@@ -17,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 
 from pgflow_django import queries
+from pgflow_django.registry import TaskModuleError
 from pgflow_django.schedules.cron import InvalidSchedule, check_cron, check_timezone
 from pgflow_django.schedules.definition import ScheduleSpec
 
@@ -37,6 +39,13 @@ def _declared() -> tuple[list[ScheduleSpec] | None, checks.CheckMessage | None]:
             f"a declared schedule{_where(exc)} is invalid: {' '.join(str(exc).split())}",
             hint=_HINT_DECLARE,
             id="pgflow.E030",
+        )
+    except TaskModuleError as exc:
+        return None, checks.Error(
+            f"{exc}; its tasks and their schedules are unknown",
+            hint=f"fix the module (`python -c 'import {exc.module}'` shows the traceback) or stop listing it",
+            obj=exc.module,
+            id="pgflow.E034",
         )
     except (ImproperlyConfigured, ImportError):
         return None, None

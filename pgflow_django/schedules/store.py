@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Unpack
 from zoneinfo import ZoneInfo
@@ -22,9 +21,10 @@ from pgflow_django import queries
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.schedules.callables import resolve_callable
 from pgflow_django.schedules.cron import InvalidSchedule
-from pgflow_django.schedules.definition import CatchUp, ScheduleOptions, TaskTarget, build_spec
+from pgflow_django.schedules.definition import ScheduleOptions, TaskTarget, build_spec
 from pgflow_django.schedules.firing import evaluate_input
 from pgflow_django.schedules.planner import plan_schedules
+from pgflow_django.schedules.views import ScheduleView, TickView, as_uuid
 
 _UNSET: Final[Any] = object()
 
@@ -39,52 +39,6 @@ class ScheduleExists(ValueError):
 
 class ScheduleDeclared(ValueError):
     """The schedule is declared in code: change its declaration instead."""
-
-
-@dataclass(frozen=True)
-class ScheduleView:
-    """One row of ``pgflow.schedules``. ``upcoming`` are the planned ticks (before jitter), UTC."""
-
-    name: str
-    flow_slug: str
-    cron: str
-    timezone: str
-    input: Any
-    input_callable: str | None
-    catch_up: CatchUp
-    max_catch_up: int
-    jitter: int
-    enabled: bool
-    paused_reason: str | None
-    paused_detail: str | None
-    paused_at: datetime | None
-    origin: str
-    revision: int
-    upcoming: tuple[datetime, ...]
-    next_fire_at: datetime | None
-    last_tick: datetime | None
-    last_fired_at: datetime | None
-    last_run_id: uuid.UUID | None
-    missed_ticks: int
-    last_error: str | None
-    created_at: datetime
-    updated_at: datetime
-
-    @property
-    def active(self) -> bool:
-        """Enabled and not paused: its due ticks fire."""
-        return self.enabled and self.paused_reason is None
-
-
-@dataclass(frozen=True)
-class TickView:
-    """One fired tick of the ledger: ``kind`` is ``cron`` or ``manual`` (``trigger_now``)."""
-
-    schedule_name: str
-    tick: datetime
-    run_id: uuid.UUID
-    kind: str
-    fired_at: datetime
 
 
 def create_schedule(
@@ -206,7 +160,7 @@ def trigger_now(name: str, *, input: Any = _UNSET, using: str = "default") -> uu
             queries.TRIGGER_SCHEDULE,
             [name, moment, None if value is None else json.dumps(value)],
         )
-    return _uuid(run_id)
+    return as_uuid(run_id)
 
 
 def get_schedule(name: str, *, using: str = "default") -> ScheduleView:
@@ -216,14 +170,14 @@ def get_schedule(name: str, *, using: str = "default") -> ScheduleView:
         row = queries.fetch_one(cursor, queries.GET_SCHEDULE, [name])
     if row is None:
         raise ScheduleNotFound(f"no schedule named {name!r}")
-    return _view(row)
+    return row
 
 
 def list_schedules(*, using: str = "default") -> list[ScheduleView]:
     """Every schedule, by name."""
     require_postgresql(using)
     with connections[using].cursor() as cursor:
-        return [_view(row) for row in queries.fetch_all(cursor, queries.ALL_SCHEDULES)]
+        return queries.fetch_all(cursor, queries.ALL_SCHEDULES)
 
 
 def recent_ticks(name: str, *, limit: int = 20, using: str = "default") -> list[TickView]:
@@ -231,14 +185,14 @@ def recent_ticks(name: str, *, limit: int = 20, using: str = "default") -> list[
     require_postgresql(using)
     with connections[using].cursor() as cursor:
         rows = queries.fetch_all(cursor, queries.RECENT_TICKS, [name, limit])
-    return [TickView(**row._replace(run_id=_uuid(row.run_id))._asdict()) for row in rows]
+    return rows
 
 
 def _locked(cursor: Any, name: str) -> ScheduleView:
     row = queries.fetch_one(cursor, queries.LOCK_SCHEDULE, [name])
     if row is None:
         raise ScheduleNotFound(f"no schedule named {name!r}")
-    return _view(row)
+    return row
 
 
 def _refuse_declared(current: ScheduleView, verb: str) -> None:
@@ -251,18 +205,6 @@ def _refuse_declared(current: ScheduleView, verb: str) -> None:
 
 def _is_task_payload(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"task", "args", "kwargs"}
-
-
-def _view(row: queries.ScheduleRow) -> ScheduleView:
-    values = row._asdict()
-    values["input"] = json.loads(row.input)
-    values["upcoming"] = tuple(row.upcoming or ())
-    values["last_run_id"] = None if row.last_run_id is None else _uuid(row.last_run_id)
-    return ScheduleView(**values)
-
-
-def _uuid(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
 __all__ = [

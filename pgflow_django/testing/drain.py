@@ -25,11 +25,9 @@ from pgflow_django.testing.flows import known_flows, resolve_flow
 from pgflow_django.testing.inprocess import (
     BATCH_SIZE,
     IN_PROCESS_WORKER_ID,
-    GenericPlans,
     InlineCompleter,
     InlineRunner,
     InProcessEngine,
-    Statement,
     together,
 )
 from pgflow_django.testing.results import Run, load_run
@@ -206,17 +204,10 @@ def _scope(flows: Iterable[Flow | str] | None, using: str) -> tuple[list[Flow], 
     return [available[slug] for slug in active if slug in available], None
 
 
-def _paused(flow_slugs: Sequence[str], using: str, planner: GenericPlans) -> dict[tuple[str, str], str]:
+def _paused(flow_slugs: Sequence[str], using: str) -> dict[tuple[str, str], str]:
     """The reason of the pause holding each paused (flow, step) of these flows (as
-    ``pgflow.subscription_pause`` says, the workers' own definition): their workers would not poll.
-    The planner setting is applied with the first such read, before any claim."""
-    statements: list[Statement] = [(queries.PAUSED_STEPS, [list(flow_slugs)])]
-    if not planner.applied:
-        statements.insert(0, planner.apply())
-    results = together(using, statements)
-    if not planner.applied:
-        planner.applied_with(results[0])
-    held: list[queries.PausedStep] = results[-1]
+    ``pgflow.subscription_pause`` says, the workers' own definition): their workers would not poll."""
+    held: list[queries.PausedStep] = together(using, [(queries.PAUSED_STEPS, [list(flow_slugs)])])[0]
     return {(row.flow_slug, row.step_slug): row.reason for row in held}
 
 
@@ -241,11 +232,7 @@ def drain(
     or more than ``max_tasks`` attempts."""
     if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1:
         raise ValueError(f"drain: max_tasks must be a whole number >= 1, got {max_tasks!r}")
-    planner = GenericPlans(using)
-    try:
-        return _drain(None if flows is None else list(flows), using, max_tasks, skip_delays, planner)
-    finally:
-        planner.put_back_alone()
+    return _drain(None if flows is None else list(flows), using, max_tasks, skip_delays)
 
 
 def _drain(
@@ -253,7 +240,6 @@ def _drain(
     using: str,
     max_tasks: int,
     skip_delays: bool,
-    planner: GenericPlans,
     statuses: bool = True,
 ) -> DrainSummary:
     skipped = 0.0
@@ -274,7 +260,7 @@ def _drain(
                 session.run_ids = previous.run_ids
             scope_key = key
             subscriptions = _subscriptions(scope)
-            pauses = _paused(key, using, planner) if key else {}
+            pauses = _paused(key, using) if key else {}
         progressed = False
         empty_at: dict[int, int] = {}
         """Per subscription: ``recorded`` when its last claim read nothing."""
@@ -336,7 +322,7 @@ def _drain(
                 continue
         break
     assert session is not None
-    _check_stuck(limit, scope_key, pauses, skip_delays, using, planner.put_back())
+    _check_stuck(limit, scope_key, pauses, skip_delays, using)
     return DrainSummary(
         tasks=session.tasks,
         failed_attempts=session.failed_attempts,
@@ -378,14 +364,9 @@ def _check_stuck(
     pauses: dict[tuple[str, str], str],
     skip_delays: bool,
     using: str,
-    then: Statement | None = None,
 ) -> None:
-    """Raise ``DrainStuck`` naming what no drain could finish; delayed tasks are not stuck. ``then``
-    (putting the planner setting back) travels in the same round trip."""
-    statements: list[Statement] = [(queries.OPEN_TASKS, {"flows": limit})]
-    if then is not None:
-        statements.append(then)
-    rows: list[queries.OpenTask] = together(using, statements)[0]
+    """Raise ``DrainStuck`` naming what no drain could finish; delayed tasks are not stuck."""
+    rows: list[queries.OpenTask] = together(using, [(queries.OPEN_TASKS, {"flows": limit})])[0]
     if not rows:
         return
     delayed = set()
@@ -444,9 +425,5 @@ def run_flow(
     flow = resolve_flow(flow_or_slug)
     compile_flow(flow, using=using)
     run_id = start_flow(flow, input, using=using)
-    planner = GenericPlans(using)
-    try:
-        _drain([flow], using, max_tasks, True, planner, statuses=False)
-    finally:
-        planner.put_back_alone()
+    _drain([flow], using, max_tasks, True, statuses=False)
     return load_run(run_id, using=using)

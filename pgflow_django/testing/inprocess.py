@@ -11,7 +11,6 @@ round trip), and Django's connection is never closed between handlers.
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import uuid
 from collections.abc import Callable, Sequence
@@ -66,45 +65,6 @@ def together(using: str, statements: Sequence[Statement]) -> list[list[Any]]:
     finally:
         for cursor in cursors:
             cursor.close()
-
-
-class GenericPlans:
-    """Generic plans for the engine's SQL functions while a drain runs, then the caller's setting back.
-
-    PostgreSQL plans each statement of a PL/pgSQL function again on every call while it judges a
-    custom plan cheaper than a generic one, which it does for the engine's ``= any(ids)`` statements:
-    planning was most of a completion's cost. The statements and their results are the same; only
-    their plans are kept. Inside a transaction the setting is local to it; in autocommit it is set
-    for the session and put back afterwards. Setting and putting back travel with the drain's first
-    and last statements (``together``)."""
-
-    def __init__(self, using: str) -> None:
-        self.using = using
-        self.local = False
-        self.applied = False
-        self.previous: str | None = None
-
-    def apply(self) -> Statement:
-        self.local = connections[self.using].in_atomic_block
-        return (queries.FORCE_GENERIC_PLANS, [self.local])
-
-    def applied_with(self, rows: list[queries.PlannerSetting]) -> None:
-        self.applied, self.previous = True, rows[0].previous
-
-    def put_back(self) -> Statement | None:
-        """The statement that puts the caller's setting back (None: nothing to put back); once."""
-        previous, self.previous = self.previous, None
-        if previous is None or previous == "force_generic_plan":
-            return None
-        return (queries.SET_PLAN_CACHE_MODE, [previous, self.local])
-
-    def put_back_alone(self) -> None:
-        """Put the setting back on its own if the drain's last read did not (it raised first), when
-        the connection still allows it."""
-        statement = self.put_back()
-        if statement is not None and connections[self.using].connection is not None:
-            with contextlib.suppress(Exception):
-                together(self.using, [statement])
 
 
 @dataclass

@@ -44,6 +44,9 @@ def test_demo_runs_the_batch_and_stops_its_workers(database_url: str) -> None:
     assert "VIP gifts added" in out
     assert "tasks/s" in out
     assert "stopped 2 worker(s)" in out
+    assert "pgflow-django demo" in out and "worker logs" in out
+    wide = [line for line in out.splitlines() if len(line) > 80]
+    assert wide == [], "the demo's output must fit 80 columns, also when piped"
 
     assert (
         scalar("select count(*) from pgflow.runs where flow_slug = 'demo_orders' and status = 'completed'")

@@ -8,7 +8,6 @@ delta (or the reverse) shows up here as a line of the diff.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,41 +16,24 @@ import pytest
 from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.operations.special import RunSQL
-from psycopg import sql
 
 from pgflow_django.catalog import Snapshot, diff, snapshot
-from pgflow_django.pgmq_install import ensure_pgmq
 from pgflow_django.sql import MIGRATIONS_DIR, schema_sql
 from pgflow_django.sql.runsql import RunSqlFile
+from tests.support.scratch import scratch_database, server_params
 
 APP_LABEL = "pgflow"
 
 pytestmark = pytest.mark.django_db
 
 
-def _server_params() -> dict[str, Any]:
-    """libpq parameters of the test database's server, as Django connects to it."""
-    params = connection.get_connection_params()
-    return {key: value for key, value in params.items() if key not in {"context", "cursor_factory"}}
-
-
 @pytest.fixture(scope="module")
 def scratch(django_db_setup: None, django_db_blocker: Any) -> Iterator[psycopg.Connection[Any]]:
     """A fresh database on the test server with PGMQ and the schema files installed; dropped afterwards."""
     with django_db_blocker.unblock():
-        params = _server_params()
-    name = f"pgflow_drift_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(**params, autocommit=True) as admin:
-        admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    try:
-        with psycopg.connect(**{**params, "dbname": name}, autocommit=True) as conn:
-            with conn.transaction(), conn.cursor() as cursor:
-                ensure_pgmq(cursor)
-                cursor.execute(schema_sql())
-            yield conn
-    finally:
-        with psycopg.connect(**params, autocommit=True) as admin:
-            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+        params = server_params()
+    with scratch_database("drift", params, schema_sql()) as conn:
+        yield conn
 
 
 def _scratch_snapshot(conn: psycopg.Connection[Any]) -> Snapshot:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,14 +21,12 @@ from typing import Any
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.operations.special import RunSQL
-from psycopg import sql
 
 from pgflow_django.catalog import Snapshot, diff, snapshot
-from pgflow_django.pgmq_install import ensure_pgmq
 from pgflow_django.sql import SQL_ROOT
+from tests.support.scratch import scratch_database, server_params
 
 APP = "pgflow"
 HASHES = Path(__file__).with_name("released_sql.sha256")
@@ -108,22 +105,9 @@ def _plan() -> list[tuple[str, list[str], list[str]]]:
 def scratch(django_db_setup: None, django_db_blocker: Any) -> Iterator[psycopg.Connection[Any]]:
     """A fresh database on the test server with PGMQ installed as migration 0001 does; dropped afterwards."""
     with django_db_blocker.unblock():
-        params = {
-            key: value
-            for key, value in connection.get_connection_params().items()
-            if key not in {"context", "cursor_factory"}
-        }
-    name = f"pgflow_steps_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(**params, autocommit=True) as admin:
-        admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    try:
-        with psycopg.connect(**{**params, "dbname": name}, autocommit=True) as conn:
-            with conn.transaction(), conn.cursor() as cursor:
-                ensure_pgmq(cursor)
-            yield conn
-    finally:
-        with psycopg.connect(**params, autocommit=True) as admin:
-            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+        params = server_params()
+    with scratch_database("steps", params) as conn:
+        yield conn
 
 
 def _run(conn: psycopg.Connection[Any], statements: list[str]) -> None:

@@ -18,13 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from django.db import connection
-from psycopg import sql
 
 from pgflow_django.catalog import snapshot
-from pgflow_django.pgmq_install import ensure_pgmq
 from pgflow_django.sql import migration_sql
-from tests.support import db
+from tests.support import db, scratch
+from tests.support.scratch import server_params as server_params
 
 Cursor = Any
 WORKER = uuid.UUID("00000000-0000-4000-8000-00000000a0d1")
@@ -348,30 +346,13 @@ def state(cursor: Cursor) -> dict[str, Any]:
 # ------------------------------------------------------------------ scratch databases
 
 
-def server_params() -> dict[str, Any]:
-    """libpq parameters of the test database's server, as Django connects to it."""
-    params = connection.get_connection_params()
-    return {key: val for key, val in params.items() if key not in {"context", "cursor_factory"}}
-
-
 @contextmanager
 def scratch_database(
     params: dict[str, Any], pgmq_sql: str | None = None
 ) -> Iterator[psycopg.Connection[Any]]:
     """A new database on the same server with PGMQ (``pgmq_sql``, else as migration 0001 installs it)
     and the baseline release (the frozen 0002 delta); dropped afterwards. The connection autocommits."""
-    name = f"pgflow_upgrade_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(**params, autocommit=True) as admin:
-        admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    try:
-        with psycopg.connect(**{**params, "dbname": name}, autocommit=True) as conn:
-            with conn.transaction(), conn.cursor() as cursor:
-                if pgmq_sql is None:
-                    ensure_pgmq(cursor)
-                else:
-                    cursor.execute(pgmq_sql)
-                cursor.execute(migration_sql("0002_core.sql"))
-            yield conn
-    finally:
-        with psycopg.connect(**params, autocommit=True) as admin:
-            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+    with scratch.scratch_database(
+        "upgrade", params, migration_sql("0002_core.sql"), pgmq_sql=pgmq_sql
+    ) as conn:
+        yield conn

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from django.core.management import get_commands, load_command_class
 from django.db import OperationalError as DjangoOperationalError
 from django.db import ProgrammingError
 
@@ -99,3 +100,20 @@ def test_connection_failures_are_one_line() -> None:
     message = describe_database_error(_wrapped(error, DjangoOperationalError))
     assert message.startswith("cannot connect to the database: connection failed")
     assert "\n" not in message
+
+
+PGFLOW_COMMANDS = sorted(name for name in get_commands() if name.startswith("pgflow_"))
+
+
+def test_every_pgflow_command_is_checked() -> None:
+    assert {"pgflow_worker", "pgflow_coverage", "pgflow_demo"} <= set(PGFLOW_COMMANDS)
+
+
+@pytest.mark.parametrize("name", PGFLOW_COMMANDS)
+def test_help_fits_80_columns(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Examples keep their lines (they are not filled), so each must fit by itself."""
+    monkeypatch.setenv("COLUMNS", "80")
+    command = load_command_class(get_commands()[name], name)
+    text = command.create_parser("manage.py", name).format_help()
+    assert "examples:" in text
+    assert [line for line in text.splitlines() if len(line) > 80] == []

@@ -626,3 +626,13 @@ def test_step_slugs_differing_only_in_case_are_refused() -> None:
         @flow.step(slug="fetch")
         def fetch_two(data: object) -> object:
             return data
+
+
+@pytest.mark.parametrize("decorator", ["step", "map"])
+def test_an_unknown_step_option_is_a_type_error_listing_the_valid_ones(decorator: str) -> None:
+    flow = Flow("unknown_option")
+    with pytest.raises(
+        TypeError, match=rf"^{decorator}\(\) got an unexpected keyword argument 'retries'; .*max_attempts"
+    ):
+        getattr(flow, decorator)(retries=3)
+    assert flow.steps == {}

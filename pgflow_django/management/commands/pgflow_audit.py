@@ -26,8 +26,10 @@ class Command(PgflowCommand):
         "the checks run in a read-only transaction. JSON output carries message ids as strings."
     )
     examples = """
-  manage.py pgflow_audit                      the report; exit 1 when something blocks the upgrade
-  manage.py pgflow_audit --format json        every check with its count, samples and hint
+  # the report; exit 1 when something blocks the upgrade
+  manage.py pgflow_audit
+  # every check with its count, samples and hint
+  manage.py pgflow_audit --format json
 
 exit codes: 0 every check passed; 1 a check found problems, or another error; 2 bad arguments
 """

@@ -22,7 +22,8 @@ class Command(PgflowCommand):
     )
     examples = """
   manage.py pgflow_cancel 0b4e6c1e-8f5a-4d2b-9a57-3c1f2e8d9a10
-  manage.py pgflow_cancel 0b4e6c1e-8f5a-4d2b-9a57-3c1f2e8d9a10 --reason "duplicate order"
+  manage.py pgflow_cancel 0b4e6c1e-8f5a-4d2b-9a57-3c1f2e8d9a10 \\
+      --reason "duplicate order"
 
 exit codes: 0 cancelled; 1 no such run, or another error; 2 bad arguments; 3 the run had already
 finished (nothing changed)

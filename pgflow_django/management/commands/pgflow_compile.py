@@ -61,11 +61,14 @@ class Command(PgflowCommand):
         "worker runs at startup."
     )
     examples = """
-  manage.py pgflow_compile                      compile every registered flow
-  manage.py pgflow_compile process_order        compile one flow
-  manage.py pgflow_compile --check              verify only (CI, before deploying); never writes
-  manage.py pgflow_compile orders --replace     replace a changed flow: shows the runs it deletes, asks
-  manage.py pgflow_compile orders --replace --yes   the same without the question (scripts)
+  manage.py pgflow_compile                   compile every registered flow
+  manage.py pgflow_compile process_order     compile one flow
+  # verify only (CI, before deploying); never writes
+  manage.py pgflow_compile --check
+  # replace a changed flow: shows the runs it deletes, asks
+  manage.py pgflow_compile orders --replace
+  # the same without the question (scripts)
+  manage.py pgflow_compile orders --replace --yes
   manage.py pgflow_compile --format json
 
 exit codes: 0 all compiled, verified or replaced; 1 a flow differs from the database (or, with

@@ -37,14 +37,19 @@ class Command(PgflowCommand):
         f'(default {LIVE_HEARTBEATS} x PGFLOW["WORKER_HEARTBEAT_SECONDS"]).'
     )
     examples = """
-  manage.py pgflow_coverage                         uncovered routes of every flow (-v 2: and the query)
-  manage.py pgflow_coverage --flow support_v2       gate a new version before switching callers
-  manage.py pgflow_coverage --all                   every route with its live worker count
-  manage.py pgflow_coverage --format json | jq '.routes[] | select(.live_workers == 0)'
-  manage.py pgflow_coverage --sql --live-seconds 60 > coverage.sql; psql -f coverage.sql
+  # uncovered routes of every flow (-v 2: and the query)
+  manage.py pgflow_coverage
+  # gate a new version before switching callers
+  manage.py pgflow_coverage --flow support_v2
+  # every route with its live worker count
+  manage.py pgflow_coverage --all
+  manage.py pgflow_coverage --format json \\
+      | jq '.routes[] | select(.live_workers == 0)'
+  manage.py pgflow_coverage --sql --live-seconds 60 > coverage.sql
+  psql -f coverage.sql
 
 exit codes: 0 every route has a live worker (or no flow is compiled); 1 error (e.g. unknown flow);
-            2 bad arguments; 3 at least one (flow, step, queue) has no live worker
+2 bad arguments; 3 at least one (flow, step, queue) has no live worker
 """
 
     def add_arguments(self, parser: CommandParser) -> None:

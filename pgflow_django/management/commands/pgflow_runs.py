@@ -48,11 +48,14 @@ class Command(PgflowCommand):
         "JSON output carries run ids as strings and PGMQ message ids as decimal strings."
     )
     examples = """
-  manage.py pgflow_runs                                   the 20 newest runs
+  manage.py pgflow_runs                      the 20 newest runs
   manage.py pgflow_runs --flow process_order --status failed --limit 100
-  manage.py pgflow_runs 5f1c...-...                        one run: steps, then its tasks with --tasks
-  manage.py pgflow_runs 5f1c...-... --format json          run, steps and tasks as JSON
-  manage.py pgflow_runs --watch                           live view of active runs and queue depths
+  # one run: steps, then its tasks with --tasks
+  manage.py pgflow_runs 5f1c...-...
+  # run, steps and tasks as JSON
+  manage.py pgflow_runs 5f1c...-... --format json
+  # live view of active runs and queue depths
+  manage.py pgflow_runs --watch
   manage.py pgflow_runs --watch --flow process_order --interval 5
 
 With --tasks -v 2, the traceback recorded with each failed task (a Django task's) follows the table.

@@ -30,9 +30,9 @@ class Command(PgflowCommand):
         "(or as the only scheduler). SIGTERM or SIGINT stops it after the current pass."
     )
     examples = """
-  manage.py pgflow_scheduler                     a pass every second until stopped
+  manage.py pgflow_scheduler                 a pass every second until stopped
   manage.py pgflow_scheduler --interval 5
-  manage.py pgflow_scheduler --once              one pass, then exit (cron, tests)
+  manage.py pgflow_scheduler --once          one pass, then exit (cron, tests)
   manage.py pgflow_scheduler --once --now 2026-03-29T01:00:00+00:00
 
 exit codes: 0 stopped or done; 1 error; 2 bad arguments

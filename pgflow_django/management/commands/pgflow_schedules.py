@@ -46,14 +46,19 @@ class Command(PgflowCommand):
         "schedule stays paused across deploys until resumed. Times are shown in TIME_ZONE; JSON has UTC."
     )
     examples = """
-  manage.py pgflow_schedules                          every schedule
+  manage.py pgflow_schedules                 every schedule
   manage.py pgflow_schedules --format json
-  manage.py pgflow_schedules show nightly-report      coming fire times and the latest ticks
+  # coming fire times and the latest ticks
+  manage.py pgflow_schedules show nightly-report
   manage.py pgflow_schedules pause nightly-report --reason "vendor API down"
-  manage.py pgflow_schedules resume nightly-report    ticks missed meanwhile do not fire
-  manage.py pgflow_schedules trigger nightly-report   prints the new run's id
-  manage.py pgflow_schedules trigger nightly-report --input '{"day": "2026-01-05"}'
-  manage.py pgflow_schedules pg-cron                  make the pg_cron job follow PGFLOW["SCHEDULER"]
+  # ticks missed meanwhile do not fire
+  manage.py pgflow_schedules resume nightly-report
+  # prints the new run's id
+  manage.py pgflow_schedules trigger nightly-report
+  manage.py pgflow_schedules trigger nightly-report \\
+      --input '{"day": "2026-01-05"}'
+  # make the pg_cron job follow PGFLOW["SCHEDULER"]
+  manage.py pgflow_schedules pg-cron
 
 exit codes: 0 done; 1 no such schedule (the closest name is suggested), or another error; 2 bad arguments
 """

@@ -44,8 +44,10 @@ class Command(PgflowCommand):
     examples = """
   manage.py pgflow_start process_order --input '{"order_id": 42}'
   manage.py pgflow_start process_order --input @order.json --wait
-  echo '[1, 2, 3]' | manage.py pgflow_start squares --input - --wait --timeout 60 --format json
-  RUN=$(manage.py pgflow_start process_order --input '{}')   # the run id alone, for scripts
+  echo '[1, 2, 3]' | manage.py pgflow_start squares --input - --wait \\
+      --timeout 60 --format json
+  # the run id alone, for scripts
+  RUN=$(manage.py pgflow_start process_order --input '{}')
 
 exit codes: 0 started (with --wait: completed); 1 the run failed, or an error (unknown flow: the
 known ones are listed, with the closest match); 2 bad arguments (also an --input that is not

@@ -61,10 +61,12 @@ class Command(PgflowCommand):
     examples = """
   manage.py pgflow_worker --flow process_order
   manage.py pgflow_worker --flow support_steps --step deliver --concurrency 4
-  manage.py pgflow_worker --queue thread_processing --flow support_v1 --flow support_v2
+  manage.py pgflow_worker --queue thread_processing \\
+      --flow support_v1 --flow support_v2
   manage.py pgflow_worker --flow process_order --concurrency 20 --batch-size 20
   manage.py pgflow_worker --flow process_order --shutdown-timeout 120
-  manage.py pgflow_worker --tasks --queue '*' --exclude-queue bulk --max-tasks 1000
+  manage.py pgflow_worker --tasks --queue '*' --exclude-queue bulk \\
+      --max-tasks 1000
   manage.py pgflow_worker --flow process_order --until-empty --log-level warning
   manage.py pgflow_worker --flow process_order --metrics-port 9108
 

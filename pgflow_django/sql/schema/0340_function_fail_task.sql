@@ -2,8 +2,8 @@
 -- and its message becomes visible after floor(base_delay * 2^attempts) seconds, or after the
 -- handler-chosen retry_delay (attempt accounting is the same either way). Returns 'retrying',
 -- 'failed', 'skipped' (exhausted, per when_exhausted) or 'stale' (not the current claim: nothing
--- changes; the message is archived when the task is already terminal). Each recorded failure is also
--- appended to the task's attempt_errors.
+-- changes; the message is archived when the task is already terminal: pgflow.lock_claimed_task).
+-- Each recorded failure is also appended to the task's attempt_errors.
 create or replace function pgflow.fail_task(
   run_id uuid, step_slug text, task_index integer, attempt integer, error_message text,
   retry_delay integer default null
@@ -14,7 +14,6 @@ set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mer
 as $$
 declare
   v_task pgflow.step_tasks;
-  v_current boolean;
   v_max_attempts integer;
   v_delay integer;
   v_error jsonb;
@@ -23,26 +22,9 @@ begin
     raise exception 'fail_task: retry_delay must be >= 0 seconds, got %', retry_delay using errcode = '22023';
   end if;
 
-  perform 1 from pgflow.runs as r where r.run_id = fail_task.run_id for update;
-
-  select t.* into v_task from pgflow.step_tasks as t
-   where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index
-   for update;
-  if not found then
-    return 'stale';
-  end if;
-
-  select v_task.status = 'started' and v_task.attempts_count = fail_task.attempt
-         and r.status = 'started' and ss.status = 'started'
-    into v_current
-    from pgflow.runs as r
-    join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = fail_task.step_slug
-   where r.run_id = fail_task.run_id;
-
-  if not coalesce(v_current, false) then
-    if v_task.status in ('completed', 'failed', 'skipped', 'cancelled') then
-      perform pgflow.archive_task_messages(array[v_task.queue_name], array[v_task.message_id]);
-    end if;
+  v_task := pgflow.lock_claimed_task(fail_task.run_id, fail_task.step_slug, fail_task.task_index,
+                                     fail_task.attempt);
+  if v_task.run_id is null then
     return 'stale';
   end if;
 

@@ -19,11 +19,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection
 from psycopg import sql
 
-from pgflow_django.pgmq_install import ensure_pgmq
 from pgflow_django.sql import schema_sql
+from tests.support.scratch import scratch_database, server_params
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -47,30 +46,18 @@ def scratch(
     """A fresh database with PGMQ, the schema files, a 3-step chain flow and ``request.param``
     finished runs of it; dropped afterwards."""
     with django_db_blocker.unblock():
-        params = {
-            key: value
-            for key, value in connection.get_connection_params().items()
-            if key not in {"context", "cursor_factory"}
-        }
-    name = f"pgflow_plans_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(**params, autocommit=True) as admin:
-        admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    try:
-        with psycopg.connect(**{**params, "dbname": name}, autocommit=True) as conn:
-            with conn.transaction(), conn.cursor() as cursor:
-                ensure_pgmq(cursor)
-                cursor.execute(schema_sql())
-                cursor.execute("select pgflow.create_flow(%s)", [FLOW])
-                cursor.execute("select pgflow.add_step(%s, 'a')", [FLOW])
-                cursor.execute("select pgflow.add_step(%s, 'b', array['a'])", [FLOW])
-                cursor.execute("select pgflow.add_step(%s, 'c', array['b'])", [FLOW])
-            if request.param:
-                preload_history(conn, request.param)
-            conn.execute("analyze")
-            yield conn
-    finally:
-        with psycopg.connect(**params, autocommit=True) as admin:
-            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+        params = server_params()
+    flow = (
+        f"select pgflow.create_flow('{FLOW}');"
+        f" select pgflow.add_step('{FLOW}', 'a');"
+        f" select pgflow.add_step('{FLOW}', 'b', array['a']);"
+        f" select pgflow.add_step('{FLOW}', 'c', array['b'])"
+    )
+    with scratch_database("plans", params, schema_sql(), flow) as conn:
+        if request.param:
+            preload_history(conn, request.param)
+        conn.execute("analyze")
+        yield conn
 
 
 def preload_history(conn: psycopg.Connection[Any], runs: int) -> None:

@@ -35,6 +35,7 @@ HOT_PATH = frozenset(
         "classify_claim",
         "complete_tasks",
         "fail_task",
+        "lock_claimed_task",
         "maybe_complete_runs",
         "start_flows",
         "start_ready_steps",

@@ -39,6 +39,8 @@ from testproject.example.demo_flows import demo_orders
 MANAGE = Path(__file__).resolve().parents[3] / "manage.py"
 WORKER_READY_SECONDS = 30.0
 WORKER_STOP_SECONDS = 20.0
+WIDTH = 80
+"""Columns the demo's output fits in, also when piped (a narrower terminal narrows it further)."""
 
 
 @dataclass
@@ -83,6 +85,7 @@ class Command(PgflowCommand):
 
     def run(self, *args: Any, **options: Any) -> None:
         console = self.console(no_color=options["no_color"])
+        console.width = min(console.width, WIDTH)
         console.rule("[bold]pgflow-django demo")
         where = connection.settings_dict
         host = str(where["HOST"] or "")
@@ -214,7 +217,7 @@ class Command(PgflowCommand):
         table.add_row(
             "tasks",
             f"{counts.tasks_completed} completed; {counts.tasks_retried} retried after a failure "
-            "(the flaky charge)",
+            "(the charge)",
         )
         table.add_row(
             "condition", f"{counts.gifts} VIP gifts added, {counts.gifts_skipped} skipped (not VIP)"
@@ -226,13 +229,13 @@ class Command(PgflowCommand):
                 f"{counts.tasks_completed / elapsed:,.0f} tasks/s, "
                 f"{counts.runs_finished / elapsed:,.1f} runs/s (a retry waits 2 s by design)",
             )
-        table.add_row(
-            "workers", f"{options['workers']} x pgflow_worker --flow {demo_orders.slug}, logs in {logs}"
-        )
+        table.add_row("workers", f"{options['workers']} x pgflow_worker --flow {demo_orders.slug}")
+        table.add_row("worker logs", str(logs))
         console.print(table)
         sample = _sample_run(ids)
         if sample is not None:
-            console.print(f"inspect a run that retried: testproject/manage.py pgflow_runs {sample} --tasks")
+            console.print("inspect a run that retried:")
+            console.print(f"  testproject/manage.py pgflow_runs {sample} --tasks")
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -1,0 +1,135 @@
+-- Frozen migration delta 0023_one_home (loaded by pgflow_django/migrations/0023_one_home.py):
+-- fail_task and reject_task share one fence, pgflow.lock_claimed_task (lock the run, then the task,
+-- check the claimed attempt, archive a terminal task's message), instead of two copies of it.
+
+-- 0335_function_lock_claimed_task.sql
+-- The fence fail_task and reject_task share: locks the run, then the task (the lock order of every
+-- task transition), and returns the task when `attempt` is its current claim of a started run and
+-- step. Otherwise it returns null (the caller answers 'stale' and changes nothing), after archiving
+-- the message of a task that is already terminal.
+create or replace function pgflow.lock_claimed_task(
+  run_id uuid, step_slug text, task_index integer, attempt integer
+)
+returns pgflow.step_tasks
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off
+as $$
+declare
+  v_task pgflow.step_tasks;
+  v_current boolean;
+begin
+  perform 1 from pgflow.runs as r where r.run_id = lock_claimed_task.run_id for update;
+
+  select t.* into v_task from pgflow.step_tasks as t
+   where t.run_id = lock_claimed_task.run_id and t.step_slug = lock_claimed_task.step_slug
+     and t.task_index = lock_claimed_task.task_index
+   for update;
+  if not found then
+    return null;
+  end if;
+
+  select v_task.status = 'started' and v_task.attempts_count = lock_claimed_task.attempt
+         and r.status = 'started' and ss.status = 'started'
+    into v_current
+    from pgflow.runs as r
+    join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = lock_claimed_task.step_slug
+   where r.run_id = lock_claimed_task.run_id;
+
+  if coalesce(v_current, false) then
+    return v_task;
+  end if;
+  if v_task.status in ('completed', 'failed', 'skipped', 'cancelled') then
+    perform pgflow.archive_task_messages(array[v_task.queue_name], array[v_task.message_id]);
+  end if;
+  return null;
+end;
+$$;
+
+-- 0340_function_fail_task.sql
+-- Records a failed attempt of the claim `attempt`. While attempts remain the task is queued again
+-- and its message becomes visible after floor(base_delay * 2^attempts) seconds, or after the
+-- handler-chosen retry_delay (attempt accounting is the same either way). Returns 'retrying',
+-- 'failed', 'skipped' (exhausted, per when_exhausted) or 'stale' (not the current claim: nothing
+-- changes; the message is archived when the task is already terminal: pgflow.lock_claimed_task).
+-- Each recorded failure is also appended to the task's attempt_errors.
+create or replace function pgflow.fail_task(
+  run_id uuid, step_slug text, task_index integer, attempt integer, error_message text,
+  retry_delay integer default null
+)
+returns text
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off
+as $$
+declare
+  v_task pgflow.step_tasks;
+  v_max_attempts integer;
+  v_delay integer;
+  v_error jsonb;
+begin
+  if retry_delay is not null and retry_delay < 0 then
+    raise exception 'fail_task: retry_delay must be >= 0 seconds, got %', retry_delay using errcode = '22023';
+  end if;
+
+  v_task := pgflow.lock_claimed_task(fail_task.run_id, fail_task.step_slug, fail_task.task_index,
+                                     fail_task.attempt);
+  if v_task.run_id is null then
+    return 'stale';
+  end if;
+
+  v_error := jsonb_build_object('attempt', v_task.attempts_count, 'worker_id', v_task.last_worker_id,
+                                'error', fail_task.error_message, 'failed_at', clock_timestamp());
+  select coalesce(s.opt_max_attempts, f.opt_max_attempts),
+         coalesce(fail_task.retry_delay,
+                  least(floor(coalesce(s.opt_base_delay, f.opt_base_delay) * power(2, v_task.attempts_count - v_task.attempts_base)), 2147483647)::integer)
+    into v_max_attempts, v_delay
+    from pgflow.steps as s join pgflow.flows as f on f.flow_slug = s.flow_slug
+   where s.flow_slug = v_task.flow_slug and s.step_slug = v_task.step_slug;
+
+  if v_task.attempts_count - v_task.attempts_base < v_max_attempts then
+    update pgflow.step_tasks as t
+       set status = 'queued', error_message = fail_task.error_message, queued_at = clock_timestamp(),
+           attempt_errors = t.attempt_errors || jsonb_build_array(v_error)
+     where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index;
+    perform pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id], array[v_delay], 'set');
+    return 'retrying';
+  end if;
+
+  update pgflow.step_tasks as t
+     set attempt_errors = t.attempt_errors || jsonb_build_array(v_error)
+   where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index;
+  return pgflow.exhaust_task(fail_task.run_id, fail_task.step_slug, fail_task.task_index, fail_task.error_message);
+end;
+$$;
+
+-- 0341_function_reject_task.sql
+-- Records a failed attempt that no retry can fix (the worker cannot decode the task's input, or
+-- encode or store its handler's output): the task fails at once, whatever attempts remain, and its
+-- step's when_exhausted decides what follows. Fenced by the claimed `attempt` through the same
+-- pgflow.lock_claimed_task as fail_task, so both lock in one order (run, task, then the message).
+-- Returns 'failed', 'skipped' or 'stale' (not the current claim: nothing changes; the message is
+-- archived when the task is already terminal). The failure is appended to the task's attempt_errors.
+create or replace function pgflow.reject_task(
+  run_id uuid, step_slug text, task_index integer, attempt integer, error_message text
+)
+returns text
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_task pgflow.step_tasks;
+begin
+  v_task := pgflow.lock_claimed_task(reject_task.run_id, reject_task.step_slug, reject_task.task_index,
+                                     reject_task.attempt);
+  if v_task.run_id is null then
+    return 'stale';
+  end if;
+
+  update pgflow.step_tasks as t
+     set attempt_errors = t.attempt_errors || jsonb_build_array(jsonb_build_object(
+           'attempt', v_task.attempts_count, 'worker_id', v_task.last_worker_id,
+           'error', reject_task.error_message, 'failed_at', clock_timestamp()))
+   where t.run_id = reject_task.run_id and t.step_slug = reject_task.step_slug
+     and t.task_index = reject_task.task_index;
+  return pgflow.exhaust_task(reject_task.run_id, reject_task.step_slug, reject_task.task_index,
+                             reject_task.error_message);
+end;
+$$;
