@@ -29,6 +29,7 @@ from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.connection import (
     ClaimedTask,
     Engine,
+    HandOffScope,
     WorkerRegistration,
     connection_params,
     first_line,
@@ -247,6 +248,7 @@ class QueueWorker:
             self.state,
             opts.completion_batch_size,
             opts.completion_flush_ms,
+            hand_off=self,
         )
         self.observe.tracing = tracing.recording()
         self.completer.observe = self.observe
@@ -552,6 +554,46 @@ class QueueWorker:
         except RuntimeError:  # PoolClosed, or no thread could be started
             self.state.release(task)
             raise
+
+    # -- direct hand-off (the completer's target) ----------------------------------------------
+
+    @property
+    def hand_off_scope(self) -> HandOffScope:
+        return HandOffScope(self.queue, self.worker_id, self.registration.support, self.generations)
+
+    def reserve_hand_off(self) -> int:
+        """Free slots (at most a claim's batch) held for a completion to fill, within ``--max-tasks``."""
+        wanted = self.state.reserve(self.options.batch_size)
+        granted = self.budget.reserve(wanted)
+        if granted < wanted:
+            self.state.take_reserved([], wanted - granted)
+        return granted
+
+    def take_hand_off(self, tasks: list[ClaimedTask], reserved: int, seconds: float) -> list[ClaimedTask]:
+        """Run the tasks a completion claimed for this worker, as the loop runs claimed ones."""
+        assert self.pool is not None and self.completer is not None
+        self.budget.settle(reserved, len(tasks))
+        self.until_empty.claimed(len(tasks))
+        self.state.take_reserved(tasks, reserved)
+        if not tasks:
+            return []
+        self.observe.claimed(tasks, seconds, self.completer.engine.trace_contexts)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "handed off %d task(s) queue=%s msg_ids=%s",
+                len(tasks),
+                self.queue,
+                ",".join(str(task.message_id) for task in tasks),
+                extra=self.observe.fields,
+            )
+        left = []
+        for task in tasks:
+            try:
+                self.pool.submit(task)
+            except RuntimeError:  # PoolClosed: the worker is stopping
+                self.state.release(task)
+                left.append(task)
+        return left
 
     def _tell_cancelled(self, engine: Engine) -> None:
         """Set the cancellation of each in-flight task whose run was cancelled, for its handler's ``ctx``."""

@@ -28,6 +28,8 @@ class WorkerState:
         self._cancelled: dict[TaskKey, threading.Event] = {}
         """Each held task's cancellation, set once its run is found cancelled (a handler's ``ctx``)."""
         self._executing = 0
+        self._reserved = 0
+        """Slots a completion holds for the tasks it may hand this worker (see ``reserve``)."""
         self._notified = False
         self._slots_wanted = 0
         """Free slots the waiting loop needs before it is worth waking (0: nobody waits for slots)."""
@@ -50,7 +52,31 @@ class WorkerState:
 
     def free_slots(self) -> int:
         with self._cond:
-            return self.capacity - len(self._in_flight)
+            return self._free()
+
+    def _free(self) -> int:
+        return self.capacity - len(self._in_flight) - self._reserved
+
+    def reserve(self, wanted: int) -> int:
+        """Hold up to ``wanted`` free slots for a completion's hand-off (0 once stopping), so the
+        claim loop does not fill them meanwhile; ``take_reserved`` gives back what was not used."""
+        with self._cond:
+            if self.stopping.is_set():
+                return 0
+            granted = max(0, min(wanted, self._free()))
+            self._reserved += granted
+            return granted
+
+    def take_reserved(self, tasks: list[ClaimedTask], reserved: int) -> None:
+        """The hand-off returned ``tasks`` for the ``reserved`` slots: hold them, free the rest."""
+        with self._cond:
+            for task in tasks:
+                self._in_flight[task.key] = task
+                self._awaiting.add(task.key)
+                self._cancelled[task.key] = threading.Event()
+            self._reserved -= reserved
+            if self._slots_wanted and self._free() >= self._slots_wanted:
+                self._cond.notify_all()
 
     @property
     def awaiting_results(self) -> int:
@@ -82,7 +108,7 @@ class WorkerState:
             self._in_flight.pop(task.key, None)
             self._awaiting.discard(task.key)
             self._cancelled.pop(task.key, None)
-            if self._slots_wanted and self.capacity - len(self._in_flight) >= self._slots_wanted:
+            if self._slots_wanted and self._free() >= self._slots_wanted:
                 self._cond.notify_all()
 
     def held_tasks(self) -> list[ClaimedTask]:
@@ -141,21 +167,21 @@ class WorkerState:
                 self._slots_wanted = 0
 
     def wait_for_slot(self, timeout: float) -> bool:
-        return self.wait(timeout, lambda: len(self._in_flight) < self.capacity, slots=1)
+        return self.wait(timeout, lambda: self._free() > 0, slots=1)
 
     def wait_for_slots(self, wanted: int, timeout: float) -> bool:
-        return self.wait(timeout, lambda: self.capacity - len(self._in_flight) >= wanted, slots=wanted)
+        return self.wait(timeout, lambda: self._free() >= wanted, slots=wanted)
 
     def wait_for_messages(self, timeout: float) -> bool:
         return self.wait(timeout, lambda: self._notified)
 
     def wait_for_drain(self, timeout: float) -> bool:
-        """Used after stopping: returns True once no task is held."""
+        """Used after stopping: returns True once no task is held (nor a slot reserved for a hand-off)."""
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
             self._slots_wanted = self.capacity
             try:
-                while self._in_flight:
+                while self._in_flight or self._reserved:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or self.aborted.is_set():
                         return False

@@ -42,9 +42,7 @@ def hand_off(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Complete ``rec`` as worker ``worker``; returns (completion rows, handed-off rows)."""
     pairs = support if support is not None else [(rec["flow_slug"], s) for s in steps_of(rec["flow_slug"])]
-    gens = {
-        r["flow_slug"]: r["generation"] for r in q("select flow_slug, generation from pgflow.flows")
-    }
+    gens = {r["flow_slug"]: r["generation"] for r in q("select flow_slug, generation from pgflow.flows")}
     items = [
         {
             "run_id": str(rec["run_id"]),
@@ -177,10 +175,13 @@ def test_at_most_the_free_slots_of_a_map_in_task_order() -> None:
     _, handed = hand_off(a, [10, 20, 30], worker, free=2)
 
     assert [(r["task_index"], r["input"]) for r in handed] == [(0, 10), (1, 20)]
-    assert [t["status"] for t in q(
-        "select status from pgflow.step_tasks where run_id = %s and step_slug = 'm' order by task_index",
-        [run_id],
-    )] == ["started", "started", "queued"]
+    assert [
+        t["status"]
+        for t in q(
+            "select status from pgflow.step_tasks where run_id = %s and step_slug = 'm' order by task_index",
+            [run_id],
+        )
+    ] == ["started", "started", "queued"]
     assert [r["task_index"] for r in claim("f")] == [2]
 
 
