@@ -127,7 +127,7 @@ class QueueWorker:
         self.registration = WorkerRegistration(
             worker_id=self.worker_id, queue=self.queue, function_name=self.function_name, support=support
         )
-        self.state = WorkerState(options.concurrency)
+        self.state = WorkerState(options.concurrency, options.prefetch)
         self._params: dict[str, Any] = {}
         self._listen_params: dict[str, Any] | None = None
         """The LISTEN session's connection keywords (None: poll only; see ``listen_params``)."""
@@ -366,11 +366,12 @@ class QueueWorker:
                     self.state.wait_for_messages(min(next_poll, maintenance_at) - time.monotonic())
                     continue
 
-                wanted = min(opts.batch_size, opts.concurrency)
+                limit = self.state.batch_limit(opts.batch_size)
+                wanted = min(limit, opts.concurrency)
                 if need_read and free < wanted:
                     self.state.wait_for_slots(wanted, CLAIM_COALESCE_SECONDS)
                     free = self.state.free_slots()
-                qty = self.budget.reserve(min(opts.batch_size, free))
+                qty = self.budget.reserve(min(limit, free))
                 if qty == 0:
                     if self._stop_when_spent():
                         break
@@ -563,7 +564,7 @@ class QueueWorker:
 
     def reserve_hand_off(self) -> int:
         """Free slots (at most a claim's batch) held for a completion to fill, within ``--max-tasks``."""
-        wanted = self.state.reserve(self.options.batch_size)
+        wanted = self.state.reserve(self.state.batch_limit(self.options.batch_size))
         granted = self.budget.reserve(wanted)
         if granted < wanted:
             self.state.take_reserved([], wanted - granted)

@@ -4,6 +4,13 @@ One condition variable covers all three, so the main loop sleeps in a single pla
 wakes it at once (the pipeline refills the moment enough slots are free, not when a whole batch is
 done). A freed slot wakes the loop only when it waits for slots and now has as many as it asked for:
 a wake-up per finished task was a large share of a short task's cost.
+
+Slots follow the handlers' pace: while recent handlers are short (``SHORT_HANDLER_SECONDS``), the
+worker holds up to ``prefetch`` tasks instead of ``capacity`` (the extra ones wait for a thread), and
+a claim reads as many: a no-op handler is done long before the next claim's round trip, so with
+``capacity`` slots the threads would mostly wait for the database. One slow handler ends it at once
+(the pace follows a slower handler immediately and a faster one gradually), so long handlers hold
+one task per thread, as without it.
 """
 
 from __future__ import annotations
@@ -17,10 +24,21 @@ from pgflow_django.worker.connection import ClaimedTask
 
 TaskKey = tuple[uuid.UUID, str, int]
 
+SHORT_HANDLER_SECONDS = 0.005
+"""Handlers faster than this (a claim's round trip on a busy server) leave threads idle between claims."""
+PACE_WEIGHT = 0.1
+"""How much a faster handler moves the pace; a slower one sets it."""
+
 
 class WorkerState:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, prefetch: int = 0) -> None:
         self.capacity = capacity
+        self.prefetch = prefetch
+        """Tasks held while handlers are short (no more than ``capacity`` when not above it)."""
+        self._pace: float | None = None
+        """Recent handler duration in seconds (None: none finished yet)."""
+        self._extra = 0
+        """Slots beyond ``capacity`` granted by the pace."""
         self._cond = threading.Condition()
         self._in_flight: dict[TaskKey, ClaimedTask] = {}
         self._awaiting: set[TaskKey] = set()
@@ -55,7 +73,17 @@ class WorkerState:
             return self._free()
 
     def _free(self) -> int:
-        return self.capacity - len(self._in_flight) - self._reserved
+        return self.capacity + self._extra - len(self._in_flight) - self._reserved
+
+    def batch_limit(self, batch_size: int) -> int:
+        """Messages a claim may read: ``batch_size``, or every held slot while handlers are short."""
+        return max(batch_size, self.capacity + self._extra) if self._extra else batch_size
+
+    def _paced(self, seconds: float) -> None:
+        pace = self._pace
+        self._pace = seconds if pace is None or seconds > pace else pace + PACE_WEIGHT * (seconds - pace)
+        short = self._pace < SHORT_HANDLER_SECONDS
+        self._extra = max(0, self.prefetch - self.capacity) if short else 0
 
     def reserve(self, wanted: int) -> int:
         """Hold up to ``wanted`` free slots for a completion's hand-off (0 once stopping), so the
@@ -103,8 +131,11 @@ class WorkerState:
         with self._cond:
             self._executing -= 1
 
-    def release(self, task: ClaimedTask) -> None:
+    def release(self, task: ClaimedTask, seconds: float | None = None) -> None:
+        """Give the task's slot back; ``seconds``: how long its handler took (the pace)."""
         with self._cond:
+            if seconds is not None:
+                self._paced(seconds)
             self._in_flight.pop(task.key, None)
             self._awaiting.discard(task.key)
             self._cancelled.pop(task.key, None)

@@ -1,6 +1,6 @@
 """Direct hand-off on a real worker: the completion that makes the next step ready claims it for the
 finishing worker, so that step's message is never read; a worker hands itself no more tasks than it
-has free slots, and the rest are read from the queue as usual."""
+has free slots (``--prefetch 0``: one per thread), and the rest are read from the queue as usual."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_a_chain_runs_on_one_worker_reading_only_its_first_message(
 def test_a_worker_hands_itself_no_more_than_its_free_slots(
     spawn_worker: Callable[..., WorkerProcess],
 ) -> None:
-    spawn_worker("example_map", "--concurrency", "2")
+    spawn_worker("example_map", "--concurrency", "2", "--prefetch", "0")
     run_id = start_flow("example_map", {"count": 6})
     run = wait_for_run(run_id, timeout=30)
     assert run.status == "completed", run

@@ -2,7 +2,28 @@
 -- direct hand-off. A worker's completion also claims, in the same transaction, the tasks it made
 -- ready on that worker's queue (pgflow.complete_and_hand_off, pgflow.hand_off_tasks), through the
 -- claim's own pgflow.claim_classified, so the next step of a chain skips the notification, the read
--- and the claim.
+-- and the claim; the insert notification waits for the hand-off and goes only to the queues still
+-- holding new messages (pgflow.notify_queue_insert honours pgflow.defer_notify).
+
+-- 0020_function_notify_queue_insert.sql
+-- Statement-level wake-up for workers: one NOTIFY per inserting statement on a queue table, on the
+-- channel PGMQ's own notify-on-insert uses ('pgmq.q_<queue>.INSERT'). PGMQ's row-level trigger
+-- updates a throttle row for every message, which costs more than the send itself in batches.
+-- A completion that hands the new tasks to its own worker (pgflow.complete_and_hand_off) defers
+-- the wake-up for the rest of its transaction (pgflow.defer_notify = 'on') and notifies only the
+-- queues it left new messages on: a worker woken for a task already handed off would read nothing.
+create or replace function pgflow.notify_queue_insert()
+returns trigger
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+begin
+  if current_setting('pgflow.defer_notify', true) = 'on' then
+    return null;
+  end if;
+  perform pg_notify('pgmq.' || tg_table_name || '.INSERT', null);
+  return null;
+end;
+$$;
 
 -- 0303_function_hand_off_tasks.sql
 -- Direct hand-off: claims, for the worker that just completed tasks of the given runs, the tasks
@@ -77,7 +98,9 @@ $$;
 -- NULL), then hands that worker, in the same transaction, the tasks the completion made ready on
 -- its queue (pgflow.hand_off_tasks: at most free_slots, of the (flow_slug, step_slug) pairs it
 -- supports at the flow generations it compiled against): one 'claimed' row each, as a claim
--- returns them.
+-- returns them. The insert notifications of the new messages wait until the hand-off is done and
+-- go only to the queues still holding new messages, so no worker is woken to read a message that
+-- was handed off.
 create or replace function pgflow.complete_and_hand_off(
   items jsonb, queue_name text, worker_id uuid, support_flows text[], support_steps text[],
   support_generations bigint[], free_slots integer
@@ -88,16 +111,29 @@ set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mer
 as $$
 declare
   v_done pgflow.claim_record[];
+  v_runs uuid[];
 begin
+  if coalesce(free_slots, 0) > 0 then
+    perform set_config('pgflow.defer_notify', 'on', true);
+  end if;
   select array_agg(row(c.outcome, null, null, c.run_id, c.step_slug, c.task_index, null, null)::pgflow.claim_record)
     into v_done
     from pgflow.complete_tasks(items) as c;
   return query select d.* from unnest(v_done) as d;
+  v_runs := array(select distinct d.run_id from unnest(v_done) as d where d.outcome = 'completed');
   return query
     select h.* from pgflow.hand_off_tasks(
-      lower(complete_and_hand_off.queue_name), complete_and_hand_off.worker_id,
-      array(select d.run_id from unnest(v_done) as d where d.outcome = 'completed'),
+      lower(complete_and_hand_off.queue_name), complete_and_hand_off.worker_id, v_runs,
       complete_and_hand_off.support_flows, complete_and_hand_off.support_steps,
       complete_and_hand_off.support_generations, complete_and_hand_off.free_slots) as h;
+  if coalesce(free_slots, 0) > 0 then
+    perform set_config('pgflow.defer_notify', 'off', true);
+    perform pg_notify('pgmq.' || pgmq.format_table_name(n.queue_name, 'q') || '.INSERT', null)
+       from (select distinct t.queue_name
+               from unnest(v_runs) as k(run_id)
+               join pgflow.step_tasks as t on t.run_id = k.run_id
+              where t.status = 'queued' and t.queued_at >= statement_timestamp()) as n;
+  end if;
 end;
 $$;
+

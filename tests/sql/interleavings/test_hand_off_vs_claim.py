@@ -80,7 +80,7 @@ def test_a_concurrent_read_never_sees_a_handed_off_task_visible() -> None:
         observer.execute(f"update pgmq.q_{FLOW} set vt = clock_timestamp() - interval '1 second'")
         assert read(second) == [b_msg]
         assert claim(second, FLOW, [b_msg], reader) == [("started", b_msg, None)], "not claimed twice"
-        assert [t[:4] + (t[5],) for t in tasks(observer, run_id)] == [
+        assert [(*t[:4], t[5]) for t in tasks(observer, run_id)] == [
             ("a", 0, "completed", 1, finisher),
             ("b", 0, "started", 1, finisher),
         ]
@@ -109,10 +109,31 @@ def test_two_completions_making_a_join_ready_hand_it_to_exactly_one_worker() -> 
 
         assert first_rows == [("completed", "a")], "c was not ready yet when a completed"
         assert second_rows == [("completed", "b"), ("claimed", "c")]
-        assert [t[:4] + (t[5],) for t in tasks(observer, run_id)] == [
+        assert [(*t[:4], t[5]) for t in tasks(observer, run_id)] == [
             ("a", 0, "completed", 1, one),
             ("b", 0, "completed", 1, two),
             ("c", 0, "started", 1, two),
         ]
         assert read(first) == [], "c's message is hidden for its claim"
         check_invariants(observer)
+
+
+def test_the_wake_up_goes_only_to_a_queue_left_with_new_messages() -> None:
+    with sessions(FLOW) as (first, listener, observer):
+        observer.execute("select pgflow.create_flow(%s, timeout => 20)", [FLOW])
+        observer.execute("select pgflow.add_step(%s, 'a')", [FLOW])
+        observer.execute("select pgflow.add_step(%s, 'b', deps_slugs => array['a'])", [FLOW])
+        listener.execute(f'listen "pgmq.q_{FLOW}.INSERT"')
+        worker = uuid.uuid4()
+
+        def finish_a(steps: list[str]) -> tuple[list[tuple[Any, ...]], int]:
+            run_id = start_run(observer, FLOW)
+            list(listener.notifies(timeout=0.2))
+            claim(first, FLOW, [task_of(observer, run_id, "a")[0]], worker)
+            rows = complete_handing_off(first, run_id, "a", 1, worker, steps)
+            return rows, len(list(listener.notifies(timeout=0.5)))
+
+        assert finish_a(["a", "b"]) == ([("completed", "a"), ("claimed", "b")], 0), (
+            "b was handed off: nobody is woken to read it"
+        )
+        assert finish_a(["a"]) == ([("completed", "a")], 1), "b is left on the queue: its workers are woken"
