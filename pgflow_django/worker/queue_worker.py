@@ -562,9 +562,10 @@ class QueueWorker:
     def hand_off_scope(self) -> HandOffScope:
         return HandOffScope(self.queue, self.worker_id, self.registration.support, self.generations)
 
-    def reserve_hand_off(self) -> int:
-        """Free slots (at most a claim's batch) held for a completion to fill, within ``--max-tasks``."""
-        wanted = self.state.reserve(self.state.batch_limit(self.options.batch_size))
+    def reserve_hand_off(self, wanted: int) -> int:
+        """Up to ``wanted`` free slots (and a claim's batch) held for a completion to fill, within
+        ``--max-tasks``."""
+        wanted = self.state.reserve(min(wanted, self.state.batch_limit(self.options.batch_size)))
         granted = self.budget.reserve(wanted)
         if granted < wanted:
             self.state.take_reserved([], wanted - granted)
