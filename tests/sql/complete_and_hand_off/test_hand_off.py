@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from tests.sql.shared_queues.support import compile_routed
 from tests.sql.support import (
     claim,
     jb,
@@ -15,6 +16,7 @@ from tests.sql.support import (
     new_worker,
     q,
     queue_messages,
+    read_ids,
     requeue_stalled,
     run,
     start,
@@ -228,3 +230,22 @@ def test_a_handed_off_task_whose_worker_dies_is_recovered_as_stalled() -> None:
     assert (row["status"], row["requeued_count"]) == ("queued", 1)
     again = claim("f")
     assert [(r["step_slug"], r["attempt"]) for r in again] == [("b", 2)]
+
+
+def test_a_shared_queue_worker_is_handed_only_its_pairs_on_its_queue() -> None:
+    compile_routed("sq_ho")
+    run_id = start("sq_ho", {"text": "x"})
+    worker = new_worker("sq_fast")
+    pairs = [("sq_ho", "classify"), ("sq_ho", "enrich")]
+    (classify,) = q(
+        "select * from pgflow.start_shared_tasks('sq_fast', %s::bigint[], %s, %s::text[], %s::text[])"
+        " where outcome = 'claimed'",
+        [read_ids("sq_fast"), worker, [f for f, _ in pairs], [s for _, s in pairs]],
+    )
+
+    _, handed = hand_off(classify, {"c": 1}, worker, queue="sq_fast", support=pairs)
+    assert [(r["step_slug"], r["attempt"]) for r in handed] == [("enrich", 1)]
+
+    _, handed = hand_off(handed[0], {"e": 2}, worker, queue="sq_fast", support=pairs)
+    assert handed == [], "deliver is routed to sq_bulk, which this worker does not serve"
+    assert task(run_id, "deliver")["status"] == "queued"
