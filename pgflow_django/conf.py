@@ -61,6 +61,9 @@ class Setting:
 SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("WORKER_CONCURRENCY", 10, int, "concurrency"),
     Setting("WORKER_BATCH_SIZE", 10, int, "batch_size"),
+    # Tasks a worker holds (claimed, running or waiting for a thread) while its handlers are short
+    # (see worker/slots.py): a claim then reads up to this many, beyond --concurrency and --batch-size.
+    Setting("WORKER_PREFETCH", 100, int, "prefetch"),
     Setting("WORKER_POLL_INTERVAL", 1.0, float, "poll_interval"),
     Setting("WORKER_MAX_POLL_SECONDS", 5.0, float, "max_poll_seconds"),
     Setting("WORKER_SHUTDOWN_TIMEOUT", 30.0, float, "shutdown_timeout"),
@@ -103,6 +106,7 @@ class PgflowSettings:
     on_shape_change: OnShapeChange
     worker_concurrency: int
     worker_batch_size: int
+    worker_prefetch: int
     worker_poll_interval: float
     worker_max_poll_seconds: float
     worker_shutdown_timeout: float

@@ -393,6 +393,32 @@ COMPLETE_TASKS: Final = Query(
     TaskOutcome,
 )
 
+
+class HandOffRow(NamedTuple):
+    """One row of ``pgflow.complete_and_hand_off``: an item's outcome (message columns NULL), or a task
+    the completion claimed for the worker (outcome 'claimed')."""
+
+    outcome: str
+    message_id: int | None
+    flow_slug: str | None
+    run_id: uuid.UUID
+    step_slug: str
+    task_index: int
+    attempt: int | None
+    input: str | None
+
+
+COMPLETE_AND_HAND_OFF: Final = Query(
+    "complete_and_hand_off",
+    "select c.outcome, c.message_id, c.flow_slug, c.run_id, c.step_slug, c.task_index, c.attempt,"
+    " c.input::text as input"
+    " from pgflow.complete_and_hand_off(%(items)s::jsonb, %(queue)s, %(worker)s, %(flows)s::text[],"
+    " %(steps)s::text[], %(gens)s::bigint[], %(slots)s) as c",
+    HandOffRow,
+)
+"""Complete a batch and take, for this worker, the tasks it made ready on its queue (direct hand-off):
+the next step of a chain starts without a notification, a read and a claim."""
+
 COMPLETE_TASK: Final = _value(
     "complete_task", "select pgflow.complete_task(%s, %s, %s, %s, %s::jsonb) as value"
 )

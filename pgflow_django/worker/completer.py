@@ -3,6 +3,10 @@ is shared. A batch closes when it is full, when ``flush_ms`` has passed, or at o
 worker holds still owes a result (an idle worker adds no latency; a claimed batch of short tasks is
 completed in one call rather than whenever all threads happen to be between tasks). A batch that
 raises is retried item by item, so one bad item never undoes the others.
+
+With a hand-off target (the claim loop), each batch also offers the worker's free slots: the
+completion claims the tasks it made ready on this worker's queue in the same transaction
+(``pgflow.complete_and_hand_off``), and they run like claimed ones without a read.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
+from pgflow_django.queries import TaskOutcome
 from pgflow_django.worker.backoff import Backoff
-from pgflow_django.worker.connection import ClaimedTask, Engine, completion_item, first_line
+from pgflow_django.worker.connection import ClaimedTask, Engine, HandOffScope, completion_item, first_line
 from pgflow_django.worker.observe import NO_OBSERVER, Observer, Result
 from pgflow_django.worker.slots import WorkerState
 
@@ -43,14 +48,37 @@ class Failure:
     """No retry can fix it (an input or output the engine cannot handle): the task fails at once."""
 
 
+class HandOffTarget(Protocol):
+    """Who runs the tasks a completion hands over (the claim loop)."""
+
+    @property
+    def hand_off_scope(self) -> HandOffScope: ...
+
+    def reserve_hand_off(self, wanted: int) -> int:
+        """Up to ``wanted`` free slots held for the next completion's hand-off (0: hand nothing over)."""
+        ...
+
+    def take_hand_off(self, tasks: list[ClaimedTask], reserved: int, seconds: float) -> list[ClaimedTask]:
+        """Run ``tasks`` (claimed for the ``reserved`` slots); returns those it could not start."""
+        ...
+
+
 class Abandoned(Exception):
     """The worker gave up waiting for the database while shutting down."""
 
 
 class Completer(threading.Thread):
-    def __init__(self, engine: Engine, state: WorkerState, batch_size: int, flush_ms: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        state: WorkerState,
+        batch_size: int,
+        flush_ms: float,
+        hand_off: HandOffTarget | None = None,
+    ) -> None:
         super().__init__(name="pgflow-completer", daemon=True)
         self.engine = engine
+        self.hand_off = hand_off
         self.state = state
         self.batch_size = batch_size
         self.flush_seconds = flush_ms / 1000.0
@@ -166,13 +194,13 @@ class Completer(threading.Thread):
                     raise Abandoned() from exc
 
     def _complete_batch(self, items: list[Completion]) -> None:
-        if len(items) == 1:
+        if self.hand_off is None and len(items) == 1:
             self._complete_one(items[0])
             return
         payload = "[" + ",".join(completion_item(item.task, item.output_json) for item in items) + "]"
         started = time.perf_counter()
         try:
-            rows = self._retrying(lambda: self.engine.complete_tasks(payload))
+            rows = self._retrying(lambda: self._complete(payload, len(items)))
         except Abandoned:
             raise
         except Exception as exc:
@@ -199,6 +227,38 @@ class Completer(threading.Thread):
                 extra=self.observe.log(missing.task),
             )
         self.observe.recorded(results, self.engine.transitions, seconds)
+
+    def _complete(self, payload: str, items: int) -> list[TaskOutcome]:
+        """One completion statement; with a hand-off target it also claims what it made ready for the
+        slots the target reserved (one per item at most: the claim loop keeps the others, so a
+        drain's reads go on beside the completions), and hands those tasks over before returning."""
+        target = self.hand_off
+        if target is None:
+            return self.engine.complete_tasks(payload)
+        reserved = target.reserve_hand_off(items)
+        started = time.perf_counter()
+        rows: list[TaskOutcome] = []
+        tasks: list[ClaimedTask] = []
+        try:
+            rows, tasks = self.engine.complete_and_hand_off(payload, target.hand_off_scope, reserved)
+        finally:
+            left = target.take_hand_off(tasks, reserved, time.perf_counter() - started)
+        if left:
+            self._give_back(left)
+        return rows
+
+    def _give_back(self, tasks: list[ClaimedTask]) -> None:
+        """Handed-off tasks the worker can no longer start (it is stopping): queued again at once."""
+        try:
+            released = self._retrying(lambda: self.engine.release(tasks))
+        except Exception as exc:
+            logger.warning(
+                "could not give back %d handed-off task(s) (%s); recovery will run them again",
+                len(tasks),
+                first_line(exc),
+            )
+            return
+        logger.info("gave back %d handed-off task(s) the stopping worker will not run", released)
 
     def _complete_one(self, item: Completion) -> None:
         started = time.perf_counter()

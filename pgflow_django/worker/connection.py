@@ -158,6 +158,17 @@ class WorkerRegistration:
 
 
 @dataclass(frozen=True)
+class HandOffScope:
+    """What a completion may hand this worker: tasks on ``queue`` of the (flow, step) pairs it runs,
+    at the flow generations it compiled against."""
+
+    queue: str
+    worker_id: uuid.UUID
+    support: tuple[tuple[str, str], ...]
+    generations: dict[str, int]
+
+
+@dataclass(frozen=True)
 class Claim:
     read_count: int
     tasks: list[ClaimedTask]
@@ -363,6 +374,30 @@ class Engine:
     def complete_tasks(self, items_json: str) -> list[queries.TaskOutcome]:
         return self._fetch(queries.COMPLETE_TASKS, [items_json])
 
+    def complete_and_hand_off(
+        self, items_json: str, scope: HandOffScope, slots: int
+    ) -> tuple[list[queries.TaskOutcome], list[ClaimedTask]]:
+        """``complete_tasks``, plus up to ``slots`` tasks the completion made ready, claimed for this
+        worker in the same transaction."""
+        rows = self._fetch(
+            queries.COMPLETE_AND_HAND_OFF,
+            {
+                "items": items_json,
+                "queue": scope.queue,
+                "worker": scope.worker_id,
+                "flows": [flow for flow, _ in scope.support],
+                "steps": [step for _, step in scope.support],
+                "gens": [scope.generations.get(flow) for flow, _ in scope.support],
+                "slots": slots,
+            },
+        )
+        outcomes = [
+            queries.TaskOutcome(row.run_id, row.step_slug, row.task_index, row.outcome)
+            for row in rows
+            if row.outcome != "claimed"
+        ]
+        return outcomes, [_claimed_task(row, scope.queue) for row in rows if row.outcome == "claimed"]
+
     def complete_task(self, task: ClaimedTask, output_json: str) -> str:
         return str(self._value(queries.COMPLETE_TASK, completion_args(task, output_json)))
 
@@ -416,7 +451,7 @@ def completion_args(task: ClaimedTask, output_json: str) -> list[Any]:
     return [task.run_id, task.step_slug, task.task_index, task.attempt, output_json]
 
 
-def _claimed_task(row: queries.ClaimRow, queue: str) -> ClaimedTask:
+def _claimed_task(row: queries.ClaimRow | queries.HandOffRow, queue: str) -> ClaimedTask:
     """One claimed row, its input decoded on its own: an input this process cannot decode fails only
     its own task (the claim has committed; raising here would strand the whole batch)."""
     value: Any = None

@@ -20,6 +20,8 @@ class WorkerOptions:
     """A shared queue: the worker polls it for every routed flow it was given."""
     concurrency: int = _DEFAULT["concurrency"]
     batch_size: int = _DEFAULT["batch_size"]
+    prefetch: int = _DEFAULT["prefetch"]
+    """Tasks held while handlers are short (at most; never fewer than ``concurrency``)."""
     poll_interval: float = _DEFAULT["poll_interval"]
     max_poll_seconds: float = _DEFAULT["max_poll_seconds"]
     shutdown_timeout: float = _DEFAULT["shutdown_timeout"]
@@ -72,6 +74,8 @@ class WorkerOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be a whole number >= 1, got {value!r}")
+        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 0:
+            raise ValueError(f"prefetch must be a whole number >= 0, got {self.prefetch!r}")
         positive = ("poll_interval", "max_poll_seconds", "heartbeat_seconds", "stalled_check_seconds")
         for name in positive:
             if not getattr(self, name) > 0:

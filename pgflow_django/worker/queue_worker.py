@@ -29,6 +29,7 @@ from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.connection import (
     ClaimedTask,
     Engine,
+    HandOffScope,
     WorkerRegistration,
     connection_params,
     first_line,
@@ -126,7 +127,7 @@ class QueueWorker:
         self.registration = WorkerRegistration(
             worker_id=self.worker_id, queue=self.queue, function_name=self.function_name, support=support
         )
-        self.state = WorkerState(options.concurrency)
+        self.state = WorkerState(options.concurrency, options.prefetch)
         self._params: dict[str, Any] = {}
         self._listen_params: dict[str, Any] | None = None
         """The LISTEN session's connection keywords (None: poll only; see ``listen_params``)."""
@@ -247,6 +248,7 @@ class QueueWorker:
             self.state,
             opts.completion_batch_size,
             opts.completion_flush_ms,
+            hand_off=self,
         )
         self.observe.tracing = tracing.recording()
         self.completer.observe = self.observe
@@ -364,11 +366,12 @@ class QueueWorker:
                     self.state.wait_for_messages(min(next_poll, maintenance_at) - time.monotonic())
                     continue
 
-                wanted = min(opts.batch_size, opts.concurrency)
+                limit = self.state.batch_limit(opts.batch_size)
+                wanted = min(limit, opts.concurrency)
                 if need_read and free < wanted:
                     self.state.wait_for_slots(wanted, CLAIM_COALESCE_SECONDS)
                     free = self.state.free_slots()
-                qty = self.budget.reserve(min(opts.batch_size, free))
+                qty = self.budget.reserve(min(limit, free))
                 if qty == 0:
                     if self._stop_when_spent():
                         break
@@ -552,6 +555,47 @@ class QueueWorker:
         except RuntimeError:  # PoolClosed, or no thread could be started
             self.state.release(task)
             raise
+
+    # -- direct hand-off (the completer's target) ----------------------------------------------
+
+    @property
+    def hand_off_scope(self) -> HandOffScope:
+        return HandOffScope(self.queue, self.worker_id, self.registration.support, self.generations)
+
+    def reserve_hand_off(self, wanted: int) -> int:
+        """Up to ``wanted`` free slots (and a claim's batch) held for a completion to fill, within
+        ``--max-tasks``."""
+        wanted = self.state.reserve(min(wanted, self.state.batch_limit(self.options.batch_size)))
+        granted = self.budget.reserve(wanted)
+        if granted < wanted:
+            self.state.take_reserved([], wanted - granted)
+        return granted
+
+    def take_hand_off(self, tasks: list[ClaimedTask], reserved: int, seconds: float) -> list[ClaimedTask]:
+        """Run the tasks a completion claimed for this worker, as the loop runs claimed ones."""
+        assert self.pool is not None and self.completer is not None
+        self.budget.settle(reserved, len(tasks))
+        self.until_empty.claimed(len(tasks))
+        self.state.take_reserved(tasks, reserved)
+        if not tasks:
+            return []
+        self.observe.claimed(tasks, seconds, self.completer.engine.trace_contexts)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "handed off %d task(s) queue=%s msg_ids=%s",
+                len(tasks),
+                self.queue,
+                ",".join(str(task.message_id) for task in tasks),
+                extra=self.observe.fields,
+            )
+        left = []
+        for task in tasks:
+            try:
+                self.pool.submit(task)
+            except RuntimeError:  # PoolClosed: the worker is stopping
+                self.state.release(task)
+                left.append(task)
+        return left
 
     def _tell_cancelled(self, engine: Engine) -> None:
         """Set the cancellation of each in-flight task whose run was cancelled, for its handler's ``ctx``."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
@@ -81,6 +82,7 @@ class Runner:
 
     def run(self, task: ClaimedTask) -> None:
         """Pool-thread entry point: whatever happens, the task's slot is given back."""
+        started = time.perf_counter()
         try:
             flow = self.flows.get(task.flow_slug)
             step = None if flow is None else flow.steps.get(task.step_slug)
@@ -98,7 +100,7 @@ class Runner:
         except Exception:
             logger.exception("worker error while running %s", task.describe(), extra=self.observe.log(task))
         finally:
-            self.state.release(task)
+            self.state.release(task, time.perf_counter() - started)
 
     def thread_done(self) -> None:
         """A handler thread leaves (the worker stopped): its Django connection closes with it rather

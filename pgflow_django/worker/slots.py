@@ -4,6 +4,13 @@ One condition variable covers all three, so the main loop sleeps in a single pla
 wakes it at once (the pipeline refills the moment enough slots are free, not when a whole batch is
 done). A freed slot wakes the loop only when it waits for slots and now has as many as it asked for:
 a wake-up per finished task was a large share of a short task's cost.
+
+Slots follow the handlers' pace: while recent handlers are short (``SHORT_HANDLER_SECONDS``), the
+worker holds up to ``prefetch`` tasks instead of ``capacity`` (the extra ones wait for a thread), and
+a claim reads as many: a no-op handler is done long before the next claim's round trip, so with
+``capacity`` slots the threads would mostly wait for the database. One slow handler ends it at once
+(the pace follows a slower handler immediately and a faster one gradually), so long handlers hold
+one task per thread, as without it.
 """
 
 from __future__ import annotations
@@ -17,10 +24,21 @@ from pgflow_django.worker.connection import ClaimedTask
 
 TaskKey = tuple[uuid.UUID, str, int]
 
+SHORT_HANDLER_SECONDS = 0.005
+"""Handlers faster than this (a claim's round trip on a busy server) leave threads idle between claims."""
+PACE_WEIGHT = 0.1
+"""How much a faster handler moves the pace; a slower one sets it."""
+
 
 class WorkerState:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, prefetch: int = 0) -> None:
         self.capacity = capacity
+        self.prefetch = prefetch
+        """Tasks held while handlers are short (no more than ``capacity`` when not above it)."""
+        self._pace: float | None = None
+        """Recent handler duration in seconds (None: none finished yet)."""
+        self._extra = 0
+        """Slots beyond ``capacity`` granted by the pace."""
         self._cond = threading.Condition()
         self._in_flight: dict[TaskKey, ClaimedTask] = {}
         self._awaiting: set[TaskKey] = set()
@@ -28,6 +46,8 @@ class WorkerState:
         self._cancelled: dict[TaskKey, threading.Event] = {}
         """Each held task's cancellation, set once its run is found cancelled (a handler's ``ctx``)."""
         self._executing = 0
+        self._reserved = 0
+        """Slots a completion holds for the tasks it may hand this worker (see ``reserve``)."""
         self._notified = False
         self._slots_wanted = 0
         """Free slots the waiting loop needs before it is worth waking (0: nobody waits for slots)."""
@@ -50,7 +70,41 @@ class WorkerState:
 
     def free_slots(self) -> int:
         with self._cond:
-            return self.capacity - len(self._in_flight)
+            return self._free()
+
+    def _free(self) -> int:
+        return self.capacity + self._extra - len(self._in_flight) - self._reserved
+
+    def batch_limit(self, batch_size: int) -> int:
+        """Messages a claim may read: ``batch_size``, or every held slot while handlers are short."""
+        return max(batch_size, self.capacity + self._extra) if self._extra else batch_size
+
+    def _paced(self, seconds: float) -> None:
+        pace = self._pace
+        self._pace = seconds if pace is None or seconds > pace else pace + PACE_WEIGHT * (seconds - pace)
+        short = self._pace < SHORT_HANDLER_SECONDS
+        self._extra = max(0, self.prefetch - self.capacity) if short else 0
+
+    def reserve(self, wanted: int) -> int:
+        """Hold up to ``wanted`` free slots for a completion's hand-off (0 once stopping), so the
+        claim loop does not fill them meanwhile; ``take_reserved`` gives back what was not used."""
+        with self._cond:
+            if self.stopping.is_set():
+                return 0
+            granted = max(0, min(wanted, self._free()))
+            self._reserved += granted
+            return granted
+
+    def take_reserved(self, tasks: list[ClaimedTask], reserved: int) -> None:
+        """The hand-off returned ``tasks`` for the ``reserved`` slots: hold them, free the rest."""
+        with self._cond:
+            for task in tasks:
+                self._in_flight[task.key] = task
+                self._awaiting.add(task.key)
+                self._cancelled[task.key] = threading.Event()
+            self._reserved -= reserved
+            if self._slots_wanted and self._free() >= self._slots_wanted:
+                self._cond.notify_all()
 
     @property
     def awaiting_results(self) -> int:
@@ -77,12 +131,15 @@ class WorkerState:
         with self._cond:
             self._executing -= 1
 
-    def release(self, task: ClaimedTask) -> None:
+    def release(self, task: ClaimedTask, seconds: float | None = None) -> None:
+        """Give the task's slot back; ``seconds``: how long its handler took (the pace)."""
         with self._cond:
+            if seconds is not None:
+                self._paced(seconds)
             self._in_flight.pop(task.key, None)
             self._awaiting.discard(task.key)
             self._cancelled.pop(task.key, None)
-            if self._slots_wanted and self.capacity - len(self._in_flight) >= self._slots_wanted:
+            if self._slots_wanted and self._free() >= self._slots_wanted:
                 self._cond.notify_all()
 
     def held_tasks(self) -> list[ClaimedTask]:
@@ -141,21 +198,21 @@ class WorkerState:
                 self._slots_wanted = 0
 
     def wait_for_slot(self, timeout: float) -> bool:
-        return self.wait(timeout, lambda: len(self._in_flight) < self.capacity, slots=1)
+        return self.wait(timeout, lambda: self._free() > 0, slots=1)
 
     def wait_for_slots(self, wanted: int, timeout: float) -> bool:
-        return self.wait(timeout, lambda: self.capacity - len(self._in_flight) >= wanted, slots=wanted)
+        return self.wait(timeout, lambda: self._free() >= wanted, slots=wanted)
 
     def wait_for_messages(self, timeout: float) -> bool:
         return self.wait(timeout, lambda: self._notified)
 
     def wait_for_drain(self, timeout: float) -> bool:
-        """Used after stopping: returns True once no task is held."""
+        """Used after stopping: returns True once no task is held (nor a slot reserved for a hand-off)."""
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
             self._slots_wanted = self.capacity
             try:
-                while self._in_flight:
+                while self._in_flight or self._reserved:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or self.aborted.is_set():
                         return False

@@ -132,6 +132,12 @@ arguments; 128 + signal number after a second signal
             help="messages read per claim, at most (default: PGFLOW WORKER_BATCH_SIZE)",
         )
         parser.add_argument(
+            "--prefetch",
+            type=int,
+            help="tasks held while handlers are short (under 5 ms), beyond --concurrency and "
+            "--batch-size; 0 holds one per thread (default: PGFLOW WORKER_PREFETCH)",
+        )
+        parser.add_argument(
             "--poll-interval",
             type=positive_float,
             help="seconds between fallback reads of an idle queue, for lost notifications "
@@ -201,6 +207,7 @@ arguments; 128 + signal number after a second signal
                     queue=queue,
                     concurrency=options["concurrency"],
                     batch_size=options["batch_size"],
+                    prefetch=options["prefetch"],
                     poll_interval=options["poll_interval"],
                     max_poll_seconds=options["max_poll_seconds"],
                     shutdown_timeout=options["shutdown_timeout"],

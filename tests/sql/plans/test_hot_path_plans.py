@@ -101,8 +101,9 @@ def preload_history(conn: psycopg.Connection[Any], runs: int) -> None:
 
 
 def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-    """The plan of every statement a start of 1 and of 1,000 runs, their claims and completions run,
-    in a fresh session (so every plan is made on the tables as they are now)."""
+    """The plan of every statement a start of 1 and of 1,000 runs, their claims and completions run
+    (plain, then handing off the next step), in a fresh session (so every plan is made on the tables
+    as they are now)."""
     plans: list[dict[str, Any]] = []
     reading = False
 
@@ -147,6 +148,39 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
                     "select outcome from pgflow.complete_tasks(%s::jsonb)", [json.dumps(items)]
                 ).fetchall()
                 assert {row[0] for row in outcomes} == {"completed"}
+        row = session.execute("select generation from pgflow.flows where flow_slug = %s", [FLOW]).fetchone()
+        assert row is not None
+        support = [[FLOW] * 3, ["a", "b", "c"], [row[0]] * 3]
+        for size in (1, 1000):
+            session.execute("select pgflow.start_flows(%s, %s::jsonb)", [FLOW, json.dumps([{}] * size)])
+            reading = True
+            ids = [
+                row[0] for row in session.execute("select msg_id from pgmq.read(%s, 30, %s)", [FLOW, size])
+            ]
+            reading = False
+            held = session.execute(
+                "select run_id, step_slug, task_index, attempt from pgflow.start_tasks(%s, %s, %s, %s, null)",
+                [FLOW, FLOW, ids, worker],
+            ).fetchall()
+            for _ in ("a", "b", "c"):
+                items = [
+                    {
+                        "run_id": str(run),
+                        "step_slug": step,
+                        "task_index": index,
+                        "attempt": attempt,
+                        "output": {},
+                    }
+                    for run, step, index, attempt in held
+                ]
+                rows = session.execute(
+                    "select outcome, run_id, step_slug, task_index, attempt"
+                    "  from pgflow.complete_and_hand_off(%s::jsonb, %s, %s, %s, %s, %s, %s)",
+                    [json.dumps(items), FLOW, worker, *support, size],
+                ).fetchall()
+                assert {r[0] for r in rows if r[0] != "claimed"} == {"completed"}
+                held = [tuple(r[1:]) for r in rows if r[0] == "claimed"]
+            assert held == [], "each completion handed off the next step"
         reading = True
         unfinished = session.execute(
             "select count(*) from pgflow.runs where flow_slug = %s and status <> 'completed'", [FLOW]

@@ -1,0 +1,43 @@
+-- pgflow.complete_tasks for a worker that can run more: completes the items as complete_tasks does
+-- (one row per item: outcome 'completed', 'stale' or 'failed' with its task key, other columns
+-- NULL), then hands that worker, in the same transaction, the tasks the completion made ready on
+-- its queue (pgflow.hand_off_tasks: at most free_slots, of the (flow_slug, step_slug) pairs it
+-- supports at the flow generations it compiled against): one 'claimed' row each, as a claim
+-- returns them. The insert notifications of the new messages wait until the hand-off is done and
+-- go only to the queues still holding new messages, so no worker is woken to read a message that
+-- was handed off.
+create or replace function pgflow.complete_and_hand_off(
+  items jsonb, queue_name text, worker_id uuid, support_flows text[], support_steps text[],
+  support_generations bigint[], free_slots integer
+)
+returns setof pgflow.claim_record
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off
+as $$
+declare
+  v_done pgflow.claim_record[];
+  v_runs uuid[];
+begin
+  if coalesce(free_slots, 0) > 0 then
+    perform set_config('pgflow.defer_notify', 'on', true);
+  end if;
+  select array_agg(row(c.outcome, null, null, c.run_id, c.step_slug, c.task_index, null, null)::pgflow.claim_record)
+    into v_done
+    from pgflow.complete_tasks(items) as c;
+  return query select d.* from unnest(v_done) as d;
+  v_runs := array(select distinct d.run_id from unnest(v_done) as d where d.outcome = 'completed');
+  return query
+    select h.* from pgflow.hand_off_tasks(
+      lower(complete_and_hand_off.queue_name), complete_and_hand_off.worker_id, v_runs,
+      complete_and_hand_off.support_flows, complete_and_hand_off.support_steps,
+      complete_and_hand_off.support_generations, complete_and_hand_off.free_slots) as h;
+  if coalesce(free_slots, 0) > 0 then
+    perform set_config('pgflow.defer_notify', 'off', true);
+    perform pg_notify('pgmq.' || pgmq.format_table_name(n.queue_name, 'q') || '.INSERT', null)
+       from (select distinct t.queue_name
+               from unnest(v_runs) as k(run_id)
+               join pgflow.step_tasks as t on t.run_id = k.run_id
+              where t.status = 'queued' and t.queued_at >= statement_timestamp()) as n;
+  end if;
+end;
+$$;

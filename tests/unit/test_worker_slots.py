@@ -1,0 +1,55 @@
+"""Slots that follow the handlers' pace, and the slots a completion reserves for a hand-off."""
+
+from __future__ import annotations
+
+import uuid
+
+from pgflow_django.worker.connection import ClaimedTask
+from pgflow_django.worker.slots import SHORT_HANDLER_SECONDS, WorkerState
+
+
+def task(index: int) -> ClaimedTask:
+    return ClaimedTask("f", uuid.UUID(int=index + 1), "step", 0, index, 1, None)
+
+
+def test_short_handlers_let_the_worker_hold_its_prefetch_and_claim_as_many() -> None:
+    state = WorkerState(capacity=10, prefetch=100)
+    assert (state.free_slots(), state.batch_limit(10)) == (10, 10), "no handler has finished yet"
+    state.take(task(0))
+    state.release(task(0), SHORT_HANDLER_SECONDS / 10)
+    assert (state.free_slots(), state.batch_limit(10)) == (100, 100)
+
+
+def test_one_slow_handler_brings_the_slots_back_to_one_per_thread() -> None:
+    state = WorkerState(capacity=10, prefetch=100)
+    for index in range(5):
+        state.take(task(index))
+        state.release(task(index), SHORT_HANDLER_SECONDS / 10)
+    state.take(task(9))
+    state.release(task(9), 1.0)
+    assert (state.free_slots(), state.batch_limit(10)) == (10, 10)
+    state.take(task(10))
+    state.release(task(10), SHORT_HANDLER_SECONDS / 10)
+    assert state.free_slots() == 10, "one fast handler after a slow one is not enough"
+
+
+def test_no_prefetch_above_the_capacity_changes_nothing() -> None:
+    state = WorkerState(capacity=100, prefetch=100)
+    state.take(task(0))
+    state.release(task(0), 0.0)
+    assert (state.free_slots(), state.batch_limit(100)) == (100, 100)
+    zero = WorkerState(capacity=4, prefetch=0)
+    zero.take(task(0))
+    zero.release(task(0), 0.0)
+    assert (zero.free_slots(), zero.batch_limit(2)) == (4, 2)
+
+
+def test_slots_reserved_for_a_hand_off_are_not_free_until_taken_or_given_back() -> None:
+    state = WorkerState(capacity=3)
+    state.take(task(0))
+    assert state.reserve(5) == 2
+    assert state.free_slots() == 0 and state.reserve(1) == 0
+    state.take_reserved([task(1)], 2)
+    assert state.free_slots() == 1 and state.in_flight == 2
+    state.request_stop()
+    assert state.reserve(1) == 0, "a stopping worker is handed nothing"
