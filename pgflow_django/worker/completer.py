@@ -54,8 +54,8 @@ class HandOffTarget(Protocol):
     @property
     def hand_off_scope(self) -> HandOffScope: ...
 
-    def reserve_hand_off(self, wanted: int) -> int:
-        """Up to ``wanted`` free slots held for the next completion's hand-off (0: hand nothing over)."""
+    def reserve_hand_off(self, tasks: list[ClaimedTask]) -> int:
+        """Free slots held for the hand-off of the completion of ``tasks`` (0: hand nothing over)."""
         ...
 
     def take_hand_off(self, tasks: list[ClaimedTask], reserved: int, seconds: float) -> list[ClaimedTask]:
@@ -200,7 +200,7 @@ class Completer(threading.Thread):
         payload = "[" + ",".join(completion_item(item.task, item.output_json) for item in items) + "]"
         started = time.perf_counter()
         try:
-            rows = self._retrying(lambda: self._complete(payload, len(items)))
+            rows = self._retrying(lambda: self._complete(payload, [item.task for item in items]))
         except Abandoned:
             raise
         except Exception as exc:
@@ -228,21 +228,20 @@ class Completer(threading.Thread):
             )
         self.observe.recorded(results, self.engine.transitions, seconds)
 
-    def _complete(self, payload: str, items: int) -> list[TaskOutcome]:
+    def _complete(self, payload: str, completing: list[ClaimedTask]) -> list[TaskOutcome]:
         """One completion statement; with a hand-off target it also claims what it made ready for the
-        slots the target reserved (one per item at most: the claim loop keeps the others, so a
-        drain's reads go on beside the completions), and hands those tasks over before returning."""
+        slots the target reserved, and hands those tasks over before returning."""
         target = self.hand_off
-        if target is None:
+        reserved = 0 if target is None else target.reserve_hand_off(completing)
+        if target is None or reserved == 0:
             return self.engine.complete_tasks(payload)
-        reserved = target.reserve_hand_off(items)
         started = time.perf_counter()
         rows: list[TaskOutcome] = []
-        tasks: list[ClaimedTask] = []
+        handed: list[ClaimedTask] = []
         try:
-            rows, tasks = self.engine.complete_and_hand_off(payload, target.hand_off_scope, reserved)
+            rows, handed = self.engine.complete_and_hand_off(payload, target.hand_off_scope, reserved)
         finally:
-            left = target.take_hand_off(tasks, reserved, time.perf_counter() - started)
+            left = target.take_hand_off(handed, reserved, time.perf_counter() - started)
         if left:
             self._give_back(left)
         return rows

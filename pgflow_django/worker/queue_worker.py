@@ -147,6 +147,8 @@ class QueueWorker:
         """A first signal was handled: the next one exits at once (a drain after --max-tasks,
         --until-empty or a pause is not a signal, so a supervisor's SIGTERM still drains)."""
         self.fatal = False
+        self._feeding: frozenset[tuple[str, str]] = frozenset()
+        """(flow, step) pairs a step of this worker depends on: only their completions hand off."""
         """Set when a claim met unsupported work: the process exits non-zero."""
         self.budget = TaskBudget(options.max_tasks)
         """``--max-tasks``; a process serving several queues gives all its workers one budget."""
@@ -241,6 +243,14 @@ class QueueWorker:
         """Register, then start the listener, completer and handler threads."""
         assert self.engine is not None, "call prepare() first"
         opts = self.options
+        supported = set(self.registration.support)
+        self._feeding = frozenset(
+            (flow.slug, dep)
+            for flow in self.flows
+            for step in flow.steps.values()
+            if (flow.slug, step.slug) in supported
+            for dep in step.deps
+        )
         self.engine.register(self.registration)
         self._registered = True
         self.completer = Completer(
@@ -562,10 +572,14 @@ class QueueWorker:
     def hand_off_scope(self) -> HandOffScope:
         return HandOffScope(self.queue, self.worker_id, self.registration.support, self.generations)
 
-    def reserve_hand_off(self, wanted: int) -> int:
-        """Up to ``wanted`` free slots (and a claim's batch) held for a completion to fill, within
-        ``--max-tasks``."""
-        wanted = self.state.reserve(min(wanted, self.state.batch_limit(self.options.batch_size)))
+    def reserve_hand_off(self, tasks: list[ClaimedTask]) -> int:
+        """Free slots held for the completion of ``tasks`` to fill: one per task whose step feeds a
+        step this worker runs (none for a last step, which has nothing to hand off), so the claim
+        loop keeps the others for its reads; within a claim's batch and ``--max-tasks``."""
+        feeding = sum(1 for task in tasks if (task.flow_slug, task.step_slug) in self._feeding)
+        if feeding == 0:
+            return 0
+        wanted = self.state.reserve(min(feeding, self.state.batch_limit(self.options.batch_size)))
         granted = self.budget.reserve(wanted)
         if granted < wanted:
             self.state.take_reserved([], wanted - granted)
