@@ -39,10 +39,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 WHEN_MODES: Final[tuple[str, ...]] = get_args(WhenMode)
 MAX_INT: Final = 2**31 - 1
 """Options are PostgreSQL ``integer`` columns."""
+MIN_PRIORITY: Final = -100
+MAX_PRIORITY: Final = 100
+"""Claim priorities, as Django's tasks framework bounds them: higher is claimed first, 0 is the default."""
 
 
 class FlowDefinitionError(ValueError):
     """A flow or step definition the engine would refuse; raised when the decorator runs."""
+
+
+def priority_problem(value: object) -> str | None:
+    """Why ``value`` is not a claim priority (None when it is one): the one check of every priority."""
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        return (
+            f"must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} (higher is claimed first), "
+            f"got {value!r}"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -52,19 +65,28 @@ class FlowOptions:
     max_attempts: int = 3
     base_delay: int = 5
     timeout: int = 60
+    priority: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"max_attempts": self.max_attempts, "base_delay": self.base_delay, "timeout": self.timeout}
+        return {
+            "max_attempts": self.max_attempts,
+            "base_delay": self.base_delay,
+            "timeout": self.timeout,
+            "priority": self.priority,
+        }
 
 
 @dataclass(frozen=True)
 class StepOptions:
-    """A step's runtime options; None falls back to the flow's value (``start_delay``: to 0)."""
+    """A step's runtime options; None falls back to the flow's value (``start_delay``: to 0).
+
+    ``priority`` is the claim priority of the step's tasks in a run started without one."""
 
     max_attempts: int | None = None
     base_delay: int | None = None
     timeout: int | None = None
     start_delay: int | None = None
+    priority: int | None = None
 
     def as_dict(self) -> dict[str, int | None]:
         return {
@@ -72,6 +94,7 @@ class StepOptions:
             "base_delay": self.base_delay,
             "timeout": self.timeout,
             "start_delay": self.start_delay,
+            "priority": self.priority,
         }
 
 
@@ -137,13 +160,16 @@ _FLOWS: weakref.WeakSet[Flow] = weakref.WeakSet()
 class Flow:
     """A named DAG of steps; ``@flow.step()`` and ``@flow.map()`` add steps in definition order."""
 
-    def __init__(self, slug: str, *, max_attempts: int = 3, base_delay: int = 5, timeout: int = 60) -> None:
+    def __init__(
+        self, slug: str, *, max_attempts: int = 3, base_delay: int = 5, timeout: int = 60, priority: int = 0
+    ) -> None:
         self._slug = validate_flow_slug(slug)
         owner = f"flow {slug!r}"
         self._options = FlowOptions(
             max_attempts=_int_option(owner, "max_attempts", max_attempts, 1),
             base_delay=_int_option(owner, "base_delay", base_delay, 0),
             timeout=_int_option(owner, "timeout", timeout, 1),
+            priority=cast(int, _priority_option(owner, priority, optional=False)),
         )
         self._steps: dict[str, StepDefinition] = {}
         self._fixed_reason: str | None = None
@@ -181,6 +207,7 @@ class Flow:
         base_delay: int | None = None,
         timeout: int | None = None,
         start_delay: int | None = None,
+        priority: int | None = None,
         if_: Mapping[str, Any] | None = None,
         if_not: Mapping[str, Any] | None = None,
         when_unmet: WhenMode = "skip",
@@ -199,6 +226,7 @@ class Flow:
         base_delay: int | None = None,
         timeout: int | None = None,
         start_delay: int | None = None,
+        priority: int | None = None,
         if_: Mapping[str, Any] | None = None,
         if_not: Mapping[str, Any] | None = None,
         when_unmet: WhenMode = "skip",
@@ -218,7 +246,7 @@ class Flow:
                 step_type="single",
                 slug=slug,
                 refs=_refs(depends_on),
-                options=(max_attempts, base_delay, timeout, start_delay),
+                options=(max_attempts, base_delay, timeout, start_delay, priority),
                 if_=if_,
                 if_not=if_not,
                 when_unmet=when_unmet,
@@ -239,6 +267,7 @@ class Flow:
         base_delay: int | None = None,
         timeout: int | None = None,
         start_delay: int | None = None,
+        priority: int | None = None,
         if_: Mapping[str, Any] | None = None,
         if_not: Mapping[str, Any] | None = None,
         when_unmet: WhenMode = "skip",
@@ -254,7 +283,7 @@ class Flow:
                 step_type="map",
                 slug=slug,
                 refs=_refs(depends_on) + (() if array is None else (array,)),
-                options=(max_attempts, base_delay, timeout, start_delay),
+                options=(max_attempts, base_delay, timeout, start_delay, priority),
                 if_=if_,
                 if_not=if_not,
                 when_unmet=when_unmet,
@@ -310,6 +339,7 @@ class Flow:
             base_delay=self._options.base_delay if own.base_delay is None else own.base_delay,
             timeout=self._options.timeout if own.timeout is None else own.timeout,
             start_delay=0 if own.start_delay is None else own.start_delay,
+            priority=self._options.priority if own.priority is None else own.priority,
         )
 
     def _add(
@@ -319,7 +349,7 @@ class Flow:
         step_type: StepType,
         slug: str | None,
         refs: tuple[StepRef, ...],
-        options: tuple[int | None, int | None, int | None, int | None],
+        options: tuple[int | None, int | None, int | None, int | None, int | None],
         if_: Mapping[str, Any] | None,
         if_not: Mapping[str, Any] | None,
         when_unmet: str,
@@ -356,12 +386,13 @@ class Flow:
                 f"{owner} is a map with {len(deps)} dependencies ({', '.join(deps)}); a map has at most "
                 "one: pass array=<step> to map over that step's output, or nothing to map over the flow input"
             )
-        max_attempts, base_delay, timeout, start_delay = options
+        max_attempts, base_delay, timeout, start_delay, priority = options
         step_options = StepOptions(
             max_attempts=_int_option(owner, "max_attempts", max_attempts, 1, optional=True),
             base_delay=_int_option(owner, "base_delay", base_delay, 0, optional=True),
             timeout=_int_option(owner, "timeout", timeout, 1, optional=True),
             start_delay=_int_option(owner, "start_delay", start_delay, 0, optional=True),
+            priority=_priority_option(owner, priority, optional=True),
         )
         definition = StepDefinition(
             slug=step_slug,
@@ -590,6 +621,17 @@ def _int_option(owner: str, name: str, value: object, minimum: int, *, optional:
             f"{' (or None for the default)' if optional else ''}, got {value!r}"
         )
     return value
+
+
+def _priority_option(owner: str, value: object, *, optional: bool) -> int | None:
+    if value is None and optional:
+        return None
+    problem = priority_problem(value)
+    if problem is not None:
+        raise FlowDefinitionError(
+            f"{owner}: priority {problem}{' (or None for the flow default)' if optional else ''}"
+        )
+    return cast(int, value)
 
 
 def _when(owner: str, name: str, value: object) -> WhenMode:

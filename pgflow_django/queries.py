@@ -107,7 +107,7 @@ with stale as materialized (
          read_ct = m.read_ct + 1
     from (select msg_id from pgmq.{table}
            where vt <= clock_timestamp() and cardinality((select flows from stale)) = 0
-           order by msg_id
+           order by pgflow.message_priority(headers) desc, msg_id
            limit %(qty)s
              for update skip locked) as visible
    where m.msg_id = visible.msg_id
@@ -132,6 +132,11 @@ left join lateral """
 The read is ``pgmq.read``'s own statement written out for this queue's table: PGMQ builds it as dynamic
 SQL, planned again on every call, while psycopg prepares this statement on its connection once it has
 run a few times (the planning was most of a one-message claim's cost).
+
+It differs from ``pgmq.read`` in its order: higher message priority first (``pgflow.message_priority``
+of the headers), message id (FIFO) within a priority, walking the queue's priority index
+(``pgflow.index_queue_priority``), so the read stays a probe of the first visible entries. A retried or
+released message is the same message made visible again: it keeps its priority and its place.
 
 ``next_visible`` (seen from the statement's snapshot, so without the messages it just read) says when
 the earliest hidden message (a retry or start delay) becomes visible, from the queue's ``vt`` index
@@ -450,7 +455,7 @@ UNSUPPORTED_WORK: Final = Query(
 
 START_FLOW: Final = _value(
     "start_flow",
-    "select run_id as value from pgflow.start_flow(%s, %s::jsonb, %s::uuid, %s::integer)",
+    "select run_id as value from pgflow.start_flow(%s, %s::jsonb, %s::uuid, %s::integer, %s::integer)",
 )
 
 
@@ -481,9 +486,10 @@ TAKEN_RUN_IDS: Final = Query(
 """Start one run (flow slug, input json, run id or null, delay seconds or null); its id."""
 
 START_FLOWS: Final = _value(
-    "start_flows", "select count(*) as value from pgflow.start_flows(%s, %s::jsonb, %s::uuid[])"
+    "start_flows",
+    "select count(*) as value from pgflow.start_flows(%s, %s::jsonb, %s::uuid[], null, %s::integer)",
 )
-"""Start one run per element of a JSON array of inputs, with the given run ids."""
+"""Start one run per element of a JSON array of inputs, with the given run ids and priority."""
 
 SET_TRACE_CONTEXT: Final = _value(
     "set_trace_context",
