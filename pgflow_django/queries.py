@@ -648,6 +648,7 @@ class TaskRunRow(NamedTuple):
     queue_name: str
     exhausted_by_recovery: bool
     task_error: str | None
+    priority: int
 
 
 TASK_RESULT: Final = Query(
@@ -658,7 +659,7 @@ TASK_RESULT: Final = Query(
            t.status as task_status, t.started_at, t.last_worker_id,
            coalesce(t.attempt_errors, '[]'::jsonb) as attempt_errors,
            ss.output, s.queue_name, t.permanently_stalled_at is not null as exhausted_by_recovery,
-           t.error_message as task_error
+           t.error_message as task_error, coalesce(r.priority, 0) as priority
       from pgflow.runs as r
       join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = %s
       left join pgflow.step_tasks as t
