@@ -5,8 +5,10 @@ key, also to two callers at once."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -152,3 +154,12 @@ def test_two_concurrent_enqueues_with_one_key_get_one_run() -> None:
     assert second_result.args == [1, 2]
     assert len(sent) == 3, "the two warm-ups and one of the racing enqueues"
     assert q1("select count(*) as n from pgflow.runs where run_id = %s::uuid", [results["first"]]) == {"n": 1}
+
+
+def test_the_documented_tasks_example() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "flow-control.md").read_text(encoding="utf-8")
+    [example] = [block for block in re.findall(r"```python\n(.*?)```", doc, re.S) if ".using(" in block]
+    exec(compile(example, "docs/flow-control.md", "exec"), {})
+    assert q1(
+        "select count(*) as n from pgflow.runs where flow_slug like 'testproject_example_tasks_add%%'"
+    ) == {"n": 2}
