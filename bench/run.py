@@ -53,6 +53,7 @@ from bench.phases import (
     start_runs,
     wait_finished,
 )
+from bench.priorities import measure_priorities
 from bench.report import Figure, Report, Target
 from bench.starvation import StarvationSizes, measure_starvation
 from bench.workers import RssSampler, WorkerGroup
@@ -101,8 +102,9 @@ TARGETS = (
     Target("worker peak RSS (MB)", "rss_peak", "<=", 100.0),
     Target("metrics on: throughput kept (% of off)", "obs_metrics_kept_pct", ">=", 95.0),
     Target("tracing, SDK recording: throughput kept (% of off)", "obs_tracing_kept_pct", ">=", 97.0),
+    Target("mixed priorities: throughput kept (% of none)", "prio_mixed_kept_pct", ">=", 90.0),
 )
-"""Issues 3, 19 and 20's targets; reported, never asserted."""
+"""Issues 3, 19, 20 and 22's targets; reported, never asserted."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,8 @@ class Sizes:
     starvation: StarvationSizes
     observability_rounds: int = 3
     """Interleaved rounds of the observability off / metrics / tracing drains."""
+    priority_rounds: int = 4
+    """Interleaved rounds of the drains without and with priorities."""
 
     def plan(self, flows: Sequence[BenchFlow] = ()) -> list[tuple[BenchFlow, int]]:
         """Every (flow, process count) pair to measure, flows in order."""
@@ -150,6 +154,7 @@ QUICK = Sizes(
         backlog_runs=1, backlog_elements=20, probes=3, probe_spacing=0.01, timeout=120.0
     ),
     observability_rounds=1,
+    priority_rounds=1,
 )
 """A smoke run: every code path once (2 processes only for the 1-step flow), figures meaningless."""
 
@@ -198,6 +203,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only-observability",
         action="store_true",
         help="of the worker phases, run only the observability cost drains",
+    )
+    parser.add_argument(
+        "--no-priorities", action="store_true", help="skip the priority cost drains (none vs mixed)"
+    )
+    parser.add_argument(
+        "--only-priorities",
+        action="store_true",
+        help="of the worker phases, run only the priority cost drains",
     )
     parser.add_argument(
         "--history",
@@ -557,11 +570,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             bench.say("worker processes")
             with tempfile.TemporaryDirectory(prefix="pgflow-bench-") as logs, RssSampler() as sampler:
-                if not args.only_observability:
+                only_some = args.only_observability or args.only_priorities
+                if not only_some:
                     bench.measure_workers(sampler, Path(logs), sizes.plan(), profile=args.profile)
                     bench.say(f"1-step, 2 workers, options: {default_args or 'the worker defaults'}")
                     bench.measure_defaults_drain(sampler, Path(logs) / "defaults", shlex.split(default_args))
-                if not args.no_observability:
+                if not args.no_observability and not args.only_priorities:
                     bench.say("observability cost: metrics and tracing off vs on, interleaved")
                     for figure in measure_observability(
                         url,
@@ -574,12 +588,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                         timeout=sizes.timeout,
                     ):
                         bench.add(figure)
-                if sizes.history and not args.only_observability:
+                if not args.no_priorities and not args.only_observability:
+                    bench.say("priority cost: a backlog without and with mixed priorities, interleaved")
+                    for figure in measure_priorities(
+                        url,
+                        FLOWS[0],
+                        sizes.runs[FLOWS[0].slug],
+                        sampler,
+                        Path(logs) / "priorities",
+                        shlex.split(throughput_args),
+                        rounds=sizes.priority_rounds,
+                        timeout=sizes.timeout,
+                    ):
+                        bench.add(figure)
+                if sizes.history and not only_some:
                     bench.say(
                         f"history: {sizes.history:,} finished runs, then start, drain and latency again"
                     )
                     bench.measure_history(sampler, Path(logs) / "history")
-                if not args.no_starvation and not args.only_observability:
+                if not args.no_starvation and not only_some:
                     bench.say("starvation: a step beside a map backlog, plain and step-queued")
                     for figure in measure_starvation(
                         url, sizes.starvation, sampler, Path(logs) / "starvation", shlex.split(default_args)

@@ -135,7 +135,15 @@ def _error_html(text: str | None) -> SafeString | None:
 
 @admin.register(Flow)
 class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
-    list_display = ("flow_slug", "routing", "step_count", "opt_max_attempts", "opt_timeout", "created")
+    list_display = (
+        "flow_slug",
+        "routing",
+        "step_count",
+        "opt_max_attempts",
+        "opt_timeout",
+        "opt_priority",
+        "created",
+    )
     list_filter = (admin_lists.FlowKindFilter, "queue_mode")
     search_fields = ("flow_slug",)
     ordering = ("flow_slug",)
@@ -222,7 +230,7 @@ def _rerun(run_id: uuid.UUID) -> Any:
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
-    list_display = ("short_run", "flow", "status", "started", "finished", "duration")
+    list_display = ("short_run", "flow", "status", "priority_shown", "started", "finished", "duration")
     list_display_links = ("short_run",)
     list_filter = ("status", "flow")
     search_fields = ("run_id",)
@@ -244,6 +252,11 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
 
     short_run = admin_lists.id_column("run_id", "run")
     started = admin_lists.time_column("started", "started_at")
+
+    @admin.display(description="priority", ordering="priority")
+    def priority_shown(self, obj: Run) -> str:
+        return admin_lists.run_priority(obj.priority)
+
     finished = admin_lists.time_column("finished", "completed_at", "failed_at", sortable=False)
 
     @admin.display(description="duration")
@@ -399,6 +412,7 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
         "step_slug",
         "task_index",
         "status",
+        "priority",
         "attempts",
         "queued",
         "duration",
@@ -421,7 +435,9 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[StepTask]:
         """Each task's step position in its flow, so a run's tasks list in step order, then index."""
         position = Step.objects.filter(flow_id=OuterRef("flow_id"), step_slug=OuterRef("step_slug"))
-        tasks = StepTask.objects.annotate(step_position=Subquery(position.values("step_index")))
+        tasks = StepTask.objects.annotate(
+            step_position=Subquery(position.values("step_index")), task_priority=admin_lists.task_priority()
+        )
         return tasks.order_by(*self.get_ordering(request))
 
     def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
@@ -452,6 +468,10 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
     @admin.display(description="attempts", ordering="attempts_count")
     def attempts(self, obj: StepTask) -> int:
         return obj.attempts_count
+
+    @admin.display(description="priority", ordering="task_priority")
+    def priority(self, obj: StepTask) -> int:
+        return int(getattr(obj, "task_priority", 0) or 0)
 
     @admin.display(description="queued", ordering="queued_at")
     def queued(self, obj: StepTask) -> SafeString | str:

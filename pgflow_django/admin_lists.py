@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
@@ -86,6 +87,18 @@ def time_column(description: str, *fields: str, sortable: bool = True) -> Callab
         return when(next((moment for moment in (getattr(obj, name) for name in fields) if moment), None))
 
     return column
+
+
+def run_priority(value: int | None) -> str:
+    """A run's priority, or ``default`` when it was started without one (its steps' and flow's apply)."""
+    return "default" if value is None else str(value)
+
+
+def task_priority() -> Coalesce:
+    """A task's claim priority, as ``pgflow.start_ready_steps`` sends it: the run's, else its step's
+    default, else its flow's (the defaults as they are now)."""
+    step = Step.objects.filter(flow_id=OuterRef("flow_id"), step_slug=OuterRef("step_slug"))
+    return Coalesce(F("run__priority"), Subquery(step.values("opt_priority")), F("flow__opt_priority"))
 
 
 def task_flows(queryset: QuerySet[Flow]) -> QuerySet[Flow]:

@@ -21,7 +21,7 @@ from django.db import DatabaseError, DataError, IntegrityError, connections, tra
 
 from pgflow_django import queries, tracing
 from pgflow_django.dbguard import require_postgresql
-from pgflow_django.dsl import Flow, StepType
+from pgflow_django.dsl import Flow, StepType, priority_problem
 from pgflow_django.encoding import (
     MAX_INT_DIGITS,
     MAX_JSON_BYTES,
@@ -129,6 +129,7 @@ def start_flow(
     run_id: uuid.UUID | str | None = None,
     delay: timedelta | int | None = None,
     idempotency_key: str | None = None,
+    priority: int | None = None,
     using: str = "default",
 ) -> uuid.UUID:
     """Start one run and return its id; inside ``transaction.atomic()`` it commits with the caller.
@@ -136,30 +137,76 @@ def start_flow(
     ``delay`` (seconds, or a timedelta rounded up to whole seconds) keeps the run's first tasks
     invisible to workers until then. ``idempotency_key`` returns the run an earlier start of this
     flow with that key made, while that run exists, instead of starting another; a ``run_id`` already
-    in use returns its run when the flow and input are the same, else raises ``RunIdInUse``."""
+    in use returns its run when the flow and input are the same, else raises ``RunIdInUse``.
+    ``priority`` (-100..100; None: the steps' and the flow's defaults) orders its tasks' claims:
+    among visible tasks of one queue, higher priority first, FIFO within a priority."""
+    return start_flow_reporting(
+        flow_or_slug,
+        input,
+        run_id=run_id,
+        delay=delay,
+        idempotency_key=idempotency_key,
+        priority=priority,
+        using=using,
+    )[0]
+
+
+def start_flow_reporting(
+    flow_or_slug: Flow | str,
+    input: Any,
+    *,
+    run_id: uuid.UUID | str | None = None,
+    delay: timedelta | int | None = None,
+    idempotency_key: str | None = None,
+    priority: int | None = None,
+    using: str = "default",
+) -> tuple[uuid.UUID, bool]:
+    """``start_flow``, also saying whether this call started the run (False: an idempotency key's or
+    a chosen run id's existing run was returned)."""
     require_postgresql(using)
     slug = _flow_slug(flow_or_slug)
     body = encode_run_input(flow_or_slug, input, f"input of flow {slug!r}")
+    chosen_priority = _priority(priority, "start_flow")
     if idempotency_key is not None:
         if run_id is not None:
             raise ValueError("start_flow takes run_id or idempotency_key, not both")
-        return _start_chosen(slug, body, idempotency_run_id(slug, idempotency_key), delay, using, keyed=True)
+        chosen = idempotency_run_id(slug, idempotency_key)
+        return _start_chosen(slug, body, chosen, delay, chosen_priority, using, keyed=True)
     if run_id is not None:
-        return _start_chosen(slug, body, _as_uuid(run_id), delay, using, keyed=False)
+        return _start_chosen(slug, body, _as_uuid(run_id), delay, chosen_priority, using, keyed=False)
     trace_context = tracing.current_context()
     with _traced(trace_context, using), connections[using].cursor() as cursor:
         with _unknown_flow_as_not_found(slug, using):
-            started = queries.value(cursor, queries.START_FLOW, [slug, body, None, _delay_seconds(delay)])
+            started = queries.value(
+                cursor, queries.START_FLOW, [slug, body, None, _delay_seconds(delay), chosen_priority]
+            )
         new_id = _as_uuid(started)
         if trace_context is not None:
             tracing.record_on_runs(cursor, [new_id], trace_context)
     send_run_started(slug, [new_id], using)
-    return new_id
+    return new_id, True
+
+
+def _priority(value: object, caller: str) -> int | None:
+    """A start's priority, or None for the defaults; anything else is one line naming the fix."""
+    if value is None:
+        return None
+    problem = priority_problem(value)
+    if problem is not None:
+        raise ValueError(f"{caller}: priority {problem}")
+    return cast(int, value)
 
 
 def _start_chosen(
-    slug: str, body: str, chosen: uuid.UUID, delay: timedelta | int | None, using: str, *, keyed: bool
-) -> uuid.UUID:
+    slug: str,
+    body: str,
+    chosen: uuid.UUID,
+    delay: timedelta | int | None,
+    priority: int | None,
+    using: str,
+    *,
+    keyed: bool,
+) -> tuple[uuid.UUID, bool]:
     """Start a run under a chosen id in a savepoint; when the id is taken (a concurrent start of the
     same id waits for the other's commit first), return the run it names if it is the same start."""
     seconds = _delay_seconds(delay)
@@ -168,7 +215,7 @@ def _start_chosen(
         try:
             with transaction.atomic(using=using), connections[using].cursor() as cursor:
                 with _unknown_flow_as_not_found(slug, using):
-                    queries.value(cursor, queries.START_FLOW, [slug, body, chosen, seconds])
+                    queries.value(cursor, queries.START_FLOW, [slug, body, chosen, seconds, priority])
                 if trace_context is not None:
                     tracing.record_on_runs(cursor, [chosen], trace_context)
         except IntegrityError as exc:
@@ -183,10 +230,10 @@ def _start_chosen(
                     f"of flow {existing.flow_slug!r}" if existing.flow_slug != slug else "with another input"
                 )
                 raise RunIdInUse(f"run id {chosen} already names a run {what}: choose a new run_id") from None
-            return chosen
+            return chosen, False
         else:
             send_run_started(slug, [chosen], using)
-            return chosen
+            return chosen, True
     raise RunIdInUse(f"run id {chosen} was taken and deleted while starting: start it again")
 
 
@@ -194,7 +241,9 @@ KEYED_START_ATTEMPTS: Final = 3
 """A keyed batch whose keys another start takes meanwhile reads them again, this many times at most."""
 
 
-def _start_keyed(slug: str, bodies: list[str], ids: list[uuid.UUID], using: str) -> list[uuid.UUID]:
+def _start_keyed(
+    slug: str, bodies: list[str], ids: list[uuid.UUID], priority: int | None, using: str
+) -> list[uuid.UUID]:
     """Start the runs of the keys that have none, in one savepointed call; a key repeated in the batch
     is one run (its first input). A concurrent start of one of the keys makes the call fail on the
     primary key once the other commits: the keys are read again and the rest started."""
@@ -218,7 +267,7 @@ def _start_keyed(slug: str, bodies: list[str], ids: list[uuid.UUID], using: str)
             with transaction.atomic(using=using), connections[using].cursor() as cursor:
                 with _unknown_flow_as_not_found(slug, using):
                     body = f"[{','.join(first_bodies[run_id] for run_id in todo)}]"
-                    queries.value(cursor, queries.START_FLOWS, [slug, body, todo])
+                    queries.value(cursor, queries.START_FLOWS, [slug, body, todo, priority])
                 if trace_context is not None:
                     tracing.record_on_runs(cursor, todo, trace_context)
         except IntegrityError as exc:
@@ -253,14 +302,17 @@ def start_flows(
     *,
     run_ids: Sequence[uuid.UUID | str] | None = None,
     idempotency_keys: Sequence[str] | None = None,
+    priority: int | None = None,
     using: str = "default",
 ) -> list[uuid.UUID]:
     """Start one run per input in a single database call; returns the run ids in input order.
 
     ``idempotency_keys`` (one per input) start only the keys with no run yet and return the existing
-    runs of the others, as ``start_flow(..., idempotency_key=)`` does for one."""
+    runs of the others, as ``start_flow(..., idempotency_key=)`` does for one. ``priority`` is every
+    run's, as for ``start_flow``."""
     require_postgresql(using)
     slug = _flow_slug(flow_or_slug)
+    chosen_priority = _priority(priority, "start_flows")
     bodies = [
         encode_run_input(flow_or_slug, item, f"input #{index} of flow {slug!r}")
         for index, item in enumerate(inputs)
@@ -273,7 +325,8 @@ def start_flows(
                 f"start_flows got {len(bodies)} inputs but {len(idempotency_keys)} idempotency_keys; "
                 "pass one key per input"
             )
-        return _start_keyed(slug, bodies, [idempotency_run_id(slug, key) for key in idempotency_keys], using)
+        keyed_ids = [idempotency_run_id(slug, key) for key in idempotency_keys]
+        return _start_keyed(slug, bodies, keyed_ids, chosen_priority, using)
     if run_ids is None:
         ids = [uuid.uuid4() for _ in bodies]
     elif len(run_ids) != len(bodies):
@@ -287,7 +340,7 @@ def start_flows(
     trace_context = tracing.current_context()
     with _traced(trace_context, using), connections[using].cursor() as cursor:
         with _unknown_flow_as_not_found(slug, using):
-            queries.value(cursor, queries.START_FLOWS, [slug, f"[{','.join(bodies)}]", ids])
+            queries.value(cursor, queries.START_FLOWS, [slug, f"[{','.join(bodies)}]", ids, chosen_priority])
         if trace_context is not None:
             tracing.record_on_runs(cursor, ids, trace_context)
     send_run_started(slug, ids, using)

@@ -39,10 +39,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 WHEN_MODES: Final[tuple[str, ...]] = get_args(WhenMode)
 MAX_INT: Final = 2**31 - 1
 """Options are PostgreSQL ``integer`` columns."""
+MIN_PRIORITY: Final = -100
+MAX_PRIORITY: Final = 100
+"""Claim priorities, as Django's tasks framework bounds them: higher is claimed first, 0 is the default."""
 
 
 class FlowDefinitionError(ValueError):
     """A flow or step definition the engine would refuse; raised when the decorator runs."""
+
+
+def priority_problem(value: object) -> str | None:
+    """Why ``value`` is not a claim priority (None when it is one): the one check of every priority."""
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        return (
+            f"must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} (higher is claimed first), "
+            f"got {value!r}"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -52,19 +65,28 @@ class FlowOptions:
     max_attempts: int = 3
     base_delay: int = 5
     timeout: int = 60
+    priority: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"max_attempts": self.max_attempts, "base_delay": self.base_delay, "timeout": self.timeout}
+        return {
+            "max_attempts": self.max_attempts,
+            "base_delay": self.base_delay,
+            "timeout": self.timeout,
+            "priority": self.priority,
+        }
 
 
 @dataclass(frozen=True)
 class StepOptions:
-    """A step's runtime options; None falls back to the flow's value (``start_delay``: to 0)."""
+    """A step's runtime options; None falls back to the flow's value (``start_delay``: to 0).
+
+    ``priority`` is the claim priority of the step's tasks in a run started without one."""
 
     max_attempts: int | None = None
     base_delay: int | None = None
     timeout: int | None = None
     start_delay: int | None = None
+    priority: int | None = None
 
     def as_dict(self) -> dict[str, int | None]:
         return {
@@ -72,6 +94,7 @@ class StepOptions:
             "base_delay": self.base_delay,
             "timeout": self.timeout,
             "start_delay": self.start_delay,
+            "priority": self.priority,
         }
 
 
@@ -120,8 +143,9 @@ class StepKeywords(TypedDict, total=False):
 
     ``slug`` (default: the function's name); ``depends_on``: step functions or slugs that must
     complete first; ``max_attempts``, ``base_delay``, ``timeout``, ``start_delay``: whole seconds or
-    counts, None for the flow's value (``start_delay``: 0); ``if_`` / ``if_not``: JSON the step's
-    input must contain / must not contain; ``when_unmet`` (default ``skip``) and ``when_exhausted``
+    counts, None for the flow's value (``start_delay``: 0); ``priority``: the claim priority of the
+    step's tasks (-100..100) in a run started without one, None for the flow's; ``if_`` /
+    ``if_not``: JSON the step's input must contain / must not contain; ``when_unmet`` (default ``skip``) and ``when_exhausted``
     (default ``fail``): ``fail``, ``skip`` or ``skip-cascade``; ``atomic``: the handler's ORM writes
     and its completion commit in one transaction.
     """
@@ -132,6 +156,7 @@ class StepKeywords(TypedDict, total=False):
     base_delay: int | None
     timeout: int | None
     start_delay: int | None
+    priority: int | None
     if_: Mapping[str, Any] | None
     if_not: Mapping[str, Any] | None
     when_unmet: WhenMode
@@ -161,13 +186,16 @@ _FLOWS: weakref.WeakSet[Flow] = weakref.WeakSet()
 class Flow:
     """A named DAG of steps; ``@flow.step()`` and ``@flow.map()`` add steps in definition order."""
 
-    def __init__(self, slug: str, *, max_attempts: int = 3, base_delay: int = 5, timeout: int = 60) -> None:
+    def __init__(
+        self, slug: str, *, max_attempts: int = 3, base_delay: int = 5, timeout: int = 60, priority: int = 0
+    ) -> None:
         self._slug = validate_flow_slug(slug)
         owner = f"flow {slug!r}"
         self._options = FlowOptions(
             max_attempts=_int_option(owner, "max_attempts", max_attempts, 1),
             base_delay=_int_option(owner, "base_delay", base_delay, 0),
             timeout=_int_option(owner, "timeout", timeout, 1),
+            priority=cast(int, _priority_option(owner, priority, optional=False)),
         )
         self._steps: dict[str, StepDefinition] = {}
         self._fixed_reason: str | None = None
@@ -268,6 +296,7 @@ class Flow:
             base_delay=self._options.base_delay if own.base_delay is None else own.base_delay,
             timeout=self._options.timeout if own.timeout is None else own.timeout,
             start_delay=0 if own.start_delay is None else own.start_delay,
+            priority=self._options.priority if own.priority is None else own.priority,
         )
 
     def _add(
@@ -311,6 +340,7 @@ class Flow:
             base_delay=_int_option(owner, "base_delay", options.get("base_delay"), 0, optional=True),
             timeout=_int_option(owner, "timeout", options.get("timeout"), 1, optional=True),
             start_delay=_int_option(owner, "start_delay", options.get("start_delay"), 0, optional=True),
+            priority=_priority_option(owner, options.get("priority"), optional=True),
         )
         definition = StepDefinition(
             slug=step_slug,
@@ -550,6 +580,17 @@ def _int_option(owner: str, name: str, value: object, minimum: int, *, optional:
             f"{' (or None for the default)' if optional else ''}, got {value!r}"
         )
     return value
+
+
+def _priority_option(owner: str, value: object, *, optional: bool) -> int | None:
+    if value is None and optional:
+        return None
+    problem = priority_problem(value)
+    if problem is not None:
+        raise FlowDefinitionError(
+            f"{owner}: priority {problem}{' (or None for the flow default)' if optional else ''}"
+        )
+    return cast(int, value)
 
 
 def _when(owner: str, name: str, value: object) -> WhenMode:

@@ -161,6 +161,8 @@ class Flow(ReadOnlyModel):
     queue_mode = models.TextField(choices=QueueMode.choices, default=QueueMode.FLOW)
     generation = models.BigIntegerField(editable=False)
     """A fresh number per compilation: a worker compiled against another one claims nothing."""
+    opt_priority = models.SmallIntegerField(default=0)
+    """The claim priority of a run started without one (a step's own ``opt_priority`` comes first)."""
 
     class Meta:
         managed = False
@@ -191,6 +193,8 @@ class Step(ReadOnlyModel):
     when_exhausted = models.TextField(choices=WhenPolicy.choices)
     created_at = models.DateTimeField()
     queue_name = models.TextField()
+    opt_priority = models.SmallIntegerField(null=True)
+    """The claim priority of this step's tasks in a run started without one (None: the flow's)."""
 
     class Meta:
         managed = False
@@ -308,6 +312,8 @@ class Run(ReadOnlyModel):
     not_before = models.DateTimeField(null=True)
     trace_context = models.JSONField(null=True)
     """The W3C trace context of the code that started the run (OpenTelemetry), when it was traced."""
+    priority = models.SmallIntegerField(null=True)
+    """The claim priority the run was started with (-100..100), or None: its steps' and flow's defaults."""
 
     class Meta:
         managed = False

@@ -18,6 +18,7 @@ REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "pgmq.list_queues()",
     "pgmq.format_table_name(text,text)",
     "pgmq.send_batch(text,jsonb[],integer)",
+    "pgmq.send_batch(text,jsonb[],jsonb[],integer)",
     "pgmq.read(text,integer,integer,jsonb)",
     "pgmq.archive(text,bigint[])",
     "pgmq.delete(text,bigint[])",

@@ -109,7 +109,7 @@ with stale as materialized (
          read_ct = m.read_ct + 1
     from (select msg_id from pgmq.{table}
            where vt <= clock_timestamp() and cardinality((select flows from stale)) = 0
-           order by msg_id
+           order by pgflow.message_priority(headers) desc, msg_id
            limit %(qty)s
              for update skip locked) as visible
    where m.msg_id = visible.msg_id
@@ -134,6 +134,11 @@ left join lateral """
 The read is ``pgmq.read``'s own statement written out for this queue's table: PGMQ builds it as dynamic
 SQL, planned again on every call, while psycopg prepares this statement on its connection once it has
 run a few times (the planning was most of a one-message claim's cost).
+
+It differs from ``pgmq.read`` in its order: higher message priority first (``pgflow.message_priority``
+of the headers), message id (FIFO) within a priority, walking the queue's priority index
+(``pgflow.index_queue_priority``), so the read stays a probe of the first visible entries. A retried or
+released message is the same message made visible again: it keeps its priority and its place.
 
 ``next_visible`` (seen from the statement's snapshot, so without the messages it just read) says when
 the earliest hidden message (a retry or start delay) becomes visible, from the queue's ``vt`` index
@@ -478,7 +483,7 @@ UNSUPPORTED_WORK: Final = Query(
 
 START_FLOW: Final = _value(
     "start_flow",
-    "select run_id as value from pgflow.start_flow(%s, %s::jsonb, %s::uuid, %s::integer)",
+    "select run_id as value from pgflow.start_flow(%s, %s::jsonb, %s::uuid, %s::integer, %s::integer)",
 )
 
 
@@ -509,9 +514,10 @@ TAKEN_RUN_IDS: Final = Query(
 """Start one run (flow slug, input json, run id or null, delay seconds or null); its id."""
 
 START_FLOWS: Final = _value(
-    "start_flows", "select count(*) as value from pgflow.start_flows(%s, %s::jsonb, %s::uuid[])"
+    "start_flows",
+    "select count(*) as value from pgflow.start_flows(%s, %s::jsonb, %s::uuid[], null, %s::integer)",
 )
-"""Start one run per element of a JSON array of inputs, with the given run ids."""
+"""Start one run per element of a JSON array of inputs, with the given run ids and priority."""
 
 SET_TRACE_CONTEXT: Final = _value(
     "set_trace_context",
@@ -670,6 +676,7 @@ class TaskRunRow(NamedTuple):
     queue_name: str
     exhausted_by_recovery: bool
     task_error: str | None
+    priority: int
 
 
 TASK_RESULT: Final = Query(
@@ -680,7 +687,7 @@ TASK_RESULT: Final = Query(
            t.status as task_status, t.started_at, t.last_worker_id,
            coalesce(t.attempt_errors, '[]'::jsonb) as attempt_errors,
            ss.output, s.queue_name, t.permanently_stalled_at is not null as exhausted_by_recovery,
-           t.error_message as task_error
+           t.error_message as task_error, coalesce(r.priority, 0) as priority
       from pgflow.runs as r
       join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = %s
       left join pgflow.step_tasks as t

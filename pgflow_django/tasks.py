@@ -28,7 +28,7 @@ from django.utils.module_loading import import_string, module_has_submodule
 
 from pgflow_django import queries
 from pgflow_django.dbguard import require_postgresql
-from pgflow_django.dsl import Flow, RoutedFlow, route_flow
+from pgflow_django.dsl import Flow, RoutedFlow, priority_problem, route_flow
 from pgflow_django.encoding import OutputNotSerialisable, clean_text, encode_output
 from pgflow_django.recorded_errors import ERROR_PREFIX, MAX_ERROR_LENGTH
 from pgflow_django.registry import import_task_module
@@ -90,11 +90,22 @@ MAX_TRACEBACK: Final = 8000
 class PgflowTask(tasks_api.Task):  # type: ignore[misc, name-defined]
     """A task with the engine's retry and timeout options, set per task through ``@task(...)``
     keywords (Django forwards unknown keywords to the backend's ``task_class``); None keeps the
-    backend's ``OPTIONS``."""
+    backend's ``OPTIONS``.
+
+    ``idempotency_key`` is set per enqueue with ``task.using(idempotency_key="order-123")``: an
+    enqueue whose key already has a run returns that run's result instead of enqueuing again."""
 
     max_attempts: int | None = None
     timeout: int | None = None
     base_delay: int | None = None
+    idempotency_key: str | None = None
+
+    def using(self, *, idempotency_key: str | None = None, **changes: Any) -> Any:
+        """Django's ``Task.using`` (priority, queue_name, run_after, backend), plus an idempotency key."""
+        changed = tasks_api.Task.using(self, **changes)  # slotted dataclass: no zero-argument super()
+        if idempotency_key is None:
+            return changed
+        return dataclasses.replace(changed, idempotency_key=idempotency_key)
 
 
 class TaskFailure(Exception):
@@ -138,9 +149,9 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    supports_priority = False
-    """Priorities are not honoured: a queue is read in message order. Use a separate queue (and its
-    own workers) for urgent tasks."""
+    supports_priority = True
+    """A task's ``priority`` (-100..100) orders the claims of its queue: higher first, FIFO within a
+    priority (docs/flow-control.md)."""
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -173,6 +184,15 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
     # -- the framework's contract ----------------------------------------------------------------
 
     def validate_task(self, task: Any) -> None:
+        problem = priority_problem(getattr(task, "priority", 0))
+        if problem is not None:
+            raise tasks_api.InvalidTask(f"priority of task {module_path(task)} {problem}")
+        key = getattr(task, "idempotency_key", None)
+        if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
+            raise tasks_api.InvalidTask(
+                f"idempotency_key of task {module_path(task)} must be a non-empty string without NUL, "
+                f"got {key!r}"
+            )
         super().validate_task(task)
         problem = shared_queue_problem(task.queue_name)
         if problem is not None:
@@ -192,8 +212,12 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
 
     def enqueue(self, task: Any, args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
         """Start the task's run on Django's connection: inside ``transaction.atomic()`` it commits or
-        rolls back with the caller. The flow is compiled first if this process has not yet seen it."""
-        from pgflow_django.client import InvalidInput, start_flow
+        rolls back with the caller. The flow is compiled first if this process has not yet seen it.
+
+        With an ``idempotency_key`` (``task.using(idempotency_key=...)``) an enqueue whose key already
+        has a run of this task returns that run's result and sends no ``task_enqueued``; concurrent
+        enqueues with one key get one run."""
+        from pgflow_django.client import InvalidInput, start_flow_reporting
 
         require_postgresql(self.using)
         self.validate_task(task)
@@ -217,9 +241,17 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
         # read back in the starting transaction: a worker cannot have claimed the task yet, so the
         # result is READY (as Django's database backends return it), never a racing RUNNING
         with transaction.atomic(using=self.using):
-            run_id = start_flow(flow, payload, delay=delay, using=self.using)
+            run_id, started = start_flow_reporting(
+                flow,
+                payload,
+                delay=delay,
+                priority=task.priority,
+                idempotency_key=getattr(task, "idempotency_key", None),
+                using=self.using,
+            )
             result = self.get_result(str(run_id))
-        tasks_api.task_enqueued.send(type(self), task_result=result)
+        if started:
+            tasks_api.task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> Any:
@@ -265,7 +297,10 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
                 flow = route_flow(plain, queues={STEP_SLUG: queue})
                 self._flows[slug] = flow
                 # results of this flow report its queue, and each run's own run_after (see _result)
-                self._tasks_by_slug[slug] = dataclasses.replace(task, queue_name=queue, run_after=None)
+                plain_task = dataclasses.replace(task, queue_name=queue, run_after=None, priority=0)
+                if getattr(plain_task, "idempotency_key", None) is not None:
+                    plain_task = dataclasses.replace(plain_task, idempotency_key=None)
+                self._tasks_by_slug[slug] = plain_task
         return flow
 
     def discover_tasks(self) -> list[Any]:
@@ -338,12 +373,15 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
         queue_name: str,
         exhausted_by_recovery: bool = False,
         task_error: str | None = None,
+        priority: int = 0,
     ) -> Any:
         if not isinstance(payload, dict) or "args" not in payload or "kwargs" not in payload:
             raise tasks_api.TaskResultDoesNotExist(result_id)
         task = self._task_of(flow_slug, payload, queue_name)
         if isinstance(payload.get("run_after"), str):
             task = dataclasses.replace(task, run_after=datetime.fromisoformat(payload["run_after"]))
+        if task.priority != priority:
+            task = dataclasses.replace(task, priority=priority)
         statuses = tasks_api.TaskResultStatus
         if run_status == "completed":
             status = statuses.SUCCESSFUL

@@ -61,6 +61,9 @@ POISON_FLOW = "rel_poison"
 input (``POISON_KINDS``): the poison fault scenarios (issue 15)."""
 POISON_FLOWS = (POISON_FLOW, "rel_poison_plain", "rel_poison_async")
 """The same kinds with plain handlers (execution ledger only) and with an async root handler."""
+PRIORITY_FLOW = "rel_priority"
+"""One step that records its execution and sleeps briefly: a backlog of mixed priorities drained by
+real workers (docs/flow-control.md, Priorities)."""
 POISON_KINDS = ("ok", "sleep", "nul", "retry_nul", "deep", "exit", "interrupt", "cancel", "genexit")
 FLOW_SLUGS = (
     LEDGER_FLOW,
@@ -72,6 +75,7 @@ FLOW_SLUGS = (
     STEP_FLOW,
     *ROUTED_FLOWS,
     *POISON_FLOWS,
+    PRIORITY_FLOW,
 )
 """The flows of ``tests/ledger_flows.py`` (kept here: importing that module would define the flows in the
 test process too)."""

@@ -27,6 +27,7 @@ from tests.ledger import (
     OUTPUT_FLOWS,
     PLAIN_FLOW,
     POISON_FLOWS,
+    PRIORITY_FLOW,
     ROUTED_FLOWS,
     SHARED_QUEUE,
     STEP_FLOW,
@@ -232,3 +233,14 @@ poison_async = Flow(POISON_FLOWS[2], timeout=10, max_attempts=2, base_delay=0)
 async def raise_async(flow_input: Any, ctx: TaskContext) -> Any:
     await asyncio.sleep(0)
     return _poison_output(flow_input, ctx)
+
+
+prioritised = Flow(PRIORITY_FLOW, timeout=10, max_attempts=1)
+
+
+@prioritised.step()
+def take(flow_input: Any, ctx: TaskContext) -> Any:
+    """Record the execution, then hold the slot a little so the workers' claims interleave."""
+    record_execution(ctx)
+    time.sleep(0.02)
+    return {"n": flow_input["n"]}

@@ -37,7 +37,7 @@ from rich.markup import escape
 
 from pgflow_django.client import InvalidInput, RunIdInUse, RunNotFound
 from pgflow_django.dbguard import require_postgresql
-from pgflow_django.dsl import FlowDefinitionError
+from pgflow_django.dsl import FlowDefinitionError, priority_problem
 from pgflow_django.operations import FlowNotFound
 from pgflow_django.registry import FlowNotRegistered
 from pgflow_django.slugs import InvalidSlug
@@ -349,6 +349,16 @@ def positive_float(text: str) -> float:
             f"got {shown_argument(text)}"
         )
     return value
+
+
+def priority(text: str) -> int:
+    """A claim priority: a whole number from -100 to 100."""
+    stripped = text.strip()
+    value: object = int(stripped) if re.fullmatch(r"[+-]?[0-9]{1,4}", stripped) else text
+    problem = priority_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem.rsplit(", got ", 1)[0] + f", got {shown_argument(text)}")
+    return int(stripped)
 
 
 def run_id(text: str) -> uuid.UUID:

@@ -118,3 +118,26 @@ def test_change_pages_show_times_to_the_second_once(admin_client: Client) -> Non
     assert html.count("field-started_at") == 1 and html.count("field-completed_at") == 1
     flow = page(admin_client, reverse("admin:pgflow_flow_change", args=["cmd_greet"]))
     assert flow.count("field-created_at") == 1
+
+
+def test_run_and_task_lists_show_priorities(admin_client: Client) -> None:
+    flow = Flow("adm_priority", priority=-3)
+    flow.step(slug="first")(_handler)
+    flow.step(slug="urgent", priority=40)(_handler)
+    compile_flow(flow)
+    chosen = start_flow("adm_priority", {}, priority=12)
+    defaults = start_flow("adm_priority", {})
+    runs_html = page(admin_client, "/admin/pgflow/run/")
+    shown = dict(
+        re.findall(r'title="([0-9a-f-]{36})">.*?<td class="field-priority_shown">([^<]*)</td>', runs_html)
+    )
+    assert shown[str(chosen)] == "12"
+    assert shown[str(defaults)] == "default"
+    by_run = {}
+    for run_id in (chosen, defaults):
+        html = page(admin_client, TASKS_URL, q=str(run_id))
+        by_run[run_id] = re.findall(r'<td class="field-priority">(-?\d+)</td>', html)
+    assert by_run[chosen] == ["12", "12"], "an explicit priority is every step's"
+    assert by_run[defaults] == ["-3", "40"], "the flow's default, and the step's own"
+    flows_html = page(admin_client, "/admin/pgflow/flow/", kind="all")
+    assert re.search(r'adm_priority</a></th>.*?<td class="field-opt_priority">-3</td>', flows_html, re.S)

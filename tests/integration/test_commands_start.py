@@ -71,6 +71,25 @@ class TestStart:
         assert again == first
         assert scalar("select count(*) from pgflow.runs where flow_slug = 'cmd_greet'") == 1
 
+    def test_a_priority_is_the_runs(self) -> None:
+        out, _ = call("pgflow_start", "cmd_greet", "--input", "{}", "--priority", "-12")
+        assert scalar("select priority from pgflow.runs where run_id = %s", [out.strip()]) == -12
+        assert (
+            scalar(
+                "select headers->>'priority' from pgmq.q_cmd_greet where message->>'run_id' = %s",
+                [out.strip()],
+            )
+            == "-12"
+        )
+
+    @pytest.mark.parametrize("value", ["101", "-101", "high", "1.5", ""])
+    def test_a_bad_priority_is_one_line_and_exit_2(self, value: str, database_url: str) -> None:
+        result = manage(database_url, "pgflow_start", "cmd_greet", "--input", "{}", "--priority", value)
+        assert result.returncode == 2
+        lines = stderr_lines(result)
+        assert "must be a whole number from -100 to 100 (higher is claimed first)" in lines[-1]
+        assert "Traceback" not in result.stderr
+
     def test_input_from_a_file(self, tmp_path: Path) -> None:
         path = tmp_path / "input.json"
         path.write_text('{"name": "file"}')

@@ -54,7 +54,9 @@ def test_one_key_is_one_run_whatever_the_later_input() -> None:
 def test_the_docs_example_runs() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "flow-control.md").read_text(encoding="utf-8")
     [example] = [
-        block for block in re.findall(r"```python\n(.*?)```", doc, re.S) if "idempotency_key" in block
+        block
+        for block in re.findall(r"```python\n(.*?)```", doc, re.S)
+        if "idempotency_key" in block and "start_flow(" in block
     ]
     exec(compile(example, "docs/flow-control.md", "exec"), {})
     assert len(runs()) == 1

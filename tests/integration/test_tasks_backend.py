@@ -153,7 +153,7 @@ def test_flags_of_the_backend() -> None:
     assert backend().supports_defer is True
     assert backend().supports_async_task is True
     assert backend().supports_get_result is True
-    assert backend().supports_priority is False
+    assert backend().supports_priority is True
 
 
 def test_aenqueue_and_aget_result() -> None:
@@ -222,20 +222,20 @@ def test_enqueue_returns_ready_even_when_a_worker_claims_the_task_at_once(
     ``enqueue`` returns is the one of the enqueue (READY, as Django's database backends return it)."""
     from pgflow_django import client
 
-    real_start = client.start_flow
+    real_start = client.start_flow_reporting
     claimed: list[int] = []
 
-    def start_then_claim_elsewhere(*args: Any, **kwargs: Any) -> uuid.UUID:
-        run_id = real_start(*args, **kwargs)
+    def start_then_claim_elsewhere(*args: Any, **kwargs: Any) -> tuple[uuid.UUID, bool]:
+        run_id, started = real_start(*args, **kwargs)
         cursor = committed.execute(  # what a worker's claim writes, from its own connection
             "update pgflow.step_tasks set status = 'started', started_at = now(), attempts_count = 1 "
             "where run_id = %s",
             [run_id],
         )
         claimed.append(cursor.rowcount)
-        return run_id
+        return run_id, started
 
-    monkeypatch.setattr(client, "start_flow", start_then_claim_elsewhere)
+    monkeypatch.setattr(client, "start_flow_reporting", start_then_claim_elsewhere)
     result = add.enqueue(5, 5)
     assert claimed == [0], "the run must not be visible to another connection before the read-back"
     assert result.status == status.READY
@@ -408,13 +408,6 @@ def test_a_queue_name_that_cannot_be_a_shared_queue_is_refused(queue: str, probl
 def test_a_queue_not_in_queues_is_refused() -> None:
     with pytest.raises(InvalidTask, match="nope"):
         add.using(queue_name="nope")
-
-
-def test_priority_is_refused() -> None:
-    with pytest.raises(InvalidTask, match="priority"):
-        add.using(priority=10)
-    with pytest.raises(InvalidTask, match="priority"):
-        task(priority=-5)(plain)
 
 
 def test_a_naive_run_after_is_refused() -> None:

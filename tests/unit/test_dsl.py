@@ -232,7 +232,7 @@ def test_effective_options_fill_in_the_flow_defaults() -> None:
     flow = build_orders()
     assert flow.options == FlowOptions(max_attempts=3, base_delay=1, timeout=60)
     assert flow.effective_options("charge") == StepOptions(
-        max_attempts=3, base_delay=1, timeout=30, start_delay=0
+        max_attempts=3, base_delay=1, timeout=30, start_delay=0, priority=0
     )
 
 
@@ -259,7 +259,7 @@ def test_get_step_by_function_or_slug() -> None:
 def test_shape_matches_the_documented_json() -> None:
     shape = build_orders().shape()
     assert shape == {
-        "options": {"max_attempts": 3, "base_delay": 1, "timeout": 60},
+        "options": {"max_attempts": 3, "base_delay": 1, "timeout": 60, "priority": 0},
         "queue_mode": "flow",
         "route": {step: "process_order" for step in ("validate", "charge", "notify", "summarize")},
         "steps": [
@@ -271,7 +271,13 @@ def test_shape_matches_the_documented_json() -> None:
                 "when_exhausted": "fail",
                 "required_input_pattern": None,
                 "forbidden_input_pattern": None,
-                "options": {"max_attempts": None, "base_delay": None, "timeout": None, "start_delay": None},
+                "options": {
+                    "max_attempts": None,
+                    "base_delay": None,
+                    "timeout": None,
+                    "start_delay": None,
+                    "priority": None,
+                },
             },
             {
                 "slug": "charge",
@@ -281,7 +287,13 @@ def test_shape_matches_the_documented_json() -> None:
                 "when_exhausted": "fail",
                 "required_input_pattern": None,
                 "forbidden_input_pattern": None,
-                "options": {"max_attempts": None, "base_delay": None, "timeout": 30, "start_delay": None},
+                "options": {
+                    "max_attempts": None,
+                    "base_delay": None,
+                    "timeout": 30,
+                    "start_delay": None,
+                    "priority": None,
+                },
             },
             {
                 "slug": "notify",
@@ -291,7 +303,13 @@ def test_shape_matches_the_documented_json() -> None:
                 "when_exhausted": "fail",
                 "required_input_pattern": None,
                 "forbidden_input_pattern": None,
-                "options": {"max_attempts": None, "base_delay": None, "timeout": None, "start_delay": None},
+                "options": {
+                    "max_attempts": None,
+                    "base_delay": None,
+                    "timeout": None,
+                    "start_delay": None,
+                    "priority": None,
+                },
             },
             {
                 "slug": "summarize",
@@ -301,7 +319,13 @@ def test_shape_matches_the_documented_json() -> None:
                 "when_exhausted": "fail",
                 "required_input_pattern": {"charge": {"captured": True}},
                 "forbidden_input_pattern": None,
-                "options": {"max_attempts": None, "base_delay": None, "timeout": None, "start_delay": None},
+                "options": {
+                    "max_attempts": None,
+                    "base_delay": None,
+                    "timeout": None,
+                    "start_delay": None,
+                    "priority": None,
+                },
             },
         ],
     }
@@ -310,7 +334,7 @@ def test_shape_matches_the_documented_json() -> None:
 
 def test_empty_flow_shape() -> None:
     assert Flow("empty", max_attempts=1, base_delay=0, timeout=1).shape() == {
-        "options": {"max_attempts": 1, "base_delay": 0, "timeout": 1},
+        "options": {"max_attempts": 1, "base_delay": 0, "timeout": 1, "priority": 0},
         "queue_mode": "flow",
         "route": {},
         "steps": [],

@@ -253,7 +253,7 @@ def test_shape_carries_step_mode_and_the_route_in_definition_order() -> None:
         ("deliver", "support__deliver"),
     ]
     assert shape["steps"] == base.shape()["steps"], "the DAG is the plain flow's own"
-    assert shape["options"] == {"max_attempts": 4, "base_delay": 2, "timeout": 30}
+    assert shape["options"] == {"max_attempts": 4, "base_delay": 2, "timeout": 30, "priority": 0}
     assert [step["slug"] for step in shape["steps"]] == list(shape["route"])
     assert base.shape()["queue_mode"] == "flow"
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 from rich.live import Live
 from rich.table import Table
 
+from pgflow_django.admin_lists import run_priority
 from pgflow_django.client import RunView, flow_not_found, get_run
 from pgflow_django.management.cli import (
     USAGE_ERROR,
@@ -179,6 +180,7 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
                 "run_id",
                 "flow_id",
                 "status",
+                "priority",
                 "remaining_steps",
                 "error_message",
                 "started_at",
@@ -194,7 +196,7 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
             console.print("no runs" + (" matching the filters" if flow or status else ""))
             return
         table = Table()
-        for column in ("run id", "flow", "status", "started", "duration", "steps left", "error"):
+        for column in ("run id", "flow", "status", "priority", "started", "duration", "steps left", "error"):
             table.add_column(column, overflow="fold", max_width=60 if column == "error" else None)
         for row in rows:
             finished = row["completed_at"] or row["failed_at"]
@@ -202,6 +204,7 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
                 str(row["run_id"]),
                 printable(row["flow_id"]),
                 status_text(row["status"]),
+                run_priority(row["priority"]),
                 _when(row["started_at"]),
                 format_seconds((finished - row["started_at"]).total_seconds()) if finished else "",
                 str(row["remaining_steps"]),
@@ -265,6 +268,7 @@ def _run_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "run_id": str(row["run_id"]),
         "flow_slug": row["flow_id"],
         "status": row["status"],
+        "priority": row["priority"],
         "remaining_steps": row["remaining_steps"],
         "error_message": row["error_message"],
         "started_at": row["started_at"],

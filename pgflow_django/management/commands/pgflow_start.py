@@ -18,6 +18,7 @@ from pgflow_django.management.cli import (
     interrupted_as,
     load_json_argument,
     positive_float,
+    priority,
     run_id,
 )
 from pgflow_django.management.progress import (
@@ -44,6 +45,7 @@ class Command(PgflowCommand):
     examples = """
   manage.py pgflow_start process_order --input '{"order_id": 42}'
   manage.py pgflow_start process_order --input @order.json --wait
+  manage.py pgflow_start process_order --input '{"order_id": 43}' --priority 50
   echo '[1, 2, 3]' | manage.py pgflow_start squares --input - --wait \\
       --timeout 60 --format json
   # the run id alone, for scripts
@@ -71,6 +73,12 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
             metavar="KEY",
             help="print the run an earlier start of this flow with KEY made instead of starting another",
         )
+        parser.add_argument(
+            "--priority",
+            type=priority,
+            metavar="N",
+            help="claim priority from -100 to 100, higher first (default: the steps' and the flow's own)",
+        )
         parser.add_argument("--wait", action="store_true", help="wait until the run completes or fails")
         parser.add_argument(
             "--timeout",
@@ -90,6 +98,7 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
             flow_input,
             run_id=options["run_id"],
             idempotency_key=options["idempotency_key"],
+            priority=options["priority"],
             using=self.using,
         )
         as_json = options["format"] == "json"

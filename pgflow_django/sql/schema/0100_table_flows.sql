@@ -10,7 +10,9 @@ create table pgflow.flows (
   queue_mode text not null default 'flow' constraint flows_queue_mode_check check (queue_mode in ('flow', 'step', 'routed')),
   -- a fresh number each time the flow is compiled (a replaced flow gets a new one): a worker keeps
   -- the generation it compiled against and its claim reads nothing once the row holds another
-  generation bigint not null generated always as identity
+  generation bigint not null generated always as identity,
+  -- the priority of a run started without one (a step's own opt_priority comes first)
+  opt_priority smallint not null default 0 check (opt_priority between -100 and 100)
 );
 
 -- PGMQ lowercases table names: flows differing only in case would share a queue.

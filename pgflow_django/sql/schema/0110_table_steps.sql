@@ -14,6 +14,8 @@ create table pgflow.steps (
   when_exhausted text not null default 'fail' check (when_exhausted in ('fail', 'skip', 'skip-cascade')),
   created_at timestamptz not null default clock_timestamp(),
   queue_name text not null constraint steps_queue_name_check check (pgflow.is_valid_queue_name(queue_name)),
+  -- the priority of this step's tasks in a run started without one (NULL: the flow's opt_priority)
+  opt_priority smallint check (opt_priority between -100 and 100),
   primary key (flow_slug, step_slug),
   unique (flow_slug, step_index),
   check (step_type <> 'map' or deps_count <= 1)

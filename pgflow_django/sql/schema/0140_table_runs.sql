@@ -14,6 +14,9 @@ create table pgflow.runs (
   not_before timestamptz,
   -- the W3C trace context (traceparent, tracestate) of the code that started the run, when traced
   trace_context jsonb,
+  -- the priority the run was started with (-100..100; higher is claimed first), or NULL: its steps'
+  -- and its flow's defaults apply (pgflow.start_ready_steps sends it in each message's headers)
+  priority smallint check (priority between -100 and 100),
   check (completed_at is null or status = 'completed'),
   check (failed_at is null or status = 'failed')
 );

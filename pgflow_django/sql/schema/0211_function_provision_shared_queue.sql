@@ -50,6 +50,7 @@ begin
       execute format(
         'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
         pgmq.format_table_name(v_queue, 'q'));
+      perform pgflow.index_queue_priority(v_queue);
     end if;
     return;
   end if;
@@ -64,5 +65,6 @@ begin
   execute format(
     'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
     pgmq.format_table_name(v_queue, 'q'));
+  perform pgflow.index_queue_priority(v_queue);
 end;
 $$;

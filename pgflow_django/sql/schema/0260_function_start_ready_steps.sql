@@ -2,6 +2,8 @@
 -- runs: creates its tasks and sends their messages to the step's persisted queue, one PGMQ batch per
 -- queue and start delay (the step's start_delay, or what remains of a delayed run's not_before);
 -- each task stores that queue as its immutable snapshot. No queue DDL here.
+-- A task's priority (the run's, else its step's default, else its flow's) travels in its message's
+-- headers, {"priority": N}; a priority of 0 sends no headers (pgflow.message_priority reads 0).
 -- The n-th id returned by send_batch belongs to the n-th message sent.
 create or replace function pgflow.start_ready_steps(run_ids uuid[])
 returns void
@@ -15,25 +17,29 @@ begin
   with started as (
     update pgflow.step_states as ss
        set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
-      from pgflow.runs as r, pgflow.steps as s
+      from pgflow.runs as r, pgflow.steps as s, pgflow.flows as f
      where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
        and ss.initial_tasks > 0
        and r.run_id = ss.run_id and r.status = 'started'
        and s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+       and f.flow_slug = ss.flow_slug
     returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks,
               greatest(coalesce(s.opt_start_delay, 0),
                        coalesce(ceil(extract(epoch from r.not_before - clock_timestamp()))::integer, 0)) as start_delay,
-              s.queue_name
+              s.queue_name, coalesce(r.priority, s.opt_priority, f.opt_priority) as priority
   ), messages as (
     select st.queue_name, st.start_delay,
            jsonb_build_object('flow_slug', st.flow_slug, 'run_id', st.run_id,
-                              'step_slug', st.step_slug, 'task_index', i) as message
+                              'step_slug', st.step_slug, 'task_index', i) as message,
+           case when st.priority <> 0 then jsonb_build_object('priority', st.priority) end as headers
       from started as st
      cross join lateral generate_series(0, st.initial_tasks - 1) as i
   )
-  select jsonb_agg(jsonb_build_object('queue_name', m.queue_name, 'start_delay', m.start_delay, 'messages', m.messages))
+  select jsonb_agg(jsonb_build_object('queue_name', m.queue_name, 'start_delay', m.start_delay, 'messages', m.messages,
+                                       'headers', m.headers))
     into v_batches
-    from (select queue_name, start_delay, jsonb_agg(message) as messages
+    from (select queue_name, start_delay, jsonb_agg(message) as messages,
+                 case when bool_or(headers is not null) then jsonb_agg(headers) end as headers
             from messages group by queue_name, start_delay) as m;
 
   if v_batches is null then
@@ -41,7 +47,8 @@ begin
   end if;
 
   for v_batch in
-    select b->>'queue_name' as queue_name, (b->>'start_delay')::integer as start_delay, b->'messages' as messages
+    select b->>'queue_name' as queue_name, (b->>'start_delay')::integer as start_delay, b->'messages' as messages,
+           nullif(b->'headers', 'null'::jsonb) as headers
       from jsonb_array_elements(v_batches) as b
   loop
     -- rows from pairs the n-th message with the n-th id by position: no join to plan, so a large map
@@ -54,6 +61,8 @@ begin
              pgmq.send_batch(
                v_batch.queue_name,
                array(select e from jsonb_array_elements(v_batch.messages) as e),
+               case when v_batch.headers is not null
+                    then array(select nullif(h, 'null'::jsonb) from jsonb_array_elements(v_batch.headers) as h) end,
                v_batch.start_delay)
            ) as m(message, msg_id);
   end loop;

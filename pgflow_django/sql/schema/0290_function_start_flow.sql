@@ -1,6 +1,7 @@
--- One run of start_flows: the same checks, an optional run id and start delay (seconds).
+-- One run of start_flows: the same checks, an optional run id, start delay (seconds) and priority.
 create or replace function pgflow.start_flow(
-  flow_slug text, input jsonb, run_id uuid default null, start_delay integer default null
+  flow_slug text, input jsonb, run_id uuid default null, start_delay integer default null,
+  priority integer default null
 )
 returns setof pgflow.runs
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -12,6 +13,6 @@ begin
   end if;
   return query select * from pgflow.start_flows(flow_slug, jsonb_build_array(input),
                                                 case when run_id is null then null else array[run_id] end,
-                                                start_delay);
+                                                start_delay, priority);
 end;
 $$;

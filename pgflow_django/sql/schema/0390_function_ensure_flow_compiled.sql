@@ -216,14 +216,15 @@ begin
       select f.flow_slug, o.key, o.old_value, (v_options->>o.key)::integer as new_value
         from pgflow.flows as f
        cross join lateral (values ('max_attempts', f.opt_max_attempts), ('base_delay', f.opt_base_delay),
-                                  ('timeout', f.opt_timeout)) as o(key, old_value)
+                                  ('timeout', f.opt_timeout), ('priority', f.opt_priority::integer)) as o(key, old_value)
        where f.flow_slug = ensure_flow_compiled.flow_slug and v_options ? o.key
          and (v_options->>o.key)::integer is distinct from o.old_value
     ), flow_update as (
       update pgflow.flows as f
          set opt_max_attempts = coalesce((v_options->>'max_attempts')::integer, f.opt_max_attempts),
              opt_base_delay = coalesce((v_options->>'base_delay')::integer, f.opt_base_delay),
-             opt_timeout = coalesce((v_options->>'timeout')::integer, f.opt_timeout)
+             opt_timeout = coalesce((v_options->>'timeout')::integer, f.opt_timeout),
+             opt_priority = coalesce((v_options->>'priority')::integer, f.opt_priority)
        where f.flow_slug = ensure_flow_compiled.flow_slug and exists (select 1 from flow_opts)
       returning 1
     ), step_opts as (
@@ -231,14 +232,16 @@ begin
         from jsonb_array_elements(shape->'steps') as x(e)
         join pgflow.steps as s on s.flow_slug = ensure_flow_compiled.flow_slug and s.step_slug = x.e->>'slug'
        cross join lateral (values ('max_attempts', s.opt_max_attempts), ('base_delay', s.opt_base_delay),
-                                  ('timeout', s.opt_timeout), ('start_delay', s.opt_start_delay)) as o(key, old_value)
+                                  ('timeout', s.opt_timeout), ('start_delay', s.opt_start_delay),
+                                  ('priority', s.opt_priority::integer)) as o(key, old_value)
        where (x.e->'options'->>o.key)::integer is distinct from o.old_value
     ), step_update as (
       update pgflow.steps as s
          set opt_max_attempts = (x.e->'options'->>'max_attempts')::integer,
              opt_base_delay = (x.e->'options'->>'base_delay')::integer,
              opt_timeout = (x.e->'options'->>'timeout')::integer,
-             opt_start_delay = (x.e->'options'->>'start_delay')::integer
+             opt_start_delay = (x.e->'options'->>'start_delay')::integer,
+             opt_priority = (x.e->'options'->>'priority')::integer
         from jsonb_array_elements(shape->'steps') as x(e)
        where s.flow_slug = ensure_flow_compiled.flow_slug and s.step_slug = x.e->>'slug'
          and exists (select 1 from step_opts as so where so.step_slug = s.step_slug)
@@ -285,6 +288,13 @@ begin
       case when v_mode = 'routed' then v_route->>(v_step->>'slug') end
     );
   end loop;
+  -- priority defaults are runtime options kept beside create_flow's and add_step's
+  update pgflow.flows as f set opt_priority = (v_options->>'priority')::integer
+   where f.flow_slug = ensure_flow_compiled.flow_slug and v_options->>'priority' is not null;
+  update pgflow.steps as s set opt_priority = (x.e->'options'->>'priority')::integer
+    from jsonb_array_elements(shape->'steps') as x(e)
+   where s.flow_slug = ensure_flow_compiled.flow_slug and s.step_slug = x.e->>'slug'
+     and x.e->'options'->>'priority' is not null;
   return jsonb_build_object('status', v_status, 'differences', coalesce(to_jsonb(v_differences), '[]'::jsonb),
                             'options_updated', '[]'::jsonb,
                             'generation', (select f.generation from pgflow.flows as f

@@ -1,5 +1,6 @@
 -- Retries a failed (or cancelled) run from where it failed, in place: its completed steps and tasks
--- keep their outputs; every failed or cancelled task is queued again with a new message, its step is
+-- keep their outputs; every failed or cancelled task is queued again with a new message (with the
+-- task's priority in its headers, as pgflow.start_ready_steps sends it), its step is
 -- started again, and the run is started again so its dependents follow. Returns the number of tasks
 -- queued again. The run's and steps' errors are cleared (the admin's Retry action logs the run's
 -- error first); each task keeps its attempt_errors.
@@ -72,8 +73,14 @@ begin
            array_agg(t.task_index order by t.step_slug, t.task_index) as indexes,
            array_agg(jsonb_build_object('flow_slug', t.flow_slug, 'run_id', t.run_id,
                                         'step_slug', t.step_slug, 'task_index', t.task_index)
-                     order by t.step_slug, t.task_index) as messages
+                     order by t.step_slug, t.task_index) as messages,
+           array_agg(case when coalesce(r.priority, s.opt_priority, f.opt_priority) <> 0
+                          then jsonb_build_object('priority', coalesce(r.priority, s.opt_priority, f.opt_priority)) end
+                     order by t.step_slug, t.task_index) as headers
       from pgflow.step_tasks as t
+      join pgflow.runs as r on r.run_id = t.run_id
+      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+      join pgflow.flows as f on f.flow_slug = t.flow_slug
      where t.run_id = retry_run.run_id and t.status in ('failed', 'cancelled')
      group by t.queue_name
      order by t.queue_name
@@ -84,7 +91,7 @@ begin
            queued_at = clock_timestamp(), requeued_count = 0, last_requeued_at = null,
            permanently_stalled_at = null
       from unnest(v_batch.steps, v_batch.indexes) with ordinality as k(step_slug, task_index, n)
-      join pgmq.send_batch(v_batch.queue_name, array(select unnest(v_batch.messages)), 0)
+      join pgmq.send_batch(v_batch.queue_name, array(select unnest(v_batch.messages)), v_batch.headers, 0)
            with ordinality as sent(msg_id, n) on sent.n = k.n
      where t.run_id = retry_run.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index;
     v_count := v_count + cardinality(v_batch.steps);
