@@ -26,13 +26,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,7 @@ class Cost:
     """Database CPU and WAL of a window of runs started and worked."""
 
     flow: str
+    worker_args: str
     runs: int
     tasks: int
     seconds: float
@@ -119,6 +122,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=None, help="runs per CPU/WAL/storage window (2,000)")
     parser.add_argument("--database", default="pgflow_bench_capacity")
     parser.add_argument("--no-pooler", action="store_true", help="skip the PgBouncer connection count")
+    parser.add_argument(
+        "--worker-args",
+        default="",
+        help="pgflow_worker arguments of the CPU/WAL worker, e.g. '--concurrency 50 --batch-size 50' "
+        "(default: the worker's defaults)",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--drop", action="store_true", help="drop the bench database at the end")
     return parser.parse_args(argv)
@@ -214,46 +223,68 @@ def count_connections(
     *,
     flow: str,
     steps: Sequence[str] = ("",),
-    worker_url: str | None = None,
+    workers: int = 1,
     settings: str = "bench.settings",
-    pooler_pid: int | None = None,
+    pooler: Pooler | None = None,
     runs: int,
     log_dir: Path,
 ) -> list[Connections]:
-    """One worker per entry of ``steps`` ("" = the whole flow); each one's sessions, sampled every
-    20 ms during a drain of ``runs`` runs and once idle afterwards."""
+    """``workers`` workers per entry of ``steps`` ("" = the whole flow); the sessions of each one (or,
+    through ``pooler``, each one's client connections to it and the server connections it opened),
+    sampled every 20 ms during a drain of ``runs`` runs and once idle afterwards."""
     found: list[Connections] = []
     with connect(url, "pgflow bench capacity") as conn, RssSampler() as sampler, ExitStack() as stack:
         server_port = int(conn.info.port)
+        probes: list[tuple[str, str, Callable[[], dict[str, int]]]] = []
         groups = []
         for step in steps:
             args = ["--no-scheduler", *(["--step", step] if step else [])]
             group = stack.enter_context(
                 WorkerGroup(
-                    url=worker_url or url,
+                    url=pooler.url if pooler else url,
                     flow_slug=flow,
-                    count=1,
+                    count=workers,
                     log_dir=log_dir / f"{scenario}-{step or 'flow'}",
                     sampler=sampler,
                     extra_args=args,
                     settings_module=settings,
                 )
             )
-            groups.append((step, group, " ".join(args)))
+            groups.append((step, group))
+            label = scenario + (f" (step {step})" if step else "")
+            for number, pid in enumerate(group.pids, 1):
+                name = label + (f", worker {number}" if workers > 1 else "")
+                if pooler is None:
+                    probes.append((name, " ".join(args), partial(_sessions_of, conn, [pid], server_port)))
+                else:
+                    probes.append(
+                        (
+                            name + ": client connections to PgBouncer",
+                            " ".join(args),
+                            partial(_clients_of, pid, pooler.port),
+                        )
+                    )
+        if pooler is not None:
+            probes.append(
+                (
+                    f"{scenario}: PgBouncer's server connections, all {workers} workers",
+                    "",
+                    partial(_sessions_of, conn, [pooler.pid], server_port),
+                )
+            )
         queue_of = dict(
             conn.execute(
                 "select step_slug, queue_name from pgflow.steps where flow_slug = %s", [flow]
             ).fetchall()
         )
-        for step, group, _ in groups:
+        for step, group in groups:
             wait_registered(conn, group, queue_of[step] if step else flow)
         start(conn, flow, runs)
         peaks: dict[int, dict[str, int]] = {}
         deadline = time.monotonic() + 300
         while True:
-            for index, (_, group, _) in enumerate(groups):
-                pids = [pooler_pid] if pooler_pid is not None else group.pids
-                seen = sessions(conn, local_ports(pids, server_port))
+            for index, (_, _, probe) in enumerate(probes):
+                seen = probe()
                 if sum(seen.values()) > sum(peaks.get(index, {}).values()):
                     peaks[index] = seen
             row = conn.execute(
@@ -261,32 +292,47 @@ def count_connections(
             ).fetchone()
             if row is not None and not row[0]:
                 break
-            for _, group, _ in groups:
+            for _, group in groups:
                 group.check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"runs of {flow} still running")
             time.sleep(0.02)
         time.sleep(1.0)
-        for index, (step, group, args) in enumerate(groups):
-            pids = [pooler_pid] if pooler_pid is not None else group.pids
-            idle = sessions(conn, local_ports(pids, server_port))
+        for index, (name, shown, probe) in enumerate(probes):
             peak = peaks.get(index, {})
             found.append(
                 Connections(
-                    scenario=scenario + (f" (step {step})" if step else ""),
-                    worker_args=args,
+                    scenario=name,
+                    worker_args=shown,
                     peak=sum(peak.values()),
-                    idle=sum(idle.values()),
+                    idle=sum(probe().values()),
                     by_role=peak,
                 )
             )
     return found
 
 
+def _sessions_of(conn: psycopg.Connection[Any], pids: Sequence[int], server_port: int) -> dict[str, int]:
+    return sessions(conn, local_ports(pids, server_port))
+
+
+def _clients_of(pid: int, pooler_port: int) -> dict[str, int]:
+    return {"client connections": len(local_ports([pid], pooler_port))}
+
+
+@dataclass(frozen=True)
+class Pooler:
+    """A running PgBouncer: the bench database's URL through it, its pid and port."""
+
+    url: str
+    pid: int
+    port: int
+
+
 @contextmanager
-def pgbouncer(url: str) -> Iterator[tuple[str, int] | None]:
-    """A transaction-pooling PgBouncer in front of the bench server: (its URL of the bench database,
-    its pid), or None when pgbouncer is not installed."""
+def pgbouncer(url: str) -> Iterator[Pooler | None]:
+    """A transaction-pooling PgBouncer in front of the bench server, or None when pgbouncer is not
+    installed."""
     from tests.support.pgbouncer import PgBouncer, executable
 
     try:
@@ -299,7 +345,7 @@ def pgbouncer(url: str) -> Iterator[tuple[str, int] | None]:
     bouncer = PgBouncer(host, int(info.get("port") or 5432), str(info.get("user") or "postgres"), POOLER_SIZE)
     try:
         assert bouncer.process is not None
-        yield bouncer.url(url), bouncer.process.pid
+        yield Pooler(bouncer.url(url), bouncer.process.pid, bouncer.port)
     finally:
         bouncer.close()
 
@@ -311,7 +357,9 @@ def other_commits(conn: psycopg.Connection[Any]) -> int:
     return int(row[0]) if row else 0
 
 
-def cost(url: str, slug: str, tasks_per_run: int, runs: int, log_dir: Path) -> Cost:
+def cost(
+    url: str, slug: str, tasks_per_run: int, runs: int, log_dir: Path, worker_args: Sequence[str]
+) -> Cost:
     """CPU and WAL of ``runs`` runs started (100 per call) while one default worker works them, after
     a warm-up drain that opens every session the window uses."""
     with connect(url, "pgflow bench capacity") as conn, RssSampler() as sampler:
@@ -321,7 +369,7 @@ def cost(url: str, slug: str, tasks_per_run: int, runs: int, log_dir: Path) -> C
             count=1,
             log_dir=log_dir / f"cost-{slug}",
             sampler=sampler,
-            extra_args=["--no-scheduler"],
+            extra_args=["--no-scheduler", *worker_args],
         )
         with group:
             wait_registered(conn, group, slug)
@@ -349,6 +397,7 @@ def cost(url: str, slug: str, tasks_per_run: int, runs: int, log_dir: Path) -> C
                 raise RuntimeError(f"{row[2]} runs of {slug} did not complete")
             return Cost(
                 flow=slug,
+                worker_args=" ".join(worker_args) or "defaults",
                 runs=runs,
                 tasks=runs * tasks_per_run,
                 seconds=round(float(row[1]), 3),
@@ -423,12 +472,13 @@ def report(result: dict[str, Any]) -> None:
     for c in result["connections"]:
         roles = ", ".join(f"{name} {n}" for name, n in sorted(c["by_role"].items()))
         print(f"  {c['scenario']}: peak {c['peak']}, idle {c['idle']}  [{roles}]")
-    print("database CPU and WAL per task (runs started while one default worker runs)")
+    print("database CPU and WAL per task (runs started while one worker runs)")
     for c in result["costs"]:
         cpu = "n/a" if c["cpu_ms_per_task"] is None else f"{c['cpu_ms_per_task']:.3f} ms"
         per_core = "n/a" if c["tasks_per_core_second"] is None else f"{c['tasks_per_core_second']}"
         print(
-            f"  {c['flow']}: {c['tasks']} tasks in {c['seconds']} s ({c['tasks_per_second']} tasks/s); "
+            f"  {c['flow']} (worker: {c['worker_args']}): {c['tasks']} tasks in {c['seconds']} s "
+            f"({c['tasks_per_second']} tasks/s); "
             f"backend CPU {cpu} per task = {per_core} tasks/s per database core; "
             f"WAL {c['wal_bytes_per_task']} B per task, {c['wal_bytes_per_run']} B per run"
             f" (other databases committed {c['other_commits']} transactions meanwhile)"
@@ -476,17 +526,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if pooled is not None:
                     connections += count_connections(
                         url,
-                        "plain worker through PgBouncer (transaction mode): server connections",
+                        f"plain workers through PgBouncer (transaction mode, pool of {POOLER_SIZE})",
                         flow="bench_touch",
-                        worker_url=pooled[0],
+                        workers=3,
                         settings="bench.pooler_settings",
-                        pooler_pid=pooled[1],
+                        pooler=pooled,
                         runs=count,
                         log_dir=log_dir,
                     )
         costs = [
-            cost(url, "bench_one", 1, runs, log_dir),
-            cost(url, "bench_chain", 3, max(runs // 3, 10), log_dir),
+            cost(url, "bench_one", 1, runs, log_dir, shlex.split(args.worker_args)),
+            cost(url, "bench_chain", 3, max(runs // 3, 10), log_dir, shlex.split(args.worker_args)),
         ]
         stored = [storage(url, "bench_one", runs, log_dir), storage(url, "bench_five", runs, log_dir)]
         result = {
