@@ -178,7 +178,7 @@ def wait_done(conn: psycopg.Connection[Any], slug: str, group: WorkerGroup, time
 
 
 def wait_registered(
-    conn: psycopg.Connection[Any], group: WorkerGroup, queue: str, timeout: float = 60
+    conn: psycopg.Connection[Any], group: WorkerGroup, queue: str, timeout: float = 300
 ) -> None:
     """Until the group's workers have live rows on ``queue`` (asked on the bench's direct session)."""
     deadline = time.monotonic() + timeout
