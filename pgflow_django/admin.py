@@ -4,6 +4,8 @@ Nothing here writes a pgflow table: every field is read-only and add, change and
 The two run actions call the SQL API: cancel through ``pgflow_django.cancel_run`` (the path of
 ``manage.py pgflow_cancel``), re-run through ``pgflow.rerun``; both are recorded in Django's admin log.
 Schedules (``pgflow_django.schedules.admin``) are paused, resumed and triggered through their API.
+Every page reads, and every action writes, the database ``admin_database`` chooses
+(``PGFLOW["ADMIN_DATABASE"]``, reads through the project's routers).
 
 Django's admin refuses to register models with a composite primary key (``Step``, ``StepState``,
 ``StepTask``), so steps and step states are tables on their flow's and run's pages, and the step
@@ -17,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.db import DatabaseError, connection, models, transaction
+from django.db import DatabaseError, connections, models, transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
@@ -26,7 +28,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from pgflow_django import admin_dashboard, admin_lists, dag, operations, queries
-from pgflow_django.admin_lists import clock, short_id, took, when
+from pgflow_django.admin_database import AdminDatabaseMixin, database_of, read_database, write_database
+from pgflow_django.admin_lists import FlowFilter, clock, short_id, took, when
 from pgflow_django.admin_permissions import NoEditsMixin
 from pgflow_django.client import CancelResult, RetryRefused, RunNotFound, cancel_run, retry_run
 from pgflow_django.models import Dep, Flow, Run, Schedule, Step, StepState, StepTask, Worker
@@ -45,8 +48,9 @@ else:  # ModelAdmin is not subscriptable at run time
     _FlowAdmin = _RunAdmin = _StepTaskAdmin = _WorkerAdmin = admin.ModelAdmin
 
 
-class ReadOnlyAdminMixin(NoEditsMixin):
-    """No add, change or delete; every field read-only; the pgflow admin stylesheet."""
+class ReadOnlyAdminMixin(AdminDatabaseMixin, NoEditsMixin):
+    """No add, change or delete; every field read-only; the pgflow admin stylesheet; rows read from
+    the admin's database."""
 
     class Media:
         css = {"all": (admin_lists.CSS,)}
@@ -168,7 +172,9 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
     def pause_flows(self, request: HttpRequest, queryset: QuerySet[Flow]) -> None:
         who = request.user.get_username()
         for flow in queryset.order_by("flow_slug"):
-            pause = operations.pause(flow.flow_slug, detail=f"paused in the admin by {who}")
+            pause = operations.pause(
+                flow.flow_slug, detail=f"paused in the admin by {who}", using=write_database()
+            )
             text = f"Paused flow {flow.flow_slug} ({pause.reason}): its workers stop at their next heartbeat."
             self.log_change(request, flow, text)
             self.message_user(request, text, messages.SUCCESS)
@@ -176,7 +182,7 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
     @admin.action(description="Resume the workers of selected flows", permissions=["pause_flows"])
     def resume_flows(self, request: HttpRequest, queryset: QuerySet[Flow]) -> None:
         for flow in queryset.order_by("flow_slug"):
-            cleared = operations.resume(flow.flow_slug)
+            cleared = operations.resume(flow.flow_slug, using=write_database())
             if cleared is None:
                 self.message_user(request, f"Flow {flow.flow_slug} was not paused.", messages.WARNING)
                 continue
@@ -192,7 +198,7 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
 
     @admin.display(description="steps")
     def step_count(self, obj: Flow) -> int:
-        return Step.objects.filter(flow_id=obj.flow_slug).count()
+        return Step.objects.using(database_of(obj)).filter(flow_id=obj.flow_slug).count()
 
     @admin.display(description="DAG")
     def dag_picture(self, obj: Flow) -> SafeString:
@@ -201,7 +207,8 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
     @admin.display(description="steps")
     def steps_table(self, obj: Flow) -> SafeString:
         deps: dict[str, list[str]] = {}
-        for dep in Dep.objects.filter(flow_id=obj.flow_slug).order_by("dep_slug"):
+        database = database_of(obj)
+        for dep in Dep.objects.using(database).filter(flow_id=obj.flow_slug).order_by("dep_slug"):
             deps.setdefault(dep.step_slug, []).append(dep.dep_slug)
         rows = [
             (
@@ -217,22 +224,31 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
                 step.when_unmet,
                 step.when_exhausted,
             )
-            for step in Step.objects.filter(flow_id=obj.flow_slug).order_by("step_index")
+            for step in Step.objects.using(database).filter(flow_id=obj.flow_slug).order_by("step_index")
         ]
         headers = ("#", "step", "type", "queue", "depends on", "options", "when_unmet", "when_exhausted")
         return _table(headers, rows, "pgflow-steps")
 
 
 def _rerun(run_id: uuid.UUID) -> Any:
-    with transaction.atomic(), connection.cursor() as cursor:
+    database = write_database()
+    with transaction.atomic(using=database), connections[database].cursor() as cursor:
         return queries.value(cursor, queries.RERUN, [run_id])
+
+
+def _cancel(run_id: uuid.UUID) -> CancelResult:
+    return cancel_run(run_id, using=write_database())
+
+
+def _retry(run_id: uuid.UUID) -> int:
+    return retry_run(run_id, using=write_database())
 
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     list_display = ("short_run", "flow", "status", "priority_shown", "started", "finished", "duration")
     list_display_links = ("short_run",)
-    list_filter = ("status", "flow")
+    list_filter = ("status", ("flow", FlowFilter))
     search_fields = ("run_id",)
     date_hierarchy = "started_at"
     ordering = ("-started_at",)
@@ -295,9 +311,11 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
 
     @admin.display(description="step states")
     def step_states_table(self, obj: Run) -> SafeString:
-        states = {s.step_slug: s for s in StepState.objects.filter(run_id=obj.run_id)}
+        database = database_of(obj)
+        states = {s.step_slug: s for s in StepState.objects.using(database).filter(run_id=obj.run_id)}
         order = list(
-            Step.objects.filter(flow_id=obj.flow_id)
+            Step.objects.using(database)
+            .filter(flow_id=obj.flow_id)
             .order_by("step_index")
             .values_list("step_slug", flat=True)
         )
@@ -371,7 +389,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
                 return True, f"Cancelled run {run.run_id} via pgflow.cancel_run."
             return False, f"Run {run.run_id} was not cancelled: its status is {result.status}."
 
-        self._act(request, queryset, cancel_run, describe)
+        self._act(request, queryset, _cancel, describe)
 
     @admin.action(description="Retry selected failed runs from where they failed", permissions=["retry_runs"])
     def retry_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
@@ -382,7 +400,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
                 f"it had failed with: {failure}"
             )
 
-        self._act(request, queryset, retry_run, describe)
+        self._act(request, queryset, _retry, describe)
 
     @admin.action(description="Re-run selected finished runs", permissions=["rerun_runs"])
     def rerun_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
@@ -420,7 +438,7 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
         "message_id_text",
     )
     list_display_links = None
-    list_filter = ("status", "flow", "queue_name", "step_slug")
+    list_filter = ("status", ("flow", FlowFilter), "queue_name", "step_slug")
     search_fields = ("run_id", "message_id", "queue_name")
     actions = None
     list_per_page = 100
@@ -435,7 +453,7 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[StepTask]:
         """Each task's step position in its flow, so a run's tasks list in step order, then index."""
         position = Step.objects.filter(flow_id=OuterRef("flow_id"), step_slug=OuterRef("step_slug"))
-        tasks = StepTask.objects.annotate(
+        tasks = StepTask.objects.using(read_database(StepTask)).annotate(
             step_position=Subquery(position.values("step_index")), task_priority=admin_lists.task_priority()
         )
         return tasks.order_by(*self.get_ordering(request))
@@ -525,7 +543,7 @@ class WorkerAdmin(ReadOnlyAdminMixin, _WorkerAdmin):
     def paused(self, obj: Worker) -> str:
         """The pauses holding the worker's subscriptions (its support set: a plain flow's steps, one
         step of a step-queued flow, a shared queue's routed steps), as the worker itself sees them."""
-        with connection.cursor() as cursor:
+        with connections[database_of(obj)].cursor() as cursor:
             pauses = queries.fetch_all(cursor, queries.WORKER_PAUSES, {"id": obj.worker_id})
         return ", ".join(f"{p.flow_slug} {p.step_slug or '(flow)'}: {p.reason}" for p in pauses) or "-"
 

@@ -2,9 +2,9 @@
 
 Panels: runs started/completed/failed per minute over the last hour for each flow (SVG charts), the
 depth and oldest message age of each queue the flows use, live workers and the steps each runs, paused
-subscriptions, and stalled tasks. One bounded statement per panel (``queries.DASHBOARD_*``,
-``FLOW_QUEUE_DEPTHS``, ``ALL_PAUSES``); the page reloads with a ``<meta http-equiv="refresh">``, so
-there is no JavaScript.
+subscriptions, and stalled tasks, of the admin's database (``admin_database``). One bounded
+statement per panel (``queries.DASHBOARD_*``, ``FLOW_QUEUE_DEPTHS``, ``ALL_PAUSES``); the page
+reloads with a ``<meta http-equiv="refresh">``, so there is no JavaScript.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.db import connection
+from django.db import connections
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -25,6 +25,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from pgflow_django import queries
+from pgflow_django.admin_database import read_database
 from pgflow_django.admin_lists import short_id, when
 from pgflow_django.dag import duration_text
 from pgflow_django.diagrams import rates
@@ -128,8 +129,8 @@ def _stalled(cursor: Any) -> Panel:
 
 
 def panels(now: datetime) -> list[Panel]:
-    """Every panel, each from its own statement."""
-    with connection.cursor() as cursor:
+    """Every panel, each from its own statement, on the admin's database."""
+    with connections[read_database()].cursor() as cursor:
         return [_rates(cursor, now), _queues(cursor), _workers(cursor), _pauses(cursor), _stalled(cursor)]
 
 

@@ -1,5 +1,6 @@
-"""Cells and filters of the admin's lists: short ids, times to the second, durations, and the
-default filters that hide Django task flows and stopped workers until asked for."""
+"""Cells and filters of the admin's lists: short ids, times to the second, durations, the default
+filters that hide Django task flows and stopped workers until asked for, and the flow filter that
+lists the flows of the admin's database."""
 
 from __future__ import annotations
 
@@ -10,19 +11,21 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import Exists, F, OuterRef, QuerySet, Subquery
+from django.db.models import Exists, F, Field, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from pgflow_django.admin_database import read_database
 from pgflow_django.dag import elapsed
 from pgflow_django.models import Flow, Step, Worker
 from pgflow_django.slugs import TASK_FLOW_SLUG_REGEX, TASK_STEP_SLUG
 
 if TYPE_CHECKING:
     from django.contrib.admin.filters import _ListFilterChoices
+    from django.utils.functional import _StrPromise
 
 SHORT_ID = 8
 """Characters of a UUID shown in a list; the rest stays in the page for hover and copy."""
@@ -160,3 +163,16 @@ class WorkerStateFilter(_DefaultingFilter):
         if self.value() == "all":
             return queryset
         return queryset.filter(stopped_at__isnull=self.value() != "stopped")
+
+
+class FlowFilter(admin.RelatedFieldListFilter):
+    """The flow filter of runs and tasks, its choices read where the list is (Django's own filter
+    reads them from the default database, whichever database the list shows)."""
+
+    def field_choices(
+        self, field: Field[Any, Any], request: HttpRequest, model_admin: Any
+    ) -> list[tuple[str, str | _StrPromise]]:
+        slugs = (
+            Flow.objects.using(read_database(Flow)).order_by("flow_slug").values_list("flow_slug", flat=True)
+        )
+        return [(slug, slug) for slug in slugs]

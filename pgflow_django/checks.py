@@ -25,6 +25,7 @@ Ids:
 - ``pgflow.E040`` ``PGFLOW['LISTEN_DATABASE']`` is not a ``DATABASES`` alias; ``pgflow.W040`` with
   ``PGFLOW['POOLER'] = 'transaction'``, an alias pgflow uses asks psycopg for prepared statements
   (``OPTIONS['prepare_threshold']``), which break behind a transaction pooler;
+- ``pgflow.E041`` ``PGFLOW['ADMIN_DATABASE']`` is not a ``DATABASES`` alias;
 - ``pgflow.W001`` pgflow migrations not applied (database check; a warning, because deploy scripts often
   run ``check --database default`` before ``migrate``; not raised while ``migrate`` itself runs the
   checks).
@@ -165,12 +166,15 @@ def _one_flow(item: Registration) -> Iterable[checks.CheckMessage]:
 
 def pgflow_aliases() -> list[str]:
     """The database aliases pgflow works on: ``default`` (unless a router keeps pgflow's migrations
-    off it) and the ``DATABASE`` of every configured ``PgflowTaskBackend``, read from settings so
-    that a broken backend cannot hide the finding."""
+    off it), ``PGFLOW['ADMIN_DATABASE']`` and the ``DATABASE`` of every configured
+    ``PgflowTaskBackend``, read from settings so that a broken backend cannot hide the finding."""
     from django.conf import settings
     from django.db import router
 
     aliases = ["default"] if router.allow_migrate("default", "pgflow") else []
+    admin_alias = (getattr(settings, "PGFLOW", None) or {}).get("ADMIN_DATABASE", "default")
+    if admin_alias not in aliases and admin_alias in connections.settings:
+        aliases.append(str(admin_alias))
     tasks = getattr(settings, "TASKS", None)
     for config in tasks.values() if isinstance(tasks, dict) else ():
         if isinstance(config, dict) and config.get("BACKEND") == TASK_BACKEND_PATH:
@@ -206,7 +210,7 @@ def check_install(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> li
 
 @checks.register("pgflow")
 def check_pooler(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """``POOLER`` and ``LISTEN_DATABASE`` against ``DATABASES``, from settings alone."""
+    """``POOLER``, ``LISTEN_DATABASE`` and ``ADMIN_DATABASE`` against ``DATABASES``, from settings alone."""
     from django.core.exceptions import ImproperlyConfigured
 
     from pgflow_django.conf import get_settings
@@ -224,6 +228,15 @@ def check_pooler(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> lis
                 hint="name the alias of a direct connection (not through a transaction pooler) to the "
                 "workers' database, or remove the key",
                 id="pgflow.E040",
+            )
+        )
+    if conf.admin_database not in connections.settings:
+        messages.append(
+            checks.Error(
+                f"PGFLOW['ADMIN_DATABASE'] is {conf.admin_database!r}, which DATABASES does not have "
+                f"({', '.join(sorted(connections.settings))})",
+                hint="name the alias of the pgflow database the admin manages (its primary, not a replica)",
+                id="pgflow.E041",
             )
         )
     if conf.pooler == "transaction":

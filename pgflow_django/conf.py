@@ -84,8 +84,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     # The Django alias of a direct (unpooled) connection for the worker's LISTEN (None: the worker's
     # own database, or polling alone when POOLER is "transaction").
     Setting("LISTEN_DATABASE", None, _optional_str, "listen_database"),
+    # The Django alias of the pgflow database the admin shows and whose runs its actions change; its
+    # pages read where the project's routers send pgflow reads (a replica), see admin_database.
+    Setting("ADMIN_DATABASE", "default", str),
 )
-"""The one table of the worker settings' defaults: ``PgflowSettings``, ``WorkerOptions`` and the
+"""The one table of the settings' defaults: ``PgflowSettings``, ``WorkerOptions`` and the
 ``pgflow_worker`` options (which default to the setting) all take theirs from here."""
 
 DEFAULTS: dict[str, Any] = {
@@ -119,6 +122,7 @@ class PgflowSettings:
     worker_metrics_host: str
     pooler: Pooler | None
     listen_database: str | None
+    admin_database: str
     scheduler: Scheduler
 
 

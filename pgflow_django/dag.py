@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.http import urlencode
 
+from pgflow_django.admin_database import database_of
 from pgflow_django.diagrams import layered, timeline
 from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask
 
@@ -192,9 +193,9 @@ def queue_colours(queue_names: Iterable[str]) -> dict[str, str]:
     return {name: QUEUE_PALETTE[i % len(QUEUE_PALETTE)] for i, name in enumerate(sorted(set(queue_names)))}
 
 
-def _deps_by_step(flow_slug: str) -> dict[str, list[str]]:
+def _deps_by_step(flow_slug: str, database: str) -> dict[str, list[str]]:
     deps: dict[str, list[str]] = {}
-    for dep in Dep.objects.filter(flow_id=flow_slug).order_by("step_slug", "dep_slug"):
+    for dep in Dep.objects.using(database).filter(flow_id=flow_slug).order_by("step_slug", "dep_slug"):
         deps.setdefault(dep.step_slug, []).append(dep.dep_slug)
     return deps
 
@@ -215,9 +216,10 @@ def flow_nodes(steps: Sequence[Step], deps: Mapping[str, Sequence[str]]) -> tupl
 
 
 def flow_svg(flow: Flow) -> str:
-    """The flow's DAG coloured by queue route (one colour per queue name)."""
-    steps = list(Step.objects.filter(flow_id=flow.flow_slug).order_by("step_index"))
-    nodes, colours = flow_nodes(steps, _deps_by_step(flow.flow_slug))
+    """The flow's DAG coloured by queue route (one colour per queue name), from the flow's database."""
+    database = database_of(flow)
+    steps = list(Step.objects.using(database).filter(flow_id=flow.flow_slug).order_by("step_index"))
+    nodes, colours = flow_nodes(steps, _deps_by_step(flow.flow_slug, database))
     legend = [(f"queue {name}", colour) for name, colour in colours.items()]
     return render_svg(nodes, legend, title=f"flow {flow.flow_slug}")
 
@@ -293,11 +295,14 @@ def _step_duration(state: StepState, now: datetime) -> str:
 
 
 def run_svg(run: Run) -> str:
-    """The run's DAG coloured by step status, with task counts, duration and a link to the tasks."""
-    steps = list(Step.objects.filter(flow_id=run.flow_id).order_by("step_index"))
+    """The run's DAG coloured by step status, with task counts, duration and a link to the tasks,
+    from the run's database."""
+    database = database_of(run)
+    steps = list(Step.objects.using(database).filter(flow_id=run.flow_id).order_by("step_index"))
     counts = {
         row["step_slug"]: (row["done"], row["total"])
-        for row in StepTask.objects.filter(run_id=run.run_id)
+        for row in StepTask.objects.using(database)
+        .filter(run_id=run.run_id)
         .values("step_slug")
         .annotate(total=Count("task_index"), done=Count("task_index", filter=Q(status="completed")))
         .order_by()
@@ -309,9 +314,9 @@ def run_svg(run: Run) -> str:
             *counts.get(s.step_slug, (0, 0)),
             duration=_step_duration(s, now),
         )
-        for s in StepState.objects.filter(run_id=run.run_id)
+        for s in StepState.objects.using(database).filter(run_id=run.run_id)
     }
-    nodes = run_nodes(steps, _deps_by_step(run.flow_id), progress, step_links(run, steps))
+    nodes = run_nodes(steps, _deps_by_step(run.flow_id, database), progress, step_links(run, steps))
     return render_svg(nodes, list(STATUS_COLOURS.items()), title=f"run {run.run_id}")
 
 
@@ -321,5 +326,5 @@ def step_links(run: Run, steps: Sequence[Step]) -> dict[str, str]:
 
 def run_timeline_svg(run: Run) -> str:
     """The run's Gantt chart (:mod:`pgflow_django.diagrams.timeline`) in the run picture's colours."""
-    steps = list(Step.objects.filter(flow_id=run.flow_id).order_by("step_index"))
+    steps = list(Step.objects.using(database_of(run)).filter(flow_id=run.flow_id).order_by("step_index"))
     return timeline.run_timeline_svg(run, STATUS_COLOURS, FIT_WIDTH, step_links(run, steps))

@@ -145,9 +145,9 @@ class StepKeywords(TypedDict, total=False):
     complete first; ``max_attempts``, ``base_delay``, ``timeout``, ``start_delay``: whole seconds or
     counts, None for the flow's value (``start_delay``: 0); ``priority``: the claim priority of the
     step's tasks (-100..100) in a run started without one, None for the flow's; ``if_`` /
-    ``if_not``: JSON the step's input must contain / must not contain; ``when_unmet`` (default ``skip``) and ``when_exhausted``
-    (default ``fail``): ``fail``, ``skip`` or ``skip-cascade``; ``atomic``: the handler's ORM writes
-    and its completion commit in one transaction.
+    ``if_not``: JSON the step's input must contain / must not contain; ``when_unmet`` (default
+    ``skip``) and ``when_exhausted`` (default ``fail``): ``fail``, ``skip`` or ``skip-cascade``;
+    ``atomic``: the handler's ORM writes and its completion commit in one transaction.
     """
 
     slug: str | None

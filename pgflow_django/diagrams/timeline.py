@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.html import escape
 
+from pgflow_django.admin_database import database_of
 from pgflow_django.models import Run, Step, StepState, StepTask
 from pgflow_django.recorded_errors import read_error
 
@@ -158,7 +159,8 @@ FAILURES_SHOWN = 500
 def _failures(run: Run) -> dict[str, list[Failure]]:
     found: dict[str, list[Failure]] = {}
     tasks = (
-        StepTask.objects.filter(run_id=run.run_id)
+        StepTask.objects.using(database_of(run))
+        .filter(run_id=run.run_id)
         .exclude(attempt_errors=[])
         .order_by("step_slug", "task_index")
         .values_list("step_slug", "task_index", "attempt_errors")[:FAILURES_SHOWN]
@@ -190,14 +192,22 @@ def _summary(total: int, counts: dict[str, Any], failures: int) -> str:
 
 
 def run_rows(run: Run, tasks_href: dict[str, str] | None = None) -> list[Row]:
-    """The rows of a run's timeline: one bounded aggregate per step, failures from attempt_errors."""
+    """The rows of a run's timeline: one bounded aggregate per step, failures from attempt_errors;
+    read from the run's database."""
+    database = database_of(run)
     steps = list(
-        Step.objects.filter(flow_id=run.flow_id).order_by("step_index").values_list("step_slug", flat=True)
+        Step.objects.using(database)
+        .filter(flow_id=run.flow_id)
+        .order_by("step_index")
+        .values_list("step_slug", flat=True)
     )
-    statuses = dict(StepState.objects.filter(run_id=run.run_id).values_list("step_slug", "status"))
+    statuses = dict(
+        StepState.objects.using(database).filter(run_id=run.run_id).values_list("step_slug", "status")
+    )
     aggregates = {
         row["step_slug"]: row
-        for row in StepTask.objects.filter(run_id=run.run_id)
+        for row in StepTask.objects.using(database)
+        .filter(run_id=run.run_id)
         .values("step_slug")
         .annotate(
             queued=Min("queued_at"),

@@ -5,6 +5,7 @@ Nothing is written through the ORM: every operation calls the API of ``manage.py
 (``pause_schedule``, ``resume_schedule``, ``trigger_now``) and is recorded in Django's admin log. The
 operations need the ``pgflow.change_schedule`` permission (superusers have it); they are POSTs
 behind the admin's CSRF protection, from the change list's actions or the buttons of a detail page.
+The pages read, and the operations write, the admin's database (``pgflow_django.admin_database``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from pgflow_django.admin_database import AdminDatabaseMixin, database_of, write_database
 from pgflow_django.admin_permissions import NoEditsMixin
 from pgflow_django.models import Schedule
 from pgflow_django.schedules.cron import InvalidSchedule
@@ -69,7 +71,7 @@ def _short(moment: datetime | None, zone: str) -> str:
 def _last_run(obj: Schedule, *, detailed: bool) -> SafeString | str:
     if obj.last_run_id is None:
         return "-"
-    status = run_statuses([obj.last_run_id]).get(obj.last_run_id)
+    status = run_statuses([obj.last_run_id], using=database_of(obj)).get(obj.last_run_id)
     if status is None:
         return f"{obj.last_run_id} (pruned)"
     url = reverse("admin:pgflow_run_change", args=[obj.last_run_id])
@@ -78,7 +80,7 @@ def _last_run(obj: Schedule, *, detailed: bool) -> SafeString | str:
     return format_html('<a href="{}" title="run {}">{}</a>', url, obj.last_run_id, status)
 
 
-class ScheduleAdmin(NoEditsMixin, _ScheduleAdmin):
+class ScheduleAdmin(AdminDatabaseMixin, NoEditsMixin, _ScheduleAdmin):
     list_display = (
         "schedule_name",
         "flow_slug",
@@ -177,7 +179,9 @@ class ScheduleAdmin(NoEditsMixin, _ScheduleAdmin):
     def next_fire_times(self, obj: Schedule) -> SafeString | str:
         if not (obj.enabled and obj.paused_reason is None):
             return "none while it is not active"
-        fires = next_fire_times(obj.schedule_name, obj.upcoming, obj.jitter_seconds, limit=SHOWN_FIRES)
+        fires = next_fire_times(
+            obj.schedule_name, obj.upcoming, obj.jitter_seconds, limit=SHOWN_FIRES, using=database_of(obj)
+        )
         if not fires:
             return "none planned yet (the next scheduler pass plans them)"
         return format_html(
@@ -187,10 +191,11 @@ class ScheduleAdmin(NoEditsMixin, _ScheduleAdmin):
 
     @admin.display(description="recent ticks")
     def recent_ticks_table(self, obj: Schedule) -> SafeString | str:
-        ticks = recent_ticks(obj.schedule_name, limit=SHOWN_TICKS)
+        database = database_of(obj)
+        ticks = recent_ticks(obj.schedule_name, limit=SHOWN_TICKS, using=database)
         if not ticks:
             return "no tick fired yet"
-        statuses = run_statuses(tick.run_id for tick in ticks)
+        statuses = run_statuses((tick.run_id for tick in ticks), using=database)
         rows = []
         for tick in ticks:
             status = statuses.get(tick.run_id)
@@ -254,20 +259,23 @@ class ScheduleAdmin(NoEditsMixin, _ScheduleAdmin):
         return HttpResponseRedirect(reverse("admin:pgflow_schedule_change", args=[object_id]))
 
     def _operations(self) -> dict[str, Callable[[str, str | None], str]]:
+        """The operations, on the database the admin writes to (its state read there too)."""
+        database = write_database()
+
         def pause(name: str, reason: str | None) -> str:
-            if get_schedule(name).paused_reason is not None:
+            if get_schedule(name, using=database).paused_reason is not None:
                 return f"Schedule {name} was already paused; kept its pause."
-            pause_schedule(name, detail=reason)
+            pause_schedule(name, detail=reason, using=database)
             return f"Paused schedule {name}" + (f": {reason}." if reason else ".")
 
         def resume(name: str, reason: str | None) -> str:
-            if get_schedule(name).paused_reason is None:
+            if get_schedule(name, using=database).paused_reason is None:
                 return f"Schedule {name} is not paused."
-            resume_schedule(name)
+            resume_schedule(name, using=database)
             return f"Resumed schedule {name}; ticks missed while paused do not fire."
 
         def trigger(name: str, reason: str | None) -> str:
-            return f"Triggered schedule {name}: run {trigger_now(name)}."
+            return f"Triggered schedule {name}: run {trigger_now(name, using=database)}."
 
         return {"pause": pause, "resume": resume, "trigger": trigger}
 
