@@ -7,6 +7,6 @@ from pgflow_django.sql.runsql import RunSqlFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("pgflow", "0018_hot_path")]
+    dependencies = [("pgflow", "0019_hand_off")]
 
     operations = [RunSqlFile("0020_priorities.sql", "0020_priorities_down.sql")]

@@ -7,6 +7,6 @@ from pgflow_django.sql.runsql import RunSqlFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("pgflow", "0018_hot_path")]
+    dependencies = [("pgflow", "0020_priorities")]
 
     operations = [RunSqlFile("0023_one_home.sql", "0023_one_home_down.sql")]
