@@ -62,11 +62,12 @@ IDEMPOTENCY_NAMESPACE: Final = uuid.UUID("5b0f3a57-1c2d-4e8a-9f61-7d0c2e4b9a13")
 """The UUIDv5 namespace of idempotency keys: a key's run id is ``uuid5(namespace, flow + NUL + key)``."""
 
 
-def new_run_id() -> uuid.UUID:
-    """A new run id: a UUIDv7 (48 bits of Unix milliseconds, then random bits), the layout of the ids
-    ``pgflow.uuid_v7()`` makes, so run ids sort by start time and a partitioned history finds a run's
-    partition from its id."""
-    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+def new_run_id(at: datetime | None = None) -> uuid.UUID:
+    """A new run id: a UUIDv7 (48 bits of Unix milliseconds, of now or ``at``, then random bits), the
+    layout of the ids ``pgflow.uuid_v7()`` makes, so run ids sort by start time and a partitioned
+    history finds a run's partition from its id."""
+    millis = time.time_ns() // 1_000_000 if at is None else int(at.timestamp() * 1000)
+    value = millis << 80 | int.from_bytes(os.urandom(10), "big")
     return uuid.UUID(int=value & ~(0xF << 76) & ~(0x3 << 62) | 0x7 << 76 | 0x2 << 62)
 
 
