@@ -24,6 +24,7 @@ __all__ = [
     "PruneResult",
     "RequeueResult",
     "compiled_flows",
+    "default_partition_runs",
     "delete_flow",
     "describe_flow",
     "history_partitioning",
@@ -126,6 +127,12 @@ def history_partitioning(*, using: str = "default") -> queries.HistoryPartitioni
     """A partitioned install's settings and partition count; None when the history is not partitioned."""
     with connections[using].cursor() as cursor:
         return queries.fetch_one(cursor, queries.HISTORY_PARTITIONING)
+
+
+def default_partition_runs(*, using: str = "default") -> int:
+    """How many runs a partitioned history's default partition holds (counted: a full read of it)."""
+    with connections[using].cursor() as cursor:
+        return int(queries.value(cursor, queries.DEFAULT_PARTITION_RUNS))
 
 
 def prune_shared_archive(queue: str, older_than: timedelta, *, using: str = "default") -> int:

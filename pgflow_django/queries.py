@@ -760,19 +760,22 @@ class HistoryPartitioning(NamedTuple):
     partition_interval_days: int
     ahead: int
     partitions: int
-    default_runs: int
 
 
 HISTORY_PARTITIONING: Final = Query(
     "history_partitioning",
     "select extract(day from hp.partition_interval)::integer as partition_interval_days, hp.ahead,"
     " (select count(*) from pg_inherits as inh where inh.inhparent = 'pgflow.runs'::regclass)::integer - 1"
-    "   as partitions,"
-    " (select count(*) from pgflow.runs_default)::integer as default_runs"
+    "   as partitions"
     " from pgflow.history_partitioning as hp",
     HistoryPartitioning,
 )
-"""A partitioned install's settings, its interval partitions and the runs its default partition holds."""
+"""A partitioned install's settings and how many interval partitions it has."""
+
+DEFAULT_PARTITION_RUNS: Final = _value(
+    "default_partition_runs", "select count(*) as value from pgflow.runs_default"
+)
+"""The runs a partitioned history's default partition holds (ids that are not time-ordered)."""
 
 CREATE_HISTORY_PARTITIONS: Final = _value(
     "create_history_partitions", "select pgflow.create_history_partitions() as value"

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from pgflow_django.management.cli import PgflowCommand, positive_int
-from pgflow_django.operations import history_partitioning, partition_history
+from pgflow_django.operations import default_partition_runs, history_partitioning, partition_history
 
 
 class Command(PgflowCommand):
@@ -57,7 +57,7 @@ exit codes: 0 done (or plan printed); 1 already partitioned or another error; 2 
                 self.stdout.write(
                     f"partitioned: {current.partition_interval_days} day(s) per partition, "
                     f"{current.partitions} partition(s) besides the default one, {current.ahead} kept ahead; "
-                    f"{current.default_runs} run(s) in the default partition"
+                    f"{default_partition_runs(using=self.using)} run(s) in the default partition"
                 )
             return
         if current is not None:

@@ -490,7 +490,8 @@ $$;
 -- Foreign keys between the three tables are per partition (siblings share their range), so a
 -- partition is dropped without checking the others; runs.rerun_of keeps no foreign key (a rerun is
 -- younger than its original), and pruning clears it as ON DELETE SET NULL did. Functions returning
--- rows of the tables are redefined on the new parents. Returns the statements in order; runs them
+-- rows of the tables are redefined on the new parents, and the others naming them are touched so that
+-- open sessions compile them again (a compiled function keeps the row types it saw). Returns the statements in order; runs them
 -- only when `apply` (otherwise it changes nothing: the plan pgflow_partition prints).
 create or replace function pgflow.partition_history(partition_interval interval, ahead integer, apply boolean)
 returns setof text
@@ -572,6 +573,19 @@ begin
     v_steps := v_steps || format('alter table pgflow.%I attach partition pgflow.%I default', v_table, v_table || '_default');
   end loop;
   v_steps := v_steps || v_later;
+  -- a session keeps a PL/pgSQL function compiled with the row types it saw: touching each function
+  -- that names a history table makes every session compile it again against the new parents
+  for v_row in
+    select p.oid::regprocedure::text as signature from pg_proc as p join pg_language as l on l.oid = p.prolang
+     where p.pronamespace = 'pgflow'::regnamespace and l.lanname = 'plpgsql'
+       and p.prorettype not in (select c.reltype from pg_class as c
+                                 where c.oid in ('pgflow.runs'::regclass, 'pgflow.step_states'::regclass,
+                                                 'pgflow.step_tasks'::regclass))
+       and p.prosrc ~ 'pgflow\.(runs|step_states|step_tasks)\M'
+     order by p.oid
+  loop
+    v_steps := v_steps || format('alter function pgflow.%s set search_path = pg_catalog, pgflow, pgmq', v_row.signature);
+  end loop;
   v_steps := v_steps || format('insert into pgflow.history_partitioning (partition_interval, ahead) values (%L, %s)',
                                partition_interval, ahead);
   v_steps := v_steps || 'select pgflow.create_history_partitions()'::text;
