@@ -1,10 +1,12 @@
 """The history phase's preload: many finished runs written set-based, as years of use would leave them.
 
 Each preloaded run is a completed run of the given flow with its one step state and task completed
-(the task's message id taken from the queue's own sequence, so the (queue_name, message_id) key stays
-unique and later messages come after it). The rows are consistent by construction, so foreign-key
-triggers are skipped while they are written (``session_replication_role = replica``); statistics are
-taken afterwards, as autovacuum would.
+(the task's message id taken from the queue's own sequence, so the (queue_name, message_id) key
+stays unique and later messages come after it). The runs started over the last ``HISTORY_DAYS``
+days, and their time-ordered ids say so (as pgflow makes them), so a partitioned history files them
+by day. The rows are consistent by construction, so foreign-key triggers are skipped while they are
+written (``session_replication_role = replica``); statistics are taken afterwards, as autovacuum
+would.
 """
 
 from __future__ import annotations
@@ -17,6 +19,19 @@ from bench.db import connect
 
 CHUNK = 250_000
 """Runs per transaction: bounded memory and WAL per statement on a small machine."""
+
+HISTORY_DAYS = 10
+"""The preloaded runs' start times spread evenly over this many days before now."""
+
+
+def partition_history(url: str) -> None:
+    """Partition the bench database's history by day (``pgflow_partition --yes``), with partitions
+    back over the preloaded history's days."""
+    with connect(url, "pgflow bench partition") as conn, conn.transaction():
+        conn.execute("select count(*) from pgflow.partition_history('1 day', 3, true)")
+        conn.execute(
+            "select pgflow.create_history_partitions(now() - make_interval(days => %s))", [HISTORY_DAYS]
+        )
 
 
 def preload_finished_runs(url: str, flow_slug: str, runs: int) -> float:
@@ -49,9 +64,13 @@ def preload_finished_runs(url: str, flow_slug: str, runs: int) -> float:
                 assert first is not None
                 conn.execute(
                     "create temporary table history on commit drop as"
-                    " select gen_random_uuid() as run_id, %s::bigint + n - 1 as message_id"
+                    " select encode(overlay(uuid_send(gen_random_uuid()) placing"
+                    "        substring(int8send(floor(1000 * extract(epoch from now()"
+                    "        - make_interval(secs => 86400.0 * %s * (%s + n)::float8 / %s)))::bigint) from 3)"
+                    "        from 1 for 6), 'hex')::uuid as run_id,"
+                    "        %s::bigint + n - 1 as message_id"
                     "   from generate_series(1, %s) as n",
-                    [first[0], size],
+                    [HISTORY_DAYS, offset, runs, first[0], size],
                 )
                 conn.execute(
                     "insert into pgflow.runs"

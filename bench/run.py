@@ -41,7 +41,7 @@ from bench.db import (
     with_database,
 )
 from bench.flows import MAP_SIZE
-from bench.history import preload_finished_runs
+from bench.history import partition_history, preload_finished_runs
 from bench.observability import measure_observability
 from bench.phases import (
     BenchFlow,
@@ -217,6 +217,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         help="finished runs preloaded for the history phase (default 1,000,000; --quick 2,000; 0 skips it)",
+    )
+    parser.add_argument(
+        "--only-history",
+        action="store_true",
+        help="run only the history phase (preload, then start rate, 1-step drain and chain latency)",
+    )
+    parser.add_argument(
+        "--partitioned",
+        action="store_true",
+        help="partition the history by day (pgflow_partition) before any phase, with partitions"
+        " back over the preloaded history's days",
     )
     parser.add_argument("--drop", action="store_true", help="drop the bench database at the end")
     return parser.parse_args(argv)
@@ -535,6 +546,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile:
         set_database_option(server, args.database, "track_functions", "pl")
     has_worker = setup_django(url)
+    if args.partitioned:
+        partition_history(url)
     pgmq_raw.create_queue(url)
 
     throughput_args = THROUGHPUT_WORKER_ARGS if args.worker_args is None else args.worker_args
@@ -553,16 +566,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "sql_batch": args.sql_batch,
             "python": sys.version.split()[0],
             "load_average_at_start": os.getloadavg(),
+            "partitioned_history": args.partitioned,
         }
     )
     bench = Bench(
         url=url, sizes=sizes, report=report, console=console, worker_args=shlex.split(throughput_args)
     )
     try:
-        bench.say("raw PGMQ cycles")
-        bench.measure_raw((1, 2), "first")
-        bench.say("SQL-only engine loop")
-        bench.measure_sql_only(args.sql_batch, sizes.plan())
+        if not args.only_history:
+            bench.say("raw PGMQ cycles")
+            bench.measure_raw((1, 2), "first")
+            bench.say("SQL-only engine loop")
+            bench.measure_sql_only(args.sql_batch, sizes.plan())
         if args.no_workers:
             report.notes.append("worker figures skipped (--no-workers)")
         elif not has_worker:
@@ -570,12 +585,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             bench.say("worker processes")
             with tempfile.TemporaryDirectory(prefix="pgflow-bench-") as logs, RssSampler() as sampler:
-                only_some = args.only_observability or args.only_priorities
+                only_some = args.only_observability or args.only_priorities or args.only_history
                 if not only_some:
                     bench.measure_workers(sampler, Path(logs), sizes.plan(), profile=args.profile)
                     bench.say(f"1-step, 2 workers, options: {default_args or 'the worker defaults'}")
                     bench.measure_defaults_drain(sampler, Path(logs) / "defaults", shlex.split(default_args))
-                if not args.no_observability and not args.only_priorities:
+                if not args.no_observability and not args.only_priorities and not args.only_history:
                     bench.say("observability cost: metrics and tracing off vs on, interleaved")
                     for figure in measure_observability(
                         url,
@@ -588,7 +603,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         timeout=sizes.timeout,
                     ):
                         bench.add(figure)
-                if not args.no_priorities and not args.only_observability:
+                if not args.no_priorities and not args.only_observability and not args.only_history:
                     bench.say("priority cost: a backlog without and with mixed priorities, interleaved")
                     for figure in measure_priorities(
                         url,
@@ -601,7 +616,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         timeout=sizes.timeout,
                     ):
                         bench.add(figure)
-                if sizes.history and not only_some:
+                if sizes.history and not args.only_observability and not args.only_priorities:
                     bench.say(
                         f"history: {sizes.history:,} finished runs, then start, drain and latency again"
                     )
@@ -629,9 +644,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 measure_sync_off(bench, args, has_worker)
             finally:
                 set_database_option(server, args.database, "synchronous_commit", "on")
-        bench.say("raw PGMQ cycles again (the reference keeps the best window)")
-        bench.measure_raw((1, 2), "last")
-        bench.note_raw_spread()
+        if not args.only_history:
+            bench.say("raw PGMQ cycles again (the reference keeps the best window)")
+            bench.measure_raw((1, 2), "last")
+            bench.note_raw_spread()
         report.meta["load_average_at_end"] = os.getloadavg()
         report.check_targets(TARGETS)
     finally:

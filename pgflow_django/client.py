@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -59,6 +60,25 @@ class RunIdInUse(ValueError):
 
 IDEMPOTENCY_NAMESPACE: Final = uuid.UUID("5b0f3a57-1c2d-4e8a-9f61-7d0c2e4b9a13")
 """The UUIDv5 namespace of idempotency keys: a key's run id is ``uuid5(namespace, flow + NUL + key)``."""
+
+
+def new_run_id(at: datetime | None = None) -> uuid.UUID:
+    """A new run id: a UUIDv7 (48 bits of Unix milliseconds, of now or ``at``, then random bits), the
+    layout of the ids ``pgflow.uuid_v7()`` makes, so run ids sort by start time and a partitioned
+    history finds a run's partition from its id."""
+    millis = time.time_ns() // 1_000_000 if at is None else int(at.timestamp() * 1000)
+    value = millis << 80 | int.from_bytes(os.urandom(10), "big")
+    return uuid.UUID(int=value & ~(0xF << 76) & ~(0x3 << 62) | 0x7 << 76 | 0x2 << 62)
+
+
+def is_run_id_conflict(constraint_name: str | None) -> bool:
+    """Whether a unique violation is a taken run id: the primary key of runs, or of one of its
+    partitions on a partitioned history (runs_default_pkey, runs_p20260101_pkey)."""
+    return (
+        constraint_name is not None
+        and constraint_name.startswith("runs_")
+        and constraint_name.endswith("pkey")
+    )
 
 
 def idempotency_run_id(flow_slug: str, key: str) -> uuid.UUID:
@@ -219,7 +239,7 @@ def _start_chosen(
                 if trace_context is not None:
                     tracing.record_on_runs(cursor, [chosen], trace_context)
         except IntegrityError as exc:
-            if getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None) != "runs_pkey":
+            if not is_run_id_conflict(getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)):
                 raise
             with connections[using].cursor() as cursor:
                 existing = queries.fetch_one(cursor, queries.EXISTING_RUN, [body, chosen])
@@ -271,7 +291,7 @@ def _start_keyed(
                 if trace_context is not None:
                     tracing.record_on_runs(cursor, todo, trace_context)
         except IntegrityError as exc:
-            if getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None) != "runs_pkey":
+            if not is_run_id_conflict(getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)):
                 raise
             continue
         send_run_started(slug, todo, using)
@@ -328,7 +348,7 @@ def start_flows(
         keyed_ids = [idempotency_run_id(slug, key) for key in idempotency_keys]
         return _start_keyed(slug, bodies, keyed_ids, chosen_priority, using)
     if run_ids is None:
-        ids = [uuid.uuid4() for _ in bodies]
+        ids = [new_run_id() for _ in bodies]
     elif len(run_ids) != len(bodies):
         raise ValueError(
             f"start_flows got {len(bodies)} inputs but {len(run_ids)} run_ids; pass one id per input"

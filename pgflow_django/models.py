@@ -263,6 +263,22 @@ class SharedQueue(ReadOnlyModel):
         return self.queue_name
 
 
+class HistoryPartitioning(ReadOnlyModel):
+    """``pgflow.history_partitioning``: one row once ``pgflow_partition`` partitioned the history."""
+
+    singleton = models.BooleanField(primary_key=True)
+    partition_interval = models.DurationField()
+    ahead = models.IntegerField()
+    partitioned_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."history_partitioning'
+
+    def __str__(self) -> str:
+        return f"{self.partition_interval} per partition"
+
+
 class WorkerSupport(ReadOnlyModel):
     """``pgflow.worker_support``: the exact (flow, step) pairs a worker runs on its queue."""
 
@@ -321,6 +337,7 @@ class Run(ReadOnlyModel):
         indexes = [
             models.Index(fields=["flow", "status"], name="runs_flow_status_idx"),
             models.Index(fields=["started_at"], name="runs_started_at_idx"),
+            models.Index(fields=["rerun_of"], name="runs_rerun_of_idx", condition=Q(rerun_of__isnull=False)),
         ]
         permissions = [
             ("cancel_run", "Can cancel a started run"),

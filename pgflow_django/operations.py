@@ -24,9 +24,12 @@ __all__ = [
     "PruneResult",
     "RequeueResult",
     "compiled_flows",
+    "default_partition_runs",
     "delete_flow",
     "describe_flow",
+    "history_partitioning",
     "not_found",
+    "partition_history",
     "pause",
     "pauses",
     "prune",
@@ -55,6 +58,8 @@ class PruneResult:
     step_tasks: int
     workers: int
     archived_messages: int
+    partitions: int = 0
+    """History intervals dropped whole (a partitioned install); their runs are counted in ``runs``."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,30 @@ def prune(older_than: timedelta, *, using: str = "default") -> PruneResult:
         step_tasks=int(counts.get("step_tasks", 0)),
         workers=int(counts.get("workers", 0)),
         archived_messages=int(counts.get("archived_messages", 0)),
+        partitions=int(counts.get("partitions", 0)),
     )
+
+
+def partition_history(interval_days: int, ahead: int, *, apply: bool, using: str = "default") -> list[str]:
+    """The statements that partition runs, step_states and step_tasks by run id (one partition per
+    ``interval_days``, ``ahead`` future ones kept ready), in order; run in one transaction only when
+    ``apply``. Raises ``DatabaseError`` (one line) when the history is already partitioned."""
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        queries.value(cursor, queries.SET_LOCK_TIMEOUT, [queries.PARTITION_LOCK_TIMEOUT])
+        rows = queries.fetch_all(cursor, queries.PARTITION_HISTORY, [interval_days, ahead, apply])
+    return [str(row.value) for row in rows]
+
+
+def history_partitioning(*, using: str = "default") -> queries.HistoryPartitioning | None:
+    """A partitioned install's settings and partition count; None when the history is not partitioned."""
+    with connections[using].cursor() as cursor:
+        return queries.fetch_one(cursor, queries.HISTORY_PARTITIONING)
+
+
+def default_partition_runs(*, using: str = "default") -> int:
+    """How many runs a partitioned history's default partition holds (counted: a full read of it)."""
+    with connections[using].cursor() as cursor:
+        return int(queries.value(cursor, queries.DEFAULT_PARTITION_RUNS))
 
 
 def prune_shared_archive(queue: str, older_than: timedelta, *, using: str = "default") -> int:

@@ -777,6 +777,49 @@ PRUNE_SHARED_ARCHIVE: Final = _value(
 )
 DELETE_FLOW: Final = _value("delete_flow", "select pgflow.delete_flow_and_data(%s) as value")
 
+# -- partitioned history ------------------------------------------------------------------------------
+
+PARTITION_HISTORY: Final = Query(
+    "partition_history",
+    "select statement as value from pgflow.partition_history(make_interval(days => %s), %s, %s) as statement",
+    Value,
+)
+"""The statements that partition the history (interval days, partitions ahead, apply): run when apply."""
+
+PARTITION_LOCK_TIMEOUT: Final = "10s"
+"""How long partitioning waits for the history tables' locks (a long transaction holding them makes the
+conversion fail, with nothing changed, instead of queueing every start and claim behind it)."""
+
+
+class HistoryPartitioning(NamedTuple):
+    partition_interval_days: int
+    ahead: int
+    partitions: int
+
+
+HISTORY_PARTITIONING: Final = Query(
+    "history_partitioning",
+    "select extract(day from hp.partition_interval)::integer as partition_interval_days, hp.ahead,"
+    " (select count(*) from pg_inherits as inh where inh.inhparent = 'pgflow.runs'::regclass)::integer - 1"
+    "   as partitions"
+    " from pgflow.history_partitioning as hp",
+    HistoryPartitioning,
+)
+"""A partitioned install's settings and how many interval partitions it has."""
+
+DEFAULT_PARTITION_RUNS: Final = _value(
+    "default_partition_runs", "select count(*) as value from pgflow.runs_default"
+)
+"""The runs a partitioned history's default partition holds (ids that are not time-ordered)."""
+
+CREATE_HISTORY_PARTITIONS: Final = _value(
+    "create_history_partitions", "select pgflow.create_history_partitions() as value"
+)
+"""Create the missing future history partitions (0 on a plain install or when another caller is)."""
+
+HISTORY_PARTITIONS_LOCK_TIMEOUT: Final = "2s"
+"""How long the worker's partition upkeep waits for a lock before trying again at its next pass."""
+
 
 class FlowSlugRow(NamedTuple):
     flow_slug: str

@@ -1,5 +1,8 @@
 """Every test outside tests/unit runs on the real test database.
 
+``--partitioned-history`` partitions that database's history (what ``pgflow_partition --yes`` does)
+right after it is migrated, so any test can be run against a partitioned install.
+
 pytest-django creates ``test_<name>`` only for tests it sees needing a database when it collects them,
 so the marker is added at collection time. Tests that mark themselves keep their own marker
 (e.g. ``transaction=True``).
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -16,6 +20,25 @@ from django.db import connection
 from tests import workers
 
 UNIT = Path(__file__).resolve().parent / "unit"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--partitioned-history",
+        action="store_true",
+        help="partition the test database's history tables (pgflow_partition --yes) after migrating",
+    )
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any, request: pytest.FixtureRequest) -> None:
+    if not request.config.getoption("--partitioned-history"):
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("select exists (select 1 from pgflow.history_partitioning)")
+        row = cursor.fetchone()
+        if row is not None and not row[0]:
+            cursor.execute("select count(*) from pgflow.partition_history('1 day', 3, true)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

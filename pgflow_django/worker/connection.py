@@ -353,6 +353,15 @@ class Engine:
         with conn.transaction(), conn.cursor() as cursor:
             return queries.requeue_stalled(cursor, wait=False)
 
+    def create_history_partitions(self) -> int:
+        """Create the missing future partitions of a partitioned history (0 on a plain install, when
+        none is missing, or when another worker is creating them); ``LockNotAvailable`` when the
+        tables stay busy past ``queries.HISTORY_PARTITIONS_LOCK_TIMEOUT`` (nothing changed)."""
+        conn = self.conn
+        with conn.transaction(), conn.cursor() as cursor:
+            queries.value(cursor, queries.SET_LOCK_TIMEOUT, [queries.HISTORY_PARTITIONS_LOCK_TIMEOUT])
+            return int(queries.value(cursor, queries.CREATE_HISTORY_PARTITIONS))
+
     def release(self, tasks: Sequence[ClaimedTask]) -> int:
         """Give claims back: each task still held is queued again with its attempt returned and its
         message visible now, so another worker takes it without waiting for stalled recovery."""

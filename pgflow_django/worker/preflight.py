@@ -21,6 +21,7 @@ REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "pgflow.complete_task(uuid,text,integer,integer,jsonb)",
     "pgflow.fail_task(uuid,text,integer,integer,text,integer)",
     "pgflow.requeue_stalled_tasks()",
+    "pgflow.create_history_partitions(timestamptz,timestamptz)",
     "pgflow.release_tasks(jsonb)",
     "pgflow.fire_due_schedules(timestamptz,integer,jsonb,interval)",
     "pgflow.plan_schedules(jsonb)",

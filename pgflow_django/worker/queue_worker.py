@@ -361,6 +361,7 @@ class QueueWorker:
                     next_heartbeat = now + opts.heartbeat_seconds
                 if now >= next_stalled:
                     self._requeue_stalled(engine)
+                    self._create_history_partitions(engine)
                     next_stalled = now + opts.stalled_check_seconds
                 if now >= next_schedules:
                     run_scheduler_pass(engine.conn)
@@ -620,6 +621,21 @@ class QueueWorker:
                 told,
                 self.queue,
                 extra=self.observe.fields,
+            )
+
+    def _create_history_partitions(self, engine: Engine) -> None:
+        try:
+            created = engine.create_history_partitions()
+        except psycopg.errors.LockNotAvailable:
+            logger.info(
+                "history partitions: the tables are busy; trying again in %.0fs",
+                self.options.stalled_check_seconds,
+                extra=self.observe.fields,
+            )
+            return
+        if created:
+            logger.info(
+                "history partitions: created %d interval(s) ahead", created, extra=self.observe.fields
             )
 
     def _requeue_stalled(self, engine: Engine) -> None:

@@ -74,7 +74,7 @@ class TestRequeueStalled:
 @pytest.mark.usefixtures("greet")
 class TestPrune:
     def finished_run(self, days_ago: int) -> object:
-        run_id = start_flow("cmd_greet", {"name": "old"})
+        run_id = start_flow("cmd_greet", {"name": "old"}, run_id=support.old_run_id(days_ago + 1))
         support.run_step("cmd_greet", "hello", {"greeting": "hello old"})
         support.run_step("cmd_greet", "shout", "HELLO OLD")
         support.q(

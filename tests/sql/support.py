@@ -11,10 +11,12 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
 
+from pgflow_django.client import new_run_id
 from tests.support.db import db_error as db_error
 from tests.support.db import jsonb as jb
 from tests.support.db import one as q1
@@ -89,6 +91,12 @@ def start(flow_slug: str, input: Any = None, run_id: uuid.UUID | None = None) ->
         [flow_slug, jb(payload), run_id],
     )
     return row["run_id"]
+
+
+def old_run_id(days: int) -> uuid.UUID:
+    """The id of a run started ``days`` ago (time-ordered, as pgflow makes them): tests that back-date a
+    run's end start it with one, so a partitioned history files it where such a run would be."""
+    return new_run_id(datetime.now(UTC) - timedelta(days=days))
 
 
 def run(run_id: uuid.UUID) -> dict[str, Any]:

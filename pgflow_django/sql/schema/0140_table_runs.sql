@@ -1,5 +1,5 @@
 create table pgflow.runs (
-  run_id uuid primary key default gen_random_uuid(),
+  run_id uuid primary key default pgflow.uuid_v7(),
   flow_slug text not null references pgflow.flows (flow_slug),
   status text not null default 'started' check (status in ('started', 'completed', 'failed')),
   input jsonb not null,
@@ -23,3 +23,6 @@ create table pgflow.runs (
 
 create index runs_flow_status_idx on pgflow.runs (flow_slug, status);
 create index runs_started_at_idx on pgflow.runs (started_at);
+-- the reruns of a run: deleting a run sets their rerun_of to NULL, a probe here instead of a scan of
+-- runs per deleted run (which made pruning quadratic in the history's size)
+create index runs_rerun_of_idx on pgflow.runs (rerun_of) where rerun_of is not null;

@@ -57,7 +57,7 @@ begin
 
   with new_runs as (
     insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, not_before, priority)
-    select coalesce(run_ids[e.n], gen_random_uuid()), start_flows.flow_slug, e.input,
+    select coalesce(run_ids[e.n], pgflow.uuid_v7()), start_flows.flow_slug, e.input,
            (select count(*) from pgflow.steps as s where s.flow_slug = start_flows.flow_slug),
            case when start_flows.start_delay > 0
                 then clock_timestamp() + make_interval(secs => start_flows.start_delay) end,

@@ -5,7 +5,7 @@ language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_run pgflow.runs;
-  v_new uuid := gen_random_uuid();
+  v_new uuid := pgflow.uuid_v7();
 begin
   select * into v_run from pgflow.runs as r where r.run_id = rerun.run_id;
   if not found then

@@ -90,7 +90,7 @@ begin
     begin
       with fresh as (
         insert into pgflow.schedule_ticks as st (schedule_name, tick, run_id)
-        select u.name, u.tick, gen_random_uuid()
+        select u.name, u.tick, pgflow.uuid_v7()
           from unnest(v_flow.names, v_flow.ticks) as u(name, tick)
         on conflict do nothing
         returning st.schedule_name, st.tick, st.run_id

@@ -9,7 +9,7 @@ set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_schedule pgflow.schedules;
-  v_run_id uuid := gen_random_uuid();
+  v_run_id uuid := pgflow.uuid_v7();
 begin
   select * into v_schedule from pgflow.schedules as s where s.schedule_name = trigger_schedule.schedule_name for update;
   if not found then

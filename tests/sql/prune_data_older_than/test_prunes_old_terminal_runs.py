@@ -1,14 +1,14 @@
-from tests.sql.support import claim_one, complete, make_flow, q, start, step, val
+from tests.sql.support import claim_one, complete, make_flow, old_run_id, q, start, step, val
 
 
-def _completed_run() -> object:
-    run_id = start("f")
+def _completed_run(days: int = 41) -> object:
+    run_id = start("f", run_id=old_run_id(days))
     assert complete(claim_one("f", "a"), "x") == "completed"
     return run_id
 
 
-def _failed_run() -> object:
-    run_id = start("f")
+def _failed_run(days: int = 41) -> object:
+    run_id = start("f", run_id=old_run_id(days))
     q("select pgflow.fail_run(%s, 'stop')", [run_id])
     return run_id
 
@@ -29,8 +29,8 @@ def test_only_terminal_runs_older_than_retention_are_deleted() -> None:
     make_flow("f", step("a"))
     old_completed = _completed_run()
     old_failed = _failed_run()
-    recent_completed = _completed_run()
-    old_started = start("f")
+    recent_completed = _completed_run(11)
+    old_started = start("f", run_id=old_run_id(90))
     _age(old_completed, "completed_at", 40)
     _age(old_failed, "failed_at", 40)
     _age(recent_completed, "completed_at", 10)

@@ -12,16 +12,28 @@ from django.core.management.base import CommandError
 
 from tests.integration.commands_support import call
 from tests.sql.shared_queues.support import BULK, FAST, claim_shared, compile_routed, message_ids
-from tests.sql.support import archived_ids, complete, db_error, jb, q, shape, shape_step, start, val
+from tests.sql.support import (
+    archived_ids,
+    complete,
+    db_error,
+    jb,
+    old_run_id,
+    q,
+    shape,
+    shape_step,
+    start,
+    val,
+)
 
 A, B = "sq_support", "sq_other"
 
 
-def archive_all(flow_slug: str, queue: str, step_slug: str, runs: int) -> set[int]:
-    """Run ``runs`` one-step runs of a flow to completion; their archived message ids."""
+def archive_all(flow_slug: str, queue: str, step_slug: str, runs: int, days: int = 0) -> set[int]:
+    """Run ``runs`` one-step runs (started ``days`` ago) of a flow to completion; their archived
+    message ids."""
     ids: set[int] = set()
     for n in range(runs):
-        run_id = start(flow_slug, {"n": n})
+        run_id = start(flow_slug, {"n": n}, old_run_id(days))
         (rec,) = claim_shared(queue, message_ids(run_id, step_slug), [(flow_slug, step_slug)])
         assert complete(rec, n) == "completed"
         ids.add(rec["message_id"])
@@ -39,10 +51,10 @@ def scene() -> dict[str, set[int]]:
     """A (one step on FAST) and B (one step on FAST, one on BULK): old and recent archived messages."""
     compile_routed(A, {"only": FAST}, shape_step("only"))
     compile_routed(B, {"first": FAST, "second": BULK}, shape_step("first"), shape_step("second"))
-    old_a = archive_all(A, FAST, "only", 2)
-    old_b = archive_all(B, FAST, "first", 1)
-    recent = archive_all(A, FAST, "only", 1)
-    old_bulk = archive_all(B, BULK, "second", 1)
+    old_a = archive_all(A, FAST, "only", 2, 41)
+    old_b = archive_all(B, FAST, "first", 1, 41)
+    recent = archive_all(A, FAST, "only", 1, 41)
+    old_bulk = archive_all(B, BULK, "second", 1, 41)
     backdate(FAST, old_a | old_b, 40)
     backdate(BULK, old_bulk, 40)
     q(
@@ -56,7 +68,7 @@ def scene() -> dict[str, set[int]]:
 def test_prune_data_older_than_never_touches_a_shared_archive() -> None:
     ids = scene()
     q("select pgflow.ensure_flow_compiled('sq_private', %s::jsonb)", [jb(shape(shape_step("a")))])
-    run_id = start("sq_private", {})
+    run_id = start("sq_private", {}, old_run_id(41))
     (msg,) = [r["msg_id"] for r in q("select msg_id from pgmq.read('sq_private', 5, 10)")]
     (rec,) = q(
         "select * from pgflow.start_tasks('sq_private', 'sq_private', %s::bigint[], gen_random_uuid())",
