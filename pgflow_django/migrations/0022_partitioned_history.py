@@ -8,7 +8,7 @@ from pgflow_django.sql.runsql import RunSqlFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("pgflow", "0018_hot_path")]
+    dependencies = [("pgflow", "0020_priorities")]
 
     operations = [
         RunSqlFile("0022_partitioned_history.sql", "0022_partitioned_history_down.sql"),

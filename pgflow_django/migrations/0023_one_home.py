@@ -7,6 +7,6 @@ from pgflow_django.sql.runsql import RunSqlFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("pgflow", "0020_priorities")]
+    dependencies = [("pgflow", "0022_partitioned_history")]
 
     operations = [RunSqlFile("0023_one_home.sql", "0023_one_home_down.sql")]

@@ -16,7 +16,7 @@ alter table pgflow.steps add column opt_priority smallint check (opt_priority be
 drop function pgflow.start_flow(text, jsonb, uuid, integer);
 drop function pgflow.start_flows(text, jsonb, uuid[], integer);
 
--- 0016_function_message_priority.sql
+-- 0018_function_message_priority.sql
 -- The priority of a PGMQ message: its headers' "priority" number (rounded, clamped to -100..100),
 -- 0 when it has none (no headers, a missing or non-numeric "priority"). Every queue pgflow
 -- provisions is indexed on it (pgflow.index_queue_priority) and the claim reads visible messages in

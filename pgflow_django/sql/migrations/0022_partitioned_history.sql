@@ -67,11 +67,13 @@ create index runs_rerun_of_idx on pgflow.runs (rerun_of) where rerun_of is not n
 -- Starts one run per element of the JSON array `inputs`, in one call. Every input is checked before
 -- any row is written: a flow whose root step is a map needs array inputs. start_delay (seconds)
 -- delays the runs: their first tasks' messages become visible no earlier than now + start_delay.
+-- priority (-100..100, NULL: the steps' and the flow's defaults) is every run's claim priority.
 -- Holds the flow's start lock in shared mode until the caller's transaction ends: starts run side by
 -- side, while a deletion (pgflow.delete_flow_and_data takes it exclusively) waits for them, and a
 -- start that comes during a deletion waits for it, then finds the flow gone.
 create or replace function pgflow.start_flows(
-  flow_slug text, inputs jsonb, run_ids uuid[] default null, start_delay integer default null
+  flow_slug text, inputs jsonb, run_ids uuid[] default null, start_delay integer default null,
+  priority integer default null
 )
 returns setof pgflow.runs
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -95,6 +97,10 @@ begin
     raise exception 'start_flows(%): start_delay must be >= 0 seconds, got %', flow_slug, start_delay
       using errcode = '22023';
   end if;
+  if priority is not null and priority not between -100 and 100 then
+    raise exception 'start_flows(%): priority must be a whole number from -100 to 100, got %', flow_slug, priority
+      using errcode = '22023';
+  end if;
   if run_ids is not null and cardinality(run_ids) <> jsonb_array_length(inputs) then
     raise exception 'start_flows(%): % inputs but % run ids', flow_slug, jsonb_array_length(inputs), cardinality(run_ids)
       using errcode = '22023';
@@ -116,11 +122,12 @@ begin
   end if;
 
   with new_runs as (
-    insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, not_before)
+    insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, not_before, priority)
     select coalesce(run_ids[e.n], pgflow.uuid_v7()), start_flows.flow_slug, e.input,
            (select count(*) from pgflow.steps as s where s.flow_slug = start_flows.flow_slug),
            case when start_flows.start_delay > 0
-                then clock_timestamp() + make_interval(secs => start_flows.start_delay) end
+                then clock_timestamp() + make_interval(secs => start_flows.start_delay) end,
+           start_flows.priority
       from jsonb_array_elements(inputs) with ordinality as e(input, n)
     returning runs.run_id, runs.input
   ), states as (
@@ -260,7 +267,7 @@ end;
 $$;
 
 -- 0440_function_rerun.sql
--- Starts a new run of a finished run's flow with the same input, linked to it by rerun_of.
+-- Starts a new run of a finished run's flow with the same input and priority, linked to it by rerun_of.
 create or replace function pgflow.rerun(run_id uuid)
 returns uuid
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -277,7 +284,7 @@ begin
     raise exception 'run % is still started: cancel it or wait for it to finish before re-running it', rerun.run_id
       using errcode = '55000';
   end if;
-  perform 1 from pgflow.start_flow(v_run.flow_slug, v_run.input, v_new);
+  perform 1 from pgflow.start_flow(v_run.flow_slug, v_run.input, v_new, null, v_run.priority);
   update pgflow.runs as r set rerun_of = rerun.run_id where r.run_id = v_new;
   return v_new;
 end;
