@@ -19,7 +19,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, DataError, IntegrityError, connections, transaction
 
-from pgflow_django import queries, tracing
+from pgflow_django import queries, run_keys, tracing
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, StepType
 from pgflow_django.encoding import (
@@ -140,17 +140,20 @@ def start_flow(
     require_postgresql(using)
     slug = _flow_slug(flow_or_slug)
     body = encode_run_input(flow_or_slug, input, f"input of flow {slug!r}")
+    keys = run_keys.stored_keys(flow_or_slug, [input])
     if idempotency_key is not None:
         if run_id is not None:
             raise ValueError("start_flow takes run_id or idempotency_key, not both")
-        return _start_chosen(slug, body, idempotency_run_id(slug, idempotency_key), delay, using, keyed=True)
+        chosen = idempotency_run_id(slug, idempotency_key)
+        return _start_chosen(slug, body, chosen, delay, using, keyed=True, keys=keys)
     if run_id is not None:
-        return _start_chosen(slug, body, _as_uuid(run_id), delay, using, keyed=False)
+        return _start_chosen(slug, body, _as_uuid(run_id), delay, using, keyed=False, keys=keys)
     trace_context = tracing.current_context()
-    with _traced(trace_context, using), connections[using].cursor() as cursor:
+    with _traced(trace_context, using, keys), connections[using].cursor() as cursor:
         with _unknown_flow_as_not_found(slug, using):
             started = queries.value(cursor, queries.START_FLOW, [slug, body, None, _delay_seconds(delay)])
         new_id = _as_uuid(started)
+        run_keys.record(cursor, [new_id], keys)
         if trace_context is not None:
             tracing.record_on_runs(cursor, [new_id], trace_context)
     send_run_started(slug, [new_id], using)
@@ -158,7 +161,14 @@ def start_flow(
 
 
 def _start_chosen(
-    slug: str, body: str, chosen: uuid.UUID, delay: timedelta | int | None, using: str, *, keyed: bool
+    slug: str,
+    body: str,
+    chosen: uuid.UUID,
+    delay: timedelta | int | None,
+    using: str,
+    *,
+    keyed: bool,
+    keys: list[list[run_keys.RunKey]],
 ) -> uuid.UUID:
     """Start a run under a chosen id in a savepoint; when the id is taken (a concurrent start of the
     same id waits for the other's commit first), return the run it names if it is the same start."""
@@ -169,6 +179,7 @@ def _start_chosen(
             with transaction.atomic(using=using), connections[using].cursor() as cursor:
                 with _unknown_flow_as_not_found(slug, using):
                     queries.value(cursor, queries.START_FLOW, [slug, body, chosen, seconds])
+                run_keys.record(cursor, [chosen], keys)
                 if trace_context is not None:
                     tracing.record_on_runs(cursor, [chosen], trace_context)
         except IntegrityError as exc:
@@ -194,13 +205,17 @@ KEYED_START_ATTEMPTS: Final = 3
 """A keyed batch whose keys another start takes meanwhile reads them again, this many times at most."""
 
 
-def _start_keyed(slug: str, bodies: list[str], ids: list[uuid.UUID], using: str) -> list[uuid.UUID]:
+def _start_keyed(
+    slug: str, bodies: list[str], ids: list[uuid.UUID], using: str, keys: list[list[run_keys.RunKey]]
+) -> list[uuid.UUID]:
     """Start the runs of the keys that have none, in one savepointed call; a key repeated in the batch
     is one run (its first input). A concurrent start of one of the keys makes the call fail on the
     primary key once the other commits: the keys are read again and the rest started."""
     first_bodies: dict[uuid.UUID, str] = {}
-    for run_id, body in zip(ids, bodies, strict=True):
+    first_keys: dict[uuid.UUID, list[run_keys.RunKey]] = {}
+    for run_id, body, run_key in zip(ids, bodies, keys, strict=True):
         first_bodies.setdefault(run_id, body)
+        first_keys.setdefault(run_id, run_key)
     trace_context = tracing.current_context()
     for _ in range(KEYED_START_ATTEMPTS):
         with connections[using].cursor() as cursor:
@@ -219,6 +234,7 @@ def _start_keyed(slug: str, bodies: list[str], ids: list[uuid.UUID], using: str)
                 with _unknown_flow_as_not_found(slug, using):
                     body = f"[{','.join(first_bodies[run_id] for run_id in todo)}]"
                     queries.value(cursor, queries.START_FLOWS, [slug, body, todo])
+                run_keys.record(cursor, todo, [first_keys[run_id] for run_id in todo])
                 if trace_context is not None:
                     tracing.record_on_runs(cursor, todo, trace_context)
         except IntegrityError as exc:
@@ -232,10 +248,12 @@ def _start_keyed(slug: str, bodies: list[str], ids: list[uuid.UUID], using: str)
     )
 
 
-def _traced(trace_context: str | None, using: str) -> Any:
-    """A traced start records its context in the starting transaction, so no worker claims the run
-    before its context is there; an untraced start adds nothing."""
-    return nullcontext() if trace_context is None else transaction.atomic(using=using)
+def _traced(trace_context: str | None, using: str, keys: list[list[run_keys.RunKey]]) -> Any:
+    """A traced start records its context, and a start with callable limit keys its keys, in the
+    starting transaction, so no worker claims the run before they are there; other starts add nothing."""
+    if trace_context is None and not any(keys):
+        return nullcontext()
+    return transaction.atomic(using=using)
 
 
 def _delay_seconds(delay: timedelta | int | None) -> int | None:
@@ -261,10 +279,12 @@ def start_flows(
     runs of the others, as ``start_flow(..., idempotency_key=)`` does for one."""
     require_postgresql(using)
     slug = _flow_slug(flow_or_slug)
+    values = list(inputs)
     bodies = [
         encode_run_input(flow_or_slug, item, f"input #{index} of flow {slug!r}")
-        for index, item in enumerate(inputs)
+        for index, item in enumerate(values)
     ]
+    keys = run_keys.stored_keys(flow_or_slug, values)
     if idempotency_keys is not None:
         if run_ids is not None:
             raise ValueError("start_flows takes run_ids or idempotency_keys, not both")
@@ -273,7 +293,8 @@ def start_flows(
                 f"start_flows got {len(bodies)} inputs but {len(idempotency_keys)} idempotency_keys; "
                 "pass one key per input"
             )
-        return _start_keyed(slug, bodies, [idempotency_run_id(slug, key) for key in idempotency_keys], using)
+        keyed_ids = [idempotency_run_id(slug, key) for key in idempotency_keys]
+        return _start_keyed(slug, bodies, keyed_ids, using, keys)
     if run_ids is None:
         ids = [uuid.uuid4() for _ in bodies]
     elif len(run_ids) != len(bodies):
@@ -285,9 +306,10 @@ def start_flows(
     if not bodies:
         return []
     trace_context = tracing.current_context()
-    with _traced(trace_context, using), connections[using].cursor() as cursor:
+    with _traced(trace_context, using, keys), connections[using].cursor() as cursor:
         with _unknown_flow_as_not_found(slug, using):
             queries.value(cursor, queries.START_FLOWS, [slug, f"[{','.join(bodies)}]", ids])
+        run_keys.record(cursor, ids, keys)
         if trace_context is not None:
             tracing.record_on_runs(cursor, ids, trace_context)
     send_run_started(slug, ids, using)

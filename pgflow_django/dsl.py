@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeAlias, TypeVar, cast, get_args, overload
 
+from pgflow_django.flow_control import Concurrency, Limit, RateLimit, limits_for
 from pgflow_django.slugs import (
     InvalidSlug,
     default_queue_name,
@@ -92,6 +93,8 @@ class StepDefinition:
     atomic: bool = False
     accepts_context: bool = True
     """Whether the handler takes ``(input, ctx)``; otherwise it is called with the input alone."""
+    limits: tuple[Limit, ...] = field(default=(), compare=False)
+    """The step's ``concurrency=`` and ``rate_limit=`` (not part of the shape: updated in place)."""
 
     @property
     def is_root(self) -> bool:
@@ -137,7 +140,16 @@ _FLOWS: weakref.WeakSet[Flow] = weakref.WeakSet()
 class Flow:
     """A named DAG of steps; ``@flow.step()`` and ``@flow.map()`` add steps in definition order."""
 
-    def __init__(self, slug: str, *, max_attempts: int = 3, base_delay: int = 5, timeout: int = 60) -> None:
+    def __init__(
+        self,
+        slug: str,
+        *,
+        max_attempts: int = 3,
+        base_delay: int = 5,
+        timeout: int = 60,
+        concurrency: Concurrency | None = None,
+        rate_limit: RateLimit | str | None = None,
+    ) -> None:
         self._slug = validate_flow_slug(slug)
         owner = f"flow {slug!r}"
         self._options = FlowOptions(
@@ -145,6 +157,7 @@ class Flow:
             base_delay=_int_option(owner, "base_delay", base_delay, 0),
             timeout=_int_option(owner, "timeout", timeout, 1),
         )
+        self._limits = limits_for(owner, "", concurrency, rate_limit)
         self._steps: dict[str, StepDefinition] = {}
         self._fixed_reason: str | None = None
         """Why no step may be added any more (None: steps may be added)."""
@@ -162,6 +175,11 @@ class Flow:
     def steps(self) -> Mapping[str, StepDefinition]:
         """Steps by slug, in definition order (read-only)."""
         return MappingProxyType(self._steps)
+
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """The flow's own limits, then each step's, in definition order (docs/flow-control.md)."""
+        return self._limits + tuple(limit for step in self._steps.values() for limit in step.limits)
 
     def __repr__(self) -> str:
         return f"<Flow {self._slug!r}: {', '.join(self._steps) or 'no steps'}>"
@@ -186,6 +204,8 @@ class Flow:
         when_unmet: WhenMode = "skip",
         when_exhausted: WhenMode = "fail",
         atomic: bool = False,
+        concurrency: Concurrency | None = None,
+        rate_limit: RateLimit | str | None = None,
     ) -> Callable[[F], F]: ...
 
     def step(
@@ -204,6 +224,8 @@ class Flow:
         when_unmet: WhenMode = "skip",
         when_exhausted: WhenMode = "fail",
         atomic: bool = False,
+        concurrency: Concurrency | None = None,
+        rate_limit: RateLimit | str | None = None,
     ) -> F | Callable[[F], F]:
         """Add a step that runs once per run: a root step receives the flow input, a dependent one
         ``{dep_slug: output}``. Returns the function unchanged."""
@@ -224,6 +246,7 @@ class Flow:
                 when_unmet=when_unmet,
                 when_exhausted=when_exhausted,
                 atomic=atomic,
+                limits=(concurrency, rate_limit),
             )
             return handler
 
@@ -244,6 +267,8 @@ class Flow:
         when_unmet: WhenMode = "skip",
         when_exhausted: WhenMode = "fail",
         atomic: bool = False,
+        concurrency: Concurrency | None = None,
+        rate_limit: RateLimit | str | None = None,
     ) -> Callable[[F], F]:
         """Add a step that runs one task per element of an array: the output of ``array`` (its only
         dependency), or the flow input when ``array`` is None. Its output is the list of task outputs."""
@@ -260,6 +285,7 @@ class Flow:
                 when_unmet=when_unmet,
                 when_exhausted=when_exhausted,
                 atomic=atomic,
+                limits=(concurrency, rate_limit),
             )
             return handler
 
@@ -267,7 +293,8 @@ class Flow:
 
     def copy(self, *, slug: str) -> Flow:
         """The same DAG and options under another slug: a new version, or a side-by-side deployment."""
-        twin = Flow(slug, **self._options.as_dict())
+        twin = Flow(slug, **_options_of(self))
+        twin._limits = self._limits
         twin._steps = dict(self._steps)
         return twin
 
@@ -325,6 +352,7 @@ class Flow:
         when_unmet: str,
         when_exhausted: str,
         atomic: bool,
+        limits: tuple[object, object] = (None, None),
     ) -> None:
         """Validate everything first, then record the step, so a refused step leaves the flow unchanged."""
         if self._fixed_reason is not None:
@@ -376,6 +404,7 @@ class Flow:
             when_exhausted=_when(owner, "when_exhausted", when_exhausted),
             atomic=_flag(owner, "atomic", atomic),
             accepts_context=_accepts_context(owner, handler),
+            limits=limits_for(owner, step_slug, *limits),
         )
         self._steps[step_slug] = definition
 
@@ -430,7 +459,8 @@ class StepQueuedFlow(Flow):
     """
 
     def __init__(self, flow: Flow) -> None:
-        super().__init__(flow.slug, **flow.options.as_dict())
+        super().__init__(flow.slug, **_options_of(flow))
+        self._limits = flow._limits
         if not flow.steps:
             raise FlowDefinitionError(
                 f"with_step_queues(flow {flow.slug!r}): the flow has no steps; define its steps first"
@@ -488,7 +518,8 @@ class RoutedFlow(Flow):
     """
 
     def __init__(self, flow: Flow, queues: Mapping[str, str]) -> None:
-        super().__init__(flow.slug, **flow.options.as_dict())
+        super().__init__(flow.slug, **_options_of(flow))
+        self._limits = flow._limits
         owner = f"route_flow(flow {flow.slug!r})"
         if not isinstance(queues, Mapping):
             raise FlowDefinitionError(
@@ -564,6 +595,11 @@ def route_flow(flow: Flow, *, queues: Mapping[str, str]) -> RoutedFlow:
             f"flow {flow.slug!r} already has a route ({flow.queue_mode}); route the plain flow instead"
         )
     return RoutedFlow(flow, queues)
+
+
+def _options_of(flow: Flow) -> dict[str, Any]:
+    """A flow's runtime options as ``Flow(...)`` keywords (its limits are carried separately)."""
+    return dict(flow.options.as_dict())
 
 
 def _refs(depends_on: Iterable[StepRef] | StepRef) -> tuple[StepRef, ...]:

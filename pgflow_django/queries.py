@@ -492,6 +492,17 @@ SET_TRACE_CONTEXT: Final = _value(
 )
 """Record the starter's W3C trace context on runs it just started (in the starting transaction)."""
 
+RECORD_RUN_KEYS: Final = _value(
+    "record_run_keys",
+    "with stored as (insert into pgflow.run_limit_keys (run_id, step_slug, kind, key)"
+    " select * from unnest(%s::uuid[], %s::text[], %s::text[], %s::text[])"
+    " on conflict do nothing returning 1) select count(*) as value from stored",
+)
+"""Store the callable limit keys of runs just started (in the starting transaction)."""
+
+SET_FLOW_LIMITS: Final = _value("set_flow_limits", "select pgflow.set_flow_limits(%s, %s::jsonb) as value")
+"""Replace a flow's concurrency and rate limits (after every compile or verification)."""
+
 
 class TraceContextRow(NamedTuple):
     run_id: uuid.UUID

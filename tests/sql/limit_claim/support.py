@@ -21,7 +21,9 @@ def concurrency(amount: int, field: str | None = None, step_slug: str = "") -> d
     }
 
 
-def rate(amount: int, period: float, burst: int = 1, field: str | None = None, step_slug: str = "") -> dict[str, Any]:
+def rate(
+    amount: int, period: float, burst: int = 1, field: str | None = None, step_slug: str = ""
+) -> dict[str, Any]:
     return {
         "step_slug": step_slug,
         "kind": "rate",
@@ -40,7 +42,8 @@ def outcomes(flow_slug: str, qty: int = 100) -> dict[str, list[int]]:
     if not msgs:
         return found
     for row in q(
-        "select outcome, message_id from pgflow.start_tasks(lower(%s), %s, %s::bigint[], gen_random_uuid(), null)"
+        "select outcome, message_id"
+        " from pgflow.start_tasks(lower(%s), %s, %s::bigint[], gen_random_uuid(), null)"
         " order by message_id",
         [flow_slug, flow_slug, [m["msg_id"] for m in msgs]],
     ):
@@ -49,7 +52,9 @@ def outcomes(flow_slug: str, qty: int = 100) -> dict[str, list[int]]:
 
 
 def waits(flow_slug: str) -> list[dict[str, Any]]:
-    return q("select * from pgflow.limit_waits where flow_slug = %s order by deferred_at, message_id", [flow_slug])
+    return q(
+        "select * from pgflow.limit_waits where flow_slug = %s order by deferred_at, message_id", [flow_slug]
+    )
 
 
 def holds(flow_slug: str) -> list[dict[str, Any]]:
