@@ -173,6 +173,13 @@ CLAIM_VISIBILITY: Final = _value(
 )
 """The longest effective timeout + 2 s among (flow, step) pairs: the visibility the claim sets."""
 
+NEXT_DEFERRED: Final = _value(
+    "next_deferred",
+    "select extract(epoch from min(w.visible_at) - clock_timestamp())::float8 as value"
+    " from pgflow.limit_waits as w where w.queue_name = %s and w.visible_at > clock_timestamp()",
+)
+"""Seconds until the first task a limit deferred on this queue is due (None: none is waiting)."""
+
 QUEUE_TABLE: Final = _value("queue_table", "select pgmq.format_table_name(%s, 'q') as value")
 
 

@@ -73,7 +73,8 @@ create index limit_holds_key_idx on pgflow.limit_holds (flow_slug, step_slug, ke
 -- 0194_table_limit_waits.sql
 -- Tasks a claim deferred because of a limit, one row per task: kind and scope name the limit,
 -- deferrals counts how often (the concurrency deferral doubles each time, up to 30 s, while a freed
--- slot wakes the oldest waiter of its key at once), deferred_at is the first deferral (wake order).
+-- slot wakes the oldest waiter of its key at once), deferred_at is the first deferral (wake order),
+-- visible_at when the message comes back by itself.
 -- Deleted when the task is claimed, woken or no longer queued.
 create table pgflow.limit_waits (
   run_id uuid not null,
@@ -91,7 +92,9 @@ create table pgflow.limit_waits (
   primary key (run_id, task_step_slug, task_index)
 );
 
-create index limit_waits_key_idx on pgflow.limit_waits (flow_slug, step_slug, kind, key, deferred_at);
+create index limit_waits_key_idx on pgflow.limit_waits (flow_slug, step_slug, kind, key, deferred_at, message_id);
+-- the worker's next poll after a claim that deferred tasks: the first one due on its queue
+create index limit_waits_queue_due_idx on pgflow.limit_waits (queue_name, visible_at);
 
 -- 0230_function_fail_run.sql
 -- The failure path of a run. The caller holds the run's row lock. Every unfinished task is
@@ -736,8 +739,10 @@ create type pgflow.limit_candidate as (
 --   concurrency  the key's started tasks are counted from its holds (each still started in its
 --                attempt), under the key's limit_slots row lock, so two claims of one key on any
 --                two workers decide one after the other; tasks within the limit get a hold, the
---                others wait: deferred 1 s, doubling per deferral up to 30 s, and woken at once by
---                pgflow.release_limit_slots when a slot of their key frees (oldest waiter first)
+--                others wait: deferred about 1 s, doubling per deferral up to 30 s (each time 0.5
+--                to 1.5 times that, so a large backlog comes back spread out, not in one burst),
+--                and woken at once by pgflow.release_limit_slots when a slot of their key frees
+--                (oldest waiter first)
 --   rate         the key's token bucket (amount per period, holding at most burst) is refilled for
 --                the time elapsed and spent, one token per task; a task without a token is deferred
 --                until its token is due
@@ -877,7 +882,7 @@ begin
                                            queue_name, message_id, deferred_at, visible_at)
       select f.run_id, f.step_slug, f.task_index, f.flow_slug, f.scope, f.kind, f.key,
              limit_claim.queue_name, f.message_id, v_now,
-             v_now + make_interval(secs => case when f.kind = 'rate' then greatest(f.delay, 0.01) else 1 end)
+             v_now + make_interval(secs => case when f.kind = 'rate' then greatest(f.delay, 0.01) else 0.5 + random() end)
         from refused as f
        order by f.run_id, f.step_slug, f.task_index
       on conflict (run_id, task_step_slug, task_index) do update
@@ -885,7 +890,7 @@ begin
             key = excluded.key, queue_name = excluded.queue_name, message_id = excluded.message_id,
             deferrals = w.deferrals + 1,
             visible_at = case when excluded.kind = 'rate' then excluded.visible_at
-                              else v_now + make_interval(secs => least(30, power(2, w.deferrals))) end
+                              else v_now + make_interval(secs => least(30, power(2, w.deferrals) * (0.5 + random()))) end
       returning w.message_id, w.visible_at
     )
     select array_agg(d.message_id), array_agg(d.visible_at) into v_msgs, v_at from deferred as d;
@@ -1006,7 +1011,7 @@ begin
           from pgflow.limit_waits as x
          where x.flow_slug = f.flow_slug and x.step_slug = f.step_slug and x.kind = 'concurrency'
            and x.key = f.key and x.visible_at > v_now
-         order by x.deferred_at
+         order by x.deferred_at, x.message_id
          limit f.n
            for update skip locked
       ) as x

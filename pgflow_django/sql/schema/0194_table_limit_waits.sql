@@ -1,6 +1,7 @@
 -- Tasks a claim deferred because of a limit, one row per task: kind and scope name the limit,
 -- deferrals counts how often (the concurrency deferral doubles each time, up to 30 s, while a freed
--- slot wakes the oldest waiter of its key at once), deferred_at is the first deferral (wake order).
+-- slot wakes the oldest waiter of its key at once), deferred_at is the first deferral (wake order),
+-- visible_at when the message comes back by itself.
 -- Deleted when the task is claimed, woken or no longer queued.
 create table pgflow.limit_waits (
   run_id uuid not null,
@@ -18,4 +19,6 @@ create table pgflow.limit_waits (
   primary key (run_id, task_step_slug, task_index)
 );
 
-create index limit_waits_key_idx on pgflow.limit_waits (flow_slug, step_slug, kind, key, deferred_at);
+create index limit_waits_key_idx on pgflow.limit_waits (flow_slug, step_slug, kind, key, deferred_at, message_id);
+-- the worker's next poll after a claim that deferred tasks: the first one due on its queue
+create index limit_waits_queue_due_idx on pgflow.limit_waits (queue_name, visible_at);

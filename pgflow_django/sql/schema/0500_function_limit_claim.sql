@@ -4,8 +4,10 @@
 --   concurrency  the key's started tasks are counted from its holds (each still started in its
 --                attempt), under the key's limit_slots row lock, so two claims of one key on any
 --                two workers decide one after the other; tasks within the limit get a hold, the
---                others wait: deferred 1 s, doubling per deferral up to 30 s, and woken at once by
---                pgflow.release_limit_slots when a slot of their key frees (oldest waiter first)
+--                others wait: deferred about 1 s, doubling per deferral up to 30 s (each time 0.5
+--                to 1.5 times that, so a large backlog comes back spread out, not in one burst),
+--                and woken at once by pgflow.release_limit_slots when a slot of their key frees
+--                (oldest waiter first)
 --   rate         the key's token bucket (amount per period, holding at most burst) is refilled for
 --                the time elapsed and spent, one token per task; a task without a token is deferred
 --                until its token is due
@@ -145,7 +147,7 @@ begin
                                            queue_name, message_id, deferred_at, visible_at)
       select f.run_id, f.step_slug, f.task_index, f.flow_slug, f.scope, f.kind, f.key,
              limit_claim.queue_name, f.message_id, v_now,
-             v_now + make_interval(secs => case when f.kind = 'rate' then greatest(f.delay, 0.01) else 1 end)
+             v_now + make_interval(secs => case when f.kind = 'rate' then greatest(f.delay, 0.01) else 0.5 + random() end)
         from refused as f
        order by f.run_id, f.step_slug, f.task_index
       on conflict (run_id, task_step_slug, task_index) do update
@@ -153,7 +155,7 @@ begin
             key = excluded.key, queue_name = excluded.queue_name, message_id = excluded.message_id,
             deferrals = w.deferrals + 1,
             visible_at = case when excluded.kind = 'rate' then excluded.visible_at
-                              else v_now + make_interval(secs => least(30, power(2, w.deferrals))) end
+                              else v_now + make_interval(secs => least(30, power(2, w.deferrals) * (0.5 + random()))) end
       returning w.message_id, w.visible_at
     )
     select array_agg(d.message_id), array_agg(d.visible_at) into v_msgs, v_at from deferred as d;

@@ -70,7 +70,7 @@ begin
           from pgflow.limit_waits as x
          where x.flow_slug = f.flow_slug and x.step_slug = f.step_slug and x.kind = 'concurrency'
            and x.key = f.key and x.visible_at > v_now
-         order by x.deferred_at
+         order by x.deferred_at, x.message_id
          limit f.n
            for update skip locked
       ) as x
