@@ -74,7 +74,9 @@ create index limit_holds_key_idx on pgflow.limit_holds (flow_slug, step_slug, ke
 -- Tasks a claim deferred because of a limit, one row per task: kind and scope name the limit,
 -- deferrals counts how often (the concurrency deferral doubles each time, up to 30 s, while a freed
 -- slot wakes the oldest waiter of its key at once), deferred_at is the first deferral (wake order),
--- visible_at when the message comes back by itself.
+-- visible_at when the message comes back by itself, woken_at when a freed slot woke it (a woken task
+-- that a claim still finds over the limit, because the completion that freed the slot had not
+-- committed yet, is tried again 0.25 s later instead of waiting out a doubled deferral).
 -- Deleted when the task is claimed, woken or no longer queued.
 create table pgflow.limit_waits (
   run_id uuid not null,
@@ -89,6 +91,7 @@ create table pgflow.limit_waits (
   deferrals integer not null default 1,
   deferred_at timestamptz not null default clock_timestamp(),
   visible_at timestamptz not null,
+  woken_at timestamptz,
   primary key (run_id, task_step_slug, task_index)
 );
 
@@ -888,9 +891,11 @@ begin
       on conflict (run_id, task_step_slug, task_index) do update
         set flow_slug = excluded.flow_slug, step_slug = excluded.step_slug, kind = excluded.kind,
             key = excluded.key, queue_name = excluded.queue_name, message_id = excluded.message_id,
-            deferrals = w.deferrals + 1,
+            deferrals = w.deferrals + case when w.woken_at is null then 1 else 0 end,
             visible_at = case when excluded.kind = 'rate' then excluded.visible_at
-                              else v_now + make_interval(secs => least(30, power(2, w.deferrals) * (0.5 + random()))) end
+                              when w.woken_at is not null then v_now + interval '0.25 seconds'
+                              else v_now + make_interval(secs => least(30, power(2, w.deferrals) * (0.5 + random()))) end,
+            woken_at = null
       returning w.message_id, w.visible_at
     )
     select array_agg(d.message_id), array_agg(d.visible_at) into v_msgs, v_at from deferred as d;
@@ -997,20 +1002,24 @@ begin
     return 0;
   end if;
 
-  -- one waiter per freed slot, oldest first, not one already woken; a waiter a claim holds is skipped
+  -- one waiter per freed slot, oldest first, still queued and not woken already (the waits of
+  -- deleted runs, swept by stalled recovery, never take a wake-up); a waiter a claim holds is skipped
   with freed as (
     select f.flow_slug, f.step_slug, f.key, count(*) as n
       from unnest(v_flows, v_scopes, v_keys) as f(flow_slug, step_slug, key)
      group by f.flow_slug, f.step_slug, f.key
   ), woken as (
     update pgflow.limit_waits as w
-       set visible_at = v_now
+       set visible_at = v_now, woken_at = v_now
       from freed as f
       cross join lateral (
         select x.run_id, x.task_step_slug, x.task_index
           from pgflow.limit_waits as x
          where x.flow_slug = f.flow_slug and x.step_slug = f.step_slug and x.kind = 'concurrency'
-           and x.key = f.key and x.visible_at > v_now
+           and x.key = f.key and x.woken_at is null and x.visible_at > v_now
+           and exists (select 1 from pgflow.step_tasks as t
+                        where t.run_id = x.run_id and t.step_slug = x.task_step_slug
+                          and t.task_index = x.task_index and t.status = 'queued')
          order by x.deferred_at, x.message_id
          limit f.n
            for update skip locked

@@ -153,9 +153,11 @@ begin
       on conflict (run_id, task_step_slug, task_index) do update
         set flow_slug = excluded.flow_slug, step_slug = excluded.step_slug, kind = excluded.kind,
             key = excluded.key, queue_name = excluded.queue_name, message_id = excluded.message_id,
-            deferrals = w.deferrals + 1,
+            deferrals = w.deferrals + case when w.woken_at is null then 1 else 0 end,
             visible_at = case when excluded.kind = 'rate' then excluded.visible_at
-                              else v_now + make_interval(secs => least(30, power(2, w.deferrals) * (0.5 + random()))) end
+                              when w.woken_at is not null then v_now + interval '0.25 seconds'
+                              else v_now + make_interval(secs => least(30, power(2, w.deferrals) * (0.5 + random()))) end,
+            woken_at = null
       returning w.message_id, w.visible_at
     )
     select array_agg(d.message_id), array_agg(d.visible_at) into v_msgs, v_at from deferred as d;

@@ -56,20 +56,24 @@ begin
     return 0;
   end if;
 
-  -- one waiter per freed slot, oldest first, not one already woken; a waiter a claim holds is skipped
+  -- one waiter per freed slot, oldest first, still queued and not woken already (the waits of
+  -- deleted runs, swept by stalled recovery, never take a wake-up); a waiter a claim holds is skipped
   with freed as (
     select f.flow_slug, f.step_slug, f.key, count(*) as n
       from unnest(v_flows, v_scopes, v_keys) as f(flow_slug, step_slug, key)
      group by f.flow_slug, f.step_slug, f.key
   ), woken as (
     update pgflow.limit_waits as w
-       set visible_at = v_now
+       set visible_at = v_now, woken_at = v_now
       from freed as f
       cross join lateral (
         select x.run_id, x.task_step_slug, x.task_index
           from pgflow.limit_waits as x
          where x.flow_slug = f.flow_slug and x.step_slug = f.step_slug and x.kind = 'concurrency'
-           and x.key = f.key and x.visible_at > v_now
+           and x.key = f.key and x.woken_at is null and x.visible_at > v_now
+           and exists (select 1 from pgflow.step_tasks as t
+                        where t.run_id = x.run_id and t.step_slug = x.task_step_slug
+                          and t.task_index = x.task_index and t.status = 'queued')
          order by x.deferred_at, x.message_id
          limit f.n
            for update skip locked
