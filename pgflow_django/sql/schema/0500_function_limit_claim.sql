@@ -4,8 +4,9 @@
 --   concurrency  the key's started tasks are counted from its holds (each still started in its
 --                attempt), under the key's limit_slots row lock, so two claims of one key on any
 --                two workers decide one after the other; tasks within the limit get a hold, the
---                others wait: deferred about 1 s, doubling per deferral up to 30 s (each time 0.5
---                to 1.5 times that, so a large backlog comes back spread out, not in one burst),
+--                others wait: deferred about 1 s, doubling per deferral up to 30 s, and at least 1 s
+--                per 50 waiters of the key (each time 0.5 to 1.5 times that, so a large backlog
+--                comes back spread out and at a bounded rate, not in bursts ahead of other keys),
 --                and woken at once by pgflow.release_limit_slots when a slot of their key frees
 --                (oldest waiter first)
 --   rate         the key's token bucket (amount per period, holding at most burst) is refilled for
@@ -136,19 +137,31 @@ begin
 
   if cardinality(v_all) > 0 then
     -- one wait per deferred task, named by the first limit that refused it (concurrency before rate)
+    -- a concurrency deferral is at least one second per 50 waiters of the key (at most 30 s), so a
+    -- deep backlog comes back at a bounded rate instead of crowding the read ahead of other keys
     with refused as (
       select distinct on (c.n) c.*, r.delay
         from unnest(v_cands) as c
         left join unnest(v_rate_n, v_rate_delay) as r(n, delay) on r.n = c.n
        where (c.kind = 'concurrency' and c.n = any(v_denied)) or (c.kind = 'rate' and r.n is not null)
        order by c.n, c.kind, c.scope
+    ), backlog as (
+      select g.flow_slug, g.scope, g.key,
+             (select count(*) from (
+                select 1 from pgflow.limit_waits as x
+                 where x.flow_slug = g.flow_slug and x.step_slug = g.scope and x.kind = 'concurrency'
+                   and x.key = g.key
+                 limit 1500) as x) as waiting
+        from (select distinct f.flow_slug, f.scope, f.key from refused as f where f.kind = 'concurrency') as g
     ), deferred as (
       insert into pgflow.limit_waits as w (run_id, task_step_slug, task_index, flow_slug, step_slug, kind, key,
                                            queue_name, message_id, deferred_at, visible_at)
       select f.run_id, f.step_slug, f.task_index, f.flow_slug, f.scope, f.kind, f.key,
              limit_claim.queue_name, f.message_id, v_now,
-             v_now + make_interval(secs => case when f.kind = 'rate' then greatest(f.delay, 0.01) else 0.5 + random() end)
+             v_now + make_interval(secs => case when f.kind = 'rate' then greatest(f.delay, 0.01)
+                                                else least(30, greatest(1, b.waiting / 50.0) * (0.5 + random())) end)
         from refused as f
+        left join backlog as b on b.flow_slug = f.flow_slug and b.scope = f.scope and b.key = f.key
        order by f.run_id, f.step_slug, f.task_index
       on conflict (run_id, task_step_slug, task_index) do update
         set flow_slug = excluded.flow_slug, step_slug = excluded.step_slug, kind = excluded.kind,
@@ -156,7 +169,9 @@ begin
             deferrals = w.deferrals + case when w.woken_at is null then 1 else 0 end,
             visible_at = case when excluded.kind = 'rate' then excluded.visible_at
                               when w.woken_at is not null then v_now + interval '0.25 seconds'
-                              else v_now + make_interval(secs => least(30, power(2, w.deferrals) * (0.5 + random()))) end,
+                              else greatest(excluded.visible_at,
+                                            v_now + make_interval(secs => least(30, power(2, w.deferrals) * (0.5 + random()))))
+                         end,
             woken_at = null
       returning w.message_id, w.visible_at
     )

@@ -32,7 +32,9 @@ def _setup(observer, tenants: list[str]) -> list[tuple[uuid.UUID, int]]:
     found = []
     for tenant in tenants:
         run_id = start_run(observer, FLOW, json.dumps({"tenant": tenant}))
-        row = observer.execute("select message_id from pgflow.step_tasks where run_id = %s", [run_id]).fetchone()
+        row = observer.execute(
+            "select message_id from pgflow.step_tasks where run_id = %s", [run_id]
+        ).fetchone()
         assert row is not None
         found.append((run_id, int(row[0])))
     return found

@@ -5,7 +5,19 @@ the oldest waiter of its key visible at once."""
 from __future__ import annotations
 
 from tests.sql.limit_claim.support import concurrency, holds, outcomes, set_limits, waits
-from tests.sql.support import complete, fail, make_flow, q, q1, start, step, task, vt_in
+from tests.sql.support import (
+    backdate_started,
+    complete,
+    fail,
+    make_flow,
+    q,
+    q1,
+    requeue_stalled,
+    start,
+    step,
+    task,
+    vt_in,
+)
 
 
 def _runs(tenants: list[str]) -> list:
@@ -93,3 +105,17 @@ def test_a_flow_without_limits_is_not_touched() -> None:
         start("f", {})
     assert len(outcomes("f")["claimed"]) == 3
     assert q("select * from pgflow.limit_slots where flow_slug = 'f'") == []
+
+
+def test_stalled_recovery_gives_a_crashed_workers_slot_back() -> None:
+    make_flow("f", step("a"), timeout=5)
+    set_limits("f", concurrency(1, "tenant"))
+    runs = _runs(["x", "x"])
+    outcomes("f")
+    assert [h["run_id"] for h in holds("f")] == [runs[0]]
+    backdate_started(runs[0], "a", 5 + 31)
+    assert requeue_stalled()["requeued"] == 1
+    assert holds("f") == [], "the vanished worker's slot is free"
+    assert vt_in("f", _message(runs[1])) <= 0, "and its key's oldest waiter is visible now"
+    got = outcomes("f")
+    assert len(got["claimed"]) == 1 and len(got["deferred"]) == 1

@@ -1,0 +1,181 @@
+"""Concurrency keys and rate limits under real concurrent workers (issue 22, items 2 and 3).
+
+Four ``pgflow_worker`` processes share 2,000 tasks over 20 keys, one of them hot with 90% of the
+backlog. The ledger is the database's own claim and completion times (``started_at``,
+``completed_at``) and each handler's wall-clock start and end (its output): no key ever has more
+than ``LIMIT`` tasks started at once in either, every task runs exactly once, and a cold key that
+arrives behind the hot backlog is never left with a free slot and waiting work for longer than one
+of its handlers takes. The rate scenario counts start times per window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests import limits_flows
+from tests.acceptance.faults import FAST
+from tests.workers import Spawner, WorkerProcess, wait_until
+
+pytestmark = pytest.mark.slow
+
+WORKERS, CONCURRENCY = 4, 20
+KEYS, TASKS, HOT_SHARE = 20, 2000, 0.9
+HOT_MS, COLD_MS = 10, 250
+"""Handler durations: the hot key's tasks are short (its backlog drains in seconds); a cold task's
+duration is the bound on how long a cold key may wait with a free slot."""
+SETTINGS = "tests.limits_settings"
+
+
+class LimitSpawner(Spawner):
+    def __call__(self, flow: str, *args: str, ready: bool = True) -> WorkerProcess:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("DJANGO_SETTINGS_MODULE", SETTINGS)
+            return super().__call__(flow, *args, ready=ready)
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    conn = psycopg.connect(database_url, autocommit=True)
+    flows = [limits_flows.KEYED_FLOW, limits_flows.RATED_FLOW]
+    drop = "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where flow_slug = any(%s)"
+    conn.execute(drop, [flows])
+    yield conn
+    conn.execute(drop, [flows])
+    conn.close()
+
+
+@pytest.fixture
+def spawn(database_url: str, db: psycopg.Connection[Any], tmp_path: Path) -> Iterator[LimitSpawner]:
+    spawner = LimitSpawner(database_url, tmp_path)
+    yield spawner
+    spawner.stop_all()
+
+
+def _start_all(spawn: LimitSpawner, flow: str, concurrency: int) -> list[WorkerProcess]:
+    started = [spawn(flow, "--concurrency", str(concurrency), *FAST, ready=False) for _ in range(WORKERS)]
+    return [worker.wait_ready(60) for worker in started]
+
+
+def _start(db: psycopg.Connection[Any], flow: str, inputs: list[dict[str, Any]]) -> None:
+    db.execute("select pgflow.start_flows(%s, %s::jsonb)", [flow, json.dumps(inputs)])
+
+
+def _wait_done(db: psycopg.Connection[Any], flow: str, timeout: float) -> None:
+    def done() -> bool:
+        row = db.execute(
+            "select count(*) from pgflow.runs where flow_slug = %s and status = 'started'", [flow]
+        ).fetchone()
+        return row is not None and row[0] == 0
+
+    wait_until(done, timeout, f"every run of {flow} to finish", 0.25)
+
+
+def max_overlap(intervals: list[tuple[Any, Any]]) -> int:
+    """The most intervals open at one instant (an interval ending when another starts does not overlap)."""
+    events = sorted([(end, -1) for _, end in intervals] + [(start, 1) for start, _ in intervals])
+    most = running = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return most
+
+
+def longest_idle_with_backlog(tasks: list[tuple[datetime, datetime, datetime]], limit: int) -> float:
+    """Seconds of the longest stretch in which a key had queued work and a free slot: ``tasks`` are
+    (queued_at, started_at, completed_at) of one key."""
+    events = sorted(
+        [(queued, 0, 1, 0) for queued, _, _ in tasks]
+        + [(started, 1, -1, 1) for _, started, _ in tasks]
+        + [(done, 2, 0, -1) for _, _, done in tasks]
+    )
+    backlog = running = 0
+    idle_since: datetime | None = None
+    longest = 0.0
+    for at, _, queued_step, running_step in events:
+        backlog += queued_step
+        running += running_step
+        idle = backlog > 0 and running < limit
+        if idle and idle_since is None:
+            idle_since = at
+        elif not idle and idle_since is not None:
+            longest = max(longest, (at - idle_since).total_seconds())
+            idle_since = None
+    return longest
+
+
+def test_no_key_ever_runs_more_than_its_limit_and_a_hot_key_does_not_hold_up_a_cold_one(
+    spawn: LimitSpawner, db: psycopg.Connection[Any]
+) -> None:
+    flow, limit = limits_flows.KEYED_FLOW, limits_flows.LIMIT
+    hot = int(TASKS * HOT_SHARE)
+    cold_keys = [f"cold-{n:02d}" for n in range(KEYS - 1)]
+    cold = [{"key": cold_keys[n % len(cold_keys)], "ms": COLD_MS} for n in range(TASKS - hot)]
+    workers = _start_all(spawn, flow, CONCURRENCY)
+    _start(db, flow, [{"key": "hot", "ms": HOT_MS}] * hot)
+    # the cold keys arrive behind a hot backlog that has filled its slots and is deferred
+    wait_until(
+        lambda: (
+            (db.execute("select count(*) from pgflow.limit_waits where key = 'hot'").fetchone() or [0])[0]
+            > hot // 2
+        ),
+        30,
+        "the hot backlog to be deferred",
+    )
+    _start(db, flow, cold)
+    _wait_done(db, flow, 240)
+
+    rows = db.execute(
+        "select r.input ->> 'key', t.status, t.attempts_count, t.queued_at, t.started_at, t.completed_at,"
+        " t.output from pgflow.step_tasks as t join pgflow.runs as r using (run_id) where t.flow_slug = %s",
+        [flow],
+    ).fetchall()
+    assert len(rows) == TASKS, "no task lost"
+    assert {(status, attempts) for _, status, attempts, *_ in rows} == {("completed", 1)}, (
+        "every task ran once: no deferral spent an attempt, none ran twice"
+    )
+    by_key: dict[str, list[tuple[Any, ...]]] = {}
+    for key, _, _, queued, started, completed, output in rows:
+        by_key.setdefault(key, []).append((queued, started, completed, output["t0"], output["t1"]))
+    assert len(by_key) == KEYS
+    claimed = {key: max_overlap([(s, c) for _, s, c, _, _ in tasks]) for key, tasks in by_key.items()}
+    handled = {key: max_overlap([(t0, t1) for *_, t0, t1 in tasks]) for key, tasks in by_key.items()}
+    assert max(claimed.values()) <= limit, f"started at once per key (database): {claimed}"
+    assert max(handled.values()) <= limit, f"running at once per key (handlers): {handled}"
+    assert claimed["hot"] == limit, "the hot key used its slots"
+    idle = {key: longest_idle_with_backlog([t[:3] for t in by_key[key]], limit) for key in cold_keys}
+    print(f"longest idle-with-backlog per cold key (s): {sorted(idle.values())[-5:]}")
+    assert max(idle.values()) <= COLD_MS / 1000, (
+        f"a cold key waited with a free slot longer than one handler ({COLD_MS} ms): {idle}"
+    )
+    for worker in workers:
+        assert worker.process.poll() is None, worker.log()[-3000:]
+
+
+def test_a_rate_limit_per_key_holds_across_workers(spawn: LimitSpawner, db: psycopg.Connection[Any]) -> None:
+    flow = limits_flows.RATED_FLOW
+    per_key, per_second = 25, 10
+    _start_all(spawn, flow, 4)
+    _start(db, flow, [{"key": key} for key in ("a", "b") for _ in range(per_key)])
+    _wait_done(db, flow, 60)
+    rows = db.execute(
+        "select r.input ->> 'key', t.attempts_count, t.started_at from pgflow.step_tasks as t"
+        " join pgflow.runs as r using (run_id) where t.flow_slug = %s and t.status = 'completed'",
+        [flow],
+    ).fetchall()
+    assert len(rows) == 2 * per_key and {attempts for _, attempts, _ in rows} == {1}
+    for key in ("a", "b"):
+        starts = sorted(started.timestamp() for k, _, started in rows if k == key)
+        # burst 1, 10 tokens a second: at most 1 + 10 * w starts in any window of w seconds
+        for window in (0.5, 1.0, 2.0):
+            most = max(sum(1 for s in starts[i:] if s < first + window) for i, first in enumerate(starts))
+            assert most <= 1 + per_second * window, f"key {key}: {most} starts within {window} s"
+        span = starts[-1] - starts[0]
+        assert span >= (per_key - 1) / per_second - 0.01, f"key {key}: {per_key} starts in {span:.2f} s"
+        assert span <= (per_key - 1) / per_second * 2 + 2, f"key {key}: the limit, not the workers, paced it"
