@@ -17,11 +17,14 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from pgflow_django.dag import elapsed
+from pgflow_django.flow_control import describe
 from pgflow_django.models import Flow, Step, Worker
 from pgflow_django.slugs import TASK_FLOW_SLUG_REGEX, TASK_STEP_SLUG
 
 if TYPE_CHECKING:
     from django.contrib.admin.filters import _ListFilterChoices
+
+    from pgflow_django.queries import FlowControlRow
 
 SHORT_ID = 8
 """Characters of a UUID shown in a list; the rest stays in the page for hover and copy."""
@@ -65,6 +68,23 @@ def clock(moment: datetime | None) -> SafeString | str:
 
 def took(start: datetime | None, end: datetime | None) -> str:
     return elapsed(start, end) or "-"
+
+
+FLOW_CONTROL_HEADERS = ("flow", "step", "limit", "key", "started", "deferred", "tokens")
+"""Columns of a flow-control table (the dashboard's panel and a flow's page)."""
+
+
+def flow_control_cells(row: FlowControlRow) -> tuple[str, ...]:
+    """One key of one limit: the limit, the key, its started tasks, deferred tasks and tokens now."""
+    return (
+        row.flow_slug,
+        row.step_slug or "(flow)",
+        describe(row.kind, row.key_source, row.key_field, row.amount, row.period, row.burst),
+        "-" if row.key is None else repr(row.key),
+        str(row.started) if row.kind == "concurrency" else "-",
+        str(row.deferred),
+        "-" if row.tokens is None else f"{row.tokens:.2f}",
+    )
 
 
 def task_flows(queryset: QuerySet[Flow]) -> QuerySet[Flow]:

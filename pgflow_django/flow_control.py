@@ -139,3 +139,13 @@ def limits_for(owner: str, step_slug: str, concurrency: object, rate_limit: obje
             )
         )
     return tuple(found)
+
+
+def describe(
+    kind: str, key_source: str, key_field: str | None, amount: int, period: float | None, burst: int | None
+) -> str:
+    """One limit as a person reads it: ``concurrency 2 per tenant_id``, ``rate 100/60 s (burst 1)``."""
+    key = {"none": "", "input": f" per {key_field}", "stored": " per key from the start"}.get(key_source, "")
+    if kind == "rate":
+        return f"rate {amount}/{period:g} s (burst {burst}){key}"
+    return f"concurrency {amount}{key}"

@@ -14,7 +14,7 @@ from pgflow_django import Concurrency, Flow, RateLimit
 
 KEYED_FLOW = "lim_keyed"
 RATED_FLOW = "lim_rated"
-LIMIT = 2
+LIMIT = 4
 """At most this many tasks of one key started at once (the keyed flow's Concurrency)."""
 RATE = "10/s"
 """The rated step's limit per key (burst 1)."""

@@ -742,9 +742,9 @@ create type pgflow.limit_candidate as (
 --   concurrency  the key's started tasks are counted from its holds (each still started in its
 --                attempt), under the key's limit_slots row lock, so two claims of one key on any
 --                two workers decide one after the other; tasks within the limit get a hold, the
---                others wait: deferred about 1 s, doubling per deferral up to 30 s, and at least 1 s
---                per 50 waiters of the key (each time 0.5 to 1.5 times that, so a large backlog
---                comes back spread out and at a bounded rate, not in bursts ahead of other keys),
+--                others wait: the first `limit` waiters of a key are deferred about 1 s, doubling
+--                per deferral up to 30 s (0.5 to 1.5 times that each time), the ones behind them
+--                20 to 30 s, so a deep backlog does not keep coming back ahead of other keys,
 --                and woken at once by pgflow.release_limit_slots when a slot of their key frees
 --                (oldest waiter first)
 --   rate         the key's token bucket (amount per period, holding at most burst) is refilled for
@@ -875,8 +875,9 @@ begin
 
   if cardinality(v_all) > 0 then
     -- one wait per deferred task, named by the first limit that refused it (concurrency before rate)
-    -- a concurrency deferral is at least one second per 50 waiters of the key (at most 30 s), so a
-    -- deep backlog comes back at a bounded rate instead of crowding the read ahead of other keys
+    -- a concurrency deferral is short for the first `limit` waiters of the key (next in line: if a
+    -- wake-up is missed they come back soon) and 20 to 30 s behind them: those are woken in turn as
+    -- slots free, so a deep backlog does not keep coming back ahead of other keys' messages
     with refused as (
       select distinct on (c.n) c.*, r.delay
         from unnest(v_cands) as c
@@ -889,15 +890,17 @@ begin
                 select 1 from pgflow.limit_waits as x
                  where x.flow_slug = g.flow_slug and x.step_slug = g.scope and x.kind = 'concurrency'
                    and x.key = g.key
-                 limit 1500) as x) as waiting
-        from (select distinct f.flow_slug, f.scope, f.key from refused as f where f.kind = 'concurrency') as g
+                 limit g.amount + 1) as x) > g.amount as deep
+        from (select distinct f.flow_slug, f.scope, f.key, f.amount
+                from refused as f where f.kind = 'concurrency') as g
     ), deferred as (
       insert into pgflow.limit_waits as w (run_id, task_step_slug, task_index, flow_slug, step_slug, kind, key,
                                            queue_name, message_id, deferred_at, visible_at)
       select f.run_id, f.step_slug, f.task_index, f.flow_slug, f.scope, f.kind, f.key,
              limit_claim.queue_name, f.message_id, v_now,
              v_now + make_interval(secs => case when f.kind = 'rate' then greatest(f.delay, 0.01)
-                                                else least(30, greatest(1, b.waiting / 50.0) * (0.5 + random())) end)
+                                                when b.deep then 20 + 10 * random()
+                                                else 0.5 + random() end)
         from refused as f
         left join backlog as b on b.flow_slug = f.flow_slug and b.scope = f.scope and b.key = f.key
        order by f.run_id, f.step_slug, f.task_index
@@ -907,8 +910,8 @@ begin
             deferrals = w.deferrals + case when w.woken_at is null then 1 else 0 end,
             visible_at = case when excluded.kind = 'rate' then excluded.visible_at
                               when w.woken_at is not null then v_now + interval '0.25 seconds'
-                              else greatest(excluded.visible_at,
-                                            v_now + make_interval(secs => least(30, power(2, w.deferrals) * (0.5 + random()))))
+                              when excluded.visible_at > v_now + interval '15 seconds' then excluded.visible_at
+                              else v_now + make_interval(secs => least(30, power(2, w.deferrals) * (0.5 + random())))
                          end,
             woken_at = null
       returning w.message_id, w.visible_at
