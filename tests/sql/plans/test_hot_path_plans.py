@@ -29,7 +29,29 @@ pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 FLOW = "plans"
 HISTORY = 1_000_000
-GROWING = {"runs", "step_states", "step_tasks", f"q_{FLOW}", f"a_{FLOW}"}
+GROWING = {
+    "runs",
+    "step_states",
+    "step_tasks",
+    f"q_{FLOW}",
+    f"a_{FLOW}",
+    "limit_holds",
+    "limit_waits",
+    "limit_slots",
+    "run_limit_keys",
+}
+LIMITS = [
+    {"kind": "concurrency", "key_source": "input", "key_field": "k", "amount": 1_000_000},
+    {
+        "kind": "rate",
+        "key_source": "input",
+        "key_field": "k",
+        "amount": 1_000_000,
+        "period": 1,
+        "burst": 10_000,
+    },
+]
+"""The flow's claims also pass its flow control (limits no batch reaches: nothing is deferred)."""
 EXPLAIN = (
     "load 'auto_explain'",
     "set auto_explain.log_min_duration = 0",
@@ -64,6 +86,7 @@ def scratch(
                 cursor.execute("select pgflow.add_step(%s, 'a')", [FLOW])
                 cursor.execute("select pgflow.add_step(%s, 'b', array['a'])", [FLOW])
                 cursor.execute("select pgflow.add_step(%s, 'c', array['b'])", [FLOW])
+                cursor.execute("select pgflow.set_flow_limits(%s, %s::jsonb)", [FLOW, json.dumps(LIMITS)])
             if request.param:
                 preload_history(conn, request.param)
             conn.execute("analyze")
@@ -131,7 +154,8 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         session.add_notice_handler(keep)
         worker = uuid.uuid4()
         for size in (1, 1000):
-            session.execute("select pgflow.start_flows(%s, %s::jsonb)", [FLOW, json.dumps([{}] * size)])
+            inputs = [{"k": f"key-{n % 20}"} for n in range(size)]
+            session.execute("select pgflow.start_flows(%s, %s::jsonb)", [FLOW, json.dumps(inputs)])
             for _ in ("a", "b", "c"):
                 reading = True
                 ids = [
