@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeAlias, TypeVar, cast, get_args, overload
 
-from pgflow_django.flow_control import Concurrency, Limit, RateLimit, limits_for
+from pgflow_django.flow_control import Concurrency, InvalidLimit, Limit, RateLimit, limits_for
 from pgflow_django.slugs import (
     InvalidSlug,
     default_queue_name,
@@ -157,7 +157,7 @@ class Flow:
             base_delay=_int_option(owner, "base_delay", base_delay, 0),
             timeout=_int_option(owner, "timeout", timeout, 1),
         )
-        self._limits = limits_for(owner, "", concurrency, rate_limit)
+        self._limits = _limits(owner, "", concurrency, rate_limit)
         self._steps: dict[str, StepDefinition] = {}
         self._fixed_reason: str | None = None
         """Why no step may be added any more (None: steps may be added)."""
@@ -404,7 +404,7 @@ class Flow:
             when_exhausted=_when(owner, "when_exhausted", when_exhausted),
             atomic=_flag(owner, "atomic", atomic),
             accepts_context=_accepts_context(owner, handler),
-            limits=limits_for(owner, step_slug, *limits),
+            limits=_limits(owner, step_slug, *limits),
         )
         self._steps[step_slug] = definition
 
@@ -595,6 +595,13 @@ def route_flow(flow: Flow, *, queues: Mapping[str, str]) -> RoutedFlow:
             f"flow {flow.slug!r} already has a route ({flow.queue_mode}); route the plain flow instead"
         )
     return RoutedFlow(flow, queues)
+
+
+def _limits(owner: str, step_slug: str, concurrency: object, rate_limit: object) -> tuple[Limit, ...]:
+    try:
+        return limits_for(owner, step_slug, concurrency, rate_limit)
+    except InvalidLimit as exc:
+        raise FlowDefinitionError(str(exc)) from None
 
 
 def _options_of(flow: Flow) -> dict[str, Any]:

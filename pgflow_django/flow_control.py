@@ -1,9 +1,10 @@
 """Flow control by key: ``Concurrency`` and ``RateLimit``, declared on a flow or a step and enforced by the
 claim in the database (``pgflow.limit_claim``), so the limits hold across every worker and machine.
 
-Pure Python like the DSL: every mistake is a :class:`FlowDefinitionError` of one line when the flow is
-defined. A key is the name of a field of the run input (read by the database when a task is claimed) or
-a callable on the run input (evaluated in Python where the run starts, and stored with the run).
+Pure Python like the DSL: every mistake is one line when the flow is defined (the DSL raises it as a
+``FlowDefinitionError``). A key is the name of a field of the run input (read by the database when a
+task is claimed) or a callable on the run input (evaluated in Python where the run starts, and stored
+with the run).
 """
 
 from __future__ import annotations
@@ -23,22 +24,19 @@ RATE_FORMAT: Final = 'write N/unit with unit s, m, h or d, e.g. "100/m", or N/<c
 MAX_AMOUNT: Final = 2**31 - 1
 
 
-def _refused(message: str) -> Exception:
-    """The DSL's own error (imported here: the DSL imports this module)."""
-    from pgflow_django.dsl import FlowDefinitionError
-
-    return FlowDefinitionError(message)
+class InvalidLimit(ValueError):
+    """A limit the engine would refuse; the DSL raises it as its ``FlowDefinitionError``."""
 
 
 def parse_rate(owner: str, spec: object) -> tuple[int, int]:
     """``"100/m"`` -> (100, 60): tokens and the seconds they refill over; anything else is refused."""
     match = _RATE.fullmatch(spec) if isinstance(spec, str) else None
     if match is None:
-        raise _refused(f"{owner}: rate_limit {spec!r} is not a rate; {RATE_FORMAT}")
+        raise InvalidLimit(f"{owner}: rate_limit {spec!r} is not a rate; {RATE_FORMAT}")
     amount = int(match.group(1))
     period = int(match.group(2) or 1) * RATE_UNITS[match.group(3)]
     if amount > MAX_AMOUNT or period > MAX_AMOUNT:
-        raise _refused(f"{owner}: rate_limit {spec!r} is too large; at most {MAX_AMOUNT} per period")
+        raise InvalidLimit(f"{owner}: rate_limit {spec!r} is too large; at most {MAX_AMOUNT} per period")
     return amount, period
 
 
@@ -47,14 +45,14 @@ def _key(owner: str, what: str, key: object) -> Key:
         return key
     if isinstance(key, str) and key:
         return key
-    raise _refused(
+    raise InvalidLimit(
         f"{owner}: {what} key must be an input field name, a callable on the run input or None, got {key!r}"
     )
 
 
 def _positive(owner: str, what: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_AMOUNT:
-        raise _refused(f"{owner}: {what} must be an integer from 1 to {MAX_AMOUNT}, got {value!r}")
+        raise InvalidLimit(f"{owner}: {what} must be an integer from 1 to {MAX_AMOUNT}, got {value!r}")
     return value
 
 
@@ -113,7 +111,7 @@ def limits_for(owner: str, step_slug: str, concurrency: object, rate_limit: obje
     found: list[Limit] = []
     if concurrency is not None:
         if not isinstance(concurrency, Concurrency):
-            raise _refused(
+            raise InvalidLimit(
                 f"{owner}: concurrency must be Concurrency(limit=N, key=...), "
                 f"got {type(concurrency).__name__}"
             )
