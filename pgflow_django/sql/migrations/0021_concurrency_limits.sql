@@ -792,6 +792,7 @@ begin
     cross join lateral (
       select t.flow_slug, t.attempts_count from pgflow.step_tasks as t
        where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+       limit 1
     ) as t
     join pgflow.flow_limits as l on l.flow_slug = t.flow_slug and l.step_slug in ('', k.step_slug)
    where k.outcome = 'claimed';
@@ -810,7 +811,14 @@ begin
   on conflict do nothing;
   perform 1
      from pgflow.limit_slots as s
-    where (s.flow_slug, s.step_slug, s.kind, s.key) in (select c.flow_slug, c.scope, c.kind, c.key from unnest(v_cands) as c)
+    where s.ctid = any(array(
+            select x.row_id
+              from (select distinct c.flow_slug, c.scope, c.kind, c.key from unnest(v_cands) as c) as g
+             cross join lateral (
+               select x.ctid as row_id from pgflow.limit_slots as x
+                where x.flow_slug = g.flow_slug and x.step_slug = g.scope and x.kind = g.kind and x.key = g.key
+                limit 1
+             ) as x))
     order by s.flow_slug, s.step_slug, s.kind, s.key
       for update;
 
@@ -821,10 +829,11 @@ begin
     cross join lateral (
       select count(*) as n
         from pgflow.limit_holds as h
-        join pgflow.step_tasks as t
-          on t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
        where h.flow_slug = c.flow_slug and h.step_slug = c.scope and h.key = c.key
-         and t.status = 'started' and t.attempts_count = h.attempt
+         and (select 1 from pgflow.step_tasks as t
+               where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
+                 and t.status = 'started' and t.attempts_count = h.attempt
+               limit 1) is not null
     ) as used
    where c.rank > c.amount - used.n;
 
@@ -834,22 +843,23 @@ begin
     select c.*, row_number() over (partition by c.flow_slug, c.scope, c.key order by c.message_id) as rank
       from unnest(v_cands) as c where c.kind = 'rate' and not c.n = any(v_denied)
   ), bucket as (
-    select g.flow_slug, g.scope, g.key, g.wanted, g.amount / g.period as per_second,
+    select g.flow_slug, g.scope, g.key, g.wanted, g.amount / g.period as per_second, s.row_id,
            least(g.burst::double precision,
                  s.tokens + greatest(0, extract(epoch from v_now - s.refilled_at)) * g.amount / g.period) as available
       from (select w.flow_slug, w.scope, w.key, max(w.amount) as amount, max(w.period) as period,
                    max(w.burst) as burst, count(*) as wanted
               from wanted as w group by w.flow_slug, w.scope, w.key) as g
       cross join lateral (
-        select s.tokens, s.refilled_at from pgflow.limit_slots as s
+        select s.ctid as row_id, s.tokens, s.refilled_at from pgflow.limit_slots as s
          where s.flow_slug = g.flow_slug and s.step_slug = g.scope and s.kind = 'rate' and s.key = g.key
+         limit 1
       ) as s
   ), spent as (
     update pgflow.limit_slots as s
        set tokens = b.available - least(b.wanted, floor(b.available)), refilled_at = v_now,
            granted_at = case when b.available >= 1 then v_now else s.granted_at end
       from bucket as b
-     where s.flow_slug = b.flow_slug and s.step_slug = b.scope and s.kind = 'rate' and s.key = b.key
+     where s.ctid = b.row_id
     returning 1
   )
   select array_agg(d.n), array_agg(d.delay) into v_rate_n, v_rate_delay
@@ -869,9 +879,15 @@ begin
   on conflict (run_id, task_step_slug, task_index, step_slug)
   do update set flow_slug = excluded.flow_slug, key = excluded.key, attempt = excluded.attempt, held_at = excluded.held_at;
   delete from pgflow.limit_waits as w
-   using unnest(v_cands) as c
-   where not c.n = any(v_all)
-     and w.run_id = c.run_id and w.task_step_slug = c.step_slug and w.task_index = c.task_index;
+   where w.ctid = any(array(
+           select x.row_id
+             from unnest(v_cands) as c
+            cross join lateral (
+              select x.ctid as row_id from pgflow.limit_waits as x
+               where x.run_id = c.run_id and x.task_step_slug = c.step_slug and x.task_index = c.task_index
+               limit 1
+            ) as x
+            where not c.n = any(v_all)));
 
   if cardinality(v_all) > 0 then
     -- one wait per deferred task, named by the first limit that refused it (concurrency before rate)
@@ -989,32 +1005,36 @@ begin
     with freed as (
       delete from pgflow.limit_holds as h
        where h.run_id = any(run_ids)
-         and not exists (select 1 from pgflow.step_tasks as t
-                          where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
-                            and t.status = 'started' and t.attempts_count = h.attempt)
+         and (select 1 from pgflow.step_tasks as t
+               where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
+                 and t.status = 'started' and t.attempts_count = h.attempt
+               limit 1) is null
       returning h.flow_slug, h.step_slug, h.key
     )
     select array_agg(f.flow_slug), array_agg(f.step_slug), array_agg(f.key) into v_flows, v_scopes, v_keys
       from freed as f;
     delete from pgflow.limit_waits as w
      where w.run_id = any(run_ids)
-       and not exists (select 1 from pgflow.step_tasks as t
-                        where t.run_id = w.run_id and t.step_slug = w.task_step_slug and t.task_index = w.task_index
-                          and t.status = 'queued');
+       and (select 1 from pgflow.step_tasks as t
+             where t.run_id = w.run_id and t.step_slug = w.task_step_slug and t.task_index = w.task_index
+               and t.status = 'queued'
+             limit 1) is null;
   else
     with freed as (
       delete from pgflow.limit_holds as h
-       where not exists (select 1 from pgflow.step_tasks as t
-                          where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
-                            and t.status = 'started' and t.attempts_count = h.attempt)
+       where (select 1 from pgflow.step_tasks as t
+               where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
+                 and t.status = 'started' and t.attempts_count = h.attempt
+               limit 1) is null
       returning h.flow_slug, h.step_slug, h.key
     )
     select array_agg(f.flow_slug), array_agg(f.step_slug), array_agg(f.key) into v_flows, v_scopes, v_keys
       from freed as f;
     delete from pgflow.limit_waits as w
-     where not exists (select 1 from pgflow.step_tasks as t
-                        where t.run_id = w.run_id and t.step_slug = w.task_step_slug and t.task_index = w.task_index
-                          and t.status = 'queued');
+     where (select 1 from pgflow.step_tasks as t
+             where t.run_id = w.run_id and t.step_slug = w.task_step_slug and t.task_index = w.task_index
+               and t.status = 'queued'
+             limit 1) is null;
   end if;
   if v_flows is null then
     return 0;
@@ -1031,18 +1051,19 @@ begin
        set visible_at = v_now, woken_at = v_now
       from freed as f
       cross join lateral (
-        select x.run_id, x.task_step_slug, x.task_index
+        select x.ctid as row_id
           from pgflow.limit_waits as x
          where x.flow_slug = f.flow_slug and x.step_slug = f.step_slug and x.kind = 'concurrency'
            and x.key = f.key and x.woken_at is null and x.visible_at > v_now
-           and exists (select 1 from pgflow.step_tasks as t
-                        where t.run_id = x.run_id and t.step_slug = x.task_step_slug
-                          and t.task_index = x.task_index and t.status = 'queued')
+           and (select 1 from pgflow.step_tasks as t
+                 where t.run_id = x.run_id and t.step_slug = x.task_step_slug
+                   and t.task_index = x.task_index and t.status = 'queued'
+                 limit 1) is not null
          order by x.deferred_at, x.message_id
          limit f.n
            for update skip locked
       ) as x
-     where w.run_id = x.run_id and w.task_step_slug = x.task_step_slug and w.task_index = x.task_index
+     where w.ctid = x.row_id
     returning w.queue_name, w.message_id
   )
   select count(pgflow.set_limit_visibility(g.queue_name, g.ids, array_fill(v_now, array[cardinality(g.ids)])))

@@ -54,6 +54,7 @@ begin
     cross join lateral (
       select t.flow_slug, t.attempts_count from pgflow.step_tasks as t
        where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+       limit 1
     ) as t
     join pgflow.flow_limits as l on l.flow_slug = t.flow_slug and l.step_slug in ('', k.step_slug)
    where k.outcome = 'claimed';
@@ -72,7 +73,14 @@ begin
   on conflict do nothing;
   perform 1
      from pgflow.limit_slots as s
-    where (s.flow_slug, s.step_slug, s.kind, s.key) in (select c.flow_slug, c.scope, c.kind, c.key from unnest(v_cands) as c)
+    where s.ctid = any(array(
+            select x.row_id
+              from (select distinct c.flow_slug, c.scope, c.kind, c.key from unnest(v_cands) as c) as g
+             cross join lateral (
+               select x.ctid as row_id from pgflow.limit_slots as x
+                where x.flow_slug = g.flow_slug and x.step_slug = g.scope and x.kind = g.kind and x.key = g.key
+                limit 1
+             ) as x))
     order by s.flow_slug, s.step_slug, s.kind, s.key
       for update;
 
@@ -83,10 +91,11 @@ begin
     cross join lateral (
       select count(*) as n
         from pgflow.limit_holds as h
-        join pgflow.step_tasks as t
-          on t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
        where h.flow_slug = c.flow_slug and h.step_slug = c.scope and h.key = c.key
-         and t.status = 'started' and t.attempts_count = h.attempt
+         and (select 1 from pgflow.step_tasks as t
+               where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
+                 and t.status = 'started' and t.attempts_count = h.attempt
+               limit 1) is not null
     ) as used
    where c.rank > c.amount - used.n;
 
@@ -96,22 +105,23 @@ begin
     select c.*, row_number() over (partition by c.flow_slug, c.scope, c.key order by c.message_id) as rank
       from unnest(v_cands) as c where c.kind = 'rate' and not c.n = any(v_denied)
   ), bucket as (
-    select g.flow_slug, g.scope, g.key, g.wanted, g.amount / g.period as per_second,
+    select g.flow_slug, g.scope, g.key, g.wanted, g.amount / g.period as per_second, s.row_id,
            least(g.burst::double precision,
                  s.tokens + greatest(0, extract(epoch from v_now - s.refilled_at)) * g.amount / g.period) as available
       from (select w.flow_slug, w.scope, w.key, max(w.amount) as amount, max(w.period) as period,
                    max(w.burst) as burst, count(*) as wanted
               from wanted as w group by w.flow_slug, w.scope, w.key) as g
       cross join lateral (
-        select s.tokens, s.refilled_at from pgflow.limit_slots as s
+        select s.ctid as row_id, s.tokens, s.refilled_at from pgflow.limit_slots as s
          where s.flow_slug = g.flow_slug and s.step_slug = g.scope and s.kind = 'rate' and s.key = g.key
+         limit 1
       ) as s
   ), spent as (
     update pgflow.limit_slots as s
        set tokens = b.available - least(b.wanted, floor(b.available)), refilled_at = v_now,
            granted_at = case when b.available >= 1 then v_now else s.granted_at end
       from bucket as b
-     where s.flow_slug = b.flow_slug and s.step_slug = b.scope and s.kind = 'rate' and s.key = b.key
+     where s.ctid = b.row_id
     returning 1
   )
   select array_agg(d.n), array_agg(d.delay) into v_rate_n, v_rate_delay
@@ -131,9 +141,15 @@ begin
   on conflict (run_id, task_step_slug, task_index, step_slug)
   do update set flow_slug = excluded.flow_slug, key = excluded.key, attempt = excluded.attempt, held_at = excluded.held_at;
   delete from pgflow.limit_waits as w
-   using unnest(v_cands) as c
-   where not c.n = any(v_all)
-     and w.run_id = c.run_id and w.task_step_slug = c.step_slug and w.task_index = c.task_index;
+   where w.ctid = any(array(
+           select x.row_id
+             from unnest(v_cands) as c
+            cross join lateral (
+              select x.ctid as row_id from pgflow.limit_waits as x
+               where x.run_id = c.run_id and x.task_step_slug = c.step_slug and x.task_index = c.task_index
+               limit 1
+            ) as x
+            where not c.n = any(v_all)));
 
   if cardinality(v_all) > 0 then
     -- one wait per deferred task, named by the first limit that refused it (concurrency before rate)

@@ -25,32 +25,36 @@ begin
     with freed as (
       delete from pgflow.limit_holds as h
        where h.run_id = any(run_ids)
-         and not exists (select 1 from pgflow.step_tasks as t
-                          where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
-                            and t.status = 'started' and t.attempts_count = h.attempt)
+         and (select 1 from pgflow.step_tasks as t
+               where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
+                 and t.status = 'started' and t.attempts_count = h.attempt
+               limit 1) is null
       returning h.flow_slug, h.step_slug, h.key
     )
     select array_agg(f.flow_slug), array_agg(f.step_slug), array_agg(f.key) into v_flows, v_scopes, v_keys
       from freed as f;
     delete from pgflow.limit_waits as w
      where w.run_id = any(run_ids)
-       and not exists (select 1 from pgflow.step_tasks as t
-                        where t.run_id = w.run_id and t.step_slug = w.task_step_slug and t.task_index = w.task_index
-                          and t.status = 'queued');
+       and (select 1 from pgflow.step_tasks as t
+             where t.run_id = w.run_id and t.step_slug = w.task_step_slug and t.task_index = w.task_index
+               and t.status = 'queued'
+             limit 1) is null;
   else
     with freed as (
       delete from pgflow.limit_holds as h
-       where not exists (select 1 from pgflow.step_tasks as t
-                          where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
-                            and t.status = 'started' and t.attempts_count = h.attempt)
+       where (select 1 from pgflow.step_tasks as t
+               where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
+                 and t.status = 'started' and t.attempts_count = h.attempt
+               limit 1) is null
       returning h.flow_slug, h.step_slug, h.key
     )
     select array_agg(f.flow_slug), array_agg(f.step_slug), array_agg(f.key) into v_flows, v_scopes, v_keys
       from freed as f;
     delete from pgflow.limit_waits as w
-     where not exists (select 1 from pgflow.step_tasks as t
-                        where t.run_id = w.run_id and t.step_slug = w.task_step_slug and t.task_index = w.task_index
-                          and t.status = 'queued');
+     where (select 1 from pgflow.step_tasks as t
+             where t.run_id = w.run_id and t.step_slug = w.task_step_slug and t.task_index = w.task_index
+               and t.status = 'queued'
+             limit 1) is null;
   end if;
   if v_flows is null then
     return 0;
@@ -67,18 +71,19 @@ begin
        set visible_at = v_now, woken_at = v_now
       from freed as f
       cross join lateral (
-        select x.run_id, x.task_step_slug, x.task_index
+        select x.ctid as row_id
           from pgflow.limit_waits as x
          where x.flow_slug = f.flow_slug and x.step_slug = f.step_slug and x.kind = 'concurrency'
            and x.key = f.key and x.woken_at is null and x.visible_at > v_now
-           and exists (select 1 from pgflow.step_tasks as t
-                        where t.run_id = x.run_id and t.step_slug = x.task_step_slug
-                          and t.task_index = x.task_index and t.status = 'queued')
+           and (select 1 from pgflow.step_tasks as t
+                 where t.run_id = x.run_id and t.step_slug = x.task_step_slug
+                   and t.task_index = x.task_index and t.status = 'queued'
+                 limit 1) is not null
          order by x.deferred_at, x.message_id
          limit f.n
            for update skip locked
       ) as x
-     where w.run_id = x.run_id and w.task_step_slug = x.task_step_slug and w.task_index = x.task_index
+     where w.ctid = x.row_id
     returning w.queue_name, w.message_id
   )
   select count(pgflow.set_limit_visibility(g.queue_name, g.ids, array_fill(v_now, array[cardinality(g.ids)])))
