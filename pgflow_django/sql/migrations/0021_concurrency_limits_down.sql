@@ -36,7 +36,6 @@ begin
   select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_msgs from cancelled as c;
 
   perform pgflow.archive_task_messages(v_queues, v_msgs);
-  perform pgflow.release_limit_slots(array[fail_run.run_id]);
 end;
 $$;
 
@@ -64,7 +63,6 @@ as $$
 declare
   v_claimed pgflow.step_tasks[];
 begin
-  outcomes := pgflow.limit_claim(claim_classified.queue_name, ids, runs, steps, indexes, outcomes);
   -- the callers checked each task's run and step; a run that fails or a step that is skipped
   -- meanwhile terminalizes its queued tasks, which the status recheck on the locked row sees; a
   -- row locked by another transaction is skipped, never waited for (see above)
@@ -261,7 +259,6 @@ begin
    where c.outcome in ('completed', 'failed')
       or t.status in ('completed', 'failed', 'skipped', 'cancelled');
   perform pgflow.archive_task_messages(v_queues, v_msgs);
-  perform pgflow.release_limit_slots(v_run_ids);
 
   -- a single step's output is its one task's, already in hand; only runs where a step finished can
   -- move on, so only they cascade (the other tasks of a map complete without one)
@@ -357,7 +354,6 @@ begin
   returning t.* into v_task;
 
   perform pgflow.archive_task_messages(array[v_task.queue_name], array[v_task.message_id]);
-  perform pgflow.release_limit_slots(array[exhaust_task.run_id]);
 
   select s.when_exhausted into v_when
     from pgflow.steps as s where s.flow_slug = v_task.flow_slug and s.step_slug = v_task.step_slug;
@@ -443,7 +439,6 @@ begin
            attempt_errors = t.attempt_errors || jsonb_build_array(v_error)
      where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index;
     perform pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id], array[v_delay], 'set');
-    perform pgflow.release_limit_slots(array[fail_task.run_id]);
     return 'retrying';
   end if;
 
@@ -499,7 +494,6 @@ begin
                                                'task_index', rl.task_index)), '[]'::jsonb)
     into v_released
     from released as rl;
-  perform pgflow.release_limit_slots(v_run_ids);
 
   perform pgflow.set_vt_batch(g.queue_name, g.ids, array_fill(0, array[cardinality(g.ids)]), 'set')
      from (select rl->>'queue_name' as queue_name, array_agg((rl->>'message_id')::bigint) as ids
@@ -551,7 +545,6 @@ begin
    where r.status = 'started' and t.status = 'started'
      and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30);
   if v_candidates is null then
-    perform pgflow.release_limit_slots(null);
     return query select 'requeued'::text, 0 union all select 'permanently_stalled', 0;
     return;
   end if;
@@ -594,7 +587,6 @@ begin
   select (select count(*) from requeued)::integer, (select count(*) from visible)::integer,
          (select count(*) from marked)::integer
     into v_requeued, v_visible, v_marked;
-  perform pgflow.release_limit_slots(null);
 
   for v_stalled in
     select t.run_id, t.step_slug, t.task_index
