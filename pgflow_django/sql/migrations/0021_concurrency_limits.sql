@@ -809,18 +809,16 @@ begin
     from unnest(v_cands) as c
    order by c.flow_slug, c.scope, c.kind, c.key
   on conflict do nothing;
+  -- each row locked by its own probe, the keys taken in key order (the outer side of the loop)
   perform 1
-     from pgflow.limit_slots as s
-    where s.ctid = any(array(
-            select x.row_id
-              from (select distinct c.flow_slug, c.scope, c.kind, c.key from unnest(v_cands) as c) as g
-             cross join lateral (
-               select x.ctid as row_id from pgflow.limit_slots as x
-                where x.flow_slug = g.flow_slug and x.step_slug = g.scope and x.kind = g.kind and x.key = g.key
-                limit 1
-             ) as x))
-    order by s.flow_slug, s.step_slug, s.kind, s.key
-      for update;
+     from (select distinct c.flow_slug, c.scope, c.kind, c.key from unnest(v_cands) as c
+            order by c.flow_slug, c.scope, c.kind, c.key) as g
+    cross join lateral (
+      select 1 from pgflow.limit_slots as x
+       where x.flow_slug = g.flow_slug and x.step_slug = g.scope and x.kind = g.kind and x.key = g.key
+       limit 1
+         for update
+    ) as x;
 
   -- concurrency: the key's holds still started in their attempt, then this batch in message order
   select coalesce(array_agg(distinct c.n), '{}') into v_denied
