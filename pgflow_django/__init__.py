@@ -21,6 +21,7 @@ from pgflow_django.dsl import (
     route_flow,
     with_step_queues,
 )
+from pgflow_django.flow_control import Concurrency, RateLimit
 from pgflow_django.lazy import load_lazily
 from pgflow_django.slugs import InvalidSlug
 
@@ -62,12 +63,14 @@ _LAZY = {
 __all__ = [
     "CancelResult",
     "CompileResult",
+    "Concurrency",
     "Flow",
     "FlowDefinitionError",
     "FlowMismatch",
     "FlowNotFound",
     "FlowOptions",
     "InvalidSlug",
+    "RateLimit",
     "Retry",
     "RoutedFlow",
     "RunIdInUse",

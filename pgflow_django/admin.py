@@ -151,7 +151,7 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
     list_filter = (admin_lists.FlowKindFilter, "queue_mode")
     search_fields = ("flow_slug",)
     ordering = ("flow_slug",)
-    readonly_fields = ("routing", "dag_picture", "steps_table")
+    readonly_fields = ("routing", "dag_picture", "steps_table", "flow_control")
     exclude = ("queue_mode",)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
@@ -228,6 +228,16 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
         ]
         headers = ("#", "step", "type", "queue", "depends on", "options", "when_unmet", "when_exhausted")
         return _table(headers, rows, "pgflow-steps")
+
+    @admin.display(description="flow control")
+    def flow_control(self, obj: Flow) -> SafeString | str:
+        """Its concurrency keys and rate limits, with the started and deferred tasks of each key."""
+        with connections[database_of(obj)].cursor() as cursor:
+            found = queries.fetch_all(cursor, queries.FLOW_CONTROL, {"flow": obj.flow_slug, "limit": 200})
+        if not found:
+            return "no concurrency key or rate limit"
+        rows = [admin_lists.flow_control_cells(row)[1:] for row in found]
+        return _table(admin_lists.FLOW_CONTROL_HEADERS[1:], rows, "pgflow-steps")
 
 
 def _rerun(run_id: uuid.UUID) -> Any:

@@ -2,9 +2,10 @@
 
 Panels: runs started/completed/failed per minute over the last hour for each flow (SVG charts), the
 depth and oldest message age of each queue the flows use, live workers and the steps each runs, paused
-subscriptions, and stalled tasks, of the admin's database (``admin_database``). One bounded
-statement per panel (``queries.DASHBOARD_*``, ``FLOW_QUEUE_DEPTHS``, ``ALL_PAUSES``); the page
-reloads with a ``<meta http-equiv="refresh">``, so there is no JavaScript.
+subscriptions, stalled tasks, and the concurrency keys and rate limits with their started and deferred
+tasks, of the admin's database (``admin_database``). One bounded statement per panel
+(``queries.DASHBOARD_*``, ``FLOW_QUEUE_DEPTHS``, ``ALL_PAUSES``); the page reloads with a
+``<meta http-equiv="refresh">``, so there is no JavaScript.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from django.utils.safestring import SafeString, mark_safe
 
 from pgflow_django import queries
 from pgflow_django.admin_database import read_database
-from pgflow_django.admin_lists import short_id, when
+from pgflow_django.admin_lists import FLOW_CONTROL_HEADERS, flow_control_cells, short_id, when
 from pgflow_django.dag import duration_text
 from pgflow_django.diagrams import rates
 
 REFRESH_SECONDS = 15
+FLOW_CONTROL_ROWS = 50
+"""Keys shown by the flow-control panel, the busiest first."""
 
 
 @dataclass(frozen=True)
@@ -128,10 +131,26 @@ def _stalled(cursor: Any) -> Panel:
     return Panel("stalled", "Stalled tasks", _table(headers, rows, "No stalled task."))
 
 
+def _flow_control(cursor: Any) -> Panel:
+    rows = [
+        flow_control_cells(row)
+        for row in queries.fetch_all(cursor, queries.FLOW_CONTROL, {"flow": None, "limit": FLOW_CONTROL_ROWS})
+    ]
+    body = _table(FLOW_CONTROL_HEADERS, rows, "No concurrency key or rate limit.")
+    return Panel("flow-control", "Concurrency keys and rate limits", body)
+
+
 def panels(now: datetime) -> list[Panel]:
     """Every panel, each from its own statement, on the admin's database."""
     with connections[read_database()].cursor() as cursor:
-        return [_rates(cursor, now), _queues(cursor), _workers(cursor), _pauses(cursor), _stalled(cursor)]
+        return [
+            _rates(cursor, now),
+            _queues(cursor),
+            _workers(cursor),
+            _pauses(cursor),
+            _stalled(cursor),
+            _flow_control(cursor),
+        ]
 
 
 def dashboard_view(site: admin.AdminSite) -> Any:

@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, DataError, IntegrityError, connections, transaction
 
-from pgflow_django import queries, tracing
+from pgflow_django import queries, run_keys, tracing
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, StepType, priority_problem
 from pgflow_django.encoding import (
@@ -187,20 +187,24 @@ def start_flow_reporting(
     slug = _flow_slug(flow_or_slug)
     body = encode_run_input(flow_or_slug, input, f"input of flow {slug!r}")
     chosen_priority = _priority(priority, "start_flow")
+    keys = run_keys.stored_keys(flow_or_slug, [input])
     if idempotency_key is not None:
         if run_id is not None:
             raise ValueError("start_flow takes run_id or idempotency_key, not both")
         chosen = idempotency_run_id(slug, idempotency_key)
-        return _start_chosen(slug, body, chosen, delay, chosen_priority, using, keyed=True)
+        return _start_chosen(slug, body, chosen, delay, chosen_priority, using, keyed=True, keys=keys)
     if run_id is not None:
-        return _start_chosen(slug, body, _as_uuid(run_id), delay, chosen_priority, using, keyed=False)
+        return _start_chosen(
+            slug, body, _as_uuid(run_id), delay, chosen_priority, using, keyed=False, keys=keys
+        )
     trace_context = tracing.current_context()
-    with _traced(trace_context, using), connections[using].cursor() as cursor:
+    with _traced(trace_context, using, keys), connections[using].cursor() as cursor:
         with _unknown_flow_as_not_found(slug, using):
             started = queries.value(
                 cursor, queries.START_FLOW, [slug, body, None, _delay_seconds(delay), chosen_priority]
             )
         new_id = _as_uuid(started)
+        run_keys.record(cursor, [new_id], keys)
         if trace_context is not None:
             tracing.record_on_runs(cursor, [new_id], trace_context)
     send_run_started(slug, [new_id], using)
@@ -226,6 +230,7 @@ def _start_chosen(
     using: str,
     *,
     keyed: bool,
+    keys: list[list[run_keys.RunKey]],
 ) -> tuple[uuid.UUID, bool]:
     """Start a run under a chosen id in a savepoint; when the id is taken (a concurrent start of the
     same id waits for the other's commit first), return the run it names if it is the same start."""
@@ -236,6 +241,7 @@ def _start_chosen(
             with transaction.atomic(using=using), connections[using].cursor() as cursor:
                 with _unknown_flow_as_not_found(slug, using):
                     queries.value(cursor, queries.START_FLOW, [slug, body, chosen, seconds, priority])
+                run_keys.record(cursor, [chosen], keys)
                 if trace_context is not None:
                     tracing.record_on_runs(cursor, [chosen], trace_context)
         except IntegrityError as exc:
@@ -262,14 +268,21 @@ KEYED_START_ATTEMPTS: Final = 3
 
 
 def _start_keyed(
-    slug: str, bodies: list[str], ids: list[uuid.UUID], priority: int | None, using: str
+    slug: str,
+    bodies: list[str],
+    ids: list[uuid.UUID],
+    priority: int | None,
+    using: str,
+    keys: list[list[run_keys.RunKey]],
 ) -> list[uuid.UUID]:
     """Start the runs of the keys that have none, in one savepointed call; a key repeated in the batch
     is one run (its first input). A concurrent start of one of the keys makes the call fail on the
     primary key once the other commits: the keys are read again and the rest started."""
     first_bodies: dict[uuid.UUID, str] = {}
-    for run_id, body in zip(ids, bodies, strict=True):
+    first_keys: dict[uuid.UUID, list[run_keys.RunKey]] = {}
+    for run_id, body, run_key in zip(ids, bodies, keys, strict=True):
         first_bodies.setdefault(run_id, body)
+        first_keys.setdefault(run_id, run_key)
     trace_context = tracing.current_context()
     for _ in range(KEYED_START_ATTEMPTS):
         with connections[using].cursor() as cursor:
@@ -288,6 +301,7 @@ def _start_keyed(
                 with _unknown_flow_as_not_found(slug, using):
                     body = f"[{','.join(first_bodies[run_id] for run_id in todo)}]"
                     queries.value(cursor, queries.START_FLOWS, [slug, body, todo, priority])
+                run_keys.record(cursor, todo, [first_keys[run_id] for run_id in todo])
                 if trace_context is not None:
                     tracing.record_on_runs(cursor, todo, trace_context)
         except IntegrityError as exc:
@@ -301,10 +315,12 @@ def _start_keyed(
     )
 
 
-def _traced(trace_context: str | None, using: str) -> Any:
-    """A traced start records its context in the starting transaction, so no worker claims the run
-    before its context is there; an untraced start adds nothing."""
-    return nullcontext() if trace_context is None else transaction.atomic(using=using)
+def _traced(trace_context: str | None, using: str, keys: list[list[run_keys.RunKey]]) -> Any:
+    """A traced start records its context, and a start with callable limit keys its keys, in the
+    starting transaction, so no worker claims the run before they are there; other starts add nothing."""
+    if trace_context is None and not any(keys):
+        return nullcontext()
+    return transaction.atomic(using=using)
 
 
 def _delay_seconds(delay: timedelta | int | None) -> int | None:
@@ -333,10 +349,12 @@ def start_flows(
     require_postgresql(using)
     slug = _flow_slug(flow_or_slug)
     chosen_priority = _priority(priority, "start_flows")
+    values = list(inputs)
     bodies = [
         encode_run_input(flow_or_slug, item, f"input #{index} of flow {slug!r}")
-        for index, item in enumerate(inputs)
+        for index, item in enumerate(values)
     ]
+    keys = run_keys.stored_keys(flow_or_slug, values)
     if idempotency_keys is not None:
         if run_ids is not None:
             raise ValueError("start_flows takes run_ids or idempotency_keys, not both")
@@ -346,7 +364,7 @@ def start_flows(
                 "pass one key per input"
             )
         keyed_ids = [idempotency_run_id(slug, key) for key in idempotency_keys]
-        return _start_keyed(slug, bodies, keyed_ids, chosen_priority, using)
+        return _start_keyed(slug, bodies, keyed_ids, chosen_priority, using, keys)
     if run_ids is None:
         ids = [new_run_id() for _ in bodies]
     elif len(run_ids) != len(bodies):
@@ -358,9 +376,10 @@ def start_flows(
     if not bodies:
         return []
     trace_context = tracing.current_context()
-    with _traced(trace_context, using), connections[using].cursor() as cursor:
+    with _traced(trace_context, using, keys), connections[using].cursor() as cursor:
         with _unknown_flow_as_not_found(slug, using):
             queries.value(cursor, queries.START_FLOWS, [slug, f"[{','.join(bodies)}]", ids, chosen_priority])
+        run_keys.record(cursor, ids, keys)
         if trace_context is not None:
             tracing.record_on_runs(cursor, ids, trace_context)
     send_run_started(slug, ids, using)

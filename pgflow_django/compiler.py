@@ -133,6 +133,10 @@ def compile_flow(
             unfinished_runs=result.unfinished_runs,
             refused=answer.get("refused"),
         )
+    with connections[using].cursor() as cursor:
+        queries.value(
+            cursor, queries.SET_FLOW_LIMITS, [flow.slug, json.dumps([lim.row() for lim in flow.limits])]
+        )
     if result.status == "recompiled":
         logger.warning(
             "replaced flow %s (on_change=%s): deleted %d run(s) (%d unfinished) and compiled it again: %s",

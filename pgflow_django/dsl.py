@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeAlias, TypedDict, TypeVar, Unpack, cast, get_args, overload
 
+from pgflow_django.flow_control import Concurrency, InvalidLimit, Limit, RateLimit, limits_for
 from pgflow_django.slugs import (
     InvalidSlug,
     default_queue_name,
@@ -115,6 +116,8 @@ class StepDefinition:
     atomic: bool = False
     accepts_context: bool = True
     """Whether the handler takes ``(input, ctx)``; otherwise it is called with the input alone."""
+    limits: tuple[Limit, ...] = field(default=(), compare=False)
+    """The step's ``concurrency=`` and ``rate_limit=`` (not part of the shape: updated in place)."""
 
     @property
     def is_root(self) -> bool:
@@ -147,7 +150,8 @@ class StepKeywords(TypedDict, total=False):
     step's tasks (-100..100) in a run started without one, None for the flow's; ``if_`` /
     ``if_not``: JSON the step's input must contain / must not contain; ``when_unmet`` (default
     ``skip``) and ``when_exhausted`` (default ``fail``): ``fail``, ``skip`` or ``skip-cascade``;
-    ``atomic``: the handler's ORM writes and its completion commit in one transaction.
+    ``atomic``: the handler's ORM writes and its completion commit in one transaction;
+    ``concurrency`` and ``rate_limit``: the step's own flow control (docs/flow-control.md).
     """
 
     slug: str | None
@@ -162,6 +166,8 @@ class StepKeywords(TypedDict, total=False):
     when_unmet: WhenMode
     when_exhausted: WhenMode
     atomic: bool
+    concurrency: Concurrency | None
+    rate_limit: RateLimit | str | None
 
 
 class Retry(Exception):
@@ -187,7 +193,15 @@ class Flow:
     """A named DAG of steps; ``@flow.step()`` and ``@flow.map()`` add steps in definition order."""
 
     def __init__(
-        self, slug: str, *, max_attempts: int = 3, base_delay: int = 5, timeout: int = 60, priority: int = 0
+        self,
+        slug: str,
+        *,
+        max_attempts: int = 3,
+        base_delay: int = 5,
+        timeout: int = 60,
+        priority: int = 0,
+        concurrency: Concurrency | None = None,
+        rate_limit: RateLimit | str | None = None,
     ) -> None:
         self._slug = validate_flow_slug(slug)
         owner = f"flow {slug!r}"
@@ -197,6 +211,7 @@ class Flow:
             timeout=_int_option(owner, "timeout", timeout, 1),
             priority=cast(int, _priority_option(owner, priority, optional=False)),
         )
+        self._limits = _limits(owner, "", concurrency, rate_limit)
         self._steps: dict[str, StepDefinition] = {}
         self._fixed_reason: str | None = None
         """Why no step may be added any more (None: steps may be added)."""
@@ -214,6 +229,11 @@ class Flow:
     def steps(self) -> Mapping[str, StepDefinition]:
         """Steps by slug, in definition order (read-only)."""
         return MappingProxyType(self._steps)
+
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """The flow's own limits, then each step's, in definition order (docs/flow-control.md)."""
+        return self._limits + tuple(limit for step in self._steps.values() for limit in step.limits)
 
     def __repr__(self) -> str:
         return f"<Flow {self._slug!r}: {', '.join(self._steps) or 'no steps'}>"
@@ -253,7 +273,8 @@ class Flow:
 
     def copy(self, *, slug: str) -> Flow:
         """The same DAG and options under another slug: a new version, or a side-by-side deployment."""
-        twin = Flow(slug, **self._options.as_dict())
+        twin = Flow(slug, **_options_of(self))
+        twin._limits = self._limits
         twin._steps = dict(self._steps)
         return twin
 
@@ -355,6 +376,7 @@ class Flow:
             when_exhausted=_when(owner, "when_exhausted", options.get("when_exhausted", "fail")),
             atomic=_flag(owner, "atomic", options.get("atomic", False)),
             accepts_context=_accepts_context(owner, handler),
+            limits=_limits(owner, step_slug, options.get("concurrency"), options.get("rate_limit")),
         )
         self._steps[step_slug] = definition
 
@@ -433,7 +455,8 @@ class StepQueuedFlow(_FixedRouteFlow):
     """
 
     def __init__(self, flow: Flow) -> None:
-        super().__init__(flow.slug, **flow.options.as_dict())
+        super().__init__(flow.slug, **_options_of(flow))
+        self._limits = flow._limits
         if not flow.steps:
             raise FlowDefinitionError(
                 f"with_step_queues(flow {flow.slug!r}): the flow has no steps; define its steps first"
@@ -479,7 +502,8 @@ class RoutedFlow(_FixedRouteFlow):
     """
 
     def __init__(self, flow: Flow, queues: Mapping[str, str]) -> None:
-        super().__init__(flow.slug, **flow.options.as_dict())
+        super().__init__(flow.slug, **_options_of(flow))
+        self._limits = flow._limits
         owner = f"route_flow(flow {flow.slug!r})"
         if not isinstance(queues, Mapping):
             raise FlowDefinitionError(
@@ -554,6 +578,18 @@ def _check_keywords(decorator: str, options: Mapping[str, object]) -> None:
             f"{decorator}() got an unexpected keyword argument {unknown[0]!r}; it takes "
             + ", ".join(sorted(StepKeywords.__optional_keys__))
         )
+
+
+def _limits(owner: str, step_slug: str, concurrency: object, rate_limit: object) -> tuple[Limit, ...]:
+    try:
+        return limits_for(owner, step_slug, concurrency, rate_limit)
+    except InvalidLimit as exc:
+        raise FlowDefinitionError(str(exc)) from None
+
+
+def _options_of(flow: Flow) -> dict[str, Any]:
+    """A flow's runtime options as ``Flow(...)`` keywords (its limits are carried separately)."""
+    return dict(flow.options.as_dict())
 
 
 def _refs(depends_on: Iterable[StepRef] | StepRef) -> tuple[StepRef, ...]:

@@ -555,3 +555,127 @@ class ScheduleTick(ReadOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.schedule_id}@{self.tick.isoformat()}"
+
+
+class LimitKind(models.TextChoices):
+    CONCURRENCY = "concurrency"
+    RATE = "rate"
+
+
+class KeySource(models.TextChoices):
+    NONE = "none"
+    INPUT = "input", "an input field"
+    STORED = "stored", "computed where the run started"
+
+
+class FlowLimit(ReadOnlyModel):
+    """``pgflow.flow_limits``: a flow's (``step_slug`` '') or a step's concurrency key or rate limit."""
+
+    pk = models.CompositePrimaryKey("flow_id", "step_slug", "kind")
+    flow = _flow_fk("limits")
+    step_slug = models.TextField()
+    kind = models.TextField(choices=LimitKind.choices)
+    key_source = models.TextField(choices=KeySource.choices)
+    key_field = models.TextField(null=True)
+    amount = models.IntegerField()
+    period = models.FloatField(null=True)
+    burst = models.IntegerField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."flow_limits'
+
+    def __str__(self) -> str:
+        return f"{self.step_slug or '(flow)'}: {self.kind} {self.amount}"
+
+
+class RunLimitKey(ReadOnlyModel):
+    """``pgflow.run_limit_keys``: a callable limit key, computed where the run started."""
+
+    pk = models.CompositePrimaryKey("run_id", "step_slug", "kind")
+    run = _run_fk("limit_keys")
+    step_slug = models.TextField()
+    kind = models.TextField(choices=LimitKind.choices)
+    key = models.TextField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."run_limit_keys'
+
+    def __str__(self) -> str:
+        return f"{self.step_slug or '(flow)'} {self.kind}: {self.key}"
+
+
+class LimitSlot(ReadOnlyModel):
+    """``pgflow.limit_slots``: the row each claim of a key locks; a rate key's tokens."""
+
+    pk = models.CompositePrimaryKey("flow_id", "step_slug", "kind", "key")
+    flow = _flow_fk("limit_slots")
+    step_slug = models.TextField()
+    kind = models.TextField(choices=LimitKind.choices)
+    key = models.TextField()
+    tokens = models.FloatField()
+    refilled_at = models.DateTimeField()
+    granted_at = models.DateTimeField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."limit_slots'
+
+    def __str__(self) -> str:
+        return f"{self.step_slug or '(flow)'} {self.kind} {self.key!r}"
+
+
+class LimitHold(ReadOnlyModel):
+    """``pgflow.limit_holds``: a concurrency slot a started task holds (counted while it is started)."""
+
+    pk = models.CompositePrimaryKey("run_id", "task_step_slug", "task_index", "step_slug")
+    run_id = models.UUIDField()
+    task_step_slug = models.TextField()
+    task_index = models.IntegerField()
+    flow_slug = models.TextField()
+    step_slug = models.TextField()
+    key = models.TextField()
+    attempt = models.IntegerField()
+    held_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."limit_holds'
+        indexes = [models.Index(fields=["flow_slug", "step_slug", "key"], name="limit_holds_key_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.task_step_slug}[{self.task_index}] holds {self.key!r}"
+
+
+class LimitWait(ReadOnlyModel):
+    """``pgflow.limit_waits``: a task a limit deferred (queued, no attempt spent)."""
+
+    pk = models.CompositePrimaryKey("run_id", "task_step_slug", "task_index")
+    run_id = models.UUIDField()
+    task_step_slug = models.TextField()
+    task_index = models.IntegerField()
+    flow_slug = models.TextField()
+    step_slug = models.TextField()
+    kind = models.TextField(choices=LimitKind.choices)
+    key = models.TextField()
+    queue_name = models.TextField()
+    message_id = models.BigIntegerField()
+    deferrals = models.IntegerField()
+    deferred_at = models.DateTimeField()
+    visible_at = models.DateTimeField()
+    woken_at = models.DateTimeField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."limit_waits'
+        indexes = [
+            models.Index(
+                fields=["flow_slug", "step_slug", "kind", "key", "deferred_at", "message_id"],
+                name="limit_waits_key_idx",
+            ),
+            models.Index(fields=["queue_name", "visible_at"], name="limit_waits_queue_due_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.task_step_slug}[{self.task_index}] waits for {self.kind} {self.key!r}"

@@ -180,6 +180,13 @@ CLAIM_VISIBILITY: Final = _value(
 )
 """The longest effective timeout + 2 s among (flow, step) pairs: the visibility the claim sets."""
 
+NEXT_DEFERRED: Final = _value(
+    "next_deferred",
+    "select extract(epoch from min(w.visible_at) - clock_timestamp())::float8 as value"
+    " from pgflow.limit_waits as w where w.queue_name = %s and w.visible_at > clock_timestamp()",
+)
+"""Seconds until the first task a limit deferred on this queue is due (None: none is waiting)."""
+
 QUEUE_TABLE: Final = _value("queue_table", "select pgmq.format_table_name(%s, 'q') as value")
 
 
@@ -525,6 +532,72 @@ SET_TRACE_CONTEXT: Final = _value(
     " returning 1) select count(*) as value from traced",
 )
 """Record the starter's W3C trace context on runs it just started (in the starting transaction)."""
+
+RECORD_RUN_KEYS: Final = _value(
+    "record_run_keys",
+    "with stored as (insert into pgflow.run_limit_keys (run_id, step_slug, kind, key)"
+    " select * from unnest(%s::uuid[], %s::text[], %s::text[], %s::text[])"
+    " on conflict do nothing returning 1) select count(*) as value from stored",
+)
+"""Store the callable limit keys of runs just started (in the starting transaction)."""
+
+
+class FlowControlRow(NamedTuple):
+    """One key of one limit: its settings, and what the key has now."""
+
+    flow_slug: str
+    step_slug: str
+    kind: str
+    key_source: str
+    key_field: str | None
+    amount: int
+    period: float | None
+    burst: int | None
+    key: str | None
+    started: int
+    deferred: int
+    tokens: float | None
+
+
+FLOW_CONTROL: Final = Query(
+    "flow_control",
+    """
+    select l.flow_slug, l.step_slug, l.kind, l.key_source, l.key_field, l.amount, l.period, l.burst,
+           k.key, coalesce(k.started, 0)::integer as started, coalesce(k.deferred, 0)::integer as deferred,
+           k.tokens
+      from pgflow.flow_limits as l
+      left join lateral (
+        select g.key,
+               (select count(*) from pgflow.limit_holds as h
+                  join pgflow.step_tasks as t
+                    on t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
+                 where h.flow_slug = l.flow_slug and h.step_slug = l.step_slug and h.key = g.key
+                   and l.kind = 'concurrency' and t.status = 'started'
+                   and t.attempts_count = h.attempt) as started,
+               (select count(*) from pgflow.limit_waits as w
+                  join pgflow.step_tasks as t
+                    on t.run_id = w.run_id and t.step_slug = w.task_step_slug and t.task_index = w.task_index
+                 where w.flow_slug = l.flow_slug and w.step_slug = l.step_slug and w.kind = l.kind
+                   and w.key = g.key and t.status = 'queued') as deferred,
+               case when l.kind = 'rate' then least(l.burst::float8, s.tokens + l.amount / l.period
+                      * greatest(0, extract(epoch from clock_timestamp() - s.refilled_at)))
+               end as tokens
+          from pgflow.limit_slots as s
+          cross join lateral (select s.key) as g
+         where s.flow_slug = l.flow_slug and s.step_slug = l.step_slug and s.kind = l.kind
+      ) as k on true
+     where %(flow)s::text is null or l.flow_slug = %(flow)s
+     order by l.flow_slug, l.step_slug, l.kind, k.deferred desc nulls last, k.started desc nulls last, k.key
+     limit %(limit)s
+    """,
+    FlowControlRow,
+)
+"""Each limit of each flow (or of ``flow``) with every key its claims have met: tasks started now in
+a slot of the key, tasks deferred and still queued, and a rate key's tokens now; the busiest keys first,
+at most ``limit`` rows."""
+
+SET_FLOW_LIMITS: Final = _value("set_flow_limits", "select pgflow.set_flow_limits(%s, %s::jsonb) as value")
+"""Replace a flow's concurrency and rate limits (after every compile or verification)."""
 
 
 class TraceContextRow(NamedTuple):

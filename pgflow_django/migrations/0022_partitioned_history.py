@@ -8,7 +8,7 @@ from pgflow_django.sql.runsql import RunSqlFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("pgflow", "0020_priorities")]
+    dependencies = [("pgflow", "0021_concurrency_limits")]
 
     operations = [
         RunSqlFile("0022_partitioned_history.sql", "0022_partitioned_history_down.sql"),

@@ -269,13 +269,24 @@ class Engine:
             if row.outcome is not None and row.outcome != "claimed":
                 unclaimed.setdefault(row.outcome, []).append(int(row.message_id or 0))
         first = rows[0]
+        next_visible = None if first.next_visible is None else float(first.next_visible)
+        if "deferred" in unclaimed:
+            next_visible = self._next_deferred(queue, next_visible)
         return Claim(
             read_count=int(first.read_count),
             tasks=tasks,
-            next_visible=None if first.next_visible is None else float(first.next_visible),
+            next_visible=next_visible,
             unclaimed=unclaimed,
             stale=tuple(first.stale_flows or ()),
         )
+
+    def _next_deferred(self, queue: str, next_visible: float | None) -> float | None:
+        """A claim that deferred tasks (a concurrency or rate limit) polls again when the first of them
+        is due: a rate-limited task's token comes at a time no notification announces."""
+        seconds = self._value(queries.NEXT_DEFERRED, [queue])
+        if seconds is None:
+            return next_visible
+        return float(seconds) if next_visible is None else min(next_visible, float(seconds))
 
     def claim_visibility(self, support: tuple[tuple[str, str], ...]) -> int | None:
         """The longest effective timeout + 2 s among the (flow, step) pairs: what the claim sets as

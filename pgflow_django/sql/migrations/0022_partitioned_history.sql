@@ -43,7 +43,7 @@ as $$
                 || '\x00000000000000000000'::bytea, 'hex')::uuid
 $$;
 
--- 0190_table_history_partitioning.sql
+-- 0187_table_history_partitioning.sql
 -- Present (one row) once pgflow.partition_history has partitioned runs, step_states and step_tasks
 -- by run id: each partition holds the runs started in one interval of `partition_interval` (UTC
 -- days, aligned on Monday 2000-01-03), with `ahead` future partitions kept ready by

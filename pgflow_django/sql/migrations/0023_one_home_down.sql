@@ -65,6 +65,7 @@ begin
            attempt_errors = t.attempt_errors || jsonb_build_array(v_error)
      where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug and t.task_index = fail_task.task_index;
     perform pgflow.set_vt_batch(v_task.queue_name, array[v_task.message_id], array[v_delay], 'set');
+    perform pgflow.release_limit_slots(array[fail_task.run_id]);
     return 'retrying';
   end if;
 

@@ -32,5 +32,6 @@ begin
   select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_msgs from cancelled as c;
 
   perform pgflow.archive_task_messages(v_queues, v_msgs);
+  perform pgflow.release_limit_slots(array[fail_run.run_id]);
 end;
 $$;

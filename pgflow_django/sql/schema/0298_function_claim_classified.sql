@@ -21,6 +21,7 @@ as $$
 declare
   v_claimed pgflow.step_tasks[];
 begin
+  outcomes := pgflow.limit_claim(claim_classified.queue_name, ids, runs, steps, indexes, outcomes);
   -- the callers checked each task's run and step; a run that fails or a step that is skipped
   -- meanwhile terminalizes its queued tasks, which the status recheck on the locked row sees; a
   -- row locked by another transaction is skipped, never waited for (see above)

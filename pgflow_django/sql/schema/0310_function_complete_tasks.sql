@@ -113,6 +113,7 @@ begin
    where c.outcome in ('completed', 'failed')
       or t.status in ('completed', 'failed', 'skipped', 'cancelled');
   perform pgflow.archive_task_messages(v_queues, v_msgs);
+  perform pgflow.release_limit_slots(v_run_ids);
 
   -- a single step's output is its one task's, already in hand; only runs where a step finished can
   -- move on, so only they cascade (the other tasks of a map complete without one)

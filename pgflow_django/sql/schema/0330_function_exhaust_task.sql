@@ -17,6 +17,7 @@ begin
   returning t.* into v_task;
 
   perform pgflow.archive_task_messages(array[v_task.queue_name], array[v_task.message_id]);
+  perform pgflow.release_limit_slots(array[exhaust_task.run_id]);
 
   select s.when_exhausted into v_when
     from pgflow.steps as s where s.flow_slug = v_task.flow_slug and s.step_slug = v_task.step_slug;

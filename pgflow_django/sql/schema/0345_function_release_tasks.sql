@@ -42,6 +42,7 @@ begin
                                                'task_index', rl.task_index)), '[]'::jsonb)
     into v_released
     from released as rl;
+  perform pgflow.release_limit_slots(v_run_ids);
 
   perform pgflow.set_vt_batch(g.queue_name, g.ids, array_fill(0, array[cardinality(g.ids)]), 'set')
      from (select rl->>'queue_name' as queue_name, array_agg((rl->>'message_id')::bigint) as ids

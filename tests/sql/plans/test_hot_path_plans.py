@@ -33,9 +33,31 @@ pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 FLOW = "plans"
 HISTORY = 1_000_000
-GROWING = {"runs", "step_states", "step_tasks", f"q_{FLOW}", f"a_{FLOW}"}
+GROWING = {
+    "runs",
+    "step_states",
+    "step_tasks",
+    f"q_{FLOW}",
+    f"a_{FLOW}",
+    "limit_holds",
+    "limit_waits",
+    "limit_slots",
+    "run_limit_keys",
+}
 PARTITION = re.compile(r"^(runs|step_states|step_tasks)_(p[0-9]{8}|default)$")
 HISTORY_DAYS = 10
+LIMITS = [
+    {"kind": "concurrency", "key_source": "input", "key_field": "k", "amount": 1_000_000},
+    {
+        "kind": "rate",
+        "key_source": "input",
+        "key_field": "k",
+        "amount": 1_000_000,
+        "period": 1,
+        "burst": 10_000,
+    },
+]
+"""The flow's claims also pass its flow control (limits no batch reaches: nothing is deferred)."""
 EXPLAIN = (
     "load 'auto_explain'",
     "set auto_explain.log_min_duration = 0",
@@ -74,7 +96,8 @@ def scratch(
         f"select pgflow.create_flow('{FLOW}');"
         f" select pgflow.add_step('{FLOW}', 'a');"
         f" select pgflow.add_step('{FLOW}', 'b', array['a']);"
-        f" select pgflow.add_step('{FLOW}', 'c', array['b'])"
+        f" select pgflow.add_step('{FLOW}', 'c', array['b']);"
+        f" select pgflow.set_flow_limits('{FLOW}', '{json.dumps(LIMITS)}'::jsonb)"
     )
     with scratch_database("plans", params, schema_sql(), flow) as conn:
         if partitioned:
@@ -174,7 +197,8 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         session.add_notice_handler(keep)
         worker = uuid.uuid4()
         for size in (1, 1000):
-            session.execute("select pgflow.start_flows(%s, %s::jsonb)", [FLOW, json.dumps([{}] * size)])
+            inputs = [{"k": f"key-{n % 20}"} for n in range(size)]
+            session.execute("select pgflow.start_flows(%s, %s::jsonb)", [FLOW, json.dumps(inputs)])
             for _ in ("a", "b", "c"):
                 reading = True
                 ids = [

@@ -1,0 +1,77 @@
+"""``manage.py pgflow_limits``: each flow's concurrency keys and rate limits, and what their keys hold now."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandParser
+from django.db import connections
+
+from pgflow_django import queries
+from pgflow_django.flow_control import describe
+from pgflow_django.management.cli import PgflowCommand, positive_int
+
+
+class Command(PgflowCommand):
+    help = (
+        "Show flow control: every concurrency key and rate limit of each compiled flow (or of --flow), and\n"
+        "for each key the claims have met: the tasks started in a slot of the key now, the tasks deferred\n"
+        "by the limit and still queued (they spent no attempt), and a rate key's tokens now. The busiest\n"
+        "keys come first. Read-only."
+    )
+    examples = """
+  manage.py pgflow_limits
+  manage.py pgflow_limits --flow process_order --keys 50
+  manage.py pgflow_limits --format json | jq '.[] | select(.deferred > 0)'
+
+exit codes: 0 shown; 1 error; 2 bad arguments
+"""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--flow", metavar="FLOW", help="only this flow's limits")
+        parser.add_argument(
+            "--keys", type=positive_int, default=200, metavar="N", help="show at most N rows (default 200)"
+        )
+        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+
+    def run(self, *args: Any, **options: Any) -> None:
+        with connections[self.using].cursor() as cursor:
+            rows = queries.fetch_all(
+                cursor, queries.FLOW_CONTROL, {"flow": options["flow"], "limit": options["keys"]}
+            )
+        if options["format"] == "json":
+            self.write_json(
+                [
+                    {
+                        "flow_slug": row.flow_slug,
+                        "step_slug": row.step_slug or None,
+                        "limit": describe(
+                            row.kind, row.key_source, row.key_field, row.amount, row.period, row.burst
+                        ),
+                        "kind": row.kind,
+                        "key": row.key,
+                        "started": row.started,
+                        "deferred": row.deferred,
+                        "tokens": None if row.tokens is None else round(row.tokens, 3),
+                    }
+                    for row in rows
+                ]
+            )
+            return
+        if not rows:
+            self.stdout.write("no flow has a concurrency key or a rate limit")
+            return
+        from rich.table import Table
+
+        table = Table("FLOW", "STEP", "LIMIT", "KEY", "STARTED", "DEFERRED", "TOKENS", box=None)
+        for row in rows:
+            table.add_row(
+                row.flow_slug,
+                row.step_slug or "(flow)",
+                describe(row.kind, row.key_source, row.key_field, row.amount, row.period, row.burst),
+                "-" if row.key is None else repr(row.key),
+                str(row.started) if row.kind == "concurrency" else "-",
+                str(row.deferred),
+                "-" if row.tokens is None else f"{row.tokens:.2f}",
+            )
+        self.console().print(table)

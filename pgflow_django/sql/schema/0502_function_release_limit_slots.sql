@@ -1,0 +1,94 @@
+-- Frees the concurrency slots of tasks that are no longer started in the attempt that took them (a
+-- completion, a failure or retry, an exhaustion, a cancelled or failed run, stalled recovery), of
+-- the given runs, or of every run when run_ids is NULL (stalled recovery's sweep, which also
+-- collects the holds and waits of deleted runs). Each freed slot wakes the oldest waiting task of its
+-- key at once (its message becomes visible now); waits of tasks no longer queued are dropped.
+-- Returns the number of slots freed. Takes no lock a claim holds: waiting messages are skipped when
+-- a claim has them (that claim is deciding them already).
+create or replace function pgflow.release_limit_slots(run_ids uuid[])
+returns integer
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off
+as $$
+declare
+  v_flows text[];
+  v_scopes text[];
+  v_keys text[];
+  v_now timestamptz := clock_timestamp();
+  v_queues integer;
+begin
+  if run_ids is not null then
+    if not exists (select 1 from pgflow.limit_holds as h where h.run_id = any(run_ids))
+       and not exists (select 1 from pgflow.limit_waits as w where w.run_id = any(run_ids)) then
+      return 0;
+    end if;
+    with freed as (
+      delete from pgflow.limit_holds as h
+       where h.run_id = any(run_ids)
+         and (select 1 from pgflow.step_tasks as t
+               where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
+                 and t.status = 'started' and t.attempts_count = h.attempt
+               limit 1) is null
+      returning h.flow_slug, h.step_slug, h.key
+    )
+    select array_agg(f.flow_slug), array_agg(f.step_slug), array_agg(f.key) into v_flows, v_scopes, v_keys
+      from freed as f;
+    delete from pgflow.limit_waits as w
+     where w.run_id = any(run_ids)
+       and (select 1 from pgflow.step_tasks as t
+             where t.run_id = w.run_id and t.step_slug = w.task_step_slug and t.task_index = w.task_index
+               and t.status = 'queued'
+             limit 1) is null;
+  else
+    with freed as (
+      delete from pgflow.limit_holds as h
+       where (select 1 from pgflow.step_tasks as t
+               where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
+                 and t.status = 'started' and t.attempts_count = h.attempt
+               limit 1) is null
+      returning h.flow_slug, h.step_slug, h.key
+    )
+    select array_agg(f.flow_slug), array_agg(f.step_slug), array_agg(f.key) into v_flows, v_scopes, v_keys
+      from freed as f;
+    delete from pgflow.limit_waits as w
+     where (select 1 from pgflow.step_tasks as t
+             where t.run_id = w.run_id and t.step_slug = w.task_step_slug and t.task_index = w.task_index
+               and t.status = 'queued'
+             limit 1) is null;
+  end if;
+  if v_flows is null then
+    return 0;
+  end if;
+
+  -- one waiter per freed slot, oldest first, still queued and not woken already (the waits of
+  -- deleted runs, swept by stalled recovery, never take a wake-up); a waiter a claim holds is skipped
+  with freed as (
+    select f.flow_slug, f.step_slug, f.key, count(*) as n
+      from unnest(v_flows, v_scopes, v_keys) as f(flow_slug, step_slug, key)
+     group by f.flow_slug, f.step_slug, f.key
+  ), woken as (
+    update pgflow.limit_waits as w
+       set visible_at = v_now, woken_at = v_now
+      from freed as f
+      cross join lateral (
+        select x.ctid as row_id
+          from pgflow.limit_waits as x
+         where x.flow_slug = f.flow_slug and x.step_slug = f.step_slug and x.kind = 'concurrency'
+           and x.key = f.key and x.woken_at is null and x.visible_at > v_now
+           and (select 1 from pgflow.step_tasks as t
+                 where t.run_id = x.run_id and t.step_slug = x.task_step_slug
+                   and t.task_index = x.task_index and t.status = 'queued'
+                 limit 1) is not null
+         order by x.deferred_at, x.message_id
+         limit f.n
+           for update skip locked
+      ) as x
+     where w.ctid = x.row_id
+    returning w.queue_name, w.message_id
+  )
+  select count(pgflow.set_limit_visibility(g.queue_name, g.ids, array_fill(v_now, array[cardinality(g.ids)])))
+    into v_queues
+    from (select k.queue_name, array_agg(k.message_id) as ids from woken as k group by k.queue_name) as g;
+  return cardinality(v_flows);
+end;
+$$;

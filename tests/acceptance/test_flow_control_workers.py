@@ -1,0 +1,187 @@
+"""Concurrency keys and rate limits under real concurrent workers (issue 22, items 2 and 3).
+
+Four ``pgflow_worker`` processes share 2,000 tasks over 20 keys, one of them hot with 90% of the
+backlog. The ledger is the database's own claim and completion times (``started_at``,
+``completed_at``) and each handler's wall-clock start and end (its output): no key ever has more
+than ``LIMIT`` tasks started at once in either, every task runs exactly once, and a cold key that
+arrives behind the hot backlog (once that backlog has been read) finishes its work no more than one of
+its handlers' duration later than the same work alone on the same workers. The rate scenario counts
+start times per window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests import limits_flows
+from tests.acceptance.faults import FAST
+from tests.workers import Spawner, WorkerProcess, wait_until
+
+pytestmark = pytest.mark.slow
+
+WORKERS, CONCURRENCY = 4, 20
+KEYS, TASKS, HOT_SHARE = 20, 2000, 0.9
+HOT_MS, COLD_MS = 5, 250
+"""Handler durations: the hot key's tasks are short (its backlog drains in seconds); a cold task's
+duration is the bound on how long a cold key may wait with a free slot."""
+SETTINGS = "tests.limits_settings"
+
+
+class LimitSpawner(Spawner):
+    def __call__(self, flow: str, *args: str, ready: bool = True) -> WorkerProcess:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("DJANGO_SETTINGS_MODULE", SETTINGS)
+            return super().__call__(flow, *args, ready=ready)
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    conn = psycopg.connect(database_url, autocommit=True)
+    flows = [limits_flows.KEYED_FLOW, limits_flows.RATED_FLOW]
+    drop = "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where flow_slug = any(%s)"
+    conn.execute(drop, [flows])
+    yield conn
+    conn.execute(drop, [flows])
+    conn.close()
+
+
+@pytest.fixture
+def spawn(database_url: str, db: psycopg.Connection[Any], tmp_path: Path) -> Iterator[LimitSpawner]:
+    spawner = LimitSpawner(database_url, tmp_path)
+    yield spawner
+    spawner.stop_all()
+
+
+def _start_all(spawn: LimitSpawner, flow: str, concurrency: int) -> list[WorkerProcess]:
+    started = [spawn(flow, "--concurrency", str(concurrency), *FAST, ready=False) for _ in range(WORKERS)]
+    return [worker.wait_ready(60) for worker in started]
+
+
+def _start(db: psycopg.Connection[Any], flow: str, inputs: list[dict[str, Any]]) -> None:
+    db.execute("select pgflow.start_flows(%s, %s::jsonb)", [flow, json.dumps(inputs)])
+
+
+def _wait_done(db: psycopg.Connection[Any], flow: str, timeout: float) -> None:
+    def done() -> bool:
+        row = db.execute(
+            "select count(*) from pgflow.runs where flow_slug = %s and status = 'started'", [flow]
+        ).fetchone()
+        return row is not None and row[0] == 0
+
+    wait_until(done, timeout, f"every run of {flow} to finish", 0.25)
+
+
+def _now(db: psycopg.Connection[Any]) -> datetime:
+    row = db.execute("select clock_timestamp()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def _makespan(db: psycopg.Connection[Any], flow: str, phase: str, since: datetime) -> float:
+    """Seconds from ``since`` until the last task of that phase's runs completed."""
+    row = db.execute(
+        "select extract(epoch from max(t.completed_at) - %s)::float8 from pgflow.step_tasks as t"
+        " join pgflow.runs as r using (run_id) where t.flow_slug = %s and r.input ->> 'phase' = %s",
+        [since, flow, phase],
+    ).fetchone()
+    assert row is not None and row[0] is not None
+    return float(row[0])
+
+
+def _unread_hot(db: psycopg.Connection[Any]) -> int:
+    """Hot tasks still queued that no claim has deferred yet."""
+    row = db.execute(
+        "select count(*) from pgflow.step_tasks as t join pgflow.runs as r using (run_id)"
+        " where t.flow_slug = %s and r.input ->> 'key' = 'hot' and t.status = 'queued'"
+        " and not exists (select 1 from pgflow.limit_waits as w where w.run_id = t.run_id)",
+        [limits_flows.KEYED_FLOW],
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def max_overlap(intervals: list[tuple[Any, Any]]) -> int:
+    """The most intervals open at one instant (an interval ending when another starts does not overlap)."""
+    events = sorted([(end, -1) for _, end in intervals] + [(start, 1) for start, _ in intervals])
+    most = running = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return most
+
+
+def test_no_key_ever_runs_more_than_its_limit_and_a_hot_key_does_not_hold_up_a_cold_one(
+    spawn: LimitSpawner, db: psycopg.Connection[Any]
+) -> None:
+    flow, limit = limits_flows.KEYED_FLOW, limits_flows.LIMIT
+    hot = int(TASKS * HOT_SHARE)
+    cold_keys = [f"cold-{n:02d}" for n in range(KEYS - 1)]
+    cold = [{"key": cold_keys[n % len(cold_keys)], "ms": COLD_MS} for n in range(TASKS - hot)]
+    workers = _start_all(spawn, flow, CONCURRENCY)
+    # the same cold work alone first: how long these workers take for it without the hot key
+    started = _now(db)
+    _start(db, flow, [{**item, "phase": "alone"} for item in cold])
+    _wait_done(db, flow, 60)
+    alone = _makespan(db, flow, "alone", started)
+    _start(db, flow, [{"key": "hot", "ms": HOT_MS}] * hot)
+    # the cold keys arrive behind a hot backlog that fills its slots and has been read and deferred
+    # once (until then new messages wait behind it in any FIFO queue)
+    wait_until(lambda: _unread_hot(db) == 0, 60, "the hot backlog to be read and deferred")
+    _start(db, flow, [{**item, "phase": "behind"} for item in cold])
+    arrived = _now(db)
+    _wait_done(db, flow, 300)
+    behind = _makespan(db, flow, "behind", arrived)
+
+    rows = db.execute(
+        "select r.input ->> 'key', t.status, t.attempts_count, t.queued_at, t.started_at, t.completed_at,"
+        " t.output from pgflow.step_tasks as t join pgflow.runs as r using (run_id) where t.flow_slug = %s",
+        [flow],
+    ).fetchall()
+    assert len(rows) == TASKS + len(cold), "no task lost"
+    assert {(status, attempts) for _, status, attempts, *_ in rows} == {("completed", 1)}, (
+        "every task ran once: no deferral spent an attempt, none ran twice"
+    )
+    by_key: dict[str, list[tuple[Any, ...]]] = {}
+    for key, _, _, queued, started, completed, output in rows:
+        by_key.setdefault(key, []).append((queued, started, completed, output["t0"], output["t1"]))
+    assert len(by_key) == KEYS
+    print(f"cold work alone {alone:.2f} s, behind the hot backlog {behind:.2f} s")
+    assert behind <= alone + COLD_MS / 1000, (
+        f"the hot backlog delayed the cold keys' work by {behind - alone:.2f} s, more than one handler"
+    )
+    claimed = {key: max_overlap([(s, c) for _, s, c, _, _ in tasks]) for key, tasks in by_key.items()}
+    handled = {key: max_overlap([(t0, t1) for *_, t0, t1 in tasks]) for key, tasks in by_key.items()}
+    assert max(claimed.values()) <= limit, f"started at once per key (database): {claimed}"
+    assert max(handled.values()) <= limit, f"running at once per key (handlers): {handled}"
+    assert claimed["hot"] == limit, "the hot key used its slots"
+    for worker in workers:
+        assert worker.process.poll() is None, worker.log()[-3000:]
+
+
+def test_a_rate_limit_per_key_holds_across_workers(spawn: LimitSpawner, db: psycopg.Connection[Any]) -> None:
+    flow = limits_flows.RATED_FLOW
+    per_key, per_second = 25, 10
+    _start_all(spawn, flow, 4)
+    _start(db, flow, [{"key": key} for key in ("a", "b") for _ in range(per_key)])
+    _wait_done(db, flow, 60)
+    rows = db.execute(
+        "select r.input ->> 'key', t.attempts_count, t.started_at from pgflow.step_tasks as t"
+        " join pgflow.runs as r using (run_id) where t.flow_slug = %s and t.status = 'completed'",
+        [flow],
+    ).fetchall()
+    assert len(rows) == 2 * per_key and {attempts for _, attempts, _ in rows} == {1}
+    for key in ("a", "b"):
+        starts = sorted(started.timestamp() for k, _, started in rows if k == key)
+        # burst 1, 10 tokens a second: at most 1 + 10 * w starts in any window of w seconds
+        for window in (0.5, 1.0, 2.0):
+            most = max(sum(1 for s in starts[i:] if s < first + window) for i, first in enumerate(starts))
+            assert most <= 1 + per_second * window, f"key {key}: {most} starts within {window} s"
+        span = starts[-1] - starts[0]
+        assert span >= (per_key - 1) / per_second - 0.01, f"key {key}: {per_key} starts in {span:.2f} s"
+        assert span <= (per_key - 1) / per_second * 2 + 2, f"key {key}: the limit, not the workers, paced it"
