@@ -145,7 +145,6 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
         "step_count",
         "opt_max_attempts",
         "opt_timeout",
-        "opt_priority",
         "created",
     )
     list_filter = (admin_lists.FlowKindFilter, "queue_mode")
@@ -493,11 +492,11 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
     def run_link(self, obj: StepTask) -> SafeString | str:
         return short_id(obj.run_id, reverse("admin:pgflow_run_change", args=[obj.run_id]))
 
-    @admin.display(description="attempts", ordering="attempts_count")
+    @admin.display(description="tries", ordering="attempts_count")
     def attempts(self, obj: StepTask) -> int:
         return obj.attempts_count
 
-    @admin.display(description="priority", ordering="task_priority")
+    @admin.display(description="prio", ordering="task_priority")
     def priority(self, obj: StepTask) -> int:
         return int(getattr(obj, "task_priority", 0) or 0)
 
@@ -512,7 +511,7 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
 
     worker = admin_lists.id_column("last_worker_id", "worker")
 
-    @admin.display(description="message id", ordering="message_id")
+    @admin.display(description="msg id", ordering="message_id")
     def message_id_text(self, obj: StepTask) -> str:
         return "-" if obj.message_id is None else str(obj.message_id)
 

@@ -37,16 +37,17 @@ CSS = "pgflow_django/admin.css"
 
 
 def short_id(value: uuid.UUID | str | None, href: str = "") -> SafeString | str:
-    """The first ``SHORT_ID`` characters of an id; hovering shows all of it, copying copies all of it
-    (the rest is in the text, collapsed to zero width by ``admin.css``)."""
+    """The last ``SHORT_ID`` characters of an id; hovering shows all of it, copying copies all of it
+    (the head is in the text, collapsed to zero width by ``admin.css``). The tail, because the head of
+    a time-ordered (UUIDv7) run id is its start time: runs started in the same minute share it."""
     if value is None:
         return "-"
     text = str(value)
     inner = format_html(
-        '<span class="pgflow-id" title="{}">{}<span class="pgflow-id-rest">{}</span></span>',
+        '<span class="pgflow-id" title="{}"><span class="pgflow-id-rest">{}</span>{}</span>',
         text,
-        text[:SHORT_ID],
-        text[SHORT_ID:],
+        text[:-SHORT_ID],
+        text[-SHORT_ID:],
     )
     return format_html('<a href="{}">{}</a>', href, inner) if href else inner
 

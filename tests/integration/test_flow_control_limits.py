@@ -25,7 +25,7 @@ from tests.sql.support import q
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "flow-control.md"
-FLOWS = ("doc_reports", "doc_mail", "lim_key_fails", "lim_keys")
+FLOWS = ("doc_tenant_reports", "doc_mail", "lim_key_fails", "lim_keys")
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +61,7 @@ def _keys(flow: str) -> list[tuple[str, str, str, str]]:
 
 
 def test_the_concurrency_example_limits_each_tenant_and_stores_the_callable_key() -> None:
-    _example("doc_reports")
+    _example("doc_tenant_reports")
     limits = q("select step_slug, kind, key_source, key_field, amount from pgflow.flow_limits order by 1")
     assert limits == [
         {
@@ -79,11 +79,11 @@ def test_the_concurrency_example_limits_each_tenant_and_stores_the_callable_key(
             "amount": 1,
         },
     ]
-    assert sorted(set(_keys("doc_reports"))) == [
+    assert sorted(set(_keys("doc_tenant_reports"))) == [
         ("acme-eu", "upload", "concurrency", "eu"),
         ("initech-us", "upload", "concurrency", "us"),
     ]
-    got = outcomes("doc_reports")
+    got = outcomes("doc_tenant_reports")
     assert (len(got["claimed"]), len(got["deferred"])) == (3, 1), "two acme-eu runs and initech-us start"
 
 
@@ -178,8 +178,8 @@ def test_keys_are_stored_for_every_start_path() -> None:
 
 
 def test_pgflow_limits_shows_each_keys_started_and_deferred_tasks(admin_client: Client) -> None:
-    _example("doc_reports")
-    outcomes("doc_reports")
+    _example("doc_tenant_reports")
+    outcomes("doc_tenant_reports")
     out = StringIO()
     call_command("pgflow_limits", "--format", "json", stdout=out)
     rows = json.loads(out.getvalue())
@@ -188,9 +188,9 @@ def test_pgflow_limits_shows_each_keys_started_and_deferred_tasks(admin_client: 
     assert by_key[(None, "initech-us")] == (1, 0)
     assert by_key[("upload", None)] == (0, 0), "a limit no claim has met yet"
     text = StringIO()
-    call_command("pgflow_limits", "--flow", "doc_reports", stdout=text)
+    call_command("pgflow_limits", "--flow", "doc_tenant_reports", stdout=text)
     assert "concurrency 2 per tenant_id" in text.getvalue() and "'acme-eu'" in text.getvalue()
     html = page(admin_client, "/admin/pgflow/run/dashboard/")
     assert "Concurrency keys and rate limits" in html and "&#x27;acme-eu&#x27;" in html
-    flow_page = page(admin_client, "/admin/pgflow/flow/doc_reports/change/")
+    flow_page = page(admin_client, "/admin/pgflow/flow/doc_tenant_reports/change/")
     assert "concurrency 1 per key from the start" in flow_page

@@ -23,7 +23,7 @@ class Command(PgflowCommand):
     examples = """
   manage.py pgflow_partition                          the plan, nothing changed
   manage.py pgflow_partition --interval-days 7 --yes  weekly partitions, applied
-  manage.py pgflow_partition --status                 how the history is partitioned
+  manage.py pgflow_partition --status                 how it is partitioned
 
 exit codes: 0 done (or plan printed); 1 already partitioned or another error; 2 bad arguments
 """
