@@ -649,7 +649,9 @@ begin
    where r.status = 'started' and t.status = 'started'
      and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30);
   if v_candidates is null then
-    perform pgflow.release_limit_slots(null);
+    if exists (select 1 from pgflow.limit_holds) or exists (select 1 from pgflow.limit_waits) then
+      perform pgflow.release_limit_slots(null);
+    end if;
     return query select 'requeued'::text, 0 union all select 'permanently_stalled', 0;
     return;
   end if;
@@ -692,7 +694,9 @@ begin
   select (select count(*) from requeued)::integer, (select count(*) from visible)::integer,
          (select count(*) from marked)::integer
     into v_requeued, v_visible, v_marked;
-  perform pgflow.release_limit_slots(null);
+  if exists (select 1 from pgflow.limit_holds) or exists (select 1 from pgflow.limit_waits) then
+    perform pgflow.release_limit_slots(null);
+  end if;
 
   for v_stalled in
     select t.run_id, t.step_slug, t.task_index
