@@ -1079,7 +1079,9 @@ $$;
 -- Replaces a flow's flow control settings (pgflow.flow_limits) with `limits`, a JSON array of
 -- {step_slug ('' or absent for the flow), kind, key_source, key_field, amount, period, burst}; the
 -- compiler calls it after every compile or verification, so the code deployed last decides. The
--- claims that follow apply the new settings; slots and tokens already spent stay counted.
+-- claims that follow apply the new settings; slots and tokens already spent stay counted. Workers
+-- that start together compile the same flow at once: a transaction lock per flow makes their
+-- replacements one after the other (each delete then sees the rows the previous one committed).
 create or replace function pgflow.set_flow_limits(flow_slug text, limits jsonb)
 returns integer
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -1102,6 +1104,7 @@ begin
     raise exception 'set_flow_limits: flow % has no step %', quote_literal(flow_slug), quote_literal(v_unknown)
       using errcode = '22023';
   end if;
+  perform pg_advisory_xact_lock(hashtext('pgflow.set_flow_limits'), hashtext(set_flow_limits.flow_slug));
   delete from pgflow.flow_limits as l where l.flow_slug = set_flow_limits.flow_slug;
   insert into pgflow.flow_limits (flow_slug, step_slug, kind, key_source, key_field, amount, period, burst)
   select set_flow_limits.flow_slug, coalesce(x.step_slug, ''), x.kind, coalesce(x.key_source, 'none'), x.key_field,
