@@ -428,6 +428,10 @@ class _FixedRouteFlow(Flow):
 
     _queues: Mapping[str, str]
 
+    def __init__(self, flow: Flow) -> None:
+        super().__init__(flow.slug, **_options_of(flow))
+        self._limits = flow._limits
+
     def _fix(
         self, steps: Mapping[str, StepDefinition], queues: Mapping[str, str], how: str, call: str
     ) -> None:
@@ -455,8 +459,7 @@ class StepQueuedFlow(_FixedRouteFlow):
     """
 
     def __init__(self, flow: Flow) -> None:
-        super().__init__(flow.slug, **_options_of(flow))
-        self._limits = flow._limits
+        super().__init__(flow)
         if not flow.steps:
             raise FlowDefinitionError(
                 f"with_step_queues(flow {flow.slug!r}): the flow has no steps; define its steps first"
@@ -502,8 +505,7 @@ class RoutedFlow(_FixedRouteFlow):
     """
 
     def __init__(self, flow: Flow, queues: Mapping[str, str]) -> None:
-        super().__init__(flow.slug, **_options_of(flow))
-        self._limits = flow._limits
+        super().__init__(flow)
         owner = f"route_flow(flow {flow.slug!r})"
         if not isinstance(queues, Mapping):
             raise FlowDefinitionError(

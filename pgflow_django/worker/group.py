@@ -8,11 +8,10 @@ the process exits once every loop has stopped and drained.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
-from types import FrameType
 
-from pgflow_django.worker.queue_worker import QueueWorker, exit_now
+from pgflow_django.worker.queue_worker import QueueWorker
+from pgflow_django.worker.stop_signals import GracefulStop
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -24,14 +23,11 @@ class WorkerGroup:
     def __init__(self, workers: list[QueueWorker]) -> None:
         self.workers = workers
         workers[0].share_limits(workers)
-        self._signalled = False
         self._failed = False
 
     def run(self) -> int:
         """Start every loop, wait for all of them; the process exit code (1 if any could not run)."""
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
+        GracefulStop(self._announce_stop, self._stop_all).install()
         threads = [
             threading.Thread(target=self._serve, args=(worker,), name=f"pgflow-queue-{worker.queue}")
             for worker in self.workers
@@ -57,20 +53,17 @@ class WorkerGroup:
         except Exception:
             logger.exception("queue=%s stopped on an error", worker.queue)
             self._failed = True
-            for other in self.workers:  # one queue failing stops the process, not half of it
-                other.state.request_stop()
+            self._stop_all()  # one queue failing stops the process, not half of it
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if self._signalled:
-            exit_now(signum)
-        self._signalled = True
+    def _announce_stop(self, signal_name: str) -> None:
         logger.info(
             "%s: stopped polling queues %s; finishing %d in-flight task(s) within %.0fs",
-            name,
+            signal_name,
             ",".join(worker.queue for worker in self.workers),
             sum(worker.state.in_flight for worker in self.workers),
             self.workers[0].options.shutdown_timeout,
         )
+
+    def _stop_all(self) -> None:
         for worker in self.workers:
             worker.state.request_stop()

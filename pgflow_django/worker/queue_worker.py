@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import signal
-import sys
-import threading
 import time
 import uuid
-from types import FrameType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -49,6 +44,7 @@ from pgflow_django.worker.preflight import (
 )
 from pgflow_django.worker.runner import Runner
 from pgflow_django.worker.slots import WorkerState
+from pgflow_django.worker.stop_signals import GracefulStop
 from pgflow_django.worker.unsupported import UnsupportedWork
 
 if TYPE_CHECKING:
@@ -76,16 +72,6 @@ SHARED_WARNINGS = {
 }
 """Shared-queue claim outcomes that are not this worker's to run: warned about, never stop the worker
 (``unsupported`` work is named once per flow step, by ``UnsupportedWork``)."""
-
-
-def exit_now(signum: int) -> NoReturn:
-    """A second stop signal: exit at once and leave in-flight tasks to stalled-task recovery."""
-    logger.warning(
-        "second %s: exiting now; stalled-task recovery will take over", signal.Signals(signum).name
-    )
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os._exit(128 + signum)
 
 
 class QueueWorker:
@@ -143,9 +129,6 @@ class QueueWorker:
         """The generation of each flow this worker compiled against; its claims read nothing once the
         database holds another one (the flow was replaced under it)."""
         self._registered = False
-        self._signalled = False
-        """A first signal was handled: the next one exits at once (a drain after --max-tasks,
-        --until-empty or a pause is not a signal, so a supervisor's SIGTERM still drains)."""
         self.fatal = False
         self._feeding: frozenset[tuple[str, str]] = frozenset()
         """(flow, step) pairs a step of this worker depends on: only their completions hand off."""
@@ -302,23 +285,18 @@ class QueueWorker:
         return 1 if self.fatal else 0
 
     def install_signal_handlers(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
+        """A first signal drains (a drain after --max-tasks, --until-empty or a pause is not a
+        signal, so a supervisor's SIGTERM still drains); a second exits at once."""
+        GracefulStop(self._announce_stop, self.state.request_stop).install()
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if self._signalled:
-            exit_now(signum)
-        self._signalled = True
+    def _announce_stop(self, signal_name: str) -> None:
         logger.info(
             "%s: stopped polling; finishing %d in-flight task(s) within %.0fs",
-            name,
+            signal_name,
             self.state.in_flight,
             self.options.shutdown_timeout,
             extra=self.observe.fields,
         )
-        self.state.request_stop()
 
     # -- the loop ------------------------------------------------------------------------------
 
