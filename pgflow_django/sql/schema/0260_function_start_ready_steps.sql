@@ -4,7 +4,8 @@
 -- each task stores that queue as its immutable snapshot. No queue DDL here.
 -- A task's priority (the run's, else its step's default, else its flow's) travels in its message's
 -- headers, {"priority": N}; a priority of 0 sends no headers (pgflow.message_priority reads 0).
--- The n-th id returned by send_batch belongs to the n-th message sent.
+-- The n-th id returned by send_batch belongs to the n-th message sent. The step states are read by
+-- the batch and each run by its own probe (see cascade).
 create or replace function pgflow.start_ready_steps(run_ids uuid[])
 returns void
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -17,22 +18,29 @@ begin
   with started as (
     update pgflow.step_states as ss
        set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
-      from pgflow.runs as r, pgflow.steps as s, pgflow.flows as f
+      from pgflow.steps as s, pgflow.flows as f
      where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
        and ss.initial_tasks > 0
-       and r.run_id = ss.run_id and r.status = 'started'
+       and exists (select from pgflow.runs as r where r.run_id = ss.run_id and r.status = 'started' offset 0)
        and s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
        and f.flow_slug = ss.flow_slug
-    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks,
-              greatest(coalesce(s.opt_start_delay, 0),
-                       coalesce(ceil(extract(epoch from r.not_before - clock_timestamp()))::integer, 0)) as start_delay,
-              s.queue_name, coalesce(r.priority, s.opt_priority, f.opt_priority) as priority
+    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks, s.opt_start_delay,
+              s.queue_name, s.opt_priority as step_priority, f.opt_priority as flow_priority
+  ), timed as (
+    select st.flow_slug, st.run_id, st.step_slug, st.initial_tasks, st.queue_name,
+           greatest(coalesce(st.opt_start_delay, 0),
+                    coalesce(ceil(extract(epoch from r.not_before - clock_timestamp()))::integer, 0)) as start_delay,
+           coalesce(r.priority, st.step_priority, st.flow_priority) as priority
+      from started as st
+     cross join lateral (
+       select r.not_before, r.priority from pgflow.runs as r where r.run_id = st.run_id offset 0
+     ) as r
   ), messages as (
     select st.queue_name, st.start_delay,
            jsonb_build_object('flow_slug', st.flow_slug, 'run_id', st.run_id,
                               'step_slug', st.step_slug, 'task_index', i) as message,
            case when st.priority <> 0 then jsonb_build_object('priority', st.priority) end as headers
-      from started as st
+      from timed as st
      cross join lateral generate_series(0, st.initial_tasks - 1) as i
   )
   select jsonb_agg(jsonb_build_object('queue_name', m.queue_name, 'start_delay', m.start_delay, 'messages', m.messages,

@@ -1,7 +1,11 @@
 -- Moves the given started runs forward until nothing changes: recounts open dependencies (of
 -- created and skipped steps) and map sizes of created steps, resolves conditions of ready steps (fail, skip or skip-cascade when
 -- unmet), completes ready steps that have no tasks (empty maps), then starts the ready steps that
--- have tasks and completes runs with nothing left. Callers hold the runs' row locks.
+-- have tasks and completes runs with nothing left. Callers hold the runs' row locks. Each
+-- statement reads one table by the batch (`= any(run_ids)` in its index condition) and every other
+-- history table by a correlated probe the planner cannot flatten (`offset 0`): on fresh tables a
+-- join of runs could otherwise drive the plan, walking every started run and matching the whole
+-- batch once per run.
 create or replace function pgflow.cascade(run_ids uuid[])
 returns void
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -34,12 +38,17 @@ begin
                                 then jsonb_array_length(dst.output) else 0 end)
              end as map_size
         from pgflow.step_states as ss
-        join pgflow.runs as r on r.run_id = ss.run_id and r.status = 'started'
         join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
         left join pgflow.deps as d on d.flow_slug = ss.flow_slug and d.step_slug = ss.step_slug
         left join pgflow.steps as ds on ds.flow_slug = d.flow_slug and ds.step_slug = d.dep_slug
-        left join pgflow.step_states as dst on dst.run_id = ss.run_id and dst.step_slug = d.dep_slug
+        left join lateral (
+          select dst.status, dst.skip_reason, dst.output
+            from pgflow.step_states as dst
+           where dst.run_id = ss.run_id and dst.step_slug = d.dep_slug
+          offset 0
+        ) as dst on true
        where ss.run_id = any(run_ids) and ss.status in ('created', 'skipped') and s.deps_count > 0
+         and exists (select from pgflow.runs as r where r.run_id = ss.run_id and r.status = 'started' offset 0)
        group by ss.run_id, ss.step_slug, ss.status, s.step_type, s.deps_count
     )
     update pgflow.step_states as ss
@@ -53,7 +62,9 @@ begin
     for v_unmet in
       select ss.run_id, ss.step_slug, s.when_unmet
         from pgflow.step_states as ss
-        join pgflow.runs as r on r.run_id = ss.run_id and r.status = 'started'
+       cross join lateral (
+         select r.input from pgflow.runs as r where r.run_id = ss.run_id and r.status = 'started' offset 0
+       ) as r
         join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
        cross join lateral (
          select case when s.deps_count = 0 then r.input
@@ -89,10 +100,9 @@ begin
     update pgflow.step_states as ss
        set status = 'completed', output = '[]'::jsonb, remaining_tasks = 0,
            started_at = clock_timestamp(), completed_at = clock_timestamp()
-      from pgflow.runs as r
      where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
        and ss.initial_tasks = 0
-       and r.run_id = ss.run_id and r.status = 'started';
+       and exists (select from pgflow.runs as r where r.run_id = ss.run_id and r.status = 'started' offset 0);
     get diagnostics v_rows = row_count;
     v_changed := v_changed or v_rows > 0;
 

@@ -60,11 +60,16 @@ begin
                                 t.started_at + make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
                                 - clock_timestamp())))::integer), 'set')
      from unnest(runs, steps, indexes, outcomes) as k(run_id, step_slug, task_index, outcome)
-     join pgflow.step_tasks as t
-       on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+    cross join lateral (
+      select t.flow_slug, t.step_slug, t.message_id, t.started_at
+        from pgflow.step_tasks as t
+       where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+         and t.status = 'started'
+      offset 0
+    ) as t
      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
      join pgflow.flows as f on f.flow_slug = t.flow_slug
-    where k.outcome = 'started' and t.status = 'started'
+    where k.outcome = 'started'
    having count(*) > 0;
 
   perform pgflow.archive_task_messages(array_agg(claim_classified.queue_name), array_agg(e.id))

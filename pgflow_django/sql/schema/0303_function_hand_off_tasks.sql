@@ -36,19 +36,29 @@ begin
     from (
       select t.run_id, t.step_slug, t.task_index, t.message_id
         from (select distinct k.run_id from unnest(hand_off_tasks.run_ids) as k(run_id)) as k
-        join pgflow.runs as r on r.run_id = k.run_id
-        join pgflow.step_states as ss on ss.run_id = r.run_id
-        join pgflow.step_tasks as t on t.run_id = ss.run_id and t.step_slug = ss.step_slug
+       cross join lateral (
+         select ss.flow_slug, ss.step_slug
+           from pgflow.runs as r
+           join pgflow.step_states as ss on ss.run_id = r.run_id
+          where r.run_id = k.run_id and r.status = 'started'
+            and (r.not_before is null or r.not_before <= clock_timestamp())
+            and ss.status = 'started' and ss.started_at >= statement_timestamp()
+         offset 0
+       ) as ss
         join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
         join pgflow.flows as f on f.flow_slug = ss.flow_slug
         join unnest(hand_off_tasks.support_flows, hand_off_tasks.support_steps, hand_off_tasks.support_generations)
           as p(flow_slug, step_slug, generation)
           on p.flow_slug = ss.flow_slug and p.step_slug = ss.step_slug and p.generation = f.generation
-       where r.status = 'started' and (r.not_before is null or r.not_before <= clock_timestamp())
-         and ss.status = 'started' and ss.started_at >= statement_timestamp()
-         and coalesce(s.opt_start_delay, 0) = 0
-         and t.status = 'queued' and t.attempts_count = 0 and t.queued_at >= statement_timestamp()
-         and t.queue_name = hand_off_tasks.queue_name and t.message_id is not null
+       cross join lateral (
+         select t.run_id, t.step_slug, t.task_index, t.message_id
+           from pgflow.step_tasks as t
+          where t.run_id = k.run_id and t.step_slug = ss.step_slug
+            and t.status = 'queued' and t.attempts_count = 0 and t.queued_at >= statement_timestamp()
+            and t.queue_name = hand_off_tasks.queue_name and t.message_id is not null
+         offset 0
+       ) as t
+       where coalesce(s.opt_start_delay, 0) = 0
        order by t.run_id, t.step_slug, t.task_index
        limit hand_off_tasks.free_slots
     ) as h;

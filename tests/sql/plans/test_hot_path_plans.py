@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import psycopg
@@ -268,43 +268,92 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     return plans
 
 
-def scans(plan: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(access, relation) of every node of a plan tree that names a relation; an index scan with no
-    index condition (a full index walk) is reported as such."""
+def scans(
+    plan: dict[str, Any], leading: Mapping[str, str], rescanned: bool = False
+) -> Iterator[tuple[str, str]]:
+    """(access, relation) of every node of a plan tree that names a relation. Reported as walks: an
+    index scan with no index condition, or one whose condition leaves the index's first column
+    (``leading``, by index name) free (it reads every entry that matches the later columns), and a
+    scan matching a whole array (``= ANY``) on the inner side of a nested loop whose outer side reads
+    a growing table: the batch-sized array is matched again for every row of a batch-sized outer
+    side, so the work grows with the square of the batch."""
     if "Relation Name" in plan:
         node = plan["Node Type"]
-        if node in {"Index Scan", "Index Only Scan"} and "Index Cond" not in plan:
-            node = "Full Index Scan"
+        condition = str(plan.get("Index Cond", plan.get("Recheck Cond", "")))
+        if node == "Bitmap Heap Scan" and rescanned and "= ANY (" in condition:
+            node = "Array rescanned per outer row"
+        elif node in {"Index Scan", "Index Only Scan"}:
+            first = leading.get(str(plan.get("Index Name", "")))
+            if not condition:
+                node = "Full Index Scan"
+            elif first is not None and not re.search(rf"\b{re.escape(first)}\b", condition):
+                node = "Index Scan without its first column"
+            elif rescanned and "= ANY (" in condition:
+                node = "Array rescanned per outer row"
         partition = PARTITION.match(plan["Relation Name"])
         yield node, partition.group(1) if partition else plan["Relation Name"]
-    for child in plan.get("Plans", ()):
-        yield from scans(child)
+    children = plan.get("Plans", ())
+    outer_grows = plan["Node Type"] == "Nested Loop" and any(
+        child.get("Parent Relationship") == "Outer" and reads_growing_table(child) for child in children
+    )
+    for child in children:
+        inner = outer_grows and child.get("Parent Relationship") == "Inner"
+        yield from scans(child, leading, rescanned or inner)
 
 
-def growing_table_scans(plans: list[dict[str, Any]]) -> tuple[set[tuple[str, str, str]], set[str]]:
+def reads_growing_table(plan: dict[str, Any]) -> bool:
+    name = str(plan.get("Relation Name", ""))
+    partition = PARTITION.match(name)
+    return (partition.group(1) if partition else name) in GROWING or any(
+        reads_growing_table(child) for child in plan.get("Plans", ())
+    )
+
+
+WALKS = {
+    "Seq Scan",
+    "Full Index Scan",
+    "Index Scan without its first column",
+    "Array rescanned per outer row",
+}
+
+
+def growing_table_scans(
+    plans: list[dict[str, Any]], leading: Mapping[str, str] | None = None
+) -> tuple[set[tuple[str, str, str]], set[str]]:
     """(each scan of a growing table that is not a probe, with its statement; growing tables probed)."""
     sequential: set[tuple[str, str, str]] = set()
     indexed: set[str] = set()
     for plan in plans:
-        for node, table in scans(plan):
+        for node, table in scans(plan, leading or {}):
             if table not in GROWING:
                 continue
-            if node in {"Seq Scan", "Full Index Scan"}:
+            if node in WALKS:
                 sequential.add((node, table, " ".join(str(plan.get("Query Text", "")).split())))
             else:
                 indexed.add(table)
     return sequential, indexed
 
 
-def assert_index_access(plans: list[dict[str, Any]]) -> None:
-    sequential, indexed = growing_table_scans(plans)
+def leading_columns(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """The first column of every plain-column index of pgflow's and PGMQ's tables, by index name."""
+    rows = conn.execute(
+        "select c.relname, a.attname from pg_index as i"
+        "  join pg_class as c on c.oid = i.indexrelid"
+        "  join pg_attribute as a on a.attrelid = i.indrelid and a.attnum = i.indkey[0]"
+        " where c.relnamespace in ('pgflow'::regnamespace, 'pgmq'::regnamespace) and i.indkey[0] <> 0"
+    ).fetchall()
+    return {str(index): str(column) for index, column in rows}
+
+
+def assert_index_access(plans: list[dict[str, Any]], leading: Mapping[str, str]) -> None:
+    sequential, indexed = growing_table_scans(plans, leading)
     assert len(plans) > 30, "auto_explain reported almost no statements: the check would be vacuous"
     assert sequential == set()
     assert indexed >= {"runs", "step_states", "step_tasks", f"q_{FLOW}"}
 
 
 def test_hot_path_plans_use_indexes(scratch: psycopg.Connection[Any]) -> None:
-    assert_index_access(hot_path_plans(scratch))
+    assert_index_access(hot_path_plans(scratch), leading_columns(scratch))
 
 
 def test_the_check_sees_a_sequential_scan_and_a_full_index_walk() -> None:
@@ -322,3 +371,45 @@ def test_the_check_sees_a_sequential_scan_and_a_full_index_walk() -> None:
         {("Seq Scan", "step_tasks", "q"), ("Full Index Scan", "runs", "q")},
         {"step_states"},
     )
+
+
+def test_the_check_sees_a_walk_past_the_first_column_and_an_array_rescanned_per_row() -> None:
+    """The plan a batch of runs once got on fresh tables: every started run from the (flow, status)
+    index, and per run a probe matching the whole batch's array."""
+    probe = {"Node Type": "Index Scan", "Relation Name": "step_states", "Index Name": "step_states_pkey"}
+    plan = {
+        "Node Type": "Nested Loop",
+        "Query Text": "q",
+        "Plans": [
+            {
+                "Node Type": "Index Scan",
+                "Parent Relationship": "Outer",
+                "Relation Name": "runs",
+                "Index Name": "runs_flow_status_idx",
+                "Index Cond": "(status = 'started'::text)",
+            },
+            {
+                **probe,
+                "Parent Relationship": "Inner",
+                "Index Cond": "((run_id = r.run_id) AND (run_id = ANY ($1)))",
+            },
+        ],
+    }
+    leading = {"runs_flow_status_idx": "flow_slug", "step_states_pkey": "run_id"}
+    assert growing_table_scans([plan], leading) == (
+        {
+            ("Index Scan without its first column", "runs", "q"),
+            ("Array rescanned per outer row", "step_states", "q"),
+        },
+        set(),
+    )
+    driven_by_the_batch = {
+        "Node Type": "Nested Loop",
+        "Query Text": "q",
+        "Plans": [
+            {"Node Type": "Function Scan", "Parent Relationship": "Outer"},
+            {**probe, "Parent Relationship": "Inner", "Index Cond": "(run_id = u.run_id)"},
+        ],
+    }
+    outer_array = {**probe, "Index Cond": "(run_id = ANY ($1))"}
+    assert growing_table_scans([driven_by_the_batch, outer_array], leading) == (set(), {"step_states"})
