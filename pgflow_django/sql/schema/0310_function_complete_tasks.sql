@@ -148,15 +148,21 @@ begin
   end if;
 
   -- the failing items, once the items listed before them have completed; a run that failed
-  -- meanwhile (a condition with when_unmet = fail) makes its failing item stale
+  -- meanwhile (a condition with when_unmet = fail) makes its failing item stale. Each item probes
+  -- its run, step and task in a lateral subquery (offset 0 keeps it one): joined directly, the
+  -- order by run_id is planned on a partitioned history as a walk of every runs partition's key
   for v_bad in
-    select f.run_id, f.step_slug, f.task_index, f.map_slug,
-           coalesce(r.status = 'started' and ss.status = 'started' and t.status = 'started', false) as current
+    select f.run_id, f.step_slug, f.task_index, f.map_slug, p.current
       from jsonb_to_recordset(v_first) as f(run_id uuid, step_slug text, task_index integer, map_slug text)
-      join pgflow.runs as r on r.run_id = f.run_id
-      left join pgflow.step_states as ss on ss.run_id = f.run_id and ss.step_slug = f.step_slug
-      left join pgflow.step_tasks as t
-        on t.run_id = f.run_id and t.step_slug = f.step_slug and t.task_index = f.task_index
+      cross join lateral (
+        select coalesce(r.status = 'started' and ss.status = 'started' and t.status = 'started', false) as current
+          from pgflow.runs as r
+          left join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = f.step_slug
+          left join pgflow.step_tasks as t
+            on t.run_id = r.run_id and t.step_slug = f.step_slug and t.task_index = f.task_index
+         where r.run_id = f.run_id
+        offset 0
+      ) as p
      order by f.run_id
   loop
     if not v_bad.current then

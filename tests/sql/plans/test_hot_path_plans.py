@@ -73,14 +73,7 @@ EXPLAIN = (
         (0, False),
         (HISTORY, False),
         (0, True),
-        pytest.param(
-            (HISTORY, True),
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="complete_tasks' non-array-map-input statement (first_bad joined to runs, ordered by"
-                " run_id) is planned as a walk of the runs partitions' primary keys on a partitioned history",
-            ),
-        ),
+        (HISTORY, True),
     ],
     ids=["empty", "million_finished_runs", "partitioned_empty", "partitioned_million_finished_runs"],
 )
