@@ -7,6 +7,6 @@ from pgflow_django.sql.runsql import RunSqlFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("pgflow", "0023_one_home")]
+    dependencies = [("pgflow", "0024_batch_joins")]
 
     operations = [RunSqlFile("0025_batch_probes.sql", "0025_batch_probes_down.sql")]
