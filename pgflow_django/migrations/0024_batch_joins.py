@@ -1,5 +1,5 @@
-"""Batch statements driven by their batch: per-id probes and row-id updates, so the plans a session
-makes on fresh tables stay index probes as the history grows."""
+"""Batch statements read one table by their batch and every other history table by a probe per row,
+so the plans a session makes on fresh tables stay index probes as the history grows."""
 
 from django.db import migrations
 
