@@ -234,6 +234,11 @@ def count_connections(
     sampled every 20 ms during a drain of ``runs`` runs and once idle afterwards."""
     found: list[Connections] = []
     with connect(url, "pgflow bench capacity") as conn, RssSampler() as sampler, ExitStack() as stack:
+        if conn.info.host.startswith("/"):
+            raise SystemExit(
+                "bench.capacity: connections are told apart by their TCP client ports, and this server is"
+                " reached over a Unix socket; give DATABASE_URL a host and port (e.g. 127.0.0.1:5432)"
+            )
         server_port = int(conn.info.port)
         probes: list[tuple[str, str, Callable[[], dict[str, int]]]] = []
         groups = []

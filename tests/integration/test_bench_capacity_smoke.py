@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from tests.integration.test_bench_smoke import REPO_DIR, server_url
 
@@ -18,6 +19,11 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_capacity_bench_prints_every_figure(tmp_path: Path) -> None:
+    if (connection.settings_dict["HOST"] or "/").startswith("/"):
+        pytest.skip(
+            "bench.capacity tells a worker's sessions apart by their TCP client ports; this server is"
+            " reached over a Unix socket (the embedded PostgreSQL): run it on a server at host:port"
+        )
     env = {**os.environ, "DATABASE_URL": server_url()}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     written = tmp_path / "capacity.json"

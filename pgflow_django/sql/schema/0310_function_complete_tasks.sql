@@ -129,15 +129,16 @@ begin
            completed_at = case when ss.remaining_tasks = done.n then clock_timestamp() end,
            output = case
              when ss.remaining_tasks <> done.n then null
-             when s.step_type = 'single' then done.first_output
+             when (select s.step_type from pgflow.steps as s
+                    where s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug) = 'single'
+               then done.first_output
              else (
                select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
                  from pgflow.step_tasks as t
                 where t.run_id = ss.run_id and t.step_slug = ss.step_slug)
            end
-      from done, pgflow.steps as s
+      from done
      where ss.run_id = done.run_id and ss.step_slug = done.step_slug
-       and s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
     returning ss.run_id, ss.status
   )
   select array_agg(distinct f.run_id order by f.run_id) into v_finished
