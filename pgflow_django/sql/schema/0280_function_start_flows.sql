@@ -78,9 +78,12 @@ begin
 
   perform pgflow.cascade(v_ids);
 
+  -- each new run by its own probe: joined to the array, a plan could walk every run and match the
+  -- whole batch against each
   return query
-    select r.* from pgflow.runs as r
-      join unnest(v_ids) with ordinality as i(run_id, n) on i.run_id = r.run_id
+    select r.*
+      from unnest(v_ids) with ordinality as i(run_id, n)
+     cross join lateral (select * from pgflow.runs as x where x.run_id = i.run_id offset 0) as r
      order by i.n;
 end;
 $$;
