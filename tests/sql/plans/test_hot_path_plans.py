@@ -283,8 +283,7 @@ def scans(
                 node = "Index Scan without its first column"
             elif rescanned and "= ANY (" in condition:
                 node = "Array rescanned per outer row"
-        partition = PARTITION.match(plan["Relation Name"])
-        yield node, partition.group(1) if partition else plan["Relation Name"]
+        yield node, table_of(plan["Relation Name"])
     children = plan.get("Plans", ())
     outer_grows = plan["Node Type"] == "Nested Loop" and any(
         child.get("Parent Relationship") == "Outer" and reads_growing_table(child) for child in children
@@ -294,10 +293,14 @@ def scans(
         yield from scans(child, leading, rescanned or inner)
 
 
+def table_of(relation: str) -> str:
+    """A partition counts as its table."""
+    partition = PARTITION.match(relation)
+    return partition.group(1) if partition else relation
+
+
 def reads_growing_table(plan: dict[str, Any]) -> bool:
-    name = str(plan.get("Relation Name", ""))
-    partition = PARTITION.match(name)
-    return (partition.group(1) if partition else name) in GROWING or any(
+    return table_of(str(plan.get("Relation Name", ""))) in GROWING or any(
         reads_growing_table(child) for child in plan.get("Plans", ())
     )
 
