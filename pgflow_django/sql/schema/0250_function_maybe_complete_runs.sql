@@ -2,8 +2,7 @@
 -- output maps each completed leaf step (a step nothing depends on) to its output; skipped leaves
 -- are absent, and a run with no completed leaf (no steps, or every leaf skipped) has no output
 -- (NULL), as in pgflow. Each distinct run id of the batch is probed on its own, then its step
--- states (see cascade): read by `= any(run_ids)` with its status, a run could be found through the
--- (flow_slug, status) index instead, a walk of every started run.
+-- states (see cascade).
 create or replace function pgflow.maybe_complete_runs(run_ids uuid[])
 returns void
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -15,11 +14,12 @@ begin
            count(ss.step_slug) filter (where ss.status not in ('completed', 'skipped')) as open_steps
       from (select distinct u.run_id from unnest(run_ids) as u(run_id)) as b
      cross join lateral (
-       select r.run_id from pgflow.runs as r where r.run_id = b.run_id and r.status = 'started' offset 0
+       select r.run_id, r.status from pgflow.runs as r where r.run_id = b.run_id offset 0
      ) as r
       left join lateral (
         select ss.step_slug, ss.status from pgflow.step_states as ss where ss.run_id = r.run_id offset 0
       ) as ss on true
+     where r.status = 'started'
      group by r.run_id
   )
   update pgflow.runs as r

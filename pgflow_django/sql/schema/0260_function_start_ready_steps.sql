@@ -21,7 +21,7 @@ begin
       from pgflow.steps as s, pgflow.flows as f
      where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
        and ss.initial_tasks > 0
-       and exists (select from pgflow.runs as r where r.run_id = ss.run_id and r.status = 'started' offset 0)
+       and (select r.status from pgflow.runs as r where r.run_id = ss.run_id) = 'started'
        and s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
        and f.flow_slug = ss.flow_slug
     returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks, s.opt_start_delay,

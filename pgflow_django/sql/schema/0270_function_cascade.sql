@@ -3,9 +3,12 @@
 -- unmet), completes ready steps that have no tasks (empty maps), then starts the ready steps that
 -- have tasks and completes runs with nothing left. Callers hold the runs' row locks. Each
 -- statement reads one table by the batch (`= any(run_ids)` in its index condition) and every other
--- history table by a correlated probe the planner cannot flatten (`offset 0`): on fresh tables a
--- join of runs could otherwise drive the plan, walking every started run and matching the whole
--- batch once per run.
+-- history table by a correlated probe the planner cannot flatten (`offset 0`, or a scalar
+-- subquery): on fresh tables a join of runs could otherwise drive the plan, walking every started
+-- run and matching the whole batch once per run. A probe's subquery holds only the key it probes
+-- by; filters on other columns (a run's status) stay outside it: planned on a small partition (a
+-- new day's), `status = 'started'` beside the key made the (flow_slug, status) index look as cheap
+-- as the primary key, and each probe then read every started run of that partition.
 create or replace function pgflow.cascade(run_ids uuid[])
 returns void
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -48,7 +51,7 @@ begin
           offset 0
         ) as dst on true
        where ss.run_id = any(run_ids) and ss.status in ('created', 'skipped') and s.deps_count > 0
-         and exists (select from pgflow.runs as r where r.run_id = ss.run_id and r.status = 'started' offset 0)
+         and (select r.status from pgflow.runs as r where r.run_id = ss.run_id) = 'started'
        group by ss.run_id, ss.step_slug, ss.status, s.step_type, s.deps_count
     )
     update pgflow.step_states as ss
@@ -63,7 +66,7 @@ begin
       select ss.run_id, ss.step_slug, s.when_unmet
         from pgflow.step_states as ss
        cross join lateral (
-         select r.input from pgflow.runs as r where r.run_id = ss.run_id and r.status = 'started' offset 0
+         select r.input, r.status from pgflow.runs as r where r.run_id = ss.run_id offset 0
        ) as r
         join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
        cross join lateral (
@@ -77,12 +80,13 @@ begin
                 end as step_input
        ) as i
        where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
+         and r.status = 'started'
          and (s.required_input_pattern is not null or s.forbidden_input_pattern is not null)
          and not (coalesce(i.step_input @> s.required_input_pattern, true)
                   and not coalesce(i.step_input @> s.forbidden_input_pattern, false))
        order by ss.run_id, s.step_index
     loop
-      if not exists (select 1 from pgflow.runs as r where r.run_id = v_unmet.run_id and r.status = 'started') then
+      if (select r.status from pgflow.runs as r where r.run_id = v_unmet.run_id) is distinct from 'started' then
         continue;
       end if;
       if v_unmet.when_unmet = 'fail' then
@@ -102,7 +106,7 @@ begin
            started_at = clock_timestamp(), completed_at = clock_timestamp()
      where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
        and ss.initial_tasks = 0
-       and exists (select from pgflow.runs as r where r.run_id = ss.run_id and r.status = 'started' offset 0);
+       and (select r.status from pgflow.runs as r where r.run_id = ss.run_id) = 'started';
     get diagnostics v_rows = row_count;
     v_changed := v_changed or v_rows > 0;
 

@@ -38,10 +38,9 @@ begin
         from (select distinct k.run_id from unnest(hand_off_tasks.run_ids) as k(run_id)) as k
        cross join lateral (
          select ss.flow_slug, ss.step_slug
-           from pgflow.runs as r
+           from (select r.run_id, r.status, r.not_before from pgflow.runs as r where r.run_id = k.run_id offset 0) as r
            join pgflow.step_states as ss on ss.run_id = r.run_id
-          where r.run_id = k.run_id and r.status = 'started'
-            and (r.not_before is null or r.not_before <= clock_timestamp())
+          where r.status = 'started' and (r.not_before is null or r.not_before <= clock_timestamp())
             and ss.status = 'started' and ss.started_at >= statement_timestamp()
          offset 0
        ) as ss
@@ -51,14 +50,15 @@ begin
           as p(flow_slug, step_slug, generation)
           on p.flow_slug = ss.flow_slug and p.step_slug = ss.step_slug and p.generation = f.generation
        cross join lateral (
-         select t.run_id, t.step_slug, t.task_index, t.message_id
+         select t.run_id, t.step_slug, t.task_index, t.message_id, t.status, t.attempts_count, t.queued_at,
+                t.queue_name
            from pgflow.step_tasks as t
           where t.run_id = k.run_id and t.step_slug = ss.step_slug
-            and t.status = 'queued' and t.attempts_count = 0 and t.queued_at >= statement_timestamp()
-            and t.queue_name = hand_off_tasks.queue_name and t.message_id is not null
          offset 0
        ) as t
        where coalesce(s.opt_start_delay, 0) = 0
+         and t.status = 'queued' and t.attempts_count = 0 and t.queued_at >= statement_timestamp()
+         and t.queue_name = hand_off_tasks.queue_name and t.message_id is not null
        order by t.run_id, t.step_slug, t.task_index
        limit hand_off_tasks.free_slots
     ) as h;

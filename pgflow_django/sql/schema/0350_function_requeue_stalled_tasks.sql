@@ -2,10 +2,13 @@
 -- than the step's effective timeout + 30 s. Each is requeued (visible now) while it has been
 -- requeued fewer than 3 times and has attempts left; otherwise it is marked permanently stalled and
 -- exhausted like a task out of attempts, so its run still ends. Runs locked by another writer are
--- left for the next pass.
+-- left for the next pass. The started runs are read flow by flow from the (flow_slug, status)
+-- index and their tasks by probe, so a pass reads the runs in flight, not the history, with the
+-- hot functions' planner settings.
 create or replace function pgflow.requeue_stalled_tasks()
 returns table (outcome text, task_count integer)
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off
 as $$
 #variable_conflict use_column
 declare
@@ -18,11 +21,13 @@ declare
   v_marked integer;
 begin
   select array_agg(distinct t.run_id) into v_candidates
-    from pgflow.runs as r
+    from pgflow.flows as f
+   cross join lateral (
+     select r.run_id from pgflow.runs as r where r.flow_slug = f.flow_slug and r.status = 'started' offset 0
+   ) as r
     join pgflow.step_tasks as t on t.run_id = r.run_id
     join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-    join pgflow.flows as f on f.flow_slug = t.flow_slug
-   where r.status = 'started' and t.status = 'started'
+   where t.status = 'started'
      and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30);
   if v_candidates is null then
     if exists (select 1 from pgflow.limit_holds) or exists (select 1 from pgflow.limit_waits) then
@@ -33,10 +38,11 @@ begin
   end if;
 
   select array_agg(l.run_id) into v_locked
-    from (select r.run_id from pgflow.runs as r
-           where r.run_id = any(v_candidates) and r.status = 'started'
-           order by r.run_id
-             for update skip locked) as l;
+    from (select r.run_id, r.status from pgflow.runs as r
+           where r.run_id = any(v_candidates)
+           order by r.run_id offset 0
+             for update skip locked) as l
+   where l.status = 'started';
   v_locked := coalesce(v_locked, '{}');
 
   with stalled as (
@@ -81,7 +87,7 @@ begin
      order by t.run_id, t.step_slug, t.task_index
   loop
     -- an earlier exhaustion in this loop may have skipped the step or failed the run meanwhile
-    if exists (select 1 from pgflow.runs as r where r.run_id = v_stalled.run_id and r.status = 'started')
+    if (select r.status from pgflow.runs as r where r.run_id = v_stalled.run_id) = 'started'
        and exists (select 1 from pgflow.step_tasks as t
                     where t.run_id = v_stalled.run_id and t.step_slug = v_stalled.step_slug
                       and t.task_index = v_stalled.task_index and t.status = 'started') then
