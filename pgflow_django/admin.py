@@ -32,6 +32,7 @@ from pgflow_django.admin_database import AdminDatabaseMixin, database_of, read_d
 from pgflow_django.admin_lists import FlowFilter, clock, short_id, took, when
 from pgflow_django.admin_permissions import NoEditsMixin
 from pgflow_django.client import CancelResult, RetryRefused, RunNotFound, cancel_run, retry_run
+from pgflow_django.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
 from pgflow_django.models import Dep, Flow, Run, Schedule, Step, StepState, StepTask, Worker
 from pgflow_django.recorded_errors import read_error
 from pgflow_django.schedules.admin import ScheduleAdmin
@@ -235,8 +236,8 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
             found = queries.fetch_all(cursor, queries.FLOW_CONTROL, {"flow": obj.flow_slug, "limit": 200})
         if not found:
             return "no concurrency key or rate limit"
-        rows = [admin_lists.flow_control_cells(row)[1:] for row in found]
-        return _table(admin_lists.FLOW_CONTROL_HEADERS[1:], rows, "pgflow-steps")
+        rows = [flow_control_cells(row)[1:] for row in found]
+        return _table(FLOW_CONTROL_HEADERS[1:], rows, "pgflow-steps")
 
 
 def _rerun(run_id: uuid.UUID) -> Any:

@@ -27,9 +27,10 @@ from django.utils.safestring import SafeString, mark_safe
 
 from pgflow_django import queries
 from pgflow_django.admin_database import read_database
-from pgflow_django.admin_lists import FLOW_CONTROL_HEADERS, flow_control_cells, short_id, when
+from pgflow_django.admin_lists import short_id, when
 from pgflow_django.dag import duration_text
 from pgflow_django.diagrams import rates
+from pgflow_django.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
 
 REFRESH_SECONDS = 15
 FLOW_CONTROL_ROWS = 50

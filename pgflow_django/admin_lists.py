@@ -20,15 +20,12 @@ from django.utils.safestring import SafeString
 
 from pgflow_django.admin_database import read_database
 from pgflow_django.dag import elapsed
-from pgflow_django.flow_control import describe
 from pgflow_django.models import Flow, Step, Worker
 from pgflow_django.slugs import TASK_FLOW_SLUG_REGEX, TASK_STEP_SLUG
 
 if TYPE_CHECKING:
     from django.contrib.admin.filters import _ListFilterChoices
     from django.utils.functional import _StrPromise
-
-    from pgflow_django.queries import FlowControlRow
 
 SHORT_ID = 8
 """Characters of a UUID shown in a list; the rest stays in the page for hover and copy."""
@@ -106,23 +103,6 @@ def task_priority() -> Coalesce:
     default, else its flow's (the defaults as they are now)."""
     step = Step.objects.filter(flow_id=OuterRef("flow_id"), step_slug=OuterRef("step_slug"))
     return Coalesce(F("run__priority"), Subquery(step.values("opt_priority")), F("flow__opt_priority"))
-
-
-FLOW_CONTROL_HEADERS = ("flow", "step", "limit", "key", "started", "deferred", "tokens")
-"""Columns of a flow-control table (the dashboard's panel and a flow's page)."""
-
-
-def flow_control_cells(row: FlowControlRow) -> tuple[str, ...]:
-    """One key of one limit: the limit, the key, its started tasks, deferred tasks and tokens now."""
-    return (
-        row.flow_slug,
-        row.step_slug or "(flow)",
-        describe(row.kind, row.key_source, row.key_field, row.amount, row.period, row.burst),
-        "-" if row.key is None else repr(row.key),
-        str(row.started) if row.kind == "concurrency" else "-",
-        str(row.deferred),
-        "-" if row.tokens is None else f"{row.tokens:.2f}",
-    )
 
 
 def task_flows(queryset: QuerySet[Flow]) -> QuerySet[Flow]:

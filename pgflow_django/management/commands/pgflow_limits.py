@@ -9,6 +9,7 @@ from django.db import connections
 
 from pgflow_django import queries
 from pgflow_django.flow_control import describe
+from pgflow_django.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
 from pgflow_django.management.cli import PgflowCommand, positive_int
 
 
@@ -63,15 +64,7 @@ exit codes: 0 shown; 1 error; 2 bad arguments
             return
         from rich.table import Table
 
-        table = Table("FLOW", "STEP", "LIMIT", "KEY", "STARTED", "DEFERRED", "TOKENS", box=None)
+        table = Table(*(header.upper() for header in FLOW_CONTROL_HEADERS), box=None)
         for row in rows:
-            table.add_row(
-                row.flow_slug,
-                row.step_slug or "(flow)",
-                describe(row.kind, row.key_source, row.key_field, row.amount, row.period, row.burst),
-                "-" if row.key is None else repr(row.key),
-                str(row.started) if row.kind == "concurrency" else "-",
-                str(row.deferred),
-                "-" if row.tokens is None else f"{row.tokens:.2f}",
-            )
+            table.add_row(*flow_control_cells(row))
         self.console().print(table)
