@@ -4,7 +4,10 @@
 -- since it began, never attempted: nobody else has seen their messages yet), of a (flow_slug,
 -- step_slug) pair the worker supports whose flow is still at the generation it compiled against,
 -- on queue_name, with no start delay (of the step, or what remains of a delayed run's not_before),
--- at most free_slots of them, in task key order (the order every writer locks a run's tasks).
+-- at most free_slots of them, in task key order (the order every writer locks a run's tasks), and
+-- none whose priority is below the queue's: a visible message of higher priority that was waiting
+-- before the statement began (the first entry of the queue's priority index) goes first, so the
+-- hand-off keeps the claim's order (higher priority first) and leaves those tasks to a read.
 -- The claiming itself is pgflow.claim_classified's, as for a read batch: one more attempt,
 -- started_at, last_worker_id, the message hidden for the effective timeout + 2 s. The message stays
 -- the durable record: a worker that dies holding a handed-off task loses it to stalled recovery
@@ -22,6 +25,8 @@ declare
   v_runs uuid[];
   v_steps text[];
   v_indexes integer[];
+  v_priorities integer[];
+  v_waiting_priority integer;
 begin
   if coalesce(free_slots, 0) <= 0 or coalesce(cardinality(run_ids), 0) = 0
      or coalesce(cardinality(support_flows), 0) = 0 then
@@ -31,14 +36,17 @@ begin
   select array_agg(h.message_id order by h.run_id, h.step_slug, h.task_index),
          array_agg(h.run_id order by h.run_id, h.step_slug, h.task_index),
          array_agg(h.step_slug order by h.run_id, h.step_slug, h.task_index),
-         array_agg(h.task_index order by h.run_id, h.step_slug, h.task_index)
-    into v_ids, v_runs, v_steps, v_indexes
+         array_agg(h.task_index order by h.run_id, h.step_slug, h.task_index),
+         array_agg(h.priority order by h.run_id, h.step_slug, h.task_index)
+    into v_ids, v_runs, v_steps, v_indexes, v_priorities
     from (
-      select t.run_id, t.step_slug, t.task_index, t.message_id
+      select t.run_id, t.step_slug, t.task_index, t.message_id,
+             coalesce(ss.priority, s.opt_priority, f.opt_priority, 0) as priority
         from (select distinct k.run_id from unnest(hand_off_tasks.run_ids) as k(run_id)) as k
        cross join lateral (
-         select ss.flow_slug, ss.step_slug
-           from (select r.run_id, r.status, r.not_before from pgflow.runs as r where r.run_id = k.run_id offset 0) as r
+         select ss.flow_slug, ss.step_slug, r.priority
+           from (select r.run_id, r.status, r.not_before, r.priority from pgflow.runs as r
+                  where r.run_id = k.run_id offset 0) as r
            join pgflow.step_states as ss on ss.run_id = r.run_id
           where r.status = 'started' and (r.not_before is null or r.not_before <= clock_timestamp())
             and ss.status = 'started' and ss.started_at >= statement_timestamp()
@@ -64,6 +72,23 @@ begin
     ) as h;
   if v_ids is null then
     return;
+  end if;
+
+  execute format('select pgflow.message_priority(q.headers) from pgmq.%I as q'
+                 ' where q.vt <= clock_timestamp() and q.enqueued_at < statement_timestamp()'
+                 ' order by pgflow.message_priority(q.headers) desc, q.msg_id limit 1',
+                 pgmq.format_table_name(hand_off_tasks.queue_name, 'q'))
+     into v_waiting_priority;
+  if v_waiting_priority > (select min(p) from unnest(v_priorities) as p) then
+    select array_agg(c.id order by c.n), array_agg(c.run_id order by c.n), array_agg(c.step_slug order by c.n),
+           array_agg(c.task_index order by c.n)
+      into v_ids, v_runs, v_steps, v_indexes
+      from unnest(v_ids, v_runs, v_steps, v_indexes, v_priorities) with ordinality
+           as c(id, run_id, step_slug, task_index, priority, n)
+     where c.priority >= v_waiting_priority;
+    if v_ids is null then
+      return;
+    end if;
   end if;
 
   return query

@@ -249,3 +249,58 @@ def test_a_shared_queue_worker_is_handed_only_its_pairs_on_its_queue() -> None:
     _, handed = hand_off(handed[0], {"e": 2}, worker, queue="sq_fast", support=pairs)
     assert handed == [], "deliver is routed to sq_bulk, which this worker does not serve"
     assert task(run_id, "deliver")["status"] == "queued"
+
+
+def start_with_priority(flow_slug: str, priority: int) -> uuid.UUID:
+    return val("select run_id from pgflow.start_flow(%s, '{}'::jsonb, null, null, %s)", [flow_slug, priority])
+
+
+def test_a_waiting_task_of_higher_priority_is_not_passed_by_the_hand_off() -> None:
+    """The claim takes higher priority first; a hand-off of a lower-priority task would pass it."""
+    make_flow("f", step("a"), step("b", "a"))
+    low = start("f")
+    worker = new_worker("f")
+    a_low = claim("f", worker, qty=1)[0]
+    assert a_low["run_id"] == low
+    high = start_with_priority("f", 5)
+
+    done, handed = hand_off(a_low, 1, worker)
+
+    assert [r["outcome"] for r in done] == ["completed"] and handed == []
+    assert task(low, "b")["status"] == "queued", "left to a read, behind the higher priority"
+    order = val(
+        "select array_agg(run_id order by pgflow.message_priority(headers) desc, msg_id)"
+        "  from (select (message->>'run_id')::uuid as run_id, headers, msg_id from pgmq.q_f) as m"
+    )
+    assert order == [high, low], "the claim's read takes the waiting higher priority first"
+
+
+def test_a_waiting_task_of_lower_or_equal_priority_does_not_stop_the_hand_off() -> None:
+    make_flow("f", step("a"), step("b", "a"))
+    high = start_with_priority("f", 5)
+    worker = new_worker("f")
+    a_high = claim("f", worker, qty=1)[0]
+    assert a_high["run_id"] == high
+    start_with_priority("f", 5)
+    start("f")
+
+    _, handed = hand_off(a_high, 1, worker)
+
+    assert [(r["run_id"], r["step_slug"]) for r in handed] == [(high, "b")]
+    assert task(high, "b")["status"] == "started"
+
+
+def test_a_higher_priority_task_in_flight_or_delayed_does_not_stop_the_hand_off() -> None:
+    """Only visible messages are ordered: one claimed by another worker, or not due yet, waits for
+    nothing the hand-off could pass."""
+    make_flow("f", step("a"), step("b", "a"))
+    low = start("f")
+    worker = new_worker("f")
+    a_low = claim("f", worker, qty=1)[0]
+    claimed_high = start_with_priority("f", 9)
+    assert claim("f", new_worker("f"), qty=1)[0]["run_id"] == claimed_high
+    val("select run_id from pgflow.start_flow('f', '{}'::jsonb, null, 60, 9)")
+
+    _, handed = hand_off(a_low, 1, worker)
+
+    assert [(r["run_id"], r["step_slug"]) for r in handed] == [(low, "b")]

@@ -288,14 +288,15 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
 
 
 def scans(
-    plan: dict[str, Any], leading: Mapping[str, str], rescanned: bool = False
+    plan: dict[str, Any], leading: Mapping[str, str], rescanned: bool = False, limited: bool = False
 ) -> Iterator[tuple[str, str]]:
     """(access, relation) of every node of a plan tree that names a relation. Reported as walks: an
     index scan with no index condition, or one whose condition leaves the index's first column
     (``leading``, by index name) free (it reads every entry that matches the later columns), and a
     scan matching a whole array (``= ANY``) on the inner side of a nested loop whose outer side reads
     a growing table: the batch-sized array is matched again for every row of a batch-sized outer
-    side, so the work grows with the square of the batch."""
+    side, so the work grows with the square of the batch. A queue's head (its priority index walked
+    for a ``LIMIT``, as the claim's read does) is a probe: it stops at the first visible messages."""
     if "Relation Name" in plan:
         node = plan["Node Type"]
         condition = str(plan.get("Index Cond", plan.get("Recheck Cond", "")))
@@ -303,7 +304,9 @@ def scans(
             node = "Array rescanned per outer row"
         elif node in {"Index Scan", "Index Only Scan"}:
             first = leading.get(str(plan.get("Index Name", "")))
-            if not condition:
+            if limited and str(plan.get("Index Name", "")).endswith("_priority_idx"):
+                node = "Queue head"
+            elif not condition:
                 node = "Full Index Scan"
             elif first is not None and not re.search(rf"\b{re.escape(first)}\b", condition):
                 node = "Index Scan without its first column"
@@ -318,7 +321,7 @@ def scans(
     )
     for child in children:
         inner = outer_grows and child.get("Parent Relationship") == "Inner"
-        yield from scans(child, leading, rescanned or inner)
+        yield from scans(child, leading, rescanned or inner, plan["Node Type"] == "Limit")
 
 
 def binds_a_key(table: str, condition: str) -> bool:
@@ -469,4 +472,21 @@ def test_the_check_sees_a_probe_that_leaves_the_rows_key_free() -> None:
     assert growing_table_scans([by_queue, by_message], leading) == (
         {("Index Scan not by its row's key", "step_tasks", "q")},
         {"step_tasks"},
+    )
+
+
+def test_the_check_takes_a_queue_head_for_a_probe_only_under_a_limit() -> None:
+    """The hand-off's look at the queue's first visible message walks the priority index for its
+    ``LIMIT 1``; the same walk without a limit reads the whole queue."""
+    head = {
+        "Node Type": "Index Scan",
+        "Relation Name": f"q_{FLOW}",
+        "Index Name": f"q_{FLOW}_priority_idx",
+        "Filter": "(vt <= clock_timestamp())",
+    }
+    limited = {"Node Type": "Limit", "Query Text": "q", "Plans": [{**head, "Parent Relationship": "Outer"}]}
+    assert growing_table_scans([limited]) == (set(), {f"q_{FLOW}"})
+    assert growing_table_scans([{**head, "Query Text": "q"}]) == (
+        {("Full Index Scan", f"q_{FLOW}", "q")},
+        set(),
     )
