@@ -41,6 +41,7 @@ HOT_PATH = frozenset(
         "limit_claim",
         "maybe_complete_runs",
         "release_limit_slots",
+        "requeue_stalled_tasks",
         "start_flows",
         "start_ready_steps",
         "start_shared_tasks",
