@@ -387,10 +387,31 @@ def leading_columns(conn: psycopg.Connection[Any]) -> dict[str, str]:
     return {str(index): str(column) for index, column in rows}
 
 
+DISABLED_COST = 1e9
+"""Above it, a plan holds a node its function's settings disable (PostgreSQL 15-17 add 1e10 to its
+cost; 18 marks it ``Disabled``): priced that high, the statement is compiled by JIT on every call."""
+
+
+def disabled_nodes(plans: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(node type, statement) of every node a plan could not avoid although its settings disable it."""
+    found: set[tuple[str, str]] = set()
+
+    def visit(node: dict[str, Any], text: str) -> None:
+        if node.get("Disabled") is True or float(node.get("Total Cost", 0)) >= DISABLED_COST:
+            found.add((f"{node['Node Type']} {node.get('Relation Name', '')}".strip(), text))
+        for child in node.get("Plans", ()):
+            visit(child, text)
+
+    for plan in plans:
+        visit(plan, " ".join(str(plan.get("Query Text", "")).split()))
+    return {(node, text) for node, text in found if not ANY_ROW.fullmatch(text)}
+
+
 def assert_index_access(plans: list[dict[str, Any]], leading: Mapping[str, str]) -> None:
     sequential, indexed = growing_table_scans(plans, leading)
     assert len(plans) > 30, "auto_explain reported almost no statements: the check would be vacuous"
     assert sequential == set()
+    assert disabled_nodes(plans) == set()
     assert indexed >= {"runs", "step_states", "step_tasks", f"q_{FLOW}"}
 
 
@@ -490,3 +511,14 @@ def test_the_check_takes_a_queue_head_for_a_probe_only_under_a_limit() -> None:
         {("Full Index Scan", f"q_{FLOW}", "q")},
         set(),
     )
+
+
+def test_the_check_sees_a_node_the_settings_disable() -> None:
+    """Stalled recovery's read of every flow, a sequential scan under ``enable_seqscan = off``: on
+    PostgreSQL 15 its cost of 1e10 had the statement compiled by JIT on each pass (0.2-0.4 s)."""
+    scan = {"Node Type": "Seq Scan", "Relation Name": "flows", "Total Cost": 10000000016.6}
+    plan = {"Node Type": "Aggregate", "Query Text": "q", "Total Cost": 10000000101.5, "Plans": [scan]}
+    assert disabled_nodes([plan]) == {("Aggregate", "q"), ("Seq Scan flows", "q")}
+    pg18 = {"Node Type": "Seq Scan", "Relation Name": "flows", "Total Cost": 16.6, "Disabled": True}
+    assert disabled_nodes([{**pg18, "Query Text": "q"}]) == {("Seq Scan flows", "q")}
+    assert disabled_nodes([{**scan, "Total Cost": 16.6, "Query Text": "q"}]) == set()
