@@ -33,8 +33,9 @@ def test_the_read_is_an_index_walk_that_stops_after_the_batch() -> None:
     flow = make_flow("plan_prio", step("a"))
     table = qtable(flow)
     # the backlog's set-up starts from plans made now, not from the ones earlier tests left cached in
-    # this session: on PostgreSQL 18, start_flows of 2,500 runs ran for minutes on those (open in the
-    # hot-path work; tests/sql/plans checks the plans a fresh session makes)
+    # this session: on PostgreSQL 18, start_flows of 2,500 runs on those ran 16 minutes, and still
+    # 189 s once the run probes held only the key (open in the hot-path work; tests/sql/plans checks
+    # the plans a fresh session makes)
     q("discard plans")
     for priority in PRIORITIES:
         q(
