@@ -6,6 +6,7 @@ cached by Python anyway.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import import_module
 from types import ModuleType
 
@@ -65,9 +66,10 @@ def get_flows() -> dict[str, Flow]:
     return {slug: flow for slug, (flow, _) in found.items()}
 
 
-def get_flow(slug: str) -> Flow:
-    """The registered flow called ``slug``; the error lists the registered slugs."""
-    flows = get_flows()
+def get_flow(slug: str, flows: Mapping[str, Flow] | None = None) -> Flow:
+    """The registered flow called ``slug`` (or the one in ``flows``, a wider table such as the test
+    toolkit's); the error lists the slugs there are."""
+    flows = get_flows() if flows is None else flows
     try:
         return flows[slug]
     except KeyError:

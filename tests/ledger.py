@@ -35,6 +35,8 @@ create table if not exists public.ledger_execution (
   worker_pid integer not null,
   at timestamptz not null default clock_timestamp()
 );
+alter table public.ledger_execution add column if not exists call_id uuid;
+create unique index if not exists ledger_execution_call_id on public.ledger_execution (call_id);
 create table if not exists public.ledger_effect (
   flow_slug text not null,
   run_id uuid not null,
@@ -143,18 +145,23 @@ def _own_connection() -> Any:
 def record_execution(ctx: Any) -> None:
     """One row per handler call, committed at once outside the completion transaction. A lost ledger
     connection (a PostgreSQL restart, a terminated backend) is reopened and the row written again for
-    up to ~20 s: the ledger must count executions, not add failed attempts of its own."""
+    up to ~20 s: the ledger must count executions, not add failed attempts of its own. The call's own
+    id makes the rewrite idempotent: a connection lost after the server committed the row but before
+    its reply arrived (a pooler restarted at that moment) must not count the call twice."""
+    import uuid
+
     import psycopg
 
+    call_id = uuid.uuid4()
     delay = 0.1
     deadline = time.monotonic() + 20
     while True:
         try:
             _own_connection().execute(
                 "insert into public.ledger_execution "
-                "(flow_slug, run_id, step_slug, task_index, attempt, worker_pid) "
-                "values (%s, %s, %s, %s, %s, %s)",
-                [ctx.flow_slug, ctx.run_id, ctx.step_slug, ctx.task_index, ctx.attempt, os.getpid()],
+                "(call_id, flow_slug, run_id, step_slug, task_index, attempt, worker_pid) "
+                "values (%s, %s, %s, %s, %s, %s, %s) on conflict (call_id) do nothing",
+                [call_id, ctx.flow_slug, ctx.run_id, ctx.step_slug, ctx.task_index, ctx.attempt, os.getpid()],
             )
             return
         except psycopg.OperationalError:

@@ -323,6 +323,22 @@ def add_database_argument(parser: CommandParser) -> None:
     )
 
 
+def add_format_argument(parser: CommandParser) -> None:
+    """The ``--format text|json`` option of every command that reports (JSON through :func:`to_json`)."""
+    parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+
+
+def add_retention_argument(parser: CommandParser, keeps: str) -> None:
+    """The required ``--older-than DURATION`` of the pruning commands; ``keeps`` says what stays."""
+    parser.add_argument(
+        "--older-than",
+        required=True,
+        type=parse_duration,
+        metavar="DURATION",
+        help=f"retention: keep {keeps} (e.g. 7d, 12h, 30m, 3600s)",
+    )
+
+
 def positive_int(text: str) -> int:
     """A whole number from 1 to ``MAX_COUNT``, written in ASCII digits."""
     digits = text.strip().removeprefix("+")

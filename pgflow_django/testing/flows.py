@@ -34,14 +34,6 @@ def _task_backends() -> list[Any]:
 
 def resolve_flow(flow_or_slug: Flow | str) -> Flow:
     """The flow itself, or the known flow with this slug; the error lists the known slugs."""
-    if isinstance(flow_or_slug, Flow):
-        return flow_or_slug
-    flows = known_flows()
-    try:
-        return flows[flow_or_slug]
-    except KeyError:
-        known = ", ".join(sorted(flows)) or "none"
-        raise LookupError(
-            f"no flow {flow_or_slug!r} is registered (known: {known}); pass the Flow object, or add its "
-            "dotted path to PGFLOW['FLOWS']"
-        ) from None
+    from pgflow_django.registry import get_flow
+
+    return flow_or_slug if isinstance(flow_or_slug, Flow) else get_flow(flow_or_slug, known_flows())

@@ -196,24 +196,21 @@ class Observer:
         if not changed:
             return
         rows = transitions(changed)
+
+        def error_of(row: Transition) -> str | None:
+            return errors.get((row.run_id, row.step_slug, row.task_index), row.error_message)
+
         # several tasks of one batch may have finished the same step or run: one signal for each,
         # steps before runs
         steps: set[tuple[uuid.UUID, str]] = set()
         for row in rows:
             if (row.step_completed or row.step_failed) and (row.run_id, row.step_slug) not in steps:
                 steps.add((row.run_id, row.step_slug))
+                step = {"run_id": row.run_id, "step_slug": row.step_slug}
                 if row.step_completed:
-                    signals.send(
-                        signals.step_completed, row.flow_slug, run_id=row.run_id, step_slug=row.step_slug
-                    )
+                    signals.send(signals.step_completed, row.flow_slug, **step)
                 else:
-                    signals.send(
-                        signals.step_failed,
-                        row.flow_slug,
-                        run_id=row.run_id,
-                        step_slug=row.step_slug,
-                        error=errors.get((row.run_id, row.step_slug, row.task_index), row.error_message),
-                    )
+                    signals.send(signals.step_failed, row.flow_slug, **step, error=error_of(row))
         runs: set[uuid.UUID] = set()
         for row in rows:
             if (row.run_completed or row.run_failed) and row.run_id not in runs:
@@ -226,7 +223,7 @@ class Observer:
                         row.flow_slug,
                         run_id=row.run_id,
                         step_slug=row.step_slug,
-                        error=errors.get((row.run_id, row.step_slug, row.task_index), row.error_message),
+                        error=error_of(row),
                     )
 
 

@@ -601,15 +601,20 @@ class QueueWorker:
                 extra=self.observe.fields,
             )
 
+    def _busy(self, chore: str) -> None:
+        """A maintenance chore met its lock timeout: other work holds what it needs; the next pass retries."""
+        logger.info(
+            "%s: the rows it needs are busy; trying again in %.0fs",
+            chore,
+            self.options.stalled_check_seconds,
+            extra=self.observe.fields,
+        )
+
     def _create_history_partitions(self, engine: Engine) -> None:
         try:
             created = engine.create_history_partitions()
         except psycopg.errors.LockNotAvailable:
-            logger.info(
-                "history partitions: the tables are busy; trying again in %.0fs",
-                self.options.stalled_check_seconds,
-                extra=self.observe.fields,
-            )
+            self._busy("history partitions")
             return
         if created:
             logger.info(
@@ -620,11 +625,7 @@ class QueueWorker:
         try:
             rows = engine.requeue_stalled()
         except psycopg.errors.LockNotAvailable:
-            logger.info(
-                "stalled-task recovery: rows it needs are busy; trying again in %.0fs",
-                self.options.stalled_check_seconds,
-                extra=self.observe.fields,
-            )
+            self._busy("stalled-task recovery")
             return
         if rows is None:
             logger.debug("stalled-task recovery is running in another worker", extra=self.observe.fields)

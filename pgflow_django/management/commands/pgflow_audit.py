@@ -13,7 +13,7 @@ from django.db import connections, transaction
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pgflow_django import queries
-from pgflow_django.management.cli import PgflowCommand
+from pgflow_django.management.cli import PgflowCommand, add_format_argument
 from pgflow_django.upgrade import AuditCheck, Finding, current_audit_checks, format_report, run_audit
 
 
@@ -35,7 +35,7 @@ exit codes: 0 every check passed; 1 a check found problems, or another error; 2 
 """
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        add_format_argument(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
         findings = self._audit(no_color=options["no_color"])

@@ -17,7 +17,7 @@ from rich.progress import Progress
 
 from pgflow_django.compiler import CompileResult, FlowMismatch, compile_flow, runs_phrase
 from pgflow_django.dsl import Flow
-from pgflow_django.management.cli import PgflowCommand
+from pgflow_django.management.cli import PgflowCommand, add_format_argument
 from pgflow_django.registry import get_flow, get_flows
 
 
@@ -93,7 +93,7 @@ exit codes: 0 all compiled, verified or replaced; 1 a flow differs from the data
         parser.add_argument(
             "--allow-recompile", action=argparse.BooleanOptionalAction, default=None, help=argparse.SUPPRESS
         )
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        add_format_argument(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
         check: bool = options["check"]

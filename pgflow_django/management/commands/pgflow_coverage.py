@@ -15,7 +15,7 @@ from pgflow_django.coverage import (
     coverage_sql,
     live_worker_seconds,
 )
-from pgflow_django.management.cli import PgflowCommand, positive_float
+from pgflow_django.management.cli import PgflowCommand, add_format_argument, positive_float
 
 UNCOVERED: Final = 3
 """Exit code when at least one (flow, step, queue) has no live worker."""
@@ -64,7 +64,7 @@ exit codes: 0 every route has a live worker (or no flow is compiled); 1 error (e
             help=f"heartbeat window in seconds that makes a worker live (default {LIVE_HEARTBEATS} x "
             'PGFLOW["WORKER_HEARTBEAT_SECONDS"], 15 with the default settings)',
         )
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        add_format_argument(parser)
         parser.add_argument(
             "--sql",
             action="store_true",

@@ -10,7 +10,7 @@ from django.db import connections
 from pgflow_django import queries
 from pgflow_django.flow_control import describe
 from pgflow_django.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
-from pgflow_django.management.cli import PgflowCommand, positive_int
+from pgflow_django.management.cli import PgflowCommand, add_format_argument, positive_int
 
 
 class Command(PgflowCommand):
@@ -33,7 +33,7 @@ exit codes: 0 shown; 1 error; 2 bad arguments
         parser.add_argument(
             "--keys", type=positive_int, default=200, metavar="N", help="show at most N rows (default 200)"
         )
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        add_format_argument(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
         with connections[self.using].cursor() as cursor:

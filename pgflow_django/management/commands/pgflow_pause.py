@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from pgflow_django.management.cli import PgflowCommand, printable
+from pgflow_django.management.cli import PgflowCommand, add_format_argument, printable
 from pgflow_django.operations import pause, pauses
 
 
@@ -31,7 +31,7 @@ exit codes: 0 done; 1 error (e.g. unknown flow); 2 bad arguments
         parser.add_argument("flow", nargs="?", help="flow slug to pause (omit to list pauses)")
         parser.add_argument("--step", default="", help="pause only this step's workers (a step-queued flow)")
         parser.add_argument("--detail", help="a note stored with the pause (why, who, until when)")
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        add_format_argument(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
         if options["flow"] is None:

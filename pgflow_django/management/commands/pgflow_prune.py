@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from pgflow_django.management.cli import PgflowCommand, parse_duration
+from pgflow_django.management.cli import PgflowCommand, add_format_argument, add_retention_argument
 from pgflow_django.operations import prune
 
 
@@ -27,14 +27,8 @@ exit codes: 0 done; 1 error; 2 bad arguments
 """
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--older-than",
-            required=True,
-            type=parse_duration,
-            metavar="DURATION",
-            help="retention: keep what finished more recently than this (e.g. 7d, 12h, 30m, 3600s)",
-        )
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        add_retention_argument(parser, "what finished more recently than this")
+        add_format_argument(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
         with self.working("pruning", no_color=options["no_color"]):

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from pgflow_django.management.cli import PgflowCommand, parse_duration
+from pgflow_django.management.cli import PgflowCommand, add_format_argument, add_retention_argument
 from pgflow_django.operations import prune_shared_archive
 
 
@@ -27,14 +27,8 @@ exit codes: 0 done; 1 error (e.g. not a shared queue: the line lists the shared 
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("queue", help="a shared queue declared by pgflow (a name used in route_flow)")
-        parser.add_argument(
-            "--older-than",
-            required=True,
-            type=parse_duration,
-            metavar="DURATION",
-            help="retention: keep archived messages younger than this (e.g. 30d, 12h)",
-        )
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        add_retention_argument(parser, "archived messages younger than this")
+        add_format_argument(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
         with self.working("pruning", no_color=options["no_color"]):

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from pgflow_django.management.cli import PgflowCommand
+from pgflow_django.management.cli import PgflowCommand, add_format_argument
 from pgflow_django.operations import requeue_stalled
 
 
@@ -26,7 +26,7 @@ exit codes: 0 done (also when nothing was stalled); 1 error; 2 bad arguments
 """
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        add_format_argument(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
         with self.working("looking for stalled tasks", no_color=options["no_color"]):

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from pgflow_django.management.cli import PgflowCommand
+from pgflow_django.management.cli import PgflowCommand, add_format_argument
 from pgflow_django.operations import resume
 from pgflow_django.slugs import InvalidSlug, validate_flow_slug, validate_slug
 
@@ -29,7 +29,7 @@ exit codes: 0 cleared, or nothing was paused; 1 error; 2 bad arguments
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("flow", help="flow slug whose pause to clear")
         parser.add_argument("--step", default="", help="clear the pause of this step's workers only")
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        add_format_argument(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
         try:

@@ -19,6 +19,7 @@ from pgflow_django.client import RunView, flow_not_found, get_run
 from pgflow_django.management.cli import (
     USAGE_ERROR,
     PgflowCommand,
+    add_format_argument,
     positive_float,
     positive_int,
     printable,
@@ -79,7 +80,7 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
         parser.add_argument(
             "--tasks", action="store_true", help="with RUN_ID, also list its tasks (text format)"
         )
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        add_format_argument(parser)
         parser.add_argument(
             "--watch",
             action="store_true",

@@ -11,7 +11,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from pgflow_django.management.cli import PgflowCommand, load_json_argument, printable
+from pgflow_django.management.cli import PgflowCommand, add_format_argument, load_json_argument, printable
 from pgflow_django.management.progress import status_text
 from pgflow_django.schedules.cron import InvalidSchedule
 from pgflow_django.schedules.pg_cron import JOB_NAME, PgCronUnavailable, sync_pg_cron_job
@@ -74,7 +74,7 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             metavar="JSON",
             help="with trigger: the run input instead of the stored one (JSON, - for stdin, @file)",
         )
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        add_format_argument(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
         action: str = options["action"]

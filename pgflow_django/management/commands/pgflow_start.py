@@ -15,6 +15,7 @@ from pgflow_django.client import RunView, get_run, start_flow
 from pgflow_django.dsl import Flow
 from pgflow_django.management.cli import (
     PgflowCommand,
+    add_format_argument,
     interrupted_as,
     load_json_argument,
     positive_float,
@@ -86,7 +87,7 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
             metavar="SECONDS",
             help="with --wait, give up after this many seconds (exit 3; the run goes on); default: no limit",
         )
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+        add_format_argument(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
         if options["timeout"] is not None and not options["wait"]:
