@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,25 @@ def max_overlap(intervals: list[tuple[Any, Any]]) -> int:
     return most
 
 
+def unused_key_slots(tasks: list[tuple[Any, Any, Any]], limit: int) -> list[tuple[Any, float]]:
+    """When, and for how long, one key had a task waiting (queued, not yet started) while fewer than
+    ``limit`` of its tasks were started: a free slot of the key unused, whatever the reason (claim
+    latency, a deferral that outlived the slot). Each task is (queued_at, started_at, completed_at)."""
+    events = sorted(
+        [(queued, 1, 0) for queued, _, _ in tasks]
+        + [(started, -1, 1) for _, started, _ in tasks]
+        + [(completed, 0, -1) for _, _, completed in tasks]
+    )
+    waiting = running = 0
+    unused: list[tuple[Any, float]] = []
+    for (at, waits, runs), (following, *_) in pairwise([*events, events[-1]]):
+        waiting += waits
+        running += runs
+        if waiting > 0 and running < limit and following > at:
+            unused.append((at, (following - at).total_seconds()))
+    return unused
+
+
 def test_no_key_ever_runs_more_than_its_limit_and_a_hot_key_does_not_hold_up_a_cold_one(
     spawn: LimitSpawner, db: psycopg.Connection[Any]
 ) -> None:
@@ -151,9 +171,32 @@ def test_no_key_ever_runs_more_than_its_limit_and_a_hot_key_does_not_hold_up_a_c
     for key, _, _, queued, started, completed, output in rows:
         by_key.setdefault(key, []).append((queued, started, completed, output["t0"], output["t1"]))
     assert len(by_key) == KEYS
-    print(f"cold work alone {alone:.2f} s, behind the hot backlog {behind:.2f} s")
+    behind_tasks: dict[str, list[tuple[Any, Any, Any]]] = {}
+    for key, queued, started, completed in db.execute(
+        "select r.input ->> 'key', t.queued_at, t.started_at, t.completed_at from pgflow.step_tasks as t"
+        " join pgflow.runs as r using (run_id) where t.flow_slug = %s and r.input ->> 'phase' = 'behind'",
+        [flow],
+    ).fetchall():
+        behind_tasks.setdefault(key, []).append((queued, started, completed))
+    unused = {key: unused_key_slots(tasks, limit) for key, tasks in sorted(behind_tasks.items())}
+    longest = sorted(
+        (
+            (seconds, key, (at - arrived).total_seconds())
+            for key, gaps in unused.items()
+            for at, seconds in gaps
+        ),
+        reverse=True,
+    )[:8]
+    profile = (
+        f"cold work alone {alone:.2f} s, behind the hot backlog {behind:.2f} s; unused key slots "
+        f"(s per key): {', '.join(f'{key} {sum(s for _, s in gaps):.2f}' for key, gaps in unused.items())}; "
+        f"longest (s, key, at s after arrival): "
+        + ", ".join(f"{seconds:.2f} {key} @{at:.2f}" for seconds, key, at in longest)
+    )
+    print(profile)
     assert behind <= alone + COLD_MS / 1000, (
-        f"the hot backlog delayed the cold keys' work by {behind - alone:.2f} s, more than one handler"
+        f"the hot backlog delayed the cold keys' work by {behind - alone:.2f} s, more than one handler; "
+        + profile
     )
     claimed = {key: max_overlap([(s, c) for _, s, c, _, _ in tasks]) for key, tasks in by_key.items()}
     handled = {key: max_overlap([(t0, t1) for *_, t0, t1 in tasks]) for key, tasks in by_key.items()}

@@ -7,7 +7,10 @@
 -- at most free_slots of them, in task key order (the order every writer locks a run's tasks), and
 -- none whose priority is below the queue's: a visible message of higher priority that was waiting
 -- before the statement began (the first entry of the queue's priority index) goes first, so the
--- hand-off keeps the claim's order (higher priority first) and leaves those tasks to a read.
+-- hand-off keeps the claim's order (higher priority first) and leaves those tasks to a read. Tasks
+-- of a flow with flow control (pgflow.flow_limits) are left to a read too: their claim locks key
+-- rows, and the completion holds the key rows its released slots locked, which another order of
+-- taking them could deadlock against a claim.
 -- The claiming itself is pgflow.claim_classified's, as for a read batch: one more attempt,
 -- started_at, last_worker_id, the message hidden for the effective timeout + 2 s. The message stays
 -- the durable record: a worker that dies holding a handed-off task loses it to stalled recovery
@@ -54,6 +57,7 @@ begin
        ) as ss
         join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
         join pgflow.flows as f on f.flow_slug = ss.flow_slug
+                               and not exists (select 1 from pgflow.flow_limits as l where l.flow_slug = f.flow_slug)
         join unnest(hand_off_tasks.support_flows, hand_off_tasks.support_steps, hand_off_tasks.support_generations)
           as p(flow_slug, step_slug, generation)
           on p.flow_slug = ss.flow_slug and p.step_slug = ss.step_slug and p.generation = f.generation

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from tests.sql.limit_claim.support import concurrency, set_limits
 from tests.sql.shared_queues.support import compile_routed
 from tests.sql.support import (
     claim,
@@ -113,6 +114,24 @@ def test_no_free_slot_leaves_the_task_queued_for_a_read() -> None:
     assert [r["outcome"] for r in done] == ["completed"] and handed == []
     row = task(run_id, "b")
     assert (row["status"], row["attempts_count"], row["last_worker_id"]) == ("queued", 0, None)
+    assert message("f", row["message_id"])["vt_in"] <= 0, "visible to any worker"
+    assert [r["step_slug"] for r in claim("f")] == ["b"]
+
+
+def test_a_flow_with_flow_control_is_not_handed_off() -> None:
+    """Its claim locks key rows, which the completion's release of slots already holds in key order:
+    the next task is left to a read (pgflow.hand_off_tasks)."""
+    make_flow("f", step("a"), step("b", "a"))
+    set_limits("f", concurrency(5, step_slug="b"))
+    run_id = start("f")
+    worker = new_worker("f")
+    a = claim("f", worker)[0]
+
+    done, handed = hand_off(a, 1, worker)
+
+    assert [r["outcome"] for r in done] == ["completed"] and handed == []
+    row = task(run_id, "b")
+    assert (row["status"], row["attempts_count"]) == ("queued", 0)
     assert message("f", row["message_id"])["vt_in"] <= 0, "visible to any worker"
     assert [r["step_slug"] for r in claim("f")] == ["b"]
 

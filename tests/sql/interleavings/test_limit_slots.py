@@ -1,13 +1,13 @@
 """Two sessions decide one concurrency key at once (limit 1). The claim locks the key's slot row and
 counts its holds in a later statement, so a second claim of the key waits for the first one's commit
 and then sees its hold: only one task of the key is ever started, the other is deferred with no
-attempt spent. A completion frees the slot in its own transaction: a claim racing it defers the
-waiter, and the woken wait makes that waiter come back 0.25 s later, not after a doubled deferral."""
+attempt spent. A completion that frees the slot locks the same row first: a claim racing it waits
+for the completion and takes the slot, and a completion racing a claim waits for that claim and then
+wakes the task it deferred, so the slot is never left unused while the waiter sits out a deferral."""
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 from tests.sql.interleavings.support import (
@@ -64,7 +64,7 @@ def test_two_claims_of_one_key_decide_one_after_the_other() -> None:
         check_invariants(observer)
 
 
-def test_a_claim_racing_the_completion_that_frees_the_slot_tries_again_soon() -> None:
+def test_a_claim_racing_the_completion_that_frees_the_slot_waits_for_it_and_takes_the_slot() -> None:
     with sessions(FLOW) as (first, second, observer):
         (run_a, msg_a), (_, msg_b) = _setup(observer, ["x", "x"])
         assert claim(observer, FLOW, [msg_a, msg_b], uuid.uuid4()) == [
@@ -73,13 +73,27 @@ def test_a_claim_racing_the_completion_that_frees_the_slot_tries_again_soon() ->
         ]
         with first.transaction():
             first.execute("select pgflow.complete_task(%s, 'a', 0, 1, '1'::jsonb)", [run_a])
-            # the waiter's deferral runs out while the completion that woke it is not committed
+            # the waiter's deferral runs out while the completion that frees its slot is not committed
             job = Background(lambda: claim(second, FLOW, [msg_b], uuid.uuid4()))
             assert wait_for_lock_wait(observer, backend_pid(second), job) in {"transactionid", "tuple"}
-        assert job.result() == [("deferred", msg_b, None)], "the completion was not committed"
-        due = live(observer, FLOW)[msg_b]
-        assert due <= 0.25, "woken: tried again 0.25 s after the claim decided, not after a doubled deferral"
-        time.sleep(max(due, 0) + 0.05)
-        assert claim(second, FLOW, [msg_b], uuid.uuid4()) == [("claimed", msg_b, 1)]
+        assert job.result() == [("claimed", msg_b, 1)], "the claim counted the holds after the completion"
+        assert _started(observer) == [("x", 1)]
+        check_invariants(observer)
+
+
+def test_a_completion_racing_a_claim_that_defers_the_only_waiter_wakes_it() -> None:
+    with sessions(FLOW) as (first, second, observer):
+        (run_a, msg_a), (_, msg_b) = _setup(observer, ["x", "x"])
+        assert claim(observer, FLOW, [msg_a], uuid.uuid4()) == [("claimed", msg_a, 1)]
+        with first.transaction():
+            # the claim counts the slot run_a holds and defers the key's only waiter, not yet committed
+            assert claim(first, FLOW, [msg_b], uuid.uuid4()) == [("deferred", msg_b, None)]
+            job = Background(
+                lambda: second.execute("select pgflow.complete_task(%s, 'a', 0, 1, '1'::jsonb)", [run_a])
+            )
+            assert wait_for_lock_wait(observer, backend_pid(second), job) in {"transactionid", "tuple"}
+        job.result()
+        assert live(observer, FLOW)[msg_b] <= 0, "woken by the completion once the claim had committed"
+        assert claim(observer, FLOW, [msg_b], uuid.uuid4()) == [("claimed", msg_b, 1)]
         assert _started(observer) == [("x", 1)]
         check_invariants(observer)
