@@ -225,6 +225,8 @@ def test_a_rate_limit_per_key_holds_across_workers(spawn: LimitSpawner, db: psyc
         for window in (0.5, 1.0, 2.0):
             most = max(sum(1 for s in starts[i:] if s < first + window) for i, first in enumerate(starts))
             assert most <= 1 + per_second * window, f"key {key}: {most} starts within {window} s"
+        # the bucket spaces the claims' decisions; started_at is read a little later in each claim
+        # statement (a few ms, more on a loaded machine), so the starts' span may fall short by that
         span = starts[-1] - starts[0]
-        assert span >= (per_key - 1) / per_second - 0.01, f"key {key}: {per_key} starts in {span:.2f} s"
+        assert span >= (per_key - 1) / per_second - 0.05, f"key {key}: {per_key} starts in {span:.4f} s"
         assert span <= (per_key - 1) / per_second * 2 + 2, f"key {key}: the limit, not the workers, paced it"
