@@ -113,7 +113,6 @@ begin
    where c.outcome in ('completed', 'failed')
       or t.status in ('completed', 'failed', 'skipped', 'cancelled');
   perform pgflow.archive_task_messages(v_queues, v_msgs);
-  perform pgflow.release_limit_slots(v_run_ids);
 
   -- a single step's output is its one task's, already in hand; only runs where a step finished can
   -- move on, so only they cascade (the other tasks of a map complete without one)
@@ -189,6 +188,10 @@ begin
     perform pgflow.fail_run(v_bad.run_id,
       format('step %s: output is not an array, but map step %s needs one', v_bad.step_slug, v_bad.map_slug));
   end loop;
+
+  -- last, once nothing is left that could wait for a message a claim holds (a run failed above
+  -- archives its other tasks' messages): this release waits for the claims deciding its keys
+  perform pgflow.release_limit_slots(v_run_ids, wait_for_claims => true);
 
   return query
     select c.run_id, c.step_slug, c.task_index, c.outcome from unnest(v_items) as c

@@ -4,17 +4,15 @@
 -- collects the holds and waits of deleted runs). Each freed slot wakes the oldest waiting task of its
 -- key at once (its message becomes visible now); waits of tasks no longer queued are dropped.
 -- Returns the number of slots freed.
--- Before it changes anything, the first release of a transaction locks the limit_slots rows of the
--- keys it may free, in key order as a claim does, until commit. A claim deciding one of those keys
--- meanwhile counts this slot as taken: the release waits for that claim to commit and then wakes
--- the tasks it deferred, and a claim that comes later waits for the release and finds the slot
--- free. (Without the wait, a slot freed while a claim deferred the key's only waiter woke nobody and
--- stayed unused until that deferral ended.) The wait closes no cycle: a claim waits only for key,
--- hold and wait rows and takes its key rows first, and a transaction's first release holds none of
--- them yet (the completion's hand-off leaves tasks under limits to a read). A later release in the
--- same transaction (an exhaustion that fails its run, a cancel of several runs) waits for no key row,
--- since it may hold some already; a waiter another transaction holds is skipped.
-create or replace function pgflow.release_limit_slots(run_ids uuid[])
+-- wait_for_claims (the completion's release, its last step): first lock the limit_slots rows of the
+-- keys these runs hold, in key order as a claim does, until commit. A claim deciding one of those
+-- keys meanwhile counts this slot as taken: the release waits for that claim to commit and then
+-- wakes the tasks it deferred, and a claim that comes later waits for the release and finds the slot
+-- free. (Without the wait, a slot freed while a claim deferred the key's only waiter wakes nobody and
+-- stays unused until that deferral ends.) A claim holds the messages it read while it waits for a
+-- key row, so only a caller that waits for no message row afterwards may pass true; the other paths
+-- (failures, cancels, recovery) release without it, and a waiter another transaction holds is skipped.
+create or replace function pgflow.release_limit_slots(run_ids uuid[], wait_for_claims boolean default false)
 returns integer
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
 set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off
@@ -25,46 +23,28 @@ declare
   v_keys text[];
   v_now timestamptz := clock_timestamp();
   v_queues integer;
-  v_transaction text;
 begin
   if run_ids is not null then
     if not exists (select 1 from pgflow.limit_holds as h where h.run_id = any(run_ids))
        and not exists (select 1 from pgflow.limit_waits as w where w.run_id = any(run_ids)) then
       return 0;
     end if;
-    -- every key these runs hold a slot of (the ones freed now and the ones a later release of the
-    -- same runs frees in this transaction)
-    select array_agg(g.flow_slug), array_agg(g.step_slug), array_agg(g.key) into v_flows, v_scopes, v_keys
-      from (select distinct h.flow_slug, h.step_slug, h.key
-              from unnest(run_ids) as k(run_id)
-             cross join lateral (select h.flow_slug, h.step_slug, h.key from pgflow.limit_holds as h
-                                  where h.run_id = k.run_id offset 0) as h) as g;
-  else
-    select array_agg(g.flow_slug), array_agg(g.step_slug), array_agg(g.key) into v_flows, v_scopes, v_keys
-      from (select distinct h.flow_slug, h.step_slug, h.key from pgflow.limit_holds as h
-             where (select 1 from pgflow.step_tasks as t
-                     where t.run_id = h.run_id and t.step_slug = h.task_step_slug and t.task_index = h.task_index
-                       and t.status = 'started' and t.attempts_count = h.attempt
-                     limit 1) is null) as g;
-  end if;
-  v_transaction := txid_current()::text;
-  if v_flows is not null and current_setting('pgflow.limit_keys_locked_by', true) is distinct from v_transaction then
-    perform set_config('pgflow.limit_keys_locked_by', v_transaction, true);
-    perform 1
-       from (select distinct f.flow_slug, f.step_slug, f.key
-               from unnest(v_flows, v_scopes, v_keys) as f(flow_slug, step_slug, key)
-              order by f.flow_slug, f.step_slug, f.key) as g
-      cross join lateral (
-        select 1 from pgflow.limit_slots as x
-         where x.flow_slug = g.flow_slug and x.step_slug = g.step_slug and x.kind = 'concurrency'
-           and x.key = g.key
-         limit 1
-           for update
-      ) as x;
-    v_now := clock_timestamp();
-  end if;
-
-  if run_ids is not null then
+    if wait_for_claims then
+      perform 1
+         from (select distinct h.flow_slug, h.step_slug, h.key
+                 from unnest(run_ids) as k(run_id)
+                cross join lateral (select h.flow_slug, h.step_slug, h.key from pgflow.limit_holds as h
+                                     where h.run_id = k.run_id offset 0) as h
+                order by h.flow_slug, h.step_slug, h.key) as g
+        cross join lateral (
+          select 1 from pgflow.limit_slots as x
+           where x.flow_slug = g.flow_slug and x.step_slug = g.step_slug and x.kind = 'concurrency'
+             and x.key = g.key
+           limit 1
+             for update
+        ) as x;
+      v_now := clock_timestamp();
+    end if;
     with freed as (
       delete from pgflow.limit_holds as h
        where h.run_id = any(run_ids)
