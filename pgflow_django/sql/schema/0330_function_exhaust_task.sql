@@ -1,6 +1,8 @@
 -- A task that has no attempt left: it fails, and its step's when_exhausted decides what follows
 -- (fail: the step and the run fail; skip: the step is skipped and dependents go on without it;
 -- skip-cascade: the step and everything downstream are skipped). The caller holds the run's lock.
+-- The concurrency slots its run frees are released once the run has failed (pgflow.fail_run) or
+-- the skip is done.
 -- Returns 'failed' or 'skipped'.
 create or replace function pgflow.exhaust_task(run_id uuid, step_slug text, task_index integer, error_message text)
 returns text
@@ -17,7 +19,6 @@ begin
   returning t.* into v_task;
 
   perform pgflow.archive_task_messages(array[v_task.queue_name], array[v_task.message_id]);
-  perform pgflow.release_limit_slots(array[exhaust_task.run_id]);
 
   select s.when_exhausted into v_when
     from pgflow.steps as s where s.flow_slug = v_task.flow_slug and s.step_slug = v_task.step_slug;
@@ -35,6 +36,8 @@ begin
    where ss.run_id = exhaust_task.run_id and ss.step_slug = exhaust_task.step_slug;
   perform pgflow.skip_step(exhaust_task.run_id, exhaust_task.step_slug, 'handler_failed', v_when = 'skip-cascade');
   perform pgflow.cascade(array[exhaust_task.run_id]);
+  -- after the skip: the slots of this task and of the skipped steps' started tasks come free together
+  perform pgflow.release_limit_slots(array[exhaust_task.run_id]);
   return 'skipped';
 end;
 $$;

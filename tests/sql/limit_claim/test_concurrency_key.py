@@ -119,3 +119,22 @@ def test_stalled_recovery_gives_a_crashed_workers_slot_back() -> None:
     assert vt_in("f", _message(runs[1])) <= 0, "and its key's oldest waiter is visible now"
     got = outcomes("f")
     assert len(got["claimed"]) == 1 and len(got["deferred"]) == 1
+
+
+def test_an_exhausted_task_that_skips_its_map_frees_the_slots_of_its_started_siblings() -> None:
+    make_flow("f", step("a", step_type="map", max_attempts=1, when_exhausted="skip"))
+    set_limits("f", concurrency(2))
+    first, second, third = start("f", [1, 2]), start("f", [3]), start("f", [4])
+    got = outcomes("f")
+    tasks = q("select * from pgflow.step_tasks where run_id = %s order by task_index", [first])
+    assert got["claimed"] == [int(t["message_id"]) for t in tasks]
+    assert len(got["deferred"]) == 2
+    assert fail({**tasks[0], "attempt": 1}) == "skipped"
+    statuses = q("select status from pgflow.step_tasks where run_id = %s order by task_index", [first])
+    assert [t["status"] for t in statuses] == [
+        "failed",
+        "skipped",
+    ]
+    assert holds("f") == [], "the skipped sibling's slot came free with the failed task's"
+    for run_id in (second, third):
+        assert vt_in("f", _message(run_id)) <= 0, "a waiter woken for each freed slot"
