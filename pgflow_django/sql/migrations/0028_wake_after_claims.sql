@@ -5,9 +5,53 @@
 -- key's only waiter used to wake nobody and stay unused until the deferral ended). The completion's
 -- hand-off leaves tasks of flows with flow control to a read, so no completion takes key rows twice.
 -- An exhausted task that skips its step releases its run's slots after the skip, so the slots of the
--- skipped steps' started tasks come free too instead of waiting for stalled recovery's sweep.
+-- skipped steps' started tasks come free too instead of waiting for stalled recovery's sweep. A run
+-- failed inside a completion leaves its slots to that completion's final release.
 
 drop function pgflow.release_limit_slots(uuid[]);
+
+-- 0230_function_fail_run.sql
+-- The failure path of a run. The caller holds the run's row lock. Every unfinished task is
+-- cancelled and its message archived, so nothing of a failed run stays queued, started or visible;
+-- a step that had started reads 'cancelled' (its tasks will never finish). remaining_steps keeps
+-- counting the steps that neither completed nor were skipped, as on every other path. Its
+-- concurrency slots are freed here, or, inside pgflow.complete_tasks, by that completion's release.
+create or replace function pgflow.fail_run(run_id uuid, error_message text)
+returns void
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_queues text[];
+  v_msgs bigint[];
+begin
+  update pgflow.runs as r
+     set status = 'failed', failed_at = clock_timestamp(), error_message = fail_run.error_message,
+         remaining_steps = (select count(*) from pgflow.step_states as ss
+                             where ss.run_id = r.run_id and ss.status not in ('completed', 'skipped'))
+   where r.run_id = fail_run.run_id and r.status = 'started';
+  if not found then
+    return;
+  end if;
+
+  update pgflow.step_states as ss
+     set status = 'cancelled'
+   where ss.run_id = fail_run.run_id and ss.status = 'started';
+
+  with cancelled as (
+    update pgflow.step_tasks as t
+       set status = 'cancelled', error_message = coalesce(t.error_message, 'run failed: ' || fail_run.error_message)
+     where t.run_id = fail_run.run_id and t.status in ('queued', 'started')
+    returning t.queue_name, t.message_id
+  )
+  select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_msgs from cancelled as c;
+
+  perform pgflow.archive_task_messages(v_queues, v_msgs);
+  -- inside pgflow.complete_tasks the completion's own release, its last statement, frees them
+  if current_setting('pgflow.slots_released_at_end', true) is distinct from 'on' then
+    perform pgflow.release_limit_slots(array[fail_run.run_id]);
+  end if;
+end;
+$$;
 
 -- 0303_function_hand_off_tasks.sql
 -- Direct hand-off: claims, for the worker that just completed tasks of the given runs, the tasks
@@ -158,6 +202,9 @@ begin
 
   -- one lock order for every writer of a run: the run row first
   perform 1 from pgflow.runs as r where r.run_id = any(v_run_ids) order by r.run_id for update;
+  -- a run that fails below (a map's bad output, a condition with when_unmet = fail) leaves its
+  -- concurrency slots to the release at the end, which waits for the claims deciding their keys
+  perform set_config('pgflow.slots_released_at_end', 'on', true);
 
   select array_agg(row(y.*)::pgflow.completion_item) into v_items
   from (
@@ -309,6 +356,7 @@ begin
 
   -- last, once nothing is left that could wait for a message a claim holds (a run failed above
   -- archives its other tasks' messages): this release waits for the claims deciding its keys
+  perform set_config('pgflow.slots_released_at_end', 'off', true);
   perform pgflow.release_limit_slots(v_run_ids, wait_for_claims => true);
 
   return query

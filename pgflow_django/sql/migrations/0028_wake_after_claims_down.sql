@@ -1,6 +1,45 @@
--- Frozen migration delta 0028_wake_after_claims, down: the four functions as 0027 left them.
+-- Frozen migration delta 0028_wake_after_claims, down: the five functions as 0027 left them.
 
 drop function pgflow.release_limit_slots(uuid[], boolean);
+
+-- 0230_function_fail_run.sql
+-- The failure path of a run. The caller holds the run's row lock. Every unfinished task is
+-- cancelled and its message archived, so nothing of a failed run stays queued, started or visible;
+-- a step that had started reads 'cancelled' (its tasks will never finish). remaining_steps keeps
+-- counting the steps that neither completed nor were skipped, as on every other path.
+create or replace function pgflow.fail_run(run_id uuid, error_message text)
+returns void
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_queues text[];
+  v_msgs bigint[];
+begin
+  update pgflow.runs as r
+     set status = 'failed', failed_at = clock_timestamp(), error_message = fail_run.error_message,
+         remaining_steps = (select count(*) from pgflow.step_states as ss
+                             where ss.run_id = r.run_id and ss.status not in ('completed', 'skipped'))
+   where r.run_id = fail_run.run_id and r.status = 'started';
+  if not found then
+    return;
+  end if;
+
+  update pgflow.step_states as ss
+     set status = 'cancelled'
+   where ss.run_id = fail_run.run_id and ss.status = 'started';
+
+  with cancelled as (
+    update pgflow.step_tasks as t
+       set status = 'cancelled', error_message = coalesce(t.error_message, 'run failed: ' || fail_run.error_message)
+     where t.run_id = fail_run.run_id and t.status in ('queued', 'started')
+    returning t.queue_name, t.message_id
+  )
+  select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_msgs from cancelled as c;
+
+  perform pgflow.archive_task_messages(v_queues, v_msgs);
+  perform pgflow.release_limit_slots(array[fail_run.run_id]);
+end;
+$$;
 
 -- 0303_function_hand_off_tasks.sql
 -- Direct hand-off: claims, for the worker that just completed tasks of the given runs, the tasks

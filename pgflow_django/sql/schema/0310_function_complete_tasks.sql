@@ -40,6 +40,9 @@ begin
 
   -- one lock order for every writer of a run: the run row first
   perform 1 from pgflow.runs as r where r.run_id = any(v_run_ids) order by r.run_id for update;
+  -- a run that fails below (a map's bad output, a condition with when_unmet = fail) leaves its
+  -- concurrency slots to the release at the end, which waits for the claims deciding their keys
+  perform set_config('pgflow.slots_released_at_end', 'on', true);
 
   select array_agg(row(y.*)::pgflow.completion_item) into v_items
   from (
@@ -191,6 +194,7 @@ begin
 
   -- last, once nothing is left that could wait for a message a claim holds (a run failed above
   -- archives its other tasks' messages): this release waits for the claims deciding its keys
+  perform set_config('pgflow.slots_released_at_end', 'off', true);
   perform pgflow.release_limit_slots(v_run_ids, wait_for_claims => true);
 
   return query

@@ -97,3 +97,36 @@ def test_a_completion_racing_a_claim_that_defers_the_only_waiter_wakes_it() -> N
         assert claim(observer, FLOW, [msg_b], uuid.uuid4()) == [("claimed", msg_b, 1)]
         assert _started(observer) == [("x", 1)]
         check_invariants(observer)
+
+
+MAP_FLOW = "ilv_limit_slots_map"
+
+
+def test_a_run_failed_by_its_output_while_a_claim_defers_the_only_waiter_wakes_it() -> None:
+    """The completion fails the run (its output cannot feed the map): that run's slot is freed by the
+    completion's last statement, which waits for the claim, not by the run's failure before it."""
+    with sessions(MAP_FLOW) as (first, second, observer):
+        observer.execute("select pgflow.create_flow(%s, timeout => 20)", [MAP_FLOW])
+        observer.execute("select pgflow.add_step(%s, 'a')", [MAP_FLOW])
+        observer.execute("select pgflow.add_step(%s, 'm', array['a'], step_type => 'map')", [MAP_FLOW])
+        limits = [{"kind": "concurrency", "key_source": "input", "key_field": "tenant", "amount": 1}]
+        observer.execute("select pgflow.set_flow_limits(%s, %s::jsonb)", [MAP_FLOW, json.dumps(limits)])
+        runs = [start_run(observer, MAP_FLOW, json.dumps({"tenant": "x"})) for _ in range(2)]
+        msg_a, msg_b = (
+            int(row[0])
+            for row in observer.execute(
+                "select message_id from pgflow.step_tasks where run_id = any(%s) order by run_id", [runs]
+            ).fetchall()
+        )
+        assert claim(observer, MAP_FLOW, [msg_a], uuid.uuid4()) == [("claimed", msg_a, 1)]
+        with first.transaction():
+            assert claim(first, MAP_FLOW, [msg_b], uuid.uuid4()) == [("deferred", msg_b, None)]
+            job = Background(
+                lambda: second.execute(
+                    "select pgflow.complete_task(%s, 'a', 0, 1, '1'::jsonb)", [runs[0]]
+                ).fetchone()
+            )
+            assert wait_for_lock_wait(observer, backend_pid(second), job) in {"transactionid", "tuple"}
+        assert job.result() == ("failed",)
+        assert live(observer, MAP_FLOW)[msg_b] <= 0, "woken once the claim had committed"
+        check_invariants(observer)
