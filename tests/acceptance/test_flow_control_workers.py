@@ -120,7 +120,8 @@ def max_overlap(intervals: list[tuple[Any, Any]]) -> int:
 def unused_key_slots(tasks: list[tuple[Any, Any, Any]], limit: int) -> list[tuple[Any, float]]:
     """When, and for how long, one key had a task waiting (queued, not yet started) while fewer than
     ``limit`` of its tasks were started: a free slot of the key unused, whatever the reason (claim
-    latency, a deferral that outlived the slot). Each task is (queued_at, started_at, completed_at)."""
+    latency, a deferral that outlived the slot, and the completion's own time to commit, since
+    ``completed_at`` is written before it). Each task is (queued_at, started_at, completed_at)."""
     events = sorted(
         [(queued, 1, 0) for queued, _, _ in tasks]
         + [(started, -1, 1) for _, started, _ in tasks]
