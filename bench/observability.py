@@ -79,7 +79,7 @@ def drain_once(
         args += ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"]
     elif variant == "tracing":
         settings = "bench.otel_settings"
-    ids = start_runs(url, flow, runs)
+    ids = start_runs(url, flow, runs).ids
     with WorkerGroup(
         url=url,
         flow_slug=flow.slug,

@@ -55,7 +55,7 @@ def drain_once(
     timeout: float,
 ) -> float:
     """One drain of ``runs`` runs by one worker in ``variant``; its tasks/s."""
-    ids = start_prioritised(url, flow, runs) if variant == "mixed" else start_runs(url, flow, runs)
+    ids = start_prioritised(url, flow, runs) if variant == "mixed" else start_runs(url, flow, runs).ids
     with WorkerGroup(
         url=url,
         flow_slug=flow.slug,

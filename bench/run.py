@@ -349,7 +349,7 @@ class Bench:
     def measure_sql_only(self, batch: int, plan: Sequence[tuple[BenchFlow, int]]) -> None:
         for flow, clients in plan:
             vacuum_analyze(self.url)
-            ids = start_runs(self.url, flow, self.sizes.runs[flow.slug])
+            ids = start_runs(self.url, flow, self.sizes.runs[flow.slug]).ids
             cpu = sqlonly.drain(self.url, flow.slug, clients=clients, batch=batch, timeout=self.sizes.timeout)
             self.add(
                 engine_figure(
@@ -463,21 +463,20 @@ class Bench:
         """Start the runs of a drain through start_flows (1,000 per call); the first start of each
         flow (and of each variant) is also its start-rate figure."""
         key = f"start_{flow.slug}" + (f"_{variant}" if variant else "")
-        began = time.monotonic()
-        ids = start_runs(self.url, flow, runs)
-        seconds = time.monotonic() - began
+        started = start_runs(self.url, flow, runs)
+        seconds = started.seconds
         if self.report.get(key) is None and seconds > 0:
             self.add(
                 Figure(
                     key=key,
-                    section="start rate (start_flows, 1,000 runs per call, then ANALYZE)",
+                    section="start rate (start_flows, 1,000 runs per call)",
                     label=f"{flow.label}, {runs} runs" + (f", {variant}" if variant else ""),
                     value=runs / seconds,
                     unit="runs/s",
                     detail={"runs": runs, "seconds": round(seconds, 4)},
                 )
             )
-        return ids
+        return started.ids
 
     def measure_history(self, sampler: RssSampler, log_dir: Path) -> None:
         """Preload finished runs, then the start rate, the 1-step drain (2 workers) and the chain's
