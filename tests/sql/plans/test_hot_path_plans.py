@@ -74,6 +74,11 @@ EXPLAIN = (
     "set auto_explain.log_format = json",
     "set auto_explain.log_level = notice",
     "set client_min_messages = notice",
+    # JIT for every statement the session runs itself, cheaply (no inlining, no optimisation): the hot
+    # functions must still compile none of theirs
+    "set jit_above_cost = 0",
+    "set jit_inline_above_cost = -1",
+    "set jit_optimize_above_cost = -1",
 )
 
 
@@ -195,6 +200,12 @@ def preload_history(conn: psycopg.Connection[Any], runs: int) -> None:
         )
 
 
+def with_jit_off(session: psycopg.Connection[Any], statement: str, params: list[Any]) -> None:
+    session.execute("set jit = off")
+    session.execute(statement, params)
+    session.execute("set jit = on")
+
+
 def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     """The plan of every statement a start of 1 and of 1,000 runs, their claims and completions run
     (plain, then handing off the next step), and a pass of stalled recovery make, in a fresh session
@@ -206,7 +217,7 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         text = notice.message_primary or ""
         if "plan:" in text and not reading and "OPERATOR(pg_catalog.=)" not in text:
             found = json.loads(text.split("plan:", 1)[1])
-            plans.append({**found["Plan"], "Query Text": found.get("Query Text", "")})
+            plans.append({**found["Plan"], "Query Text": found.get("Query Text", ""), "JIT": "JIT" in found})
 
     with psycopg.connect(conn.info.dsn, autocommit=True) as session:
         for setting in EXPLAIN:
@@ -249,7 +260,8 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         support = [[FLOW] * 3, ["a", "b", "c"], [row[0]] * 3]
         # the hand-off leaves the tasks of a flow with flow control to a read: its chain runs without
         set_limits = "select pgflow.set_flow_limits(%s, %s::jsonb)"
-        session.execute(set_limits, [FLOW, "[]"])
+        # (set_flow_limits is no hot function: the session's JIT setting applies to it)
+        with_jit_off(session, set_limits, [FLOW, "[]"])
         for size in (1, 1000):
             session.execute("select pgflow.start_flows(%s, %s::jsonb)", [FLOW, json.dumps([{}] * size)])
             reading = True
@@ -286,7 +298,7 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         ).fetchone()
         assert unfinished == (0,)
         reading = False
-        session.execute(set_limits, [FLOW, json.dumps(LIMITS)])
+        with_jit_off(session, set_limits, [FLOW, json.dumps(LIMITS)])
         session.execute("select * from pgflow.requeue_stalled_tasks()")
     return plans
 
@@ -419,8 +431,26 @@ def assert_index_access(plans: list[dict[str, Any]], leading: Mapping[str, str])
     assert indexed >= {"runs", "step_states", "step_tasks", f"q_{FLOW}"}
 
 
+def sent_by_the_session(text: str) -> bool:
+    """A statement the check's session sent itself (psycopg binds its values as $1, $2...), not one a
+    function ran: the statements PL/pgSQL runs name their variables instead."""
+    return text.lstrip().lower().startswith("select ") and "$1" in text
+
+
+def jit_compiled(plans: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
+    """(statements of the functions that JIT compiled, statements the session sent that it compiled)."""
+    compiled = {" ".join(str(plan["Query Text"]).split()) for plan in plans if plan.get("JIT")}
+    sent = {text for text in compiled if sent_by_the_session(text)}
+    return compiled - sent, sent
+
+
 def test_hot_path_plans_use_indexes(scratch: psycopg.Connection[Any]) -> None:
-    assert_index_access(hot_path_plans(scratch), leading_columns(scratch))
+    plans = hot_path_plans(scratch)
+    assert_index_access(plans, leading_columns(scratch))
+    if scratch.execute("select pg_jit_available()").fetchone() == (True,):
+        in_functions, sent = jit_compiled(plans)
+        assert sent, "the session compiled none of its own statements: the JIT check would be vacuous"
+        assert in_functions == set()
 
 
 def test_the_check_sees_a_sequential_scan_and_a_full_index_walk() -> None:

@@ -5,7 +5,7 @@
   constraint's validator, unpinned so that it is inlined), names everything with ``pg_catalog``: it
   is checked to be inlined and to judge the same under a path that redefines its operators.
 * The functions of the claim/complete/start path plan once per session and by key
-  (``plan_cache_mode = force_generic_plan``, no sequential scans, merge or hash joins;
+  (``plan_cache_mode = force_generic_plan``, no sequential scans, merge or hash joins, no JIT;
   ``tests/sql/plans`` shows those plans are index probes), and no other function does.
 * A file under ``sql/schema`` is named ``NNNN_<kind>_<name>.sql`` after the one object it creates
   (overloads of a function share its name and differ by number).
@@ -26,6 +26,7 @@ HOT_PLANS = [
     "enable_seqscan=off",
     "enable_mergejoin=off",
     "enable_hashjoin=off",
+    "jit=off",
 ]
 HOT_PATH = frozenset(
     {
