@@ -9,7 +9,6 @@
 create or replace function pgflow.start_ready_steps(run_ids uuid[])
 returns void
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
-set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off set jit = off
 as $$
 declare
   v_batches jsonb;

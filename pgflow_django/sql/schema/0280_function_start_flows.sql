@@ -11,7 +11,6 @@ create or replace function pgflow.start_flows(
 )
 returns setof pgflow.runs
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
-set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off set jit = off
 as $$
 declare
   v_root_map text;

@@ -16,7 +16,6 @@ create or replace function pgflow.claim_classified(
 )
 returns setof pgflow.claim_record
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
-set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off set jit = off
 as $$
 declare
   v_claimed pgflow.step_tasks[];

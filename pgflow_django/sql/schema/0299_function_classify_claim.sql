@@ -17,7 +17,6 @@ create or replace function pgflow.classify_claim(
 language plpgsql
 stable
 set search_path = pg_catalog, pgflow, pgmq
-set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off set jit = off
 as $$
 begin
   select array_agg(i.id order by t.run_id, t.step_slug, t.task_index, i.id), array_agg(t.run_id order by t.run_id, t.step_slug, t.task_index, i.id),

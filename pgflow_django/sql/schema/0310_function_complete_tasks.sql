@@ -8,7 +8,6 @@
 create or replace function pgflow.complete_tasks(items jsonb)
 returns table (run_id uuid, step_slug text, task_index integer, outcome text)
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
-set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off set jit = off
 as $$
 #variable_conflict use_column
 declare

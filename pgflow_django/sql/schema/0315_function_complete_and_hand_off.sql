@@ -12,7 +12,6 @@ create or replace function pgflow.complete_and_hand_off(
 )
 returns setof pgflow.claim_record
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
-set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off set jit = off
 as $$
 declare
   v_done pgflow.claim_record[];

@@ -7,7 +7,6 @@ create or replace function pgflow.lock_claimed_task(
 )
 returns pgflow.step_tasks
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
-set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off set jit = off
 as $$
 declare
   v_task pgflow.step_tasks;

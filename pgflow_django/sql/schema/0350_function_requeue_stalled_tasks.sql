@@ -10,7 +10,6 @@
 create or replace function pgflow.requeue_stalled_tasks()
 returns table (outcome text, task_count integer)
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
-set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off set jit = off
 as $$
 #variable_conflict use_column
 declare

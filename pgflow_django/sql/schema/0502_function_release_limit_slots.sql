@@ -15,7 +15,6 @@
 create or replace function pgflow.release_limit_slots(run_ids uuid[], wait_for_claims boolean default false)
 returns integer
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
-set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off set enable_hashjoin = off set jit = off
 as $$
 declare
   v_flows text[];
