@@ -15,7 +15,7 @@ import time
 
 from psycopg import sql
 
-from bench.db import connect
+from bench.db import analyze_like_autovacuum, connect
 
 CHUNK = 250_000
 """Runs per transaction: bounded memory and WAL per statement on a small machine."""
@@ -94,5 +94,5 @@ def preload_finished_runs(url: str, flow_slug: str, runs: int) -> float:
                     "   from history as h",
                     [flow_slug, step_slug, queue_name],
                 )
-        conn.execute("analyze pgflow.runs, pgflow.step_states, pgflow.step_tasks")
+        analyze_like_autovacuum(conn)
     return time.monotonic() - began

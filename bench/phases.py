@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.db import Window, clock, connect, window
+from bench.db import Window, analyze_like_autovacuum, clock, connect, window
 
 _LEFT = "select exists(select 1 from pgflow.runs where flow_slug = %s and status = 'started')"
 
@@ -54,7 +54,7 @@ def start_runs(url: str, flow: BenchFlow, count: int, *, chunk: int = 1000) -> S
             ).fetchall()
             seconds += time.perf_counter() - began
             ids.extend(row[0] for row in rows)
-        conn.execute("analyze")
+        analyze_like_autovacuum(conn)
     return StartedRuns(ids, seconds)
 
 
@@ -84,19 +84,21 @@ def drain_window(url: str, run_ids: Sequence[uuid.UUID]) -> Window:
 def end_to_end(
     url: str, flow: BenchFlow, count: int, *, timeout: float, check: Callable[[], None] | None = None
 ) -> Window:
-    """Start ``count`` runs in batches of about 100 first-step tasks while workers run; time to the last."""
+    """Start ``count`` runs in batches of about 100 first-step tasks while workers run; time to the last.
+
+    The engine chooses the run ids (UUIDv7), as for a caller that passes none: on a partitioned history
+    they land in the current day's partition, where random ids would all go to the default one."""
     per_call = max(1, 100 // flow.root_tasks)
     ids: list[uuid.UUID] = []
     with connect(url) as conn:
         since = clock(conn)
         for offset in range(0, count, per_call):
             size = min(per_call, count - offset)
-            batch = [uuid.uuid4() for _ in range(size)]
-            conn.execute(
-                "select count(*) from pgflow.start_flows(%s, %s::jsonb, %s::uuid[])",
-                [flow.slug, json.dumps([flow.run_input] * size), batch],
-            )
-            ids.extend(batch)
+            rows = conn.execute(
+                "select run_id from pgflow.start_flows(%s, %s::jsonb)",
+                [flow.slug, json.dumps([flow.run_input] * size)],
+            ).fetchall()
+            ids.extend(row[0] for row in rows)
     wait_finished(url, flow.slug, timeout=timeout, check=check)
     with connect(url) as conn:
         return window(conn, ids, since=since)

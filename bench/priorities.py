@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.db import connect
+from bench.db import analyze_like_autovacuum, connect
 from bench.phases import BenchFlow, drain_window, start_runs, wait_finished
 from bench.report import Figure
 from bench.workers import RssSampler, WorkerGroup
@@ -40,7 +40,7 @@ def start_prioritised(url: str, flow: BenchFlow, count: int) -> list[uuid.UUID]:
                 [flow.slug, json.dumps([flow.run_input] * size), batch, PRIORITIES[number % len(PRIORITIES)]],
             )
             ids.extend(batch)
-        conn.execute("analyze")
+        analyze_like_autovacuum(conn)
     return ids
 
 
