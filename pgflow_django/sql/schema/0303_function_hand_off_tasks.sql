@@ -10,7 +10,9 @@
 -- hand-off keeps the claim's order (higher priority first) and leaves those tasks to a read. Tasks
 -- of a flow with flow control (pgflow.flow_limits) are left to a read too: their claim locks key
 -- rows, and the completion holds the key rows its released slots locked, which another order of
--- taking them could deadlock against a claim.
+-- taking them could deadlock against a claim. A flow that gets its first limits between that check
+-- and the claim is caught by pgflow.limit_claim, which in a hand-off (pgflow.hand_off = 'on' for
+-- the claim) leaves such tasks for a read instead of taking key rows.
 -- The claiming itself is pgflow.claim_classified's, as for a read batch: one more attempt,
 -- started_at, last_worker_id, the message hidden for the effective timeout + 2 s. The message stays
 -- the durable record: a worker that dies holding a handed-off task loses it to stalled recovery
@@ -94,10 +96,12 @@ begin
     end if;
   end if;
 
+  perform set_config('pgflow.hand_off', 'on', true);
   return query
     select c.* from pgflow.claim_classified(hand_off_tasks.queue_name, hand_off_tasks.worker_id, v_ids, v_runs,
                                             v_steps, v_indexes, array_fill('claimed'::text, array[cardinality(v_ids)]),
                                             '{}'::text[]) as c
      where c.outcome = 'claimed';
+  perform set_config('pgflow.hand_off', 'off', true);
 end;
 $$;

@@ -1,6 +1,7 @@
 -- The flow-control half of a claim, called by pgflow.claim_classified before it starts anything:
 -- returns the claim's outcomes with 'deferred' for each 'claimed' task a limit of its flow or step
--- refuses now, and records the slots and tokens of the others.
+-- refuses now, and records the slots and tokens of the others (in a hand-off, 'left' for each
+-- 'claimed' task its flow's limits apply to, and nothing recorded: see below).
 --   concurrency  the key's started tasks are counted from its holds (each still started in its
 --                attempt), under the key's limit_slots row lock, so two claims of one key on any
 --                two workers decide one after the other; tasks within the limit get a hold, the
@@ -59,6 +60,16 @@ begin
    where k.outcome = 'claimed';
   if v_cands is null then
     return outcomes;
+  end if;
+  -- a completion's hand-off (pgflow.hand_off_tasks) takes no key row: the completion already holds
+  -- the ones its release locked, and taking more, in another order, could close a cycle with a
+  -- claim. The hand-off left out the flows with flow control; a flow that got its first limits
+  -- since then has its tasks 'left' as they are (queued, the message visible) for a read to claim.
+  if current_setting('pgflow.hand_off', true) = 'on' then
+    return array(
+      select case when exists (select 1 from unnest(v_cands) as c where c.n = e.n) then 'left' else e.outcome end
+        from unnest(outcomes) with ordinality as e(outcome, n)
+       order by e.n);
   end if;
   v_now := clock_timestamp();
 

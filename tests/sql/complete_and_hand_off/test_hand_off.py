@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from tests.sql.limit_claim.support import concurrency, set_limits
+from tests.sql.limit_claim.support import concurrency, holds, set_limits
 from tests.sql.shared_queues.support import compile_routed
 from tests.sql.support import (
     claim,
@@ -134,6 +134,51 @@ def test_a_flow_with_flow_control_is_not_handed_off() -> None:
     assert (row["status"], row["attempts_count"]) == ("queued", 0)
     assert message("f", row["message_id"])["vt_in"] <= 0, "visible to any worker"
     assert [r["step_slug"] for r in claim("f")] == ["b"]
+
+
+def test_limits_set_after_the_hand_off_checked_take_no_key_row_in_its_claim() -> None:
+    """A flow that gets its first limits between hand_off_tasks' check and its claim: the claim runs
+    with pgflow.hand_off = 'on', and limit_claim then leaves the task queued, its message visible and
+    unread, with no slot row or hold of its key (taking key rows there could deadlock against a claim,
+    since the completion already holds the ones its release locked). A read claims it under the limit."""
+    make_flow("f", step("a"), step("b", "a"))
+    run_id = start("f")
+    worker = new_worker("f")
+    a = claim("f", worker)[0]
+    hand_off(a, 1, worker, free=0)
+    set_limits("f", concurrency(5, step_slug="b"))
+    b = task(run_id, "b")
+
+    val("select set_config('pgflow.hand_off', 'on', true) as v")
+    rows = q(
+        "select outcome, message_id from pgflow.claim_classified('f', %s, array[%s]::bigint[], array[%s]::uuid[],"
+        " array['b'], array[0], array['claimed'], '{}'::text[])",
+        [worker, b["message_id"], run_id],
+    )
+    val("select set_config('pgflow.hand_off', 'off', true) as v")
+
+    assert [(r["outcome"], r["message_id"]) for r in rows] == [("left", b["message_id"])]
+    row = task(run_id, "b")
+    assert (row["status"], row["attempts_count"], row["last_worker_id"]) == ("queued", 0, None)
+    msg = message("f", b["message_id"])
+    assert (msg["read_ct"], msg["vt_in"] <= 0) == (0, True), f"unread and visible: {msg}"
+    assert q("select * from pgflow.limit_slots where flow_slug = 'f'") == []
+    assert holds("f") == []
+    assert [r["step_slug"] for r in claim("f")] == ["b"]
+    assert [(h["step_slug"], h["task_step_slug"]) for h in holds("f")] == [("b", "b")]
+
+
+def test_the_hand_off_claims_in_hand_off_mode_and_ends_it() -> None:
+    make_flow("f", step("a"), step("b", "a"))
+    start("f")
+    worker = new_worker("f")
+    assert val("select current_setting('pgflow.hand_off', true) as v") in (None, "")
+    a = claim("f", worker)[0]
+
+    _, handed = hand_off(a, 1, worker)
+
+    assert [r["step_slug"] for r in handed] == ["b"]
+    assert val("select current_setting('pgflow.hand_off', true) as v") == "off"
 
 
 def test_an_unsupported_step_is_not_handed_off() -> None:
