@@ -9,4 +9,6 @@ from pgflow_django.sql.runsql import RunSqlFile
 class Migration(migrations.Migration):
     dependencies = [("pgflow", "0029_hot_path_without_jit")]
 
-    operations = [RunSqlFile("0030_hand_off_leaves_new_limits.sql", "0030_hand_off_leaves_new_limits_down.sql")]
+    operations = [
+        RunSqlFile("0030_hand_off_leaves_new_limits.sql", "0030_hand_off_leaves_new_limits_down.sql")
+    ]

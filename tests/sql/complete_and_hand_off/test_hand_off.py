@@ -151,8 +151,8 @@ def test_limits_set_after_the_hand_off_checked_take_no_key_row_in_its_claim() ->
 
     val("select set_config('pgflow.hand_off', 'on', true) as v")
     rows = q(
-        "select outcome, message_id from pgflow.claim_classified('f', %s, array[%s]::bigint[], array[%s]::uuid[],"
-        " array['b'], array[0], array['claimed'], '{}'::text[])",
+        "select outcome, message_id from pgflow.claim_classified('f', %s, array[%s]::bigint[],"
+        " array[%s]::uuid[], array['b'], array[0], array['claimed'], '{}'::text[])",
         [worker, b["message_id"], run_id],
     )
     val("select set_config('pgflow.hand_off', 'off', true) as v")
