@@ -2,7 +2,8 @@
 -- completion, a failure or retry, an exhaustion, a cancelled or failed run, stalled recovery), of
 -- the given runs, or of every run when run_ids is NULL (stalled recovery's sweep, which also
 -- collects the holds and waits of deleted runs). Each freed slot wakes the oldest waiting task of its
--- key at once (its message becomes visible now); waits of tasks no longer queued are dropped.
+-- key at once (its message becomes visible now); the sweep wakes as many as each key has slots
+-- unused, freed now or earlier; waits of tasks no longer queued are dropped.
 -- Returns the number of slots freed.
 -- wait_for_claims (the completion's release, its last step): first lock the limit_slots rows of the
 -- keys these runs hold, in key order as a claim does, until commit. A claim deciding one of those
@@ -78,16 +79,39 @@ begin
                and t.status = 'queued'
              limit 1) is null;
   end if;
-  if v_flows is null then
+  if v_flows is null and run_ids is not null then
     return 0;
   end if;
 
   -- one waiter per freed slot, oldest first, still queued and not woken already (the waits of
-  -- deleted runs, swept by stalled recovery, never take a wake-up)
+  -- deleted runs, swept by stalled recovery, never take a wake-up). The sweep instead counts each
+  -- key's unused slots (its limit, less its holds and its waiters woken already): a slot freed by a
+  -- path that does not wait for claims, while a claim deferred the key's only waiter, woke nobody,
+  -- and the sweep wakes that waiter instead of leaving the slot unused until its deferral ends.
   with freed as (
     select f.flow_slug, f.step_slug, f.key, count(*) as n
       from unnest(v_flows, v_scopes, v_keys) as f(flow_slug, step_slug, key)
+     where run_ids is not null
      group by f.flow_slug, f.step_slug, f.key
+    union all
+    select u.flow_slug, u.step_slug, u.key, u.n
+      from (
+        select l.flow_slug, l.step_slug, k.key,
+               l.amount
+               - (select count(*) from pgflow.limit_holds as h
+                   where h.flow_slug = l.flow_slug and h.step_slug = l.step_slug and h.key = k.key)
+               - (select count(*) from pgflow.limit_waits as x
+                   where x.flow_slug = l.flow_slug and x.step_slug = l.step_slug and x.kind = 'concurrency'
+                     and x.key = k.key and x.woken_at is not null) as n
+          from pgflow.flow_limits as l
+         cross join lateral (
+           select distinct w.key from pgflow.limit_waits as w
+            where w.flow_slug = l.flow_slug and w.step_slug = l.step_slug and w.kind = 'concurrency'
+              and w.woken_at is null and w.visible_at > v_now
+         ) as k
+         where run_ids is null and l.kind = 'concurrency'
+      ) as u
+     where u.n > 0
   ), woken as (
     update pgflow.limit_waits as w
        set visible_at = v_now, woken_at = v_now
@@ -111,6 +135,6 @@ begin
   select count(pgflow.set_limit_visibility(g.queue_name, g.ids, array_fill(v_now, array[cardinality(g.ids)])))
     into v_queues
     from (select k.queue_name, array_agg(k.message_id) as ids from woken as k group by k.queue_name) as g;
-  return cardinality(v_flows);
+  return coalesce(cardinality(v_flows), 0);
 end;
 $$;

@@ -130,3 +130,25 @@ def test_a_run_failed_by_its_output_while_a_claim_defers_the_only_waiter_wakes_i
         assert job.result() == ("failed",)
         assert live(observer, MAP_FLOW)[msg_b] <= 0, "woken once the claim had committed"
         check_invariants(observer)
+
+
+def test_a_failure_racing_a_claim_that_defers_the_only_waiter_leaves_it_to_the_recovery_sweep() -> None:
+    """A failure releases without waiting for claims (it archives and updates messages afterwards, and a
+    claim holds its messages while it waits for a key row), so the waiter the claim defers meanwhile is
+    not woken by it. The slot stays free only until stalled recovery's next sweep, which wakes as many
+    waiters as a key has slots unused; the limit still holds."""
+    with sessions(FLOW) as (first, second, observer):
+        (run_a, msg_a), (_, msg_b) = _setup(observer, ["x", "x"])
+        assert claim(observer, FLOW, [msg_a], uuid.uuid4()) == [("claimed", msg_a, 1)]
+        with first.transaction():
+            assert claim(first, FLOW, [msg_b], uuid.uuid4()) == [("deferred", msg_b, None)]
+            second.execute("select pgflow.fail_task(%s, 'a', 0, 1, 'boom', 60)", [run_a])
+        assert live(observer, FLOW)[msg_b] > 0, "the failure could not see the deferral it raced"
+        assert _started(observer) == []
+
+        observer.execute("select * from pgflow.requeue_stalled_tasks()")
+
+        assert live(observer, FLOW)[msg_b] <= 0, "the sweep woke the waiter of the unused slot"
+        assert claim(observer, FLOW, [msg_b], uuid.uuid4()) == [("claimed", msg_b, 1)]
+        assert _started(observer) == [("x", 1)]
+        check_invariants(observer)

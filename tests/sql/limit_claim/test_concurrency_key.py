@@ -61,6 +61,34 @@ def test_a_finished_task_wakes_the_oldest_waiter_of_its_key() -> None:
     assert [w["run_id"] for w in waits("f")] == [runs[2]]
 
 
+def test_the_recovery_sweep_wakes_as_many_waiters_as_a_key_has_unused_slots() -> None:
+    """A slot freed by a path that does not wait for claims (a failure, a cancel) while a claim defers
+    the key's only waiter wakes nobody. Stalled recovery's sweep counts each key's unused slots (its
+    limit, less its holds and its waiters already woken) and wakes that many of its oldest waiters."""
+    make_flow("f", step("a"))
+    set_limits("f", concurrency(2, "tenant"))
+    runs = _runs(["x", "x", "x", "x", "y", "y", "y"])
+    outcomes("f")
+    first = q1("select * from pgflow.step_tasks where run_id = %s", [runs[0]])
+    assert complete({**first, "attempt": first["attempts_count"]}, 1) == "completed"
+    # the lost wake-up's end state: the slot is free, and the waiter it woke is deferred again
+    q(
+        "update pgflow.limit_waits set woken_at = null, visible_at = clock_timestamp() + interval '30 s'"
+        " where flow_slug = 'f'"
+    )
+    for run_id in (runs[2], runs[3], runs[6]):
+        q("select pgmq.set_vt('f', %s, 30)", [_message(run_id)])
+
+    requeue_stalled()
+
+    assert vt_in("f", _message(runs[2])) <= 0, "x has one unused slot: its oldest waiter is visible"
+    assert vt_in("f", _message(runs[3])) > 20, "one waiter per unused slot"
+    assert vt_in("f", _message(runs[6])) > 20, "y's slots are both held"
+    requeue_stalled()
+    assert vt_in("f", _message(runs[3])) > 20, "the woken waiter counts as using x's free slot"
+    assert outcomes("f") == {"claimed": [_message(runs[2])]}
+
+
 def test_a_retry_frees_the_slot_and_the_retried_task_waits_its_turn() -> None:
     make_flow("f", step("a"), max_attempts=3, base_delay=0)
     set_limits("f", concurrency(1, "tenant"))
