@@ -79,9 +79,6 @@ begin
   select (select count(*) from requeued)::integer, (select count(*) from visible)::integer,
          (select count(*) from marked)::integer
     into v_requeued, v_visible, v_marked;
-  if exists (select 1 from pgflow.limit_holds) or exists (select 1 from pgflow.limit_waits) then
-    perform pgflow.release_limit_slots(null);
-  end if;
 
   for v_stalled in
     select t.run_id, t.step_slug, t.task_index
@@ -99,6 +96,11 @@ begin
       v_exhausted := v_exhausted + 1;
     end if;
   end loop;
+  -- last: the sweep's wake-ups lock waits (skip locked) that a claim holding the messages the
+  -- exhaustions above wait for may update next; taken before those waits, they closed a cycle
+  if exists (select 1 from pgflow.limit_holds) or exists (select 1 from pgflow.limit_waits) then
+    perform pgflow.release_limit_slots(null);
+  end if;
 
   return query select 'requeued'::text, v_requeued union all select 'permanently_stalled', v_exhausted;
 end;

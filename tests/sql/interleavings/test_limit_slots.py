@@ -152,3 +152,42 @@ def test_a_failure_racing_a_claim_that_defers_the_only_waiter_leaves_it_to_the_r
         assert claim(observer, FLOW, [msg_b], uuid.uuid4()) == [("claimed", msg_b, 1)]
         assert _started(observer) == [("x", 1)]
         check_invariants(observer)
+
+
+def test_the_recovery_sweep_wakes_waiters_only_after_its_exhaustions_wait_for_messages() -> None:
+    """Stalled recovery exhausts a permanently stalled task (waiting for its message, which a claim
+    holds) and then sweeps the limits. The sweep's wake-ups lock wait rows that the same claim updates
+    next; taken before the exhaustion's wait, they closed a cycle (the claim waited for the sweep, the
+    sweep for the claim's message). Now the claim goes first, and both finish."""
+    with sessions(FLOW) as (first, second, observer):
+        (run_a, msg_a), (_, msg_w), (run_s, msg_s) = _setup(observer, ["x", "x", "z"])
+        assert claim(observer, FLOW, [msg_a], uuid.uuid4()) == [("claimed", msg_a, 1)]
+        assert claim(observer, FLOW, [msg_w], uuid.uuid4()) == [("deferred", msg_w, None)]
+        assert claim(observer, FLOW, [msg_s], uuid.uuid4()) == [("claimed", msg_s, 1)]
+        observer.execute("select pgflow.complete_task(%s, 'a', 0, 1, '1'::jsonb)", [run_a])
+        # x's slot is free and its only waiter deferred (a lost wake-up), z's task permanently stalled
+        observer.execute(
+            "update pgflow.limit_waits set woken_at = null, visible_at = clock_timestamp() + interval '30 s'"
+        )
+        observer.execute(
+            "update pgflow.step_tasks set requeued_count = 3, started_at = now() - interval '100 s'"
+            " where run_id = %s",
+            [run_s],
+        )
+        table = observer.execute("select pgmq.format_table_name(%s, 'q')", [FLOW.lower()]).fetchone()
+        assert table is not None
+        with first.transaction():
+            # a claim's read holds both messages
+            first.execute(
+                f'select msg_id from pgmq."{table[0]}" where msg_id = any(%s) order by msg_id for update',
+                [[msg_s, msg_w]],
+            )
+            sweep = Background(
+                lambda: second.execute("select * from pgflow.requeue_stalled_tasks()").fetchall()
+            )
+            assert wait_for_lock_wait(observer, backend_pid(second), sweep) in {"transactionid", "tuple"}
+            claimed = claim(first, FLOW, [msg_s, msg_w], uuid.uuid4())
+        assert claimed == [("claimed", msg_w, 1), ("started", msg_s, None)]
+        assert dict(sweep.result()) == {"requeued": 0, "permanently_stalled": 1}
+        assert _started(observer) == [("x", 1)]
+        check_invariants(observer)
