@@ -170,7 +170,10 @@ def analyze_like_autovacuum(conn: psycopg.Connection[Any], *, vacuum: bool = Fal
     command = "vacuum (analyze) {}" if vacuum else "analyze {}"
     for name, is_partition in rows:
         table = sql.SQL(name)
-        has_rows = conn.execute(sql.SQL("select exists (select from {})").format(table)).fetchone()
-        if is_partition and has_rows != (True,):
+        if is_partition and _is_empty(conn, table):
             continue
         conn.execute(sql.SQL(command).format(table))
+
+
+def _is_empty(conn: psycopg.Connection[Any], table: sql.Composable) -> bool:
+    return conn.execute(sql.SQL("select not exists (select from {})").format(table)).fetchone() == (True,)
