@@ -189,6 +189,10 @@ NEXT_DEFERRED: Final = _value(
 
 QUEUE_TABLE: Final = _value("queue_table", "select pgmq.format_table_name(%s, 'q') as value")
 
+WRITE_QUEUE_ACCESS: Final = _value("write_queue_access", "select pgflow.write_queue_access() as value")
+"""Check every pgflow queue's tables against PGMQ's layout and rewrite ``pgflow.queue_access`` if its
+static branches changed; the queues that have a branch."""
+
 
 class InsertNotifications(NamedTuple):
     notifies: bool

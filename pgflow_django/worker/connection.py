@@ -298,6 +298,10 @@ class Engine:
         """PGMQ's table name for ``queue`` (lower-cased), which also names its insert channel."""
         return str(self._value(queries.QUEUE_TABLE, [queue]))
 
+    def write_queue_access(self) -> list[str]:
+        """The queues whose tables have PGMQ's layout, so the hot path reaches them by static SQL."""
+        return list(self._value(queries.WRITE_QUEUE_ACCESS))
+
     def insert_notifications(self, queue: str, queue_table: str) -> tuple[bool, int]:
         """Whether inserts into the queue notify listeners, and PGMQ's throttle in ms (0: immediate).
 

@@ -194,6 +194,13 @@ class QueueWorker:
             longest = self.engine.claim_visibility(self.registration.support)
             self.read_visibility = max(self.options.read_visibility_seconds, longest or 0)
         self.queue_table = self.engine.queue_table(self.queue)
+        if self.queue not in self.engine.write_queue_access():
+            logger.warning(
+                "queue=%s: its tables are not laid out as PGMQ 1.11-1.13 makes them; sends, archives"
+                " and visibility changes go through PGMQ's dynamic SQL",
+                self.queue,
+                extra=self.observe.fields,
+            )
         notifies, throttle_ms = self.engine.insert_notifications(self.queue, self.queue_table)
         if not notifies:
             logger.warning(

@@ -3,7 +3,7 @@
 --   extend  hidden for at least now + offset: a message already hidden that long (within a second)
 --           is not written, so a worker that read its batch with a long enough visibility pays no
 --           second update per message when the claim applies the task's timeout
--- Returns the messages it wrote.
+-- Returns the messages it wrote (pgflow.queue_access: static SQL for pgflow's queues).
 create or replace function pgflow.set_vt_batch(queue_name text, msg_ids bigint[], vt_offsets integer[], mode text)
 returns setof pgmq.message_record
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -20,16 +20,6 @@ begin
     raise exception 'set_vt_batch: % message ids but % offsets; pass one offset per message id',
       cardinality(msg_ids), coalesce(cardinality(vt_offsets), 0);
   end if;
-  return query execute format(
-    $q$
-      update pgmq.%I as q
-         set vt = clock_timestamp() + make_interval(secs => o.vt_offset)
-        from unnest($1, $2) as o(msg_id, vt_offset)
-       where q.msg_id = o.msg_id
-         and ($3 = 'set' or q.vt < clock_timestamp() + make_interval(secs => o.vt_offset - 1))
-      returning q.msg_id, q.read_ct, q.enqueued_at, q.last_read_at, q.vt, q.message, q.headers
-    $q$,
-    pgmq.format_table_name(queue_name, 'q')
-  ) using msg_ids, vt_offsets, mode;
+  return query select m.* from pgflow.queue_access(mode, queue_name, msg_ids, vt_offsets, null, null) as m;
 end;
 $$;

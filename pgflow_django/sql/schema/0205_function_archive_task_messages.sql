@@ -1,9 +1,10 @@
--- Archive the messages of the given tasks, one PGMQ call per queue (each task's queue snapshot).
+-- Archive the messages of the given tasks, one archive per queue (pgflow.queue_access; each task's
+-- queue snapshot).
 -- Idempotent: messages already archived or deleted are skipped by PGMQ; a queue whose table is gone
 -- has nothing left to archive. A live message whose id is already in the queue's archive (a row
 -- inserted with a reused id) cannot be archived again: it is deleted instead, with a warning naming
 -- the queue and the ids, so the queue keeps moving. That case is found only when PGMQ's archive
--- fails on the archive's key, so the common path stays one PGMQ call per queue.
+-- fails on the archive's key, so the common path stays one call per queue.
 create or replace function pgflow.archive_task_messages(queue_names text[], msg_ids bigint[])
 returns void
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -13,7 +14,7 @@ declare
   v_doubles bigint[];
 begin
   begin
-    perform pgmq.archive(g.queue_name, g.ids)
+    perform pgflow.queue_access('archive', g.queue_name, g.ids, null, null, null)
        from (
          select m.queue_name, array_agg(m.msg_id) as ids
            from unnest(queue_names, msg_ids) as m(queue_name, msg_id)

@@ -1,10 +1,10 @@
 -- Starts every ready step (created, no open dependencies, at least one task) of the given started
--- runs: creates its tasks and sends their messages to the step's persisted queue, one PGMQ batch per
--- queue and start delay (the step's start_delay, or what remains of a delayed run's not_before);
+-- runs: creates its tasks and sends their messages to the step's persisted queue, one send per
+-- queue and start delay (pgflow.queue_access) (the step's start_delay, or what remains of a delayed run's not_before);
 -- each task stores that queue as its immutable snapshot. No queue DDL here.
 -- A task's priority (the run's, else its step's default, else its flow's) travels in its message's
 -- headers, {"priority": N}; a priority of 0 sends no headers (pgflow.message_priority reads 0).
--- The n-th id returned by send_batch belongs to the n-th message sent. The step states are read by
+-- The n-th id returned by the send belongs to the n-th message sent. The step states are read by
 -- the batch and each run by its own probe (see cascade).
 create or replace function pgflow.start_ready_steps(run_ids uuid[])
 returns void
@@ -65,13 +65,12 @@ begin
            (m.message->>'task_index')::integer, m.msg_id, v_batch.queue_name
       from rows from (
              jsonb_array_elements(v_batch.messages),
-             pgmq.send_batch(
-               v_batch.queue_name,
+             pgflow.queue_access(
+               'send', v_batch.queue_name, null, array[v_batch.start_delay],
                array(select e from jsonb_array_elements(v_batch.messages) as e),
                case when v_batch.headers is not null
-                    then array(select nullif(h, 'null'::jsonb) from jsonb_array_elements(v_batch.headers) as h) end,
-               v_batch.start_delay)
-           ) as m(message, msg_id);
+                    then array(select nullif(h, 'null'::jsonb) from jsonb_array_elements(v_batch.headers) as h) end)
+           ) as m(message, msg_id, read_ct, enqueued_at, last_read_at, vt, body, headers);
   end loop;
 end;
 $$;

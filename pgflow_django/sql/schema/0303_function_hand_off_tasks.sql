@@ -79,11 +79,8 @@ begin
     return;
   end if;
 
-  execute format('select pgflow.message_priority(q.headers) from pgmq.%I as q'
-                 ' where q.vt <= clock_timestamp() and q.enqueued_at < statement_timestamp()'
-                 ' order by pgflow.message_priority(q.headers) desc, q.msg_id limit 1',
-                 pgmq.format_table_name(hand_off_tasks.queue_name, 'q'))
-     into v_waiting_priority;
+  select pgflow.message_priority(q.headers) into v_waiting_priority
+    from pgflow.queue_access('head', hand_off_tasks.queue_name, null, null, null, null) as q;
   if v_waiting_priority > (select min(p) from unnest(v_priorities) as p) then
     select array_agg(c.id order by c.n), array_agg(c.run_id order by c.n), array_agg(c.step_slug order by c.n),
            array_agg(c.task_index order by c.n)
