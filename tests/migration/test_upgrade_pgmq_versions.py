@@ -10,6 +10,7 @@ the Django migration does: the preflight, then the frozen delta, in one transact
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import zipfile
@@ -19,11 +20,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from pgflow_django.pgmq_install import bundled_sql, bundled_version
-from pgflow_django.sql import migration_sql
+from pgflow_django.sql import migration_sql, schema_sql
 from pgflow_django.upgrade import UpgradeBlocked, preflight
 from tests.migration import upgrade_support as fx
+from tests.sql.queue_access.support import check_static_matches_dynamic
+from tests.support import scratch
 
 pytestmark = pytest.mark.django_db
 
@@ -225,3 +229,43 @@ def test_baseline_hazards_block_the_upgrade_until_repaired(database: psycopg.Con
     assert fx.rows(cur, "select queue_name from pgmq.meta where lower(queue_name) = 'upgmixed'") == [
         ("UpgMixed",)
     ]
+
+
+@pytest.fixture
+def current(pgmq_sql: str, django_db_blocker: Any) -> Iterator[psycopg.Connection[Any]]:
+    """A scratch database with this PGMQ version and the current schema."""
+    with django_db_blocker.unblock():
+        params = fx.server_params()
+    with scratch.scratch_database("pgmqv", params, schema_sql(), pgmq_sql=pgmq_sql) as conn:
+        yield conn
+
+
+def test_the_static_queue_access_matches_pgmqs_own_statements(current: psycopg.Connection[Any]) -> None:
+    """pgflow.queue_access's static branch is written for this PGMQ's tables, gives the results PGMQ's
+    functions give, and carries a chain from start to completion through the hand-off."""
+    plain, cur = current.cursor(), current.cursor(row_factory=dict_row)
+
+    def run(query: str, params: Any) -> list[dict[str, Any]]:
+        cur.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+    fx.create_flow(plain, "qa_static", ("a", [], "single"), ("b", ["a"], "single"))
+    run("select pgmq.create('qa_dynamic')", None)
+    assert run("select pgflow.write_queue_access() as queues", None) == [{"queues": ["qa_static"]}]
+    check_static_matches_dynamic(run, "qa_static", "qa_dynamic")
+
+    run_id = fx.start(plain, "qa_static", {"n": 1})
+    assert [task[1] for task in fx.claim_legacy(plain, "qa_static", "a")] == ["a"]
+    generation = fx.value(plain, "select generation from pgflow.flows where flow_slug = 'qa_static'")
+    item = {"run_id": str(run_id), "step_slug": "a", "task_index": 0, "attempt": 1, "output": {"a": 1}}
+    rows = run(
+        "select outcome, step_slug from pgflow.complete_and_hand_off(%s::jsonb, 'qa_static', %s::uuid,"
+        " array['qa_static', 'qa_static'], array['a', 'b'], array[%s, %s]::bigint[], 5)",
+        [json.dumps([item]), fx.WORKER, generation, generation],
+    )
+    assert [(row["outcome"], row["step_slug"]) for row in rows] == [("completed", "a"), ("claimed", "b")]
+    assert fx.complete(plain, (run_id, "b", 0, None, 1), {"b": 2}) == "completed"
+    assert run("select status from pgflow.runs where run_id = %s", [run_id]) == [{"status": "completed"}]
+    assert run("select count(*) as live from pgmq.q_qa_static", None) == [{"live": 2}], (
+        "the parity sequence's two unarchived messages stay; both of the run's messages were archived"
+    )

@@ -8,8 +8,9 @@
 
 -- 0198_function_write_queue_access.sql
 -- Writes pgflow.queue_access, the one way the engine sends, archives, hides and looks at the head of
--- a queue's messages, with a branch of static SQL for each of pgflow's queues (the flows' step
--- queues and the declared shared queues). PGMQ builds these statements as dynamic SQL, planned again
+-- a queue's messages, with a branch of static SQL for each of pgflow's queues (plain flows' default
+-- queues, the steps' queues, the declared shared queues, and provisioning: a queue being created in
+-- this transaction, before the row that names it). PGMQ builds these statements as dynamic SQL, planned again
 -- on every call, which costs three to eight times as much as running the planned statement for one
 -- message; a static statement is planned once per session. A queue without a branch (one created
 -- after the last write, or whose tables are not PGMQ's layout) goes through the dynamic statements
@@ -19,7 +20,7 @@
 -- or drops a queue and by every worker at start-up, so a PGMQ upgrade that changes the tables is
 -- seen before the first claim. The function is replaced only when its text changes: no DDL, so no
 -- invalidated plans in other sessions, when nothing did. Returns the queues that have a branch.
-create or replace function pgflow.write_queue_access()
+create or replace function pgflow.write_queue_access(provisioning text = null)
 returns text[]
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
@@ -33,7 +34,11 @@ begin
   select coalesce(array_agg(q.queue_name order by q.queue_name), '{}') into v_queues
     from (select s.queue_name from pgflow.steps as s
           union
-          select sq.queue_name from pgflow.shared_queues as sq) as q
+          select lower(f.flow_slug) from pgflow.flows as f where f.queue_mode = 'flow'
+          union
+          select sq.queue_name from pgflow.shared_queues as sq
+          union
+          select lower(provisioning) where provisioning is not null) as q
    where (select count(*)
             from (values ('q'), ('a')) as t(kind)
             cross join (values ('msg_id', 'bigint'::regtype), ('read_ct', 'integer'),
@@ -343,7 +348,7 @@ begin
     'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
     pgmq.format_table_name(queue_name, 'q'));
   perform pgflow.index_queue_priority(queue_name);
-  perform pgflow.write_queue_access();
+  perform pgflow.write_queue_access(queue_name);
 end;
 $$;
 
@@ -401,7 +406,7 @@ begin
         'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
         pgmq.format_table_name(v_queue, 'q'));
       perform pgflow.index_queue_priority(v_queue);
-      perform pgflow.write_queue_access();
+      perform pgflow.write_queue_access(v_queue);
     end if;
     return;
   end if;
@@ -417,7 +422,7 @@ begin
     'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
     pgmq.format_table_name(v_queue, 'q'));
   perform pgflow.index_queue_priority(v_queue);
-  perform pgflow.write_queue_access();
+  perform pgflow.write_queue_access(v_queue);
 end;
 $$;
 
