@@ -25,7 +25,7 @@ REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "pgflow.release_tasks(jsonb)",
     "pgflow.fire_due_schedules(timestamptz,integer,jsonb,interval)",
     "pgflow.plan_schedules(jsonb)",
-    "pgflow.write_queue_access(text)",
+    "pgflow.write_queue_access(text,boolean)",
     "pgmq.read(text,integer,integer,jsonb)",
 )
 """Every SQL entry point the worker calls (the claim runs ``pgmq.read``'s statement on the queue

@@ -558,4 +558,4 @@ alter function pgflow.hand_off_tasks(text,uuid,uuid[],text[],text[],bigint[],int
   set enable_hashjoin = off set jit = off;
 
 drop function pgflow.queue_access(text, text, bigint[], integer[], jsonb[], jsonb[]);
-drop function pgflow.write_queue_access(text);
+drop function pgflow.write_queue_access(text, boolean);

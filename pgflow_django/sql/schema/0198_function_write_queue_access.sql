@@ -11,7 +11,12 @@
 -- or drops a queue and by every worker at start-up, so a PGMQ upgrade that changes the tables is
 -- seen before the first claim. The function is replaced only when its text changes: no DDL, so no
 -- invalidated plans in other sessions, when nothing did. Returns the queues that have a branch.
-create or replace function pgflow.write_queue_access(provisioning text = null)
+-- Writers take one advisory lock until they commit, so each sees the queues of those before it.
+-- Calls inside a longer transaction (creating or dropping queues) pass wait => false: they hold
+-- other locks (PGMQ's queue locks among them), and waiting for this one while its holder waits for
+-- one of theirs would deadlock; such a call writes nothing and returns NULL when the lock is taken,
+-- and the queue gets its branch at the next write, at the latest when a worker for it starts.
+create or replace function pgflow.write_queue_access(provisioning text = null, wait boolean = true)
 returns text[]
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
@@ -20,7 +25,11 @@ declare
   v_branches text;
   v_source text;
 begin
-  perform pg_advisory_xact_lock(hashtextextended('pgflow:queue_access', 0));
+  if wait then
+    perform pg_advisory_xact_lock(hashtextextended('pgflow:queue_access', 0));
+  elsif not pg_try_advisory_xact_lock(hashtextextended('pgflow:queue_access', 0)) then
+    return null;
+  end if;
 
   select coalesce(array_agg(q.queue_name order by q.queue_name), '{}') into v_queues
     from (select s.queue_name from pgflow.steps as s

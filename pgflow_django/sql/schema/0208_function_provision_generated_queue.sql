@@ -95,6 +95,6 @@ begin
     'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
     pgmq.format_table_name(queue_name, 'q'));
   perform pgflow.index_queue_priority(queue_name);
-  perform pgflow.write_queue_access(queue_name);
+  perform pgflow.write_queue_access(queue_name, wait => false);
 end;
 $$;

@@ -51,7 +51,7 @@ begin
         'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
         pgmq.format_table_name(v_queue, 'q'));
       perform pgflow.index_queue_priority(v_queue);
-      perform pgflow.write_queue_access(v_queue);
+      perform pgflow.write_queue_access(v_queue, wait => false);
     end if;
     return;
   end if;
@@ -67,6 +67,6 @@ begin
     'create trigger pgflow_notify_insert after insert on pgmq.%I for each statement execute function pgflow.notify_queue_insert()',
     pgmq.format_table_name(v_queue, 'q'));
   perform pgflow.index_queue_priority(v_queue);
-  perform pgflow.write_queue_access(v_queue);
+  perform pgflow.write_queue_access(v_queue, wait => false);
 end;
 $$;

@@ -89,6 +89,6 @@ begin
   end loop;
 
   delete from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
-  perform pgflow.write_queue_access();
+  perform pgflow.write_queue_access(wait => false);
 end;
 $$;
