@@ -270,6 +270,7 @@ class HistoryPartitioning(ReadOnlyModel):
     partition_interval = models.DurationField()
     ahead = models.IntegerField()
     partitioned_at = models.DateTimeField()
+    archives = models.BooleanField(default=False)
 
     class Meta:
         managed = False

@@ -29,6 +29,7 @@ __all__ = [
     "describe_flow",
     "history_partitioning",
     "not_found",
+    "partition_archives",
     "partition_history",
     "pause",
     "pauses",
@@ -120,6 +121,16 @@ def partition_history(interval_days: int, ahead: int, *, apply: bool, using: str
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
         queries.value(cursor, queries.SET_LOCK_TIMEOUT, [queries.PARTITION_LOCK_TIMEOUT])
         rows = queries.fetch_all(cursor, queries.PARTITION_HISTORY, [interval_days, ahead, apply])
+    return [str(row.value) for row in rows]
+
+
+def partition_archives(*, apply: bool, using: str = "default") -> list[str]:
+    """The statements that partition the PGMQ archives of pgflow's queues on a history partitioned
+    before they could be, in order; run in one transaction only when ``apply``. Raises
+    ``DatabaseError`` (one line) when the history is not partitioned or the archives already are."""
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        queries.value(cursor, queries.SET_LOCK_TIMEOUT, [queries.PARTITION_LOCK_TIMEOUT])
+        rows = queries.fetch_all(cursor, queries.PARTITION_ARCHIVES, [apply])
     return [str(row.value) for row in rows]
 
 

@@ -868,21 +868,42 @@ PARTITION_LOCK_TIMEOUT: Final = "10s"
 conversion fail, with nothing changed, instead of queueing every start and claim behind it)."""
 
 
+PARTITION_ARCHIVES: Final = Query(
+    "partition_archives",
+    "select statement as value from pgflow.partition_archives(%s) as statement",
+    Value,
+)
+"""The statements that partition the queue archives of a history partitioned before (apply): run when
+apply."""
+
+
 class HistoryPartitioning(NamedTuple):
     partition_interval_days: int
     ahead: int
     partitions: int
+    archives: bool
+    partitioned_archives: int
+    engine_archives: int
 
 
 HISTORY_PARTITIONING: Final = Query(
     "history_partitioning",
     "select extract(day from hp.partition_interval)::integer as partition_interval_days, hp.ahead,"
     " (select count(*) from pg_inherits as inh where inh.inhparent = 'pgflow.runs'::regclass)::integer - 1"
-    "   as partitions"
-    " from pgflow.history_partitioning as hp",
+    "   as partitions,"
+    " hp.archives,"
+    " a.partitioned_archives, a.engine_archives"
+    " from pgflow.history_partitioning as hp"
+    " cross join (select (count(*) filter (where c.relkind = 'p'))::integer as partitioned_archives,"
+    "                    count(c.oid)::integer as engine_archives"
+    "               from pgflow.engine_queues() as e(queue_name)"
+    "               join pg_class as c"
+    "               on c.oid = to_regclass('pgmq.' || quote_ident(pgmq.format_table_name(e.queue_name, 'a')))"
+    "            ) as a",
     HistoryPartitioning,
 )
-"""A partitioned install's settings and how many interval partitions it has."""
+"""A partitioned install's settings, how many interval partitions it has, and how many of the engine
+queues' archives are partitioned."""
 
 DEFAULT_PARTITION_RUNS: Final = _value(
     "default_partition_runs", "select count(*) as value from pgflow.runs_default"

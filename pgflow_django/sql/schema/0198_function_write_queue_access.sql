@@ -1,9 +1,9 @@
 -- Writes pgflow.queue_access, the one way the engine sends, archives, hides and looks at the head of
--- a queue's messages, with a branch of static SQL for each of pgflow's queues (plain flows' default
--- queues, the steps' queues, the declared shared queues, and provisioning: a queue being created in
--- this transaction, before the row that names it). PGMQ builds these statements as dynamic SQL, planned again
--- on every call, which costs three to eight times as much as running the planned statement for one
--- message; a static statement is planned once per session. A queue without a branch (one created
+-- a queue's messages, with a branch of static SQL for each of pgflow's queues (pgflow.engine_queues,
+-- and provisioning: a queue being created in this transaction, before the row that names it). PGMQ
+-- builds these statements as dynamic SQL, planned again on every call, which costs three to eight
+-- times as much as running the planned statement for one message; a static statement is planned
+-- once per session. A queue without a branch (one created
 -- after the last write, or whose tables are not PGMQ's layout) goes through the dynamic statements
 -- at the end of the function, so a branch is an optimisation and never the only way to a queue.
 -- A queue gets a branch when its table and archive have PGMQ's layout: the columns below with these
@@ -32,11 +32,7 @@ begin
   end if;
 
   select coalesce(array_agg(q.queue_name order by q.queue_name), '{}') into v_queues
-    from (select s.queue_name from pgflow.steps as s
-          union
-          select lower(f.flow_slug) from pgflow.flows as f where f.queue_mode = 'flow'
-          union
-          select sq.queue_name from pgflow.shared_queues as sq
+    from (select e.queue_name from pgflow.engine_queues() as e(queue_name)
           union
           select lower(provisioning) where provisioning is not null) as q
    where (select count(*)

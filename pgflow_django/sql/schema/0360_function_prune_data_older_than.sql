@@ -8,7 +8,8 @@
 -- its three partitions (reruns naming its runs get rerun_of = NULL); the rest (the default
 -- partitions, which hold the ids that are not time-ordered, and an old interval that still has a run
 -- in progress or finished later) is deleted row by row as before, reading only the partitions that
--- can hold such runs. 'partitions' counts the intervals dropped. The rows go by a join with the
+-- can hold such runs. 'partitions' counts the intervals dropped. A partitioned archive drops its
+-- old partitions too (pgflow.prune_queue_archive). The rows go by a join with the
 -- pruned ids (a hash join or index probes), not by `= any(array)`, which tests every row against
 -- every id.
 create or replace function pgflow.prune_data_older_than(retention interval)
@@ -100,10 +101,7 @@ begin
        and not exists (select 1 from pgflow.shared_queues as sq where sq.queue_name = s.queue_name)
      order by s.queue_name
   loop
-    execute format('delete from pgmq.%I where archived_at < $1', pgmq.format_table_name(v_queue, 'a'))
-      using v_cutoff;
-    get diagnostics v_count = row_count;
-    v_archived := v_archived + v_count;
+    v_archived := v_archived + pgflow.prune_queue_archive(v_queue, v_cutoff);
   end loop;
 
   return jsonb_build_object('runs', cardinality(v_runs) + v_dropped_runs, 'step_states', v_states + v_dropped_states,

@@ -1,11 +1,10 @@
 -- Queue-wide retention of one declared shared queue's archive: deletes its archived messages older
--- than now - retention, whichever flow they belonged to. Returns how many were deleted.
+-- than now - retention, whichever flow they belonged to (pgflow.prune_queue_archive: a partitioned
+-- archive drops its old partitions). Returns how many were removed.
 create or replace function pgflow.prune_shared_archive(queue_name text, retention interval)
 returns bigint
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
-declare
-  v_count bigint;
 begin
   if retention is null or retention < interval '0' then
     raise exception 'prune_shared_archive: retention must be a non-negative interval' using errcode = '22023';
@@ -16,9 +15,6 @@ begin
       coalesce((select string_agg(sq.queue_name, ', ' order by sq.queue_name) from pgflow.shared_queues as sq), 'none')
       using errcode = '22023';
   end if;
-  execute format('delete from pgmq.%I where archived_at < $1', pgmq.format_table_name(queue_name, 'a'))
-    using now() - retention;
-  get diagnostics v_count = row_count;
-  return v_count;
+  return pgflow.prune_queue_archive(queue_name, now() - retention);
 end;
 $$;

@@ -9,8 +9,11 @@
 -- partition is dropped without checking the others; runs.rerun_of keeps no foreign key (a rerun is
 -- younger than its original), and pruning clears it as ON DELETE SET NULL did. Functions returning
 -- rows of the tables are redefined on the new parents, and the others naming them are touched so that
--- open sessions compile them again (a compiled function keeps the row types it saw). Returns the statements in order; runs them
--- only when `apply` (otherwise it changes nothing: the plan pgflow_partition prints).
+-- open sessions compile them again (a compiled function keeps the row types it saw). The PGMQ
+-- archives of pgflow's queues are partitioned on the same intervals (pgflow.partition_queue_archive),
+-- after the history tables' locks: every writer takes a history table before an archive. Returns the
+-- statements in order; runs them only when `apply` (otherwise it changes nothing: the plan
+-- pgflow_partition prints).
 create or replace function pgflow.partition_history(partition_interval interval, ahead integer, apply boolean)
 returns setof text
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -104,8 +107,15 @@ begin
   loop
     v_steps := v_steps || format('alter function pgflow.%s set search_path = pg_catalog, pgflow, pgmq', v_row.signature);
   end loop;
-  v_steps := v_steps || format('insert into pgflow.history_partitioning (partition_interval, ahead) values (%L, %s)',
+  v_steps := v_steps || format('insert into pgflow.history_partitioning (partition_interval, ahead, archives) values (%L, %s, true)',
                                partition_interval, ahead);
+  for v_row in
+    select e.queue_name from pgflow.engine_queues() as e(queue_name)
+     where to_regclass(format('pgmq.%I', pgmq.format_table_name(e.queue_name, 'a'))) is not null
+     order by e.queue_name
+  loop
+    v_steps := v_steps || format('select pgflow.partition_queue_archive(%L)', v_row.queue_name);
+  end loop;
   v_steps := v_steps || 'select pgflow.create_history_partitions()'::text;
 
   foreach v_step in array v_steps loop

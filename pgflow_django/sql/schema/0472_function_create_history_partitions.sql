@@ -6,8 +6,11 @@
 -- default partitions' own unique indexes (a unique index without run_id cannot span partitions).
 -- Run ids of a new partition's range that reached a default partition meanwhile (a partition made
 -- late, or an id that is not time-ordered) move into it first. One caller at a time creates (the
--- others return 0); returns how many intervals it created, 0 on a plain install. Cheap when nothing
--- is missing: the worker calls it with its stalled recovery.
+-- others return 0); returns how many intervals it created, 0 on a plain install. With `archives`
+-- on, it also partitions the archive of an engine queue that is still a plain table (a queue made
+-- since: pgflow.partition_queue_archive, skipped while the archive is busy) and keeps each
+-- archive's partitions ready (pgflow.create_archive_partitions). Cheap when nothing is missing: the
+-- worker calls it with its stalled recovery.
 create or replace function pgflow.create_history_partitions(since timestamptz default null, through timestamptz default null)
 returns integer
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -25,10 +28,23 @@ declare
   v_options text[];
   v_def text;
   v_created integer := 0;
+  v_archives boolean;
+  v_queue text;
 begin
-  select hp.partition_interval, hp.ahead into v_interval, v_ahead from pgflow.history_partitioning as hp;
+  select hp.partition_interval, hp.ahead, hp.archives into v_interval, v_ahead, v_archives
+    from pgflow.history_partitioning as hp;
   if v_interval is null then
     return 0;
+  end if;
+  if v_archives then
+    for v_queue in
+      select e.queue_name from pgflow.engine_queues() as e(queue_name)
+       where to_regclass(format('pgmq.%I', pgmq.format_table_name(e.queue_name, 'a'))) is not null
+       order by e.queue_name
+    loop
+      perform pgflow.partition_queue_archive(v_queue, wait => false);
+      perform pgflow.create_archive_partitions(v_queue, since, through);
+    end loop;
   end if;
   v_start := date_bin(v_interval, least(now(), coalesce(since, now())), timestamptz '2000-01-03 00:00:00+00');
   v_last := greatest(date_bin(v_interval, now(), timestamptz '2000-01-03 00:00:00+00') + v_interval * v_ahead,

@@ -1,0 +1,99 @@
+"""``manage.py pgflow_partition`` as a real process on a database of its own: the plan changes nothing,
+``--yes`` partitions the history and the queue archives, ``--status`` says so, and ``--archives``
+partitions the archives of a history partitioned before they could be, with one-line refusals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+
+from tests import workers
+from tests.integration.commands_support import manage, stderr_lines
+
+
+@pytest.fixture
+def database_url(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
+    """A migrated database of its own with one compiled flow (created and dropped outside the test
+    transaction: partitioning commits)."""
+    with django_db_blocker.unblock():
+        settings = dict(connection.settings_dict)
+    name = f"{settings['NAME']}_partition"
+    admin_url = workers.url_from_settings(settings)
+    url = workers.url_from_settings({**settings, "NAME": name})
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'drop database if exists "{name}" with (force)')
+        admin.execute(f'create database "{name}"')
+    try:
+        for args in (("migrate", "-v0"), ("pgflow_compile", "cmd_greet")):
+            result = manage(url, *args)
+            assert result.returncode == 0, result.stderr
+        yield url
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'drop database if exists "{name}" with (force)')
+
+
+def _archive_kind(url: str) -> str:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "select relkind::text from pg_class where oid = 'pgmq.a_cmd_greet'::regclass"
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _one_error(result: Any) -> str:
+    assert result.returncode == 1, result.stdout
+    lines = stderr_lines(result)
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_partitioning_the_history_and_its_archives(database_url: str) -> None:
+    refused = _one_error(manage(database_url, "pgflow_partition", "--archives"))
+    assert refused == (
+        "CommandError: the history is not partitioned: run pgflow_partition without --archives "
+        "(it partitions the queue archives too)"
+    )
+    plan = manage(database_url, "pgflow_partition")
+    assert plan.returncode == 0, plan.stderr
+    assert "select pgflow.partition_queue_archive('cmd_greet');" in plan.stdout.splitlines()
+    assert plan.stdout.rstrip().endswith("run again with --yes")
+    assert _archive_kind(database_url) == "r", "the plan changes nothing"
+
+    applied = manage(database_url, "pgflow_partition", "--yes")
+    assert applied.returncode == 0, applied.stderr
+    assert _archive_kind(database_url) == "p"
+    status = manage(database_url, "pgflow_partition", "--status")
+    assert status.stdout.splitlines()[-1] == "queue archives: 1 of 1 partitioned"
+    again = _one_error(manage(database_url, "pgflow_partition", "--archives"))
+    assert again == "CommandError: the queue archives are already partitioned: nothing to do (see --status)"
+
+
+def test_archives_of_a_history_partitioned_before_they_could_be(database_url: str) -> None:
+    down = manage(database_url, "migrate", "-v0", "pgflow", "0031_queue_access")
+    assert down.returncode == 0, down.stderr
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("select count(*) from pgflow.partition_history('1 day', 3, true)")
+    up = manage(database_url, "migrate", "-v0")
+    assert up.returncode == 0, up.stderr
+    status = manage(database_url, "pgflow_partition", "--status")
+    assert status.stdout.splitlines()[-1] == (
+        "queue archives: not partitioned (pgflow_partition --archives prints the plan)"
+    )
+    plan = manage(database_url, "pgflow_partition", "--archives")
+    assert plan.stdout.splitlines() == [
+        "update pgflow.history_partitioning set archives = true;",
+        "select pgflow.partition_queue_archive('cmd_greet');",
+        "-- nothing changed: 2 statement(s) above; run again with --yes",
+    ]
+    assert _archive_kind(database_url) == "r"
+    applied = manage(database_url, "pgflow_partition", "--archives", "--yes")
+    assert applied.returncode == 0, applied.stderr
+    assert _archive_kind(database_url) == "p"
+    status = manage(database_url, "pgflow_partition", "--status")
+    assert status.stdout.splitlines()[-1] == "queue archives: 1 of 1 partitioned"
