@@ -13,6 +13,7 @@ from django.db import connection
 
 from tests import workers
 from tests.integration.commands_support import manage, stderr_lines
+from tests.sql.interleavings.support import Background
 
 
 @pytest.fixture
@@ -74,13 +75,18 @@ def test_partitioning_the_history_and_its_archives(database_url: str) -> None:
     assert again == "CommandError: the queue archives are already partitioned: nothing to do (see --status)"
 
 
-def test_archives_of_a_history_partitioned_before_they_could_be(database_url: str) -> None:
+def _partition_as_migration_0031_did(database_url: str) -> None:
+    """The history partitioned by the release before: its archives left as PGMQ made them."""
     down = manage(database_url, "migrate", "-v0", "pgflow", "0031_queue_access")
     assert down.returncode == 0, down.stderr
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("select count(*) from pgflow.partition_history('1 day', 3, true)")
     up = manage(database_url, "migrate", "-v0")
     assert up.returncode == 0, up.stderr
+
+
+def test_archives_of_a_history_partitioned_before_they_could_be(database_url: str) -> None:
+    _partition_as_migration_0031_did(database_url)
     status = manage(database_url, "pgflow_partition", "--status")
     assert status.stdout.splitlines()[-1] == (
         "queue archives: not partitioned (pgflow_partition --archives prints the plan)"
@@ -97,3 +103,44 @@ def test_archives_of_a_history_partitioned_before_they_could_be(database_url: st
     assert _archive_kind(database_url) == "p"
     status = manage(database_url, "pgflow_partition", "--status")
     assert status.stdout.splitlines()[-1] == "queue archives: 1 of 1 partitioned"
+
+
+def test_partitioning_the_archive_under_a_draining_worker_loses_and_repeats_nothing(
+    database_url: str,
+) -> None:
+    _partition_as_migration_0031_did(database_url)
+    runs = 3000
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "select count(*) from pgflow.start_flows('cmd_greet',"
+            " (select jsonb_agg(jsonb_build_object('name', g)) from generate_series(1, %s) as g))",
+            [runs],
+        )
+    worker = Background(
+        lambda: manage(database_url, "pgflow_worker", "--flow", "cmd_greet", "--until-empty", timeout=300)
+    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        workers.wait_until(
+            lambda: conn.execute("select count(*) from pgmq.a_cmd_greet").fetchone() != (0,),
+            60,
+            "the worker's first completions",
+        )
+    applied = manage(database_url, "pgflow_partition", "--archives", "--yes")
+    assert applied.returncode == 0, applied.stderr
+    finished = worker.result(timeout=300)
+    assert finished.returncode == 0, finished.stderr
+    with psycopg.connect(database_url) as conn:
+        statuses = conn.execute("select status, count(*) from pgflow.runs group by status").fetchall()
+        archived = conn.execute("select count(*), count(distinct msg_id) from pgmq.a_cmd_greet").fetchone()
+        unmatched = conn.execute(
+            "select count(*) from pgflow.step_tasks as t"
+            " where not exists (select 1 from pgmq.a_cmd_greet as a where a.msg_id = t.message_id)"
+        ).fetchone()
+        live = conn.execute("select count(*) from pgmq.q_cmd_greet").fetchone()
+        attempts = conn.execute("select max(attempts_count) from pgflow.step_tasks").fetchone()
+    assert statuses == [("completed", runs)]
+    assert archived is not None and archived[0] == archived[1] == 2 * runs, (
+        "every task's message archived once"
+    )
+    assert unmatched == (0,) and live == (0,) and attempts == (1,)
+    assert _archive_kind(database_url) == "p"

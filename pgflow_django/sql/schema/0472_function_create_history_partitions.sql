@@ -36,16 +36,6 @@ begin
   if v_interval is null then
     return 0;
   end if;
-  if v_archives then
-    for v_queue in
-      select e.queue_name from pgflow.engine_queues() as e(queue_name)
-       where to_regclass(format('pgmq.%I', pgmq.format_table_name(e.queue_name, 'a'))) is not null
-       order by e.queue_name
-    loop
-      perform pgflow.partition_queue_archive(v_queue, wait => false);
-      perform pgflow.create_archive_partitions(v_queue, since, through);
-    end loop;
-  end if;
   v_start := date_bin(v_interval, least(now(), coalesce(since, now())), timestamptz '2000-01-03 00:00:00+00');
   v_last := greatest(date_bin(v_interval, now(), timestamptz '2000-01-03 00:00:00+00') + v_interval * v_ahead,
                      date_bin(v_interval, coalesce(through, v_start), timestamptz '2000-01-03 00:00:00+00'));
@@ -56,7 +46,7 @@ begin
     v_start := v_start + v_interval;
   end loop;
   if cardinality(v_missing) = 0 or not pg_try_advisory_xact_lock(hashtext('pgflow.create_history_partitions')) then
-    return 0;
+    v_missing := '{}';
   end if;
 
   foreach v_start in array v_missing loop
@@ -97,6 +87,18 @@ begin
     execute format('alter table pgflow.%I add constraint %I foreign key (run_id, step_slug) references pgflow.%I (run_id, step_slug)',
                    'step_tasks_' || v_suffix, 'step_tasks_' || v_suffix || '_run_id_step_slug_fkey', 'step_states_' || v_suffix);
   end loop;
+
+  -- the archives after the history tables, the order in which every writer takes them
+  if v_archives then
+    for v_queue in
+      select e.queue_name from pgflow.engine_queues() as e(queue_name)
+       where to_regclass(format('pgmq.%I', pgmq.format_table_name(e.queue_name, 'a'))) is not null
+       order by e.queue_name
+    loop
+      perform pgflow.partition_queue_archive(v_queue, wait => false);
+      perform pgflow.create_archive_partitions(v_queue, since, through);
+    end loop;
+  end if;
   return v_created;
 end;
 $$;

@@ -38,6 +38,9 @@ begin
       return false;
     end;
   end if;
+  if (select c.relkind from pg_class as c where c.oid = to_regclass(format('pgmq.%I', v_archive))) <> 'r' then
+    return false;  -- partitioned by another caller while this one waited for the lock
+  end if;
 
   execute format('select max(archived_at) from pgmq.%I', v_archive) into v_newest;
   execute format('alter table pgmq.%I rename to %I', v_archive, v_archive || '_old');

@@ -124,3 +124,24 @@ def test_retention_drops_an_old_partition_after_an_archiving_transaction_commits
         result = job.result()
         assert result is not None and result[0]["archived_messages"] == 1
         assert _archived(observer, flow) == {held}
+
+
+def test_two_callers_at_once_partition_the_archive_once(database: dict[str, Any]) -> None:
+    first, second, observer = (_connect(database) for _ in range(3))
+    with first, second, observer:
+        flow = FLOWS[0]
+        with first.transaction():
+            assert first.execute("select pgflow.partition_queue_archive(%s)", [flow]).fetchone() == (True,)
+            job = Background(
+                lambda: second.execute("select pgflow.partition_queue_archive(%s)", [flow]).fetchone()
+            )
+            assert wait_for_lock_wait(observer, backend_pid(second), job) == "relation"
+        assert job.result() == (False,), "the second caller finds it partitioned once it has the lock"
+        nested = observer.execute(
+            "select count(*) from pg_inherits as i join pg_class as c on c.oid = i.inhrelid"
+            " where i.inhparent = to_regclass(%s) and c.relkind = 'p'",
+            [f"pgmq.a_{flow}"],
+        ).fetchone()
+        assert nested == (0,)
+        msg_id = _archive_one(observer, flow)
+        assert _archived(observer, flow) == {msg_id}
