@@ -31,8 +31,7 @@ class Command(PgflowCommand):
   manage.py pgflow_partition                          the plan, nothing changed
   manage.py pgflow_partition --interval-days 7 --yes  weekly partitions, applied
   manage.py pgflow_partition --status                 how it is partitioned
-  manage.py pgflow_partition --archives --yes         the queue archives too, on a history
-                                                      partitioned before they could be
+  manage.py pgflow_partition --archives --yes         the queue archives, later
 
 exit codes: 0 done (or plan printed); 1 already partitioned or another error; 2 bad arguments
 """

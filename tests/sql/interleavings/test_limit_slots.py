@@ -191,3 +191,75 @@ def test_the_recovery_sweep_wakes_waiters_only_after_its_exhaustions_wait_for_me
         assert dict(sweep.result()) == {"requeued": 0, "permanently_stalled": 1}
         assert _started(observer) == [("x", 1)]
         check_invariants(observer)
+
+
+def test_a_waiter_whose_message_a_read_holds_is_passed_over_for_the_next_one() -> None:
+    """A read locks the newest version of a message before it checks its visibility, and keeps the lock
+    of one it then finds hidden until its claim commits. A completion freeing a slot meanwhile cannot
+    make that waiter's message visible: it wakes the key's next waiter instead, and leaves the first
+    one unwoken, so the key's next freed slot wakes it (marked woken with its message still hidden, it
+    was passed over until its deferral ended)."""
+    with sessions(FLOW) as (first, second, observer):
+        (run_a, msg_a), (run_w1, msg_w1), (_, msg_w2) = _setup(observer, ["x", "x", "x"])
+        assert claim(observer, FLOW, [msg_a], uuid.uuid4()) == [("claimed", msg_a, 1)]
+        assert claim(observer, FLOW, [msg_w1], uuid.uuid4()) == [("deferred", msg_w1, None)]
+        assert claim(observer, FLOW, [msg_w2], uuid.uuid4()) == [("deferred", msg_w2, None)]
+        table = observer.execute("select pgmq.format_table_name(%s, 'q')", [FLOW.lower()]).fetchone()
+        assert table is not None
+        # the first waiter's deferral ends, and a claim reads it again and defers it again
+        observer.execute(f'update pgmq."{table[0]}" set vt = clock_timestamp() where msg_id = %s', [msg_w1])
+        second.execute("begin")
+        with first.transaction():
+            assert claim(first, FLOW, [msg_w1], uuid.uuid4()) == [("deferred", msg_w1, None)]
+            # a read that saw the message visible waits for that claim, then finds it hidden
+            read = Background(
+                lambda: second.execute(
+                    f'select msg_id from pgmq."{table[0]}" where msg_id = %s and vt <= clock_timestamp()'
+                    " for update",
+                    [msg_w1],
+                ).fetchall()
+            )
+            assert wait_for_lock_wait(observer, backend_pid(second), read) in {"transactionid", "tuple"}
+        assert read.result() == [], "the read found the message hidden, and keeps its lock"
+
+        observer.execute("select pgflow.complete_task(%s, 'a', 0, 1, '1'::jsonb)", [run_a])
+
+        visible = live(observer, FLOW)
+        assert visible[msg_w2] <= 0, "the slot went to the key's next waiter"
+        assert visible[msg_w1] > 0
+        woken = observer.execute(
+            "select woken_at is not null from pgflow.limit_waits where run_id = %s", [run_w1]
+        ).fetchone()
+        assert woken == (False,), "the waiter whose message the read held stays unwoken"
+        second.execute("commit")
+        assert claim(observer, FLOW, [msg_w2], uuid.uuid4()) == [("claimed", msg_w2, 1)]
+        run_w2 = observer.execute("select run_id from pgflow.step_tasks where message_id = %s", [msg_w2])
+        row = run_w2.fetchone()
+        assert row is not None
+        observer.execute("select pgflow.complete_task(%s, 'a', 0, 1, '1'::jsonb)", [row[0]])
+        assert live(observer, FLOW)[msg_w1] <= 0, "the key's next freed slot woke it"
+        assert claim(observer, FLOW, [msg_w1], uuid.uuid4()) == [("claimed", msg_w1, 1)]
+        check_invariants(observer)
+
+
+def test_a_release_whose_only_waiter_a_read_holds_leaves_it_to_the_recovery_sweep() -> None:
+    with sessions(FLOW) as (first, second, observer):
+        (run_a, msg_a), (run_w, msg_w) = _setup(observer, ["x", "x"])
+        assert claim(observer, FLOW, [msg_a], uuid.uuid4()) == [("claimed", msg_a, 1)]
+        assert claim(observer, FLOW, [msg_w], uuid.uuid4()) == [("deferred", msg_w, None)]
+        table = observer.execute("select pgmq.format_table_name(%s, 'q')", [FLOW.lower()]).fetchone()
+        assert table is not None
+        with first.transaction():
+            first.execute(f'select msg_id from pgmq."{table[0]}" where msg_id = %s for update', [msg_w])
+            second.execute("select pgflow.complete_task(%s, 'a', 0, 1, '1'::jsonb)", [run_a])
+        assert live(observer, FLOW)[msg_w] > 0
+        woken = observer.execute(
+            "select woken_at from pgflow.limit_waits where run_id = %s", [run_w]
+        ).fetchone()
+        assert woken == (None,), "not marked woken while its message stayed hidden"
+
+        observer.execute("select * from pgflow.requeue_stalled_tasks()")
+
+        assert live(observer, FLOW)[msg_w] <= 0, "the sweep woke the waiter of the unused slot"
+        assert claim(observer, FLOW, [msg_w], uuid.uuid4()) == [("claimed", msg_w, 1)]
+        check_invariants(observer)
