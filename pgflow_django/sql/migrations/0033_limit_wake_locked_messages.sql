@@ -22,8 +22,8 @@
 -- free. (Without the wait, a slot freed while a claim deferred the key's only waiter wakes nobody and
 -- stays unused until that deferral ends.) A claim holds the messages it read while it waits for a
 -- key row, so only a caller that waits for no message row afterwards may pass true; the other paths
--- (failures, cancels, recovery) release without it. A waiter whose wait row or message another
--- transaction holds is passed over for the key's next one (see below).
+-- (failures, cancels, recovery) release without it. A waiter whose message another transaction
+-- holds is passed over for the key's next one (see below).
 create or replace function pgflow.release_limit_slots(run_ids uuid[], wait_for_claims boolean default false)
 returns integer
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -140,11 +140,15 @@ begin
        where u.n > 0
     ) as u;
 
-  -- A waiter is woken only with its message locked here (pgflow.lock_waiting_messages): a message
-  -- another transaction holds cannot be made visible now, and marked woken with its message still
-  -- hidden, the waiter was passed over by the key's next freed slot and by the sweep until its
-  -- deferral ended. Its slot goes to the key's next waiter instead, tried in the next round (at
-  -- most three); a waiter left out stays unwoken for the next release or sweep to wake.
+  -- A waiter is woken only with its message locked here (pgflow.lock_waiting_messages), and its
+  -- wait row is locked only then: a message another transaction holds cannot be made visible now,
+  -- and marked woken with its message still hidden, the waiter was passed over by the key's next
+  -- freed slot and by the sweep until its deferral ended. Its slot goes to the key's next waiter
+  -- instead, tried in the next round (at most three); a waiter left out stays unwoken for the next
+  -- release or sweep to wake. The wait row of a queued task is written only by the holder of its
+  -- message (a claim deferring or taking the task, or this), so two releases share a key's waiters
+  -- without waiting for each other, and a claim holding a waiter's message never waits for a wait
+  -- row this transaction locked.
   for v_round in 1..3 loop
     exit when v_key_slots is null or not exists (select 1 from unnest(v_key_slots) as n where n > 0);
     select array_agg(x.row_id order by k.key_no, x.deferred_at, x.message_id),
@@ -166,7 +170,6 @@ begin
                 limit 1) is not null
         order by x.deferred_at, x.message_id
         limit k.n
-          for update skip locked
      ) as x
      where k.n > 0;
     exit when v_rows is null;
@@ -179,11 +182,13 @@ begin
              array(select c.msg_id from unnest(v_queues, v_msgs) as c(queue_name, msg_id)
                     where c.queue_name = q.queue_name))) as m(msg_id);
 
+    -- a wait row another release woke, or a claim deferred again, since it was read above has a
+    -- new version (its row id no longer matches) and is left for the next round's waiter
     with woken as (
       update pgflow.limit_waits as w
          set visible_at = v_now, woken_at = v_now
         from unnest(v_rows, v_queues, v_msgs, v_key_nos) as c(row_id, queue_name, msg_id, key_no)
-       where w.ctid = c.row_id
+       where w.ctid = c.row_id and w.woken_at is null and w.visible_at > v_now
          and exists (select 1 from unnest(v_locked_queues, v_locked_msgs) as l(queue_name, msg_id)
                       where l.queue_name = c.queue_name and l.msg_id = c.msg_id)
       returning w.queue_name, w.message_id, c.key_no

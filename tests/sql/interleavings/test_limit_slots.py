@@ -263,3 +263,31 @@ def test_a_release_whose_only_waiter_a_read_holds_leaves_it_to_the_recovery_swee
         assert live(observer, FLOW)[msg_w] <= 0, "the sweep woke the waiter of the unused slot"
         assert claim(observer, FLOW, [msg_w], uuid.uuid4()) == [("claimed", msg_w, 1)]
         check_invariants(observer)
+
+
+def test_two_releases_of_one_key_share_its_waiters_without_waiting_for_each_other() -> None:
+    """A failure (which does not wait for claims) frees a slot and wakes the key's oldest waiter, not
+    yet committed; a completion freeing the key's other slot meanwhile finds that waiter's message
+    held, passes it over and wakes the next one, without waiting: each slot wakes one waiter."""
+    limits = [{"kind": "concurrency", "key_source": "input", "key_field": "tenant", "amount": 2}]
+    with sessions(FLOW) as (first, second, observer):
+        (run_a, msg_a), (run_b, msg_b), (_, msg_w1), (_, msg_w2), (_, msg_w3) = _setup(observer, ["x"] * 5)
+        observer.execute("select pgflow.set_flow_limits(%s, %s::jsonb)", [FLOW, json.dumps(limits)])
+        assert claim(observer, FLOW, [msg_a, msg_b], uuid.uuid4()) == [
+            ("claimed", msg_a, 1),
+            ("claimed", msg_b, 1),
+        ]
+        for waiter in (msg_w1, msg_w2, msg_w3):
+            assert claim(observer, FLOW, [waiter], uuid.uuid4()) == [("deferred", waiter, None)]
+        with first.transaction():
+            first.execute("select pgflow.fail_task(%s, 'a', 0, 1, 'boom', 60)", [run_a])
+            second.execute("select pgflow.complete_task(%s, 'a', 0, 1, '1'::jsonb)", [run_b])
+            visible = live(observer, FLOW)
+            assert visible[msg_w2] <= 0 < visible[msg_w1], "the completion woke the next waiter at once"
+        visible = live(observer, FLOW)
+        assert visible[msg_w1] <= 0 and visible[msg_w2] <= 0 < visible[msg_w3], "one waiter per freed slot"
+        assert claim(observer, FLOW, [msg_w1, msg_w2], uuid.uuid4()) == [
+            ("claimed", msg_w1, 1),
+            ("claimed", msg_w2, 1),
+        ]
+        check_invariants(observer)
