@@ -40,6 +40,29 @@ def _setup(observer, tenants: list[str]) -> list[tuple[uuid.UUID, int]]:
     return found
 
 
+def _hold_back(observer, msg_ids: list[int]) -> None:
+    """Hide deferred waiters 30 s (their deferrals last 0.5 to 1.5 s), so that only a wake-up shows them."""
+    observer.execute(
+        "update pgflow.limit_waits set visible_at = clock_timestamp() + interval '30 s'"
+        " where message_id = any(%s)",
+        [msg_ids],
+    )
+    table = observer.execute("select pgmq.format_table_name(%s, 'q')", [FLOW.lower()]).fetchone()
+    assert table is not None
+    observer.execute(
+        f"update pgmq.\"{table[0]}\" set vt = clock_timestamp() + interval '30 s' where msg_id = any(%s)",
+        [msg_ids],
+    )
+
+
+def _woken(observer, msg_id: int) -> bool:
+    row = observer.execute(
+        "select woken_at is not null from pgflow.limit_waits where message_id = %s", [msg_id]
+    ).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
 def _started(observer) -> list[tuple[str, int]]:
     rows = observer.execute(
         "select r.input ->> 'tenant', t.attempts_count from pgflow.step_tasks as t"
@@ -204,10 +227,13 @@ def test_a_waiter_whose_message_a_read_holds_is_passed_over_for_the_next_one() -
         assert claim(observer, FLOW, [msg_a], uuid.uuid4()) == [("claimed", msg_a, 1)]
         assert claim(observer, FLOW, [msg_w1], uuid.uuid4()) == [("deferred", msg_w1, None)]
         assert claim(observer, FLOW, [msg_w2], uuid.uuid4()) == [("deferred", msg_w2, None)]
+        _hold_back(observer, [msg_w2])
         table = observer.execute("select pgmq.format_table_name(%s, 'q')", [FLOW.lower()]).fetchone()
         assert table is not None
-        # the first waiter's deferral ends, and a claim reads it again and defers it again
+        # the first waiter's deferral ends, and a claim reads it again and defers it again (its fifth
+        # deferral: 8 s or more)
         observer.execute(f'update pgmq."{table[0]}" set vt = clock_timestamp() where msg_id = %s', [msg_w1])
+        observer.execute("update pgflow.limit_waits set deferrals = 4 where message_id = %s", [msg_w1])
         second.execute("begin")
         with first.transaction():
             assert claim(first, FLOW, [msg_w1], uuid.uuid4()) == [("deferred", msg_w1, None)]
@@ -225,7 +251,7 @@ def test_a_waiter_whose_message_a_read_holds_is_passed_over_for_the_next_one() -
         observer.execute("select pgflow.complete_task(%s, 'a', 0, 1, '1'::jsonb)", [run_a])
 
         visible = live(observer, FLOW)
-        assert visible[msg_w2] <= 0, "the slot went to the key's next waiter"
+        assert visible[msg_w2] <= 0 and _woken(observer, msg_w2), "the slot went to the key's next waiter"
         assert visible[msg_w1] > 0
         woken = observer.execute(
             "select woken_at is not null from pgflow.limit_waits where run_id = %s", [run_w1]
@@ -247,6 +273,7 @@ def test_a_release_whose_only_waiter_a_read_holds_leaves_it_to_the_recovery_swee
         (run_a, msg_a), (run_w, msg_w) = _setup(observer, ["x", "x"])
         assert claim(observer, FLOW, [msg_a], uuid.uuid4()) == [("claimed", msg_a, 1)]
         assert claim(observer, FLOW, [msg_w], uuid.uuid4()) == [("deferred", msg_w, None)]
+        _hold_back(observer, [msg_w])
         table = observer.execute("select pgmq.format_table_name(%s, 'q')", [FLOW.lower()]).fetchone()
         assert table is not None
         with first.transaction():
@@ -260,7 +287,7 @@ def test_a_release_whose_only_waiter_a_read_holds_leaves_it_to_the_recovery_swee
 
         observer.execute("select * from pgflow.requeue_stalled_tasks()")
 
-        assert live(observer, FLOW)[msg_w] <= 0, "the sweep woke the waiter of the unused slot"
+        assert live(observer, FLOW)[msg_w] <= 0 and _woken(observer, msg_w), "the sweep woke the waiter"
         assert claim(observer, FLOW, [msg_w], uuid.uuid4()) == [("claimed", msg_w, 1)]
         check_invariants(observer)
 
@@ -279,11 +306,13 @@ def test_two_releases_of_one_key_share_its_waiters_without_waiting_for_each_othe
         ]
         for waiter in (msg_w1, msg_w2, msg_w3):
             assert claim(observer, FLOW, [waiter], uuid.uuid4()) == [("deferred", waiter, None)]
+        _hold_back(observer, [msg_w1, msg_w2, msg_w3])
         with first.transaction():
             first.execute("select pgflow.fail_task(%s, 'a', 0, 1, 'boom', 60)", [run_a])
             second.execute("select pgflow.complete_task(%s, 'a', 0, 1, '1'::jsonb)", [run_b])
             visible = live(observer, FLOW)
             assert visible[msg_w2] <= 0 < visible[msg_w1], "the completion woke the next waiter at once"
+            assert _woken(observer, msg_w2)
         visible = live(observer, FLOW)
         assert visible[msg_w1] <= 0 and visible[msg_w2] <= 0 < visible[msg_w3], "one waiter per freed slot"
         assert claim(observer, FLOW, [msg_w1, msg_w2], uuid.uuid4()) == [
