@@ -40,6 +40,12 @@ def _setup(observer, tenants: list[str]) -> list[tuple[uuid.UUID, int]]:
     return found
 
 
+def _queue_table(observer) -> str:
+    row = observer.execute("select pgmq.format_table_name(%s, 'q')", [FLOW.lower()]).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 def _hold_back(observer, msg_ids: list[int]) -> None:
     """Hide deferred waiters 30 s (their deferrals last 0.5 to 1.5 s), so that only a wake-up shows them."""
     observer.execute(
@@ -47,10 +53,9 @@ def _hold_back(observer, msg_ids: list[int]) -> None:
         " where message_id = any(%s)",
         [msg_ids],
     )
-    table = observer.execute("select pgmq.format_table_name(%s, 'q')", [FLOW.lower()]).fetchone()
-    assert table is not None
     observer.execute(
-        f"update pgmq.\"{table[0]}\" set vt = clock_timestamp() + interval '30 s' where msg_id = any(%s)",
+        f"update pgmq.\"{_queue_table(observer)}\" set vt = clock_timestamp() + interval '30 s'"
+        " where msg_id = any(%s)",
         [msg_ids],
     )
 
@@ -223,16 +228,15 @@ def test_a_waiter_whose_message_a_read_holds_is_passed_over_for_the_next_one() -
     one unwoken, so the key's next freed slot wakes it (marked woken with its message still hidden, it
     was passed over until its deferral ended)."""
     with sessions(FLOW) as (first, second, observer):
-        (run_a, msg_a), (run_w1, msg_w1), (_, msg_w2) = _setup(observer, ["x", "x", "x"])
+        (run_a, msg_a), (_, msg_w1), (_, msg_w2) = _setup(observer, ["x", "x", "x"])
         assert claim(observer, FLOW, [msg_a], uuid.uuid4()) == [("claimed", msg_a, 1)]
         assert claim(observer, FLOW, [msg_w1], uuid.uuid4()) == [("deferred", msg_w1, None)]
         assert claim(observer, FLOW, [msg_w2], uuid.uuid4()) == [("deferred", msg_w2, None)]
         _hold_back(observer, [msg_w2])
-        table = observer.execute("select pgmq.format_table_name(%s, 'q')", [FLOW.lower()]).fetchone()
-        assert table is not None
+        table = _queue_table(observer)
         # the first waiter's deferral ends, and a claim reads it again and defers it again (its fifth
         # deferral: 8 s or more)
-        observer.execute(f'update pgmq."{table[0]}" set vt = clock_timestamp() where msg_id = %s', [msg_w1])
+        observer.execute(f'update pgmq."{table}" set vt = clock_timestamp() where msg_id = %s', [msg_w1])
         observer.execute("update pgflow.limit_waits set deferrals = 4 where message_id = %s", [msg_w1])
         second.execute("begin")
         with first.transaction():
@@ -240,7 +244,7 @@ def test_a_waiter_whose_message_a_read_holds_is_passed_over_for_the_next_one() -
             # a read that saw the message visible waits for that claim, then finds it hidden
             read = Background(
                 lambda: second.execute(
-                    f'select msg_id from pgmq."{table[0]}" where msg_id = %s and vt <= clock_timestamp()'
+                    f'select msg_id from pgmq."{table}" where msg_id = %s and vt <= clock_timestamp()'
                     " for update",
                     [msg_w1],
                 ).fetchall()
@@ -253,10 +257,7 @@ def test_a_waiter_whose_message_a_read_holds_is_passed_over_for_the_next_one() -
         visible = live(observer, FLOW)
         assert visible[msg_w2] <= 0 and _woken(observer, msg_w2), "the slot went to the key's next waiter"
         assert visible[msg_w1] > 0
-        woken = observer.execute(
-            "select woken_at is not null from pgflow.limit_waits where run_id = %s", [run_w1]
-        ).fetchone()
-        assert woken == (False,), "the waiter whose message the read held stays unwoken"
+        assert not _woken(observer, msg_w1), "the waiter whose message the read held stays unwoken"
         second.execute("commit")
         assert claim(observer, FLOW, [msg_w2], uuid.uuid4()) == [("claimed", msg_w2, 1)]
         run_w2 = observer.execute("select run_id from pgflow.step_tasks where message_id = %s", [msg_w2])
@@ -270,20 +271,17 @@ def test_a_waiter_whose_message_a_read_holds_is_passed_over_for_the_next_one() -
 
 def test_a_release_whose_only_waiter_a_read_holds_leaves_it_to_the_recovery_sweep() -> None:
     with sessions(FLOW) as (first, second, observer):
-        (run_a, msg_a), (run_w, msg_w) = _setup(observer, ["x", "x"])
+        (run_a, msg_a), (_, msg_w) = _setup(observer, ["x", "x"])
         assert claim(observer, FLOW, [msg_a], uuid.uuid4()) == [("claimed", msg_a, 1)]
         assert claim(observer, FLOW, [msg_w], uuid.uuid4()) == [("deferred", msg_w, None)]
         _hold_back(observer, [msg_w])
-        table = observer.execute("select pgmq.format_table_name(%s, 'q')", [FLOW.lower()]).fetchone()
-        assert table is not None
         with first.transaction():
-            first.execute(f'select msg_id from pgmq."{table[0]}" where msg_id = %s for update', [msg_w])
+            first.execute(
+                f'select msg_id from pgmq."{_queue_table(observer)}" where msg_id = %s for update', [msg_w]
+            )
             second.execute("select pgflow.complete_task(%s, 'a', 0, 1, '1'::jsonb)", [run_a])
         assert live(observer, FLOW)[msg_w] > 0
-        woken = observer.execute(
-            "select woken_at from pgflow.limit_waits where run_id = %s", [run_w]
-        ).fetchone()
-        assert woken == (None,), "not marked woken while its message stayed hidden"
+        assert not _woken(observer, msg_w), "not marked woken while its message stayed hidden"
 
         observer.execute("select * from pgflow.requeue_stalled_tasks()")
 
