@@ -95,6 +95,7 @@ class ClaimRow(NamedTuple):
     input: str | None
     outcome: str | None
     stale_flows: list[str] | None
+    priority: int | None
 
 
 _CLAIM_READ: Final = """
@@ -113,7 +114,7 @@ with stale as materialized (
            limit %(qty)s
              for update skip locked) as visible
    where m.msg_id = visible.msg_id
-  returning m.msg_id
+  returning m.msg_id, pgflow.message_priority(m.headers) as priority
 ), ids as (
   select coalesce(array_agg(msg_id order by msg_id), '{{}}'::bigint[]) as arr, count(*) as n from msgs
 ), next_visible as (
@@ -126,7 +127,7 @@ with stale as materialized (
 )
 select ids.n as read_count, next_visible.seconds as next_visible,
        t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input::text as input,
-       t.outcome, stale.flows as stale_flows
+       t.outcome, stale.flows as stale_flows, read.priority
 from ids cross join next_visible cross join stale
 left join lateral """
 """Read and claim in one statement: one round trip, and a crash in between leaves nothing hidden.
@@ -145,6 +146,8 @@ the earliest hidden message (a retry or start delay) becomes visible, from the q
 (the first entry not just read), so its cost does not grow with the backlog: notifications fire on insert
 only, so a delayed message needs a timed read to be picked up on time.
 
+Each task row carries its message's priority, so the worker runs what it holds in the claim's order.
+
 ``stale`` lists the worker's flows whose generation in ``pgflow.flows`` is no longer the one it compiled
 against (replaced or recompiled since): then nothing is read. The check and the read share the
 statement's snapshot, and a replaced flow's new messages are written by transactions that commit after
@@ -157,7 +160,12 @@ The statement ends where the two claims differ: which function turns the read me
 
 
 def _claim(name: str, start_tasks: str) -> Query[ClaimRow]:
-    return Query(name, f"{_CLAIM_READ}{start_tasks} as t\n       on cardinality(ids.arr) > 0\n", ClaimRow)
+    return Query(
+        name,
+        f"{_CLAIM_READ}{start_tasks} as t\n       on cardinality(ids.arr) > 0\n"
+        "left join msgs as read on read.msg_id = t.message_id\n",
+        ClaimRow,
+    )
 
 
 CLAIM: Final = _claim("claim", "pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s, %(step)s)")
@@ -403,6 +411,12 @@ RELEASE_TASKS: Final = _value(
 )
 """Give claims back (attempt returned, message visible now); how many were still held."""
 
+RETURN_UNSTARTED_TASKS: Final = _value(
+    "return_unstarted_tasks",
+    "select count(*) as value from pgflow.return_unstarted_tasks(%s::jsonb) where outcome = 'returned'",
+)
+"""Give back claims no handler started (attempt returned, message visible now); how many were held."""
+
 COMPLETE_TASKS: Final = Query(
     "complete_tasks",
     "select run_id, step_slug, task_index, outcome from pgflow.complete_tasks(%s::jsonb)",
@@ -422,18 +436,24 @@ class HandOffRow(NamedTuple):
     task_index: int
     attempt: int | None
     input: str | None
+    priority: int | None
 
 
 COMPLETE_AND_HAND_OFF: Final = Query(
     "complete_and_hand_off",
     "select c.outcome, c.message_id, c.flow_slug, c.run_id, c.step_slug, c.task_index, c.attempt,"
-    " c.input::text as input"
+    " c.input::text as input,"
+    " case when c.outcome = 'claimed' then (select coalesce(r.priority, s.opt_priority, f.opt_priority, 0)"
+    " from pgflow.runs as r join pgflow.flows as f on f.flow_slug = r.flow_slug"
+    " join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = c.step_slug"
+    " where r.run_id = c.run_id) end as priority"
     " from pgflow.complete_and_hand_off(%(items)s::jsonb, %(queue)s, %(worker)s, %(flows)s::text[],"
     " %(steps)s::text[], %(gens)s::bigint[], %(slots)s) as c",
     HandOffRow,
 )
 """Complete a batch and take, for this worker, the tasks it made ready on its queue (direct hand-off):
-the next step of a chain starts without a notification, a read and a claim."""
+the next step of a chain starts without a notification, a read and a claim. A handed task's priority
+is its message's (the run's, else the step's, else the flow's), for the order the worker runs them in."""
 
 COMPLETE_TASK: Final = _value(
     "complete_task", "select pgflow.complete_task(%s, %s, %s, %s, %s::jsonb) as value"

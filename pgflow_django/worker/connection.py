@@ -133,6 +133,8 @@ class ClaimedTask:
     """The queue the message was read from ('' means the flow's default queue)."""
     input_error: str | None = None
     """Why ``input`` could not be decoded (then None): the task fails alone, without a retry."""
+    priority: int = 0
+    """Its message's claim priority: held tasks wait for a thread in this order (higher first)."""
 
     @property
     def key(self) -> tuple[uuid.UUID, str, int]:
@@ -378,20 +380,17 @@ class Engine:
             return int(queries.value(cursor, queries.CREATE_HISTORY_PARTITIONS))
 
     def release(self, tasks: Sequence[ClaimedTask]) -> int:
-        """Give claims back: each task still held is queued again with its attempt returned and its
+        """Give claims back: each task still held (with an attempt left) is queued again and its
         message visible now, so another worker takes it without waiting for stalled recovery."""
         if not tasks:
             return 0
-        items = [
-            {
-                "run_id": str(t.run_id),
-                "step_slug": t.step_slug,
-                "task_index": t.task_index,
-                "attempt": t.attempt,
-            }
-            for t in tasks
-        ]
-        return int(self._value(queries.RELEASE_TASKS, [json.dumps(items)]))
+        return int(self._value(queries.RELEASE_TASKS, [_claim_items(tasks)]))
+
+    def return_unstarted(self, tasks: Sequence[ClaimedTask]) -> int:
+        """Give back claims whose handler never started: queued again, their attempts returned."""
+        if not tasks:
+            return 0
+        return int(self._value(queries.RETURN_UNSTARTED_TASKS, [_claim_items(tasks)]))
 
     # -- completer -----------------------------------------------------------------------------
 
@@ -495,6 +494,22 @@ def _claimed_task(row: queries.ClaimRow | queries.HandOffRow, queue: str) -> Cla
         input=value,
         queue=queue,
         input_error=problem,
+        priority=row.priority or 0,
+    )
+
+
+def _claim_items(tasks: Sequence[ClaimedTask]) -> str:
+    """The JSON array of claims (task key and attempt) that giving claims back takes."""
+    return json.dumps(
+        [
+            {
+                "run_id": str(t.run_id),
+                "step_slug": t.step_slug,
+                "task_index": t.task_index,
+                "attempt": t.attempt,
+            }
+            for t in tasks
+        ]
     )
 
 

@@ -39,6 +39,13 @@ class TaskBudget:
             self._reserved -= reserved
             self._claimed += claimed
 
+    def give_back(self, count: int) -> None:
+        """``count`` claimed tasks went back to the queue unrun: they no longer count."""
+        if self.limit is None:
+            return
+        with self._lock:
+            self._claimed -= count
+
     @property
     def spent(self) -> bool:
         with self._lock:

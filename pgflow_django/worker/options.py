@@ -21,7 +21,8 @@ class WorkerOptions:
     concurrency: int = _DEFAULT["concurrency"]
     batch_size: int = _DEFAULT["batch_size"]
     prefetch: int = _DEFAULT["prefetch"]
-    """Tasks held while handlers are short (at most; never fewer than ``concurrency``)."""
+    """Tasks held while handlers are short (at most; never fewer than ``concurrency``). Off (0) when
+    the concurrency or the batch size was chosen (flag or setting) and the prefetch was not."""
     poll_interval: float = _DEFAULT["poll_interval"]
     max_poll_seconds: float = _DEFAULT["max_poll_seconds"]
     shutdown_timeout: float = _DEFAULT["shutdown_timeout"]
@@ -62,7 +63,11 @@ class WorkerOptions:
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise TypeError(f"unknown worker option(s): {', '.join(unknown)}")
-        values.update({key: value for key, value in overrides.items() if value is not None})
+        given = {key: value for key, value in overrides.items() if value is not None}
+        values.update(given)
+        chosen = set(given) | {setting.option for setting in SETTINGS if setting.key in _user_keys()}
+        if "prefetch" not in chosen and chosen & {"concurrency", "batch_size"}:
+            values["prefetch"] = 0  # threads or batch size chosen explicitly: honoured exactly
         options = cls(**values)
         options.validate()
         return options
@@ -96,3 +101,10 @@ class WorkerOptions:
     def max_connections(self) -> int:
         """Engine + completer + listener, plus one Django connection per handler thread."""
         return self.concurrency + 3
+
+
+def _user_keys() -> set[str]:
+    """The ``PGFLOW`` keys the project set itself (a default is not a choice)."""
+    from django.conf import settings
+
+    return set(getattr(settings, "PGFLOW", {}) or {})

@@ -57,6 +57,10 @@ CLAIM_COALESCE_SECONDS = 0.001
 by one, and claiming each alone would spend a round trip per task (a third of the throughput)."""
 DELAYED_MESSAGE_SLACK = 0.005
 """Read a delayed message this long after it becomes visible, not a hair before."""
+HOLD_SECONDS = 0.5
+"""The longest a claimed task waits for a handler thread: then it goes back to the queue for any
+worker, with its attempt returned. Well inside the 2 s a claim's lease adds to the step's timeout, so
+a handler always starts with its whole timeout ahead of it."""
 BUDGET_WAIT_SECONDS = 0.05
 """A loop whose ``--max-tasks`` share is reserved by another queue's claim looks again this soon."""
 RECOVERY_WORDS = {
@@ -241,6 +245,7 @@ class QueueWorker:
             if (flow.slug, step.slug) in supported
             for dep in step.deps
         )
+        self.state.steps = frozenset(self.registration.support)
         self.engine.register(self.registration)
         self._registered = True
         self.completer = Completer(
@@ -266,7 +271,9 @@ class QueueWorker:
             self.listener.start()
         self.runner = Runner(self.flows, self.state, self.completer, opts.using)
         self.runner.observe = self.observe
-        self.pool = HandlerPool(opts.concurrency, self.runner.run, on_exit=self.runner.thread_done)
+        self.pool = HandlerPool(
+            opts.concurrency, self.runner.run, on_exit=self.runner.thread_done, priority=_priority
+        )
         logger.info(
             "worker %s started queue=%s %s concurrency=%d batch=%d database=%s%s "
             "(at most %d database connections)",
@@ -351,7 +358,9 @@ class QueueWorker:
                 if now >= next_schedules:
                     run_scheduler_pass(engine.conn)
                     next_schedules = now + SCHEDULER_PASS_INTERVAL
-                maintenance_at = min(next_heartbeat, next_stalled, next_schedules)
+                maintenance_at = min(
+                    next_heartbeat, next_stalled, next_schedules, self._hold_deadline(engine)
+                )
 
                 free = self.state.free_slots()
                 if free <= 0:
@@ -513,6 +522,45 @@ class QueueWorker:
                     )
                 self.state.stopping.wait(delay)
                 need_read = True
+
+    def _hold_deadline(self, engine: Engine) -> float:
+        """When the longest-waiting held task will have waited ``HOLD_SECONDS``; the tasks that
+        already have go back to the queue first."""
+        assert self.pool is not None
+        oldest = self.pool.oldest_wait()
+        if oldest is None:
+            return float("inf")
+        if time.monotonic() - oldest >= HOLD_SECONDS:
+            self._return_unstarted(engine)
+            oldest = self.pool.oldest_wait()
+        return float("inf") if oldest is None else oldest + HOLD_SECONDS
+
+    def _return_unstarted(self, engine: Engine) -> None:
+        """Give the tasks no thread took within ``HOLD_SECONDS`` back to the queue, where an idle
+        worker (or this one, once a thread is free) claims them; their steps no longer count as short."""
+        assert self.pool is not None
+        tasks = self.pool.withdraw(time.monotonic() - HOLD_SECONDS)
+        if not tasks:
+            return
+        self.state.slow_down({(task.flow_slug, task.step_slug) for task in tasks}, HOLD_SECONDS)
+        try:
+            returned = engine.return_unstarted(tasks)
+        except Exception:
+            for task in tasks:  # still ours: run them when a thread frees, or release them at shutdown
+                self.pool.submit(task)
+            raise
+        for task in tasks:
+            self.state.release(task)
+        self.budget.give_back(len(tasks))
+        self.observe.released(returned)
+        logger.info(
+            "returned %d task(s) no handler thread took within %.1fs to queue=%s msg_ids=%s",
+            returned,
+            HOLD_SECONDS,
+            self.queue,
+            ",".join(str(task.message_id) for task in tasks),
+            extra=self.observe.fields,
+        )
 
     def _stop_when_spent(self) -> bool:
         if not self.budget.spent:
@@ -739,6 +787,10 @@ class QueueWorker:
                     return None
                 time.sleep(backoff.next())
         return None
+
+
+def _priority(task: ClaimedTask) -> int:
+    return task.priority
 
 
 def describe_database(alias: str, params: dict[str, Any]) -> str:

@@ -5,12 +5,15 @@ wakes it at once (the pipeline refills the moment enough slots are free, not whe
 done). A freed slot wakes the loop only when it waits for slots and now has as many as it asked for:
 a wake-up per finished task was a large share of a short task's cost.
 
-Slots follow the handlers' pace: while recent handlers are short (``SHORT_HANDLER_SECONDS``), the
-worker holds up to ``prefetch`` tasks instead of ``capacity`` (the extra ones wait for a thread), and
-a claim reads as many: a no-op handler is done long before the next claim's round trip, so with
-``capacity`` slots the threads would mostly wait for the database. One slow handler ends it at once
-(the pace follows a slower handler immediately and a faster one gradually), so long handlers hold
-one task per thread, as without it.
+Slots follow the handlers' pace, learned per step: while every step the worker serves is known to be
+short (its recent handlers under ``SHORT_HANDLER_SECONDS``), the worker holds up to ``prefetch`` tasks
+instead of ``capacity`` (the extra ones wait for a thread), and a claim reads as many: a no-op handler
+is done long before the next claim's round trip, so with ``capacity`` slots the threads would mostly
+wait for the database. A step that has not finished a task yet is not known to be short, so the
+tasks a fast first step makes ready for a slow one are never held beyond the threads. One slow
+handler ends it at once (a step's pace follows a slower handler immediately and a faster one
+gradually), and the worker returns to the queue whatever waited for a thread too long
+(``QueueWorker``), marking those steps slow.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pgflow_django.worker.connection import ClaimedTask
 
 TaskKey = tuple[uuid.UUID, str, int]
+StepKey = tuple[str, str]
+"""(flow slug, step slug): the unit whose handlers' pace the worker learns."""
 
 SHORT_HANDLER_SECONDS = 0.005
 """Handlers faster than this (a claim's round trip on a busy server) leave threads idle between claims."""
@@ -31,12 +36,15 @@ PACE_WEIGHT = 0.1
 
 
 class WorkerState:
-    def __init__(self, capacity: int, prefetch: int = 0) -> None:
+    def __init__(self, capacity: int, prefetch: int = 0, steps: Iterable[StepKey] = ()) -> None:
         self.capacity = capacity
         self.prefetch = prefetch
         """Tasks held while handlers are short (no more than ``capacity`` when not above it)."""
-        self._pace: float | None = None
-        """Recent handler duration in seconds (None: none finished yet)."""
+        self.steps = frozenset(steps)
+        """The (flow, step) pairs whose tasks a claim or a hand-off may give this worker: all of them
+        must be known short before it holds more than a task per thread (none given: it never does)."""
+        self._pace: dict[StepKey, float] = {}
+        """Recent handler duration in seconds of each step that has finished a task here."""
         self._extra = 0
         """Slots beyond ``capacity`` granted by the pace."""
         self._cond = threading.Condition()
@@ -79,11 +87,24 @@ class WorkerState:
         """Messages a claim may read: ``batch_size``, or every held slot while handlers are short."""
         return max(batch_size, self.capacity + self._extra) if self._extra else batch_size
 
-    def _paced(self, seconds: float) -> None:
-        pace = self._pace
-        self._pace = seconds if pace is None or seconds > pace else pace + PACE_WEIGHT * (seconds - pace)
-        short = self._pace < SHORT_HANDLER_SECONDS
-        self._extra = max(0, self.prefetch - self.capacity) if short else 0
+    def _paced(self, step: StepKey, seconds: float) -> None:
+        pace = self._pace.get(step)
+        self._pace[step] = (
+            seconds if pace is None or seconds > pace else pace + PACE_WEIGHT * (seconds - pace)
+        )
+        self._extra = max(0, self.prefetch - self.capacity) if self._all_short() else 0
+
+    def _all_short(self) -> bool:
+        return bool(self.steps) and all(
+            self._pace.get(step, SHORT_HANDLER_SECONDS) < SHORT_HANDLER_SECONDS for step in self.steps
+        )
+
+    def slow_down(self, steps: Iterable[StepKey], seconds: float) -> None:
+        """Tasks of ``steps`` waited ``seconds`` for a thread: their handlers are not short, whatever
+        the ones that finished said (the slow ones have not finished yet)."""
+        with self._cond:
+            for step in steps:
+                self._paced(step, max(seconds, self._pace.get(step, 0.0)))
 
     def reserve(self, wanted: int) -> int:
         """Hold up to ``wanted`` free slots for a completion's hand-off (0 once stopping), so the
@@ -135,7 +156,7 @@ class WorkerState:
         """Give the task's slot back; ``seconds``: how long its handler took (the pace)."""
         with self._cond:
             if seconds is not None:
-                self._paced(seconds)
+                self._paced((task.flow_slug, task.step_slug), seconds)
             self._in_flight.pop(task.key, None)
             self._awaiting.discard(task.key)
             self._cancelled.pop(task.key, None)

@@ -201,6 +201,60 @@ def test_pool_shutdown_returns_what_no_thread_started_and_refuses_more() -> None
         pool.submit(9)
 
 
+def test_pool_runs_what_waits_for_a_thread_highest_priority_first_then_in_order() -> None:
+    gate = threading.Event()
+    ran: list[tuple[int, int]] = []
+
+    def run(item: tuple[int, int]) -> None:
+        gate.wait(5)
+        ran.append(item)
+
+    pool: HandlerPool[tuple[int, int]] = HandlerPool(1, run, priority=lambda item: item[0])
+    items = [(0, 0), (-5, 1), (0, 2), (10, 3), (-5, 4), (10, 5)]
+    pool.submit(items[0])
+    deadline = time.monotonic() + 5
+    while pool.oldest_wait() is not None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    for item in items[1:]:
+        pool.submit(item)
+    gate.set()
+    deadline = time.monotonic() + 5
+    while len(ran) < len(items) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ran[1:] == [(10, 3), (10, 5), (0, 2), (-5, 1), (-5, 4)], "the first one was already running"
+    pool.shutdown()
+
+
+def test_pool_withdraws_only_what_waited_long_enough_and_no_thread_started() -> None:
+    gate = threading.Event()
+    started: list[int] = []
+
+    def run(item: int) -> None:
+        started.append(item)
+        gate.wait(5)
+
+    pool: HandlerPool[int] = HandlerPool(1, run)
+    pool.submit(0)
+    pool.submit(1)
+    deadline = time.monotonic() + 5
+    while not started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    oldest = pool.oldest_wait()
+    assert oldest is not None
+    pool.submit(2)
+    assert pool.withdraw(oldest) == [], "nothing waited from before its oldest entry"
+    assert pool.withdraw(oldest + 1e-9) == [1]
+    assert pool.withdraw(time.monotonic() + 1) == [2]
+    assert pool.oldest_wait() is None
+    pool.submit(3)
+    gate.set()
+    deadline = time.monotonic() + 5
+    while len(started) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started == [0, 3], "a withdrawn item's wake-up finds nothing; the next one still runs"
+    assert pool.shutdown() == []
+
+
 def _completer(state: WorkerState, flush_ms: float) -> Completer:
     return Completer(Engine({}, "completer"), state, batch_size=100, flush_ms=flush_ms)
 

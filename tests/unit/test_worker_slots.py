@@ -1,4 +1,5 @@
-"""Slots that follow the handlers' pace, and the slots a completion reserves for a hand-off."""
+"""Slots that follow the handlers' pace (learned per step), and the slots a completion reserves for a
+hand-off."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from pgflow_django.worker.connection import ClaimedTask
 from pgflow_django.worker.slots import SHORT_HANDLER_SECONDS, WorkerState
 
 
-def task(index: int) -> ClaimedTask:
-    return ClaimedTask("f", uuid.UUID(int=index + 1), "step", 0, index, 1, None)
+def task(index: int, step: str = "step") -> ClaimedTask:
+    return ClaimedTask("f", uuid.UUID(int=index + 1), step, 0, index, 1, None)
 
 
 def test_short_handlers_let_the_worker_hold_its_prefetch_and_claim_as_many() -> None:
-    state = WorkerState(capacity=10, prefetch=100)
+    state = WorkerState(capacity=10, prefetch=100, steps=[("f", "step")])
     assert (state.free_slots(), state.batch_limit(10)) == (10, 10), "no handler has finished yet"
     state.take(task(0))
     state.release(task(0), SHORT_HANDLER_SECONDS / 10)
@@ -21,7 +22,7 @@ def test_short_handlers_let_the_worker_hold_its_prefetch_and_claim_as_many() -> 
 
 
 def test_one_slow_handler_brings_the_slots_back_to_one_per_thread() -> None:
-    state = WorkerState(capacity=10, prefetch=100)
+    state = WorkerState(capacity=10, prefetch=100, steps=[("f", "step")])
     for index in range(5):
         state.take(task(index))
         state.release(task(index), SHORT_HANDLER_SECONDS / 10)
@@ -34,14 +35,44 @@ def test_one_slow_handler_brings_the_slots_back_to_one_per_thread() -> None:
 
 
 def test_no_prefetch_above_the_capacity_changes_nothing() -> None:
-    state = WorkerState(capacity=100, prefetch=100)
+    state = WorkerState(capacity=100, prefetch=100, steps=[("f", "step")])
     state.take(task(0))
     state.release(task(0), 0.0)
     assert (state.free_slots(), state.batch_limit(100)) == (100, 100)
-    zero = WorkerState(capacity=4, prefetch=0)
+    zero = WorkerState(capacity=4, prefetch=0, steps=[("f", "step")])
     zero.take(task(0))
     zero.release(task(0), 0.0)
     assert (zero.free_slots(), zero.batch_limit(2)) == (4, 2)
+
+
+def test_a_fast_step_does_not_make_a_step_that_has_not_finished_a_task_short() -> None:
+    state = WorkerState(capacity=4, prefetch=100, steps=[("f", "fast"), ("f", "slow")])
+    for index in range(20):
+        state.take(task(index, "fast"))
+        state.release(task(index, "fast"), SHORT_HANDLER_SECONDS / 10)
+    assert (state.free_slots(), state.batch_limit(4)) == (4, 4), "the slow step's speed is unknown"
+    state.take(task(20, "slow"))
+    state.release(task(20, "slow"), 1.0)
+    for index in range(21, 60):
+        state.take(task(index, "fast"))
+        state.release(task(index, "fast"), SHORT_HANDLER_SECONDS / 10)
+    assert state.free_slots() == 4, "a fast step's pace is never carried to a slow one"
+
+
+def test_a_step_whose_tasks_waited_for_a_thread_is_slow_until_it_proves_otherwise() -> None:
+    state = WorkerState(capacity=2, prefetch=50, steps=[("f", "step")])
+    state.take(task(0))
+    state.release(task(0), SHORT_HANDLER_SECONDS / 10)
+    assert state.free_slots() == 50
+    state.slow_down([("f", "step")], 0.5)
+    assert (state.free_slots(), state.batch_limit(2)) == (2, 2)
+
+
+def test_a_worker_that_does_not_know_its_steps_never_prefetches() -> None:
+    state = WorkerState(capacity=2, prefetch=50)
+    state.take(task(0))
+    state.release(task(0), 0.0)
+    assert state.free_slots() == 2
 
 
 def test_slots_reserved_for_a_hand_off_are_not_free_until_taken_or_given_back() -> None:

@@ -1,0 +1,12 @@
+"""A worker gives back the claims no handler thread took in time (``pgflow.return_unstarted_tasks``):
+queued again with their attempts returned, visible to every worker at once."""
+
+from django.db import migrations
+
+from pgflow_django.sql.runsql import RunSqlFile
+
+
+class Migration(migrations.Migration):
+    dependencies = [("pgflow", "0033_limit_wake_locked_messages")]
+
+    operations = [RunSqlFile("0036_return_unstarted_tasks.sql", "0036_return_unstarted_tasks_down.sql")]
