@@ -66,6 +66,9 @@ POISON_FLOWS = (POISON_FLOW, "rel_poison_plain", "rel_poison_async")
 PRIORITY_FLOW = "rel_priority"
 """One step that records its execution and sleeps briefly: a backlog of mixed priorities drained by
 real workers (docs/flow-control.md, Priorities)."""
+FAST_SLOW_FLOW = "rel_fast_slow"
+"""A no-op first step whose output a slow map step fans out over: the tasks a fast step makes ready
+for a slow one must wait in the queue for any worker, not in the worker that ran the fast step."""
 POISON_KINDS = ("ok", "sleep", "nul", "retry_nul", "deep", "exit", "interrupt", "cancel", "genexit")
 FLOW_SLUGS = (
     LEDGER_FLOW,
@@ -78,6 +81,7 @@ FLOW_SLUGS = (
     *ROUTED_FLOWS,
     *POISON_FLOWS,
     PRIORITY_FLOW,
+    FAST_SLOW_FLOW,
 )
 """The flows of ``tests/ledger_flows.py`` (kept here: importing that module would define the flows in the
 test process too)."""

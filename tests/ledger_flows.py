@@ -22,6 +22,7 @@ from pgflow_django.worker import TaskContext
 from tests.ledger import (
     DOOMED_FLOW,
     FAIL_FLOW,
+    FAST_SLOW_FLOW,
     LATE_FLOW,
     LEDGER_FLOW,
     OUTPUT_FLOWS,
@@ -244,3 +245,19 @@ def take(flow_input: Any, ctx: TaskContext) -> Any:
     record_execution(ctx)
     time.sleep(0.02)
     return {"n": flow_input["n"]}
+
+
+fast_slow = Flow(FAST_SLOW_FLOW, timeout=2, max_attempts=2, base_delay=0)
+
+
+@fast_slow.step()
+def split(flow_input: Any) -> Any:
+    return list(range(flow_input["n"]))
+
+
+@fast_slow.map(array=split)
+def slow(item: Any, ctx: TaskContext) -> Any:
+    """Record the execution, then take longer than a claim's round trip by far."""
+    record_execution(ctx)
+    time.sleep(0.4)
+    return item

@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -265,7 +265,7 @@ class Engine:
         rows = self._fetch(query, params, table=queue_table)
         if not rows:
             return Claim(read_count=0, tasks=[], next_visible=None)
-        tasks = [_claimed_task(row, queue) for row in rows if row.outcome == "claimed"]
+        tasks = _by_priority(_claimed_task(row, queue) for row in rows if row.outcome == "claimed")
         unclaimed: dict[str, list[int]] = {}
         for row in rows:
             if row.outcome is not None and row.outcome != "claimed":
@@ -419,7 +419,9 @@ class Engine:
             for row in rows
             if row.outcome != "claimed"
         ]
-        return outcomes, [_claimed_task(row, scope.queue) for row in rows if row.outcome == "claimed"]
+        return outcomes, _by_priority(
+            _claimed_task(row, scope.queue) for row in rows if row.outcome == "claimed"
+        )
 
     def complete_task(self, task: ClaimedTask, output_json: str) -> str:
         return str(self._value(queries.COMPLETE_TASK, completion_args(task, output_json)))
@@ -496,6 +498,11 @@ def _claimed_task(row: queries.ClaimRow | queries.HandOffRow, queue: str) -> Cla
         input_error=problem,
         priority=row.priority or 0,
     )
+
+
+def _by_priority(tasks: Iterable[ClaimedTask]) -> list[ClaimedTask]:
+    """Higher priority first, the claim's order within a priority: the order they go to threads."""
+    return sorted(tasks, key=lambda task: -task.priority)
 
 
 def _claim_items(tasks: Sequence[ClaimedTask]) -> str:

@@ -723,9 +723,10 @@ class QueueWorker:
                     attempts=1,
                 )
             drained = self.state.wait_for_drain(min(deadline - time.monotonic(), opts.heartbeat_seconds))
+        unstarted: list[ClaimedTask] = []
         if self.pool is not None:
-            # no task waiting for a thread may start once the drain is over: it is released below
-            self.pool.shutdown()
+            # no task waiting for a thread may start once the drain is over: it is given back below
+            unstarted = self.pool.shutdown()
         if self.listener is not None:
             self.listener.stop()
         if self.completer is not None:
@@ -736,8 +737,12 @@ class QueueWorker:
             self.completer.join(2.0)
         left = self.state.held_tasks()
         if self.engine is not None:
-            if left:
-                self._release(left)
+            if unstarted:
+                self._return_at_stop(unstarted)
+            waiting = {task.key for task in unstarted}
+            running = [task for task in left if task.key not in waiting]
+            if running:
+                self._release(running)
             if self._registered:
                 self._bounded(lambda engine: engine.mark_stopped(self.worker_id), "mark the worker stopped")
             self.engine.close()
@@ -758,6 +763,20 @@ class QueueWorker:
     def abandoned_handlers(self) -> bool:
         """Handlers still running after shutdown: the process must exit without joining them."""
         return self.state.in_flight > 0 or self.state.executing > 0
+
+    def _return_at_stop(self, tasks: list[ClaimedTask]) -> None:
+        """Tasks no thread started before the drain ended: back to the queue, attempts returned."""
+        returned = self._bounded(lambda engine: engine.return_unstarted(tasks), "return unstarted tasks")
+        if returned is not None:
+            self.observe.released(int(returned))
+            logger.warning(
+                "returned %d of %d task(s) no handler started queue=%s msg_ids=%s",
+                returned,
+                len(tasks),
+                self.queue,
+                ",".join(str(task.message_id) for task in sorted(tasks, key=lambda task: task.message_id)),
+                extra=self.observe.fields,
+            )
 
     def _release(self, tasks: list[ClaimedTask]) -> None:
         ids = sorted(task.message_id for task in tasks)

@@ -212,3 +212,25 @@ def test_the_tasks_a_worker_holds_run_highest_priority_first(started: list[InPro
     _start_by_priority(PRIORITIES)
     wait_until(lambda: handlers.count() == len(PRIORITIES), 20, "every run's task ran")
     assert [n for _, n in handlers.began] == BY_PRIORITY
+
+
+def test_a_stopping_worker_returns_what_no_thread_started_and_releases_what_runs(
+    started: list[InProcessWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="pgflow_django.worker")
+    worker = InProcessWorker(single, "worker-a", concurrency=1, prefetch=50, shutdown_timeout=0.2)
+    for run_id in start_flows(single, [{} for _ in range(3)]):
+        assert wait_for_run(run_id, timeout=10).status == "completed"
+    run_ids = start_flows(single, [{"slow": True, "n": n} for n in range(5)])
+    wait_until(lambda: handlers.count() == 1, 10, "the one thread busy")
+    assert claimed(single.slug, "work") == 5, "its step is short: it held the other four"
+    worker.worker.state.request_stop()
+    wait_until(lambda: "returned 4 of 4 task(s) no handler started" in caplog.text, 10, "the four returned")
+    handlers.gate.set()
+    worker.stop()
+    rows = tuples(
+        "select status, attempts_count, count(*) from pgflow.step_tasks where run_id = any(%s::uuid[])"
+        " group by 1, 2 order by 1, 2",
+        [[str(run_id) for run_id in run_ids]],
+    )
+    assert rows == [("queued", 0, 4), ("queued", 1, 1)], "the running one released, its attempt counted"

@@ -134,8 +134,9 @@ arguments; 128 + signal number after a second signal
         parser.add_argument(
             "--prefetch",
             type=int,
-            help="tasks held while handlers are short (under 5 ms), beyond --concurrency and "
-            "--batch-size; 0 holds one per thread (default: PGFLOW WORKER_PREFETCH)",
+            help="tasks held while every step's handlers are short (under 5 ms), beyond --concurrency "
+            "and --batch-size; 0 holds one per thread (default: PGFLOW WORKER_PREFETCH, off when "
+            "--concurrency or --batch-size is given)",
         )
         parser.add_argument(
             "--poll-interval",
