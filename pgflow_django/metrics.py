@@ -106,7 +106,7 @@ class WorkerMetrics:
         self.free_slots = Gauge("pgflow_worker_free_slots", "Free handler slots", ("queue",), registry=r)
         self.released = Counter(
             "pgflow_tasks_released",
-            "Claims handed back to the queue at shutdown (visible again at once)",
+            "Claims handed back to the queue at shutdown or unstarted after 0.5 s (visible again at once)",
             ("queue",),
             registry=r,
         )
