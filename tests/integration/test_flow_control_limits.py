@@ -161,6 +161,23 @@ def test_a_key_that_raises_starts_nothing() -> None:
     assert q("select run_id from pgflow.runs where flow_slug = 'lim_key_fails'") == []
 
 
+@pytest.mark.parametrize("key", ["\ud800", "a\x00b"], ids=["lone surrogate", "NUL"])
+def test_a_key_postgresql_cannot_store_starts_nothing(key: str) -> None:
+    flow = Flow("lim_key_fails", concurrency=Concurrency(limit=1, key=lambda flow_input: key))
+    flow.step()(hello)
+    compile_flow(flow)
+    expected = (
+        f"the concurrency key of the flow of flow 'lim_key_fails' is {key!r}, which PostgreSQL cannot "
+        "store (NUL or a lone surrogate); fix the key function (nothing was started)"
+    )
+    with pytest.raises(KeyFailed) as one:
+        start_flow(flow, {})
+    with pytest.raises(KeyFailed) as many:
+        start_flows(flow, [{}, {}], idempotency_keys=["a", "b"])
+    assert str(one.value) == str(many.value) == expected
+    assert q("select run_id from pgflow.runs where flow_slug = 'lim_key_fails'") == []
+
+
 def test_keys_are_stored_for_every_start_path() -> None:
     flow = Flow(
         "lim_keys", concurrency=Concurrency(limit=1, key=lambda flow_input: flow_input["tenant_id"].upper())
