@@ -30,6 +30,7 @@ from pgflow_django.encoding import (
     NotEncodable,
     check_storable_text,
     encode_json,
+    idempotency_key_problem,
 )
 from pgflow_django.operations import FlowNotFound
 from pgflow_django.signals import send_run_started
@@ -84,8 +85,9 @@ def is_run_id_conflict(constraint_name: str | None) -> bool:
 def idempotency_run_id(flow_slug: str, key: str) -> uuid.UUID:
     """The run id an idempotency key stands for: one key of one flow is one run id, so the runs
     table's primary key is what makes concurrent starts with one key agree on one run."""
-    if not isinstance(key, str) or not key or "\x00" in key:
-        raise ValueError(f"idempotency_key must be a non-empty string without NUL, got {key!r}")
+    problem = idempotency_key_problem(key)
+    if problem is not None:
+        raise ValueError(f"idempotency_key {problem}")
     return uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{flow_slug}\x00{key}")
 
 
@@ -363,6 +365,10 @@ def start_flows(
                 f"start_flows got {len(bodies)} inputs but {len(idempotency_keys)} idempotency_keys; "
                 "pass one key per input"
             )
+        for index, key in enumerate(idempotency_keys):
+            problem = idempotency_key_problem(key)
+            if problem is not None:
+                raise ValueError(f"idempotency_keys[{index}] {problem}")
         keyed_ids = [idempotency_run_id(slug, key) for key in idempotency_keys]
         return _start_keyed(slug, bodies, keyed_ids, chosen_priority, using, keys)
     if run_ids is None:

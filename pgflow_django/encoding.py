@@ -79,6 +79,20 @@ def check_storable_text(value: str, what: str) -> None:
         raise ValueError(f"{what} is not valid UTF-8 text (it holds a lone surrogate); pass plain text")
 
 
+def idempotency_key_problem(key: object) -> str | None:
+    """Why ``key`` cannot be an idempotency key (None when it can): NUL separates it from the flow
+    slug in what its run id hashes, and a lone surrogate has no UTF-8 bytes to hash."""
+    if not isinstance(key, str) or not key or "\x00" in key:
+        return f"must be a non-empty string without NUL, got {key!r}"
+    surrogate = _SURROGATE.search(key)
+    if surrogate is not None:
+        return (
+            f"is not valid UTF-8 text (it holds a lone surrogate, \\u{ord(surrogate.group()):04x}); "
+            "pass plain text"
+        )
+    return None
+
+
 def encode_json(value: Any, *, escape_text: bool) -> str:
     """JSON text of ``value`` within the engine's bounds, or ``NotEncodable``.
 

@@ -13,12 +13,21 @@ Labels are bounded: flow, step, queue, status, outcome; never a run id or a mess
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
+import logging
+import queue
+import selectors
+import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 if TYPE_CHECKING:
     from django.http import HttpRequest, HttpResponse
@@ -31,6 +40,18 @@ STATEMENT_TIMEOUT_MS: Final = 5000
 TASK_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 STATEMENT_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 TASK_LABELS: Final = ("flow", "step", "queue")
+READ_TIMEOUT_SECONDS: Final = 5.0
+"""A worker port's connection whose request head has not arrived this long after it opened is closed."""
+HANDLER_THREADS: Final = 4
+"""Threads answering a worker port's complete requests (one more accepts and reads them)."""
+MAX_CONNECTIONS: Final = 256
+"""Connections a worker port holds open at once; past it, the oldest still sending its head is closed."""
+MAX_HEAD_BYTES: Final = 16 * 1024
+"""A connection whose request head (request line and headers) grows past this is closed unanswered."""
+LISTEN_BACKLOG: Final = 128
+ACCEPT_PAUSE_SECONDS: Final = 0.1
+
+logger = logging.getLogger("pgflow_django.worker")
 
 
 class MetricsUnavailable(RuntimeError):
@@ -286,44 +307,195 @@ class Probe:
 
 
 class MetricsServer:
-    """``/metrics``, ``/healthz`` and ``/readyz`` on one port, in a daemon thread."""
+    """``/metrics``, ``/healthz`` and ``/readyz`` on one port, on a fixed number of threads.
 
-    def __init__(self, metrics: WorkerMetrics, probe: Probe, port: int, host: str = "0.0.0.0") -> None:
+    Idle clients must cost no thread (a thread per connection made 2,000 idle clients 2,000 threads),
+    so one thread accepts connections and collects their request heads without blocking, and only a
+    complete head goes to one of ``handler_threads`` threads, which answer it with ``http.server``'s
+    parsing and never wait for a client to send. A connection whose head is not complete
+    ``read_timeout`` seconds after it opened (idle, or sending a byte at a time) is closed, and past
+    ``max_connections`` the oldest still sending is closed: a flood of clients takes neither threads
+    nor the worker's file descriptors, and a probe still gets its answer."""
+
+    def __init__(
+        self,
+        metrics: WorkerMetrics,
+        probe: Probe,
+        port: int,
+        host: str = "0.0.0.0",
+        *,
+        read_timeout: float = READ_TIMEOUT_SECONDS,
+        handler_threads: int = HANDLER_THREADS,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         self.metrics = metrics
         self.probe = probe
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    from prometheus_client import CONTENT_TYPE_LATEST
-
-                    self._answer(200, server.metrics.text(), CONTENT_TYPE_LATEST)
-                elif path in ("/healthz", "/readyz"):
-                    ok, reason = (server.probe.live if path == "/healthz" else server.probe.ready)()
-                    self._answer(200 if ok else 503, (reason + "\n").encode(), "text/plain; charset=utf-8")
-                else:
-                    self._answer(404, b"not found: /metrics, /healthz, /readyz\n", "text/plain")
-
-            def _answer(self, code: int, body: bytes, content_type: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                """Scrapes every few seconds are not worth a log line each."""
-
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        self.port = int(self.httpd.server_address[1])
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="pgflow-metrics", daemon=True)
+        self.read_timeout = read_timeout
+        self.max_connections = max_connections
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listener.bind((host, port))
+            self._listener.listen(LISTEN_BACKLOG)
+        except OSError:
+            self._listener.close()
+            raise
+        self._listener.setblocking(False)
+        self.port = int(self._listener.getsockname()[1])
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._wake_read.setblocking(False)
+        self._selector.register(self._wake_read, selectors.EVENT_READ)
+        self._waiting: dict[socket.socket, _Waiting] = {}
+        """Accepted connections whose request head is not complete yet, oldest first."""
+        self._answering = 0
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._heads: queue.SimpleQueue[tuple[socket.socket, Any, bytes] | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._accept_loop, name="pgflow-metrics", daemon=True)] + [
+            threading.Thread(target=self._answer_loop, name=f"pgflow-metrics-{n}", daemon=True)
+            for n in range(handler_threads)
+        ]
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._stopping = True
+        self._wake_write.send(b"x")
+        for _ in self._threads[1:]:
+            self._heads.put(None)
+        deadline = time.monotonic() + self.read_timeout + 1  # an answer a client does not read
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        self._selector.close()
+        for sock in (self._listener, self._wake_read, self._wake_write):
+            sock.close()
+
+    def _accept_loop(self) -> None:
+        while not self._stopping:
+            now = time.monotonic()
+            while self._waiting:  # accepted in order, so their deadlines are in order too
+                oldest, waiting = next(iter(self._waiting.items()))
+                if waiting.deadline > now:
+                    break
+                self._drop(oldest)
+            timeout = next(iter(self._waiting.values())).deadline - now if self._waiting else None
+            for key, _ in self._selector.select(timeout):
+                if key.fileobj is self._listener:
+                    self._accept()
+                elif key.fileobj is not self._wake_read:
+                    self._receive(cast(socket.socket, key.fileobj))
+        for sock in list(self._waiting):
+            self._drop(sock)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, address = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # the client gave up, or the process is out of file descriptors
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    if self._waiting:
+                        self._drop(next(iter(self._waiting)))
+                    else:
+                        time.sleep(ACCEPT_PAUSE_SECONDS)  # the listener stays readable: do not spin
+                return
+            with self._lock:
+                answering = self._answering
+            if len(self._waiting) + answering >= self.max_connections:
+                if not self._waiting:
+                    sock.close()
+                    continue
+                self._drop(next(iter(self._waiting)))
+            sock.setblocking(False)
+            self._waiting[sock] = _Waiting(time.monotonic() + self.read_timeout, address)
+            self._selector.register(sock, selectors.EVENT_READ)
+
+    def _receive(self, sock: socket.socket) -> None:
+        waiting = self._waiting[sock]
+        try:
+            data = sock.recv(MAX_HEAD_BYTES + 1 - len(waiting.head))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        waiting.head += data
+        if b"\n\r\n" in waiting.head or b"\n\n" in waiting.head:
+            self._selector.unregister(sock)
+            del self._waiting[sock]
+            with self._lock:
+                self._answering += 1
+            self._heads.put((sock, waiting.address, bytes(waiting.head)))
+        elif not data or len(waiting.head) > MAX_HEAD_BYTES:
+            self._drop(sock)
+
+    def _drop(self, sock: socket.socket) -> None:
+        self._selector.unregister(sock)
+        del self._waiting[sock]
+        sock.close()
+
+    def _answer_loop(self) -> None:
+        while (item := self._heads.get()) is not None:
+            sock, address, head = item
+            try:
+                sock.settimeout(self.read_timeout)  # a client that does not read its answer
+                _Handler(sock, address, self, head)
+            except OSError:
+                logger.debug("metrics port: the client went away", exc_info=True)
+            except Exception:
+                logger.exception("metrics port: answering %s failed", address)
+            finally:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+                with self._lock:
+                    self._answering -= 1
+
+
+@dataclass
+class _Waiting:
+    deadline: float
+    address: Any
+    head: bytearray = field(default_factory=bytearray)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One request, read from the head the accepting thread collected (GET has no body)."""
+
+    server: MetricsServer  # type: ignore[assignment]
+
+    def __init__(self, sock: socket.socket, address: Any, server: MetricsServer, head: bytes) -> None:
+        self.head = head
+        super().__init__(sock, address, server)  # type: ignore[arg-type]
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()
+        self.rfile = io.BytesIO(self.head)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            from prometheus_client import CONTENT_TYPE_LATEST
+
+            self._answer(200, self.server.metrics.text(), CONTENT_TYPE_LATEST)
+        elif path in ("/healthz", "/readyz"):
+            ok, reason = (self.server.probe.live if path == "/healthz" else self.server.probe.ready)()
+            self._answer(200 if ok else 503, (reason + "\n").encode(), "text/plain; charset=utf-8")
+        else:
+            self._answer(404, b"not found: /metrics, /healthz, /readyz\n", "text/plain")
+
+    def _answer(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes every few seconds are not worth a log line each."""

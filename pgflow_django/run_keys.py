@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from pgflow_django import queries
 from pgflow_django.dsl import Flow
+from pgflow_django.encoding import clean_text
 
 
 class RunKey(NamedTuple):
@@ -43,14 +44,19 @@ def stored_keys(flow_or_slug: Flow | str, inputs: Sequence[Any]) -> list[list[Ru
     for value in inputs:
         keys: list[RunKey] = []
         for limit in limits:
+            scope = f"step {limit.step_slug!r}" if limit.step_slug else "the flow"
             try:
                 key = limit.key_of(value)
             except Exception as exc:
-                scope = f"step {limit.step_slug!r}" if limit.step_slug else "the flow"
                 raise KeyFailed(
                     f"the {limit.kind} key of {scope} of flow {flow.slug!r} raised {type(exc).__name__}: "
                     f"{exc}; fix the key function or the input (nothing was started)"
                 ) from None
+            if clean_text(key) != key:
+                raise KeyFailed(
+                    f"the {limit.kind} key of {scope} of flow {flow.slug!r} is {key!r}, which PostgreSQL "
+                    "cannot store (NUL or a lone surrogate); fix the key function (nothing was started)"
+                )
             keys.append(RunKey(NO_RUN, limit.step_slug, limit.kind, key))
         found.append(keys)
     return found

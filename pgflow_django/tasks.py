@@ -29,7 +29,12 @@ from django.utils.module_loading import import_string, module_has_submodule
 from pgflow_django import queries
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import Flow, RoutedFlow, priority_problem, route_flow
-from pgflow_django.encoding import OutputNotSerialisable, clean_text, encode_output
+from pgflow_django.encoding import (
+    OutputNotSerialisable,
+    clean_text,
+    encode_output,
+    idempotency_key_problem,
+)
 from pgflow_django.recorded_errors import ERROR_PREFIX, MAX_ERROR_LENGTH
 from pgflow_django.registry import import_task_module
 from pgflow_django.slugs import TASK_STEP_SLUG, shared_queue_problem, task_flow_slug
@@ -188,11 +193,9 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
         if problem is not None:
             raise tasks_api.InvalidTask(f"priority of task {module_path(task)} {problem}")
         key = getattr(task, "idempotency_key", None)
-        if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
-            raise tasks_api.InvalidTask(
-                f"idempotency_key of task {module_path(task)} must be a non-empty string without NUL, "
-                f"got {key!r}"
-            )
+        problem = None if key is None else idempotency_key_problem(key)
+        if problem is not None:
+            raise tasks_api.InvalidTask(f"idempotency_key of task {module_path(task)} {problem}")
         super().validate_task(task)
         problem = shared_queue_problem(task.queue_name)
         if problem is not None:

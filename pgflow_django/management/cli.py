@@ -38,6 +38,7 @@ from rich.markup import escape
 from pgflow_django.client import InvalidInput, RunIdInUse, RunNotFound
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import FlowDefinitionError, priority_problem
+from pgflow_django.encoding import idempotency_key_problem
 from pgflow_django.operations import FlowNotFound
 from pgflow_django.registry import FlowNotRegistered
 from pgflow_django.slugs import InvalidSlug
@@ -382,6 +383,14 @@ def run_id(text: str) -> uuid.UUID:
         return uuid.UUID(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{shown_argument(text)} is not a UUID") from None
+
+
+def idempotency_key(text: str) -> str:
+    """An idempotency key: a command line's bytes that are not UTF-8 arrive as lone surrogates."""
+    problem = idempotency_key_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def load_json_argument(text: str, option: str = "--input") -> Any:

@@ -71,6 +71,32 @@ class TestStart:
         assert again == first
         assert scalar("select count(*) from pgflow.runs where flow_slug = 'cmd_greet'") == 1
 
+    @pytest.mark.parametrize(
+        ("key", "reason"),
+        [
+            ("", "must be a non-empty string without NUL, got ''"),
+            ("\udcff", r"is not valid UTF-8 text (it holds a lone surrogate, \udcff); pass plain text"),
+        ],
+        ids=["empty", "lone surrogate"],
+    )
+    def test_a_bad_idempotency_key_is_a_command_error(self, key: str, reason: str) -> None:
+        with pytest.raises(CommandError) as caught:
+            call("pgflow_start", "cmd_greet", "--input", "{}", "--idempotency-key", key)
+        assert str(caught.value) == f"Error: argument --idempotency-key: {reason}"
+        assert scalar("select count(*) from pgflow.runs where flow_slug = 'cmd_greet'") == 0
+
+    def test_a_key_of_bytes_that_are_not_utf8_is_one_line_and_exit_2(self, database_url: str) -> None:
+        # the command line's byte 0xff arrives as the lone surrogate \udcff (PEP 383)
+        result = manage(
+            database_url, "pgflow_start", "cmd_greet", "--input", "{}", "--idempotency-key", "k\udcff"
+        )
+        assert result.returncode == 2
+        assert stderr_lines(result) == [
+            "manage.py pgflow_start: error: argument --idempotency-key: is not valid UTF-8 text (it holds a "
+            r"lone surrogate, \udcff); pass plain text (see --help)"
+        ]
+        assert scalar("select count(*) from pgflow.runs where flow_slug = 'cmd_greet'") == 0
+
     def test_a_priority_is_the_runs(self) -> None:
         out, _ = call("pgflow_start", "cmd_greet", "--input", "{}", "--priority", "-12")
         assert scalar("select priority from pgflow.runs where run_id = %s", [out.strip()]) == -12

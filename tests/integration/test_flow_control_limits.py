@@ -6,26 +6,31 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
 
 from pgflow_django import Concurrency, Flow, FlowDefinitionError, RateLimit, start_flow, start_flows
 from pgflow_django.compiler import compile_flow
 from pgflow_django.run_keys import KeyFailed
+from pgflow_django.testing import Run, run_flow
 from tests.integration.test_admin import page
 from tests.sql.limit_claim.support import outcomes
 from tests.sql.support import q
+from tests.workers import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "flow-control.md"
-FLOWS = ("doc_tenant_reports", "doc_mail", "lim_key_fails", "lim_keys")
+FLOWS = ("doc_tenant_reports", "doc_mail", "doc_payouts", "lim_key_fails", "lim_keys")
 
 
 @pytest.fixture(autouse=True)
@@ -113,6 +118,32 @@ def test_the_rate_example_stores_a_bucket_per_step() -> None:
     }
 
 
+def test_the_exclusive_handler_example_waits_for_the_old_handlers_lock() -> None:
+    payouts = _example("doc_payouts")["payouts"]
+    finished: list[Run] = []
+
+    def next_handler() -> None:
+        try:
+            finished.append(run_flow(payouts, {"account": "acme", "amount": 5}))
+        finally:
+            connection.close()
+
+    with psycopg.connect(**connection.get_connection_params()) as old_handler:
+        old_handler.execute("select pg_advisory_xact_lock(hashtext(%s))", ["payouts:acme"])
+        thread = threading.Thread(target=next_handler)
+        thread.start()
+        wait_until(
+            lambda: q("select 1 from pg_locks where locktype = 'advisory' and not granted"),
+            timeout=10,
+            what="the next handler waiting for the old one's lock",
+        )
+        assert thread.is_alive() and not finished
+        old_handler.rollback()  # the old handler's transaction ends
+        thread.join(10)
+    assert [run.status for run in finished] == ["completed"]
+    assert finished[0].step("pay").output == {"paid": 5}
+
+
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
@@ -158,6 +189,23 @@ def test_a_key_that_raises_starts_nothing() -> None:
     with pytest.raises(KeyFailed) as caught:
         start_flows(flow, [{"tenant": "a"}, {}])
     assert "KeyError" in str(caught.value) and "nothing was started" in str(caught.value)
+    assert q("select run_id from pgflow.runs where flow_slug = 'lim_key_fails'") == []
+
+
+@pytest.mark.parametrize("key", ["\ud800", "a\x00b"], ids=["lone surrogate", "NUL"])
+def test_a_key_postgresql_cannot_store_starts_nothing(key: str) -> None:
+    flow = Flow("lim_key_fails", concurrency=Concurrency(limit=1, key=lambda flow_input: key))
+    flow.step()(hello)
+    compile_flow(flow)
+    expected = (
+        f"the concurrency key of the flow of flow 'lim_key_fails' is {key!r}, which PostgreSQL cannot "
+        "store (NUL or a lone surrogate); fix the key function (nothing was started)"
+    )
+    with pytest.raises(KeyFailed) as one:
+        start_flow(flow, {})
+    with pytest.raises(KeyFailed) as many:
+        start_flows(flow, [{}, {}], idempotency_keys=["a", "b"])
+    assert str(one.value) == str(many.value) == expected
     assert q("select run_id from pgflow.runs where flow_slug = 'lim_key_fails'") == []
 
 

@@ -116,6 +116,22 @@ def test_a_key_and_a_run_id_together_are_refused() -> None:
     assert runs() == []
 
 
+@pytest.mark.parametrize("key", ["\ud800", "order-\udcff", "\ud83d\ude00"], ids=["high", "low", "split pair"])
+def test_a_key_with_a_lone_surrogate_is_one_value_error_line(key: str) -> None:
+    surrogate = next(char for char in key if "\ud800" <= char <= "\udfff")
+    reason = (
+        rf"is not valid UTF-8 text \(it holds a lone surrogate, \\u{ord(surrogate):04x}\); pass plain text$"
+    )
+    with pytest.raises(ValueError, match=f"^idempotency_key {reason}") as one:
+        start_flow(FLOW, {}, idempotency_key=key)
+    with pytest.raises(ValueError, match=f"^idempotency_keys\\[1\\] {reason}") as many:
+        start_flows(FLOW, [{}, {}], idempotency_keys=["fine", key])
+    for caught in (one, many):
+        assert type(caught.value) is ValueError and "\n" not in str(caught.value)
+    assert runs() == []
+    assert start_flow(FLOW, {}, idempotency_key="\U0001f600") == idempotency_run_id(FLOW, "\U0001f600")
+
+
 def test_concurrent_starts_with_one_key_get_the_first_committed_run() -> None:
     first_started = threading.Event()
     commit_first = threading.Event()

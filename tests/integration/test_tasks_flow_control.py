@@ -91,9 +91,26 @@ def test_one_idempotency_key_is_one_result() -> None:
     assert add.enqueue(1, 2).id != first.id, "without a key every enqueue is a run"
 
 
-def test_a_bad_idempotency_key_is_refused() -> None:
-    with pytest.raises(InvalidTask, match=r"idempotency_key of task testproject\.example\.tasks\.add"):
-        add.using(idempotency_key="")
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        ("", "must be a non-empty string without NUL, got ''"),
+        ("a\x00b", "must be a non-empty string without NUL"),
+        ("\ud800", "is not valid UTF-8 text (it holds a lone surrogate, \\ud800); pass plain text"),
+    ],
+    ids=["empty", "NUL", "lone surrogate"],
+)
+def test_a_bad_idempotency_key_is_refused(key: str, reason: str) -> None:
+    expected = f"idempotency_key of task testproject.example.tasks.add {reason}"
+    with pytest.raises(InvalidTask) as at_using:
+        add.using(idempotency_key=key)
+    keyed = add.using(idempotency_key="fine")
+    object.__setattr__(keyed, "idempotency_key", key)  # past the dataclass's own check
+    with pytest.raises(InvalidTask) as at_enqueue:
+        keyed.enqueue(1, 2)
+    for caught in (at_using, at_enqueue):
+        assert str(caught.value).startswith(expected) and "\n" not in str(caught.value)
+    assert q1("select count(*) as n from pgflow.runs") == {"n": 0}
 
 
 def test_two_concurrent_enqueues_with_one_key_get_one_run() -> None:

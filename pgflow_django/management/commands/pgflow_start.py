@@ -16,6 +16,7 @@ from pgflow_django.dsl import Flow
 from pgflow_django.management.cli import (
     PgflowCommand,
     add_format_argument,
+    idempotency_key,
     interrupted_as,
     load_json_argument,
     positive_float,
@@ -71,6 +72,7 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
         )
         chosen.add_argument(
             "--idempotency-key",
+            type=idempotency_key,
             metavar="KEY",
             help="print the run an earlier start of this flow with KEY made instead of starting another",
         )
