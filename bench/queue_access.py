@@ -56,7 +56,10 @@ def use(conn: psycopg.Connection[Any], way: str) -> None:
             conn.execute("alter table pgmq.a_bench_chain alter column headers type jsonb")
     else:
         conn.execute("select pgflow.write_queue_access()")
-    source = conn.execute("select prosrc from pg_proc where oid = 'pgflow.queue_access'::regproc").fetchone()
+    source = conn.execute(
+        "select string_agg(prosrc, '') from pg_proc where pronamespace = 'pgflow'::regnamespace"
+        " and proname ~ '^queue_access(_[0-9]{3})?$'"  # beyond 32 queues, branches are in queue_access_NNN
+    ).fetchone()
     has_branch = source is not None and f"if v_queue = '{FLOW}' then" in source[0]
     if has_branch != (way == "static"):
         raise RuntimeError(f"{way}: the queue's branch is {'there' if has_branch else 'missing'}")

@@ -14,6 +14,7 @@ from django.db import connection
 from pgflow_django import Flow, compile_flow
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.queue_worker import QueueWorker
+from tests.sql.queue_access.support import BRANCH_SOURCES
 from tests.sql.support import q, val
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -36,7 +37,7 @@ def compiled(transactional_db: None) -> Iterator[None]:
 
 
 def _has_branch() -> bool:
-    source = val("select prosrc as value from pg_proc where oid = 'pgflow.queue_access'::regproc")
+    source = val(BRANCH_SOURCES)
     return "if v_queue = 'wtest_queue_access' then" in str(source)
 
 

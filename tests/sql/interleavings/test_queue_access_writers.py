@@ -7,6 +7,7 @@ its next call."""
 from __future__ import annotations
 
 from tests.sql.interleavings.support import Background, backend_pid, sessions, wait_for_lock_wait
+from tests.sql.queue_access.support import BRANCH_SOURCES
 
 FIRST, SECOND = "ilv_qa_first", "ilv_qa_second"
 
@@ -17,7 +18,7 @@ def _create(conn, flow_slug: str) -> None:
 
 
 def _source(conn) -> str:
-    row = conn.execute("select prosrc from pg_proc where oid = 'pgflow.queue_access'::regproc").fetchone()
+    row = conn.execute(BRANCH_SOURCES).fetchone()
     assert row is not None
     return str(row[0])
 

@@ -9,6 +9,13 @@ from typing import Any
 Query = Callable[[str, Any], list[dict[str, Any]]]
 """Runs a statement with parameters and returns its rows as dicts."""
 
+BRANCH_SOURCES = (
+    "select string_agg(p.prosrc, '' order by p.proname) as value from pg_proc as p"
+    " where p.pronamespace = 'pgflow'::regnamespace and p.proname ~ '^queue_access(_[0-9]{3})?$'"
+)
+"""The text of every function that holds branches: pgflow.queue_access itself, and beyond 32 queues the
+numbered functions it dispatches to. A queue has a branch when ``if v_queue = '<queue>' then`` is in it."""
+
 RECORD = (
     "m.msg_id, m.read_ct, m.message, m.headers, extract(epoch from m.vt - clock_timestamp())::int as vt_in"
 )

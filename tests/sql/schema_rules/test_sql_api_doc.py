@@ -1,5 +1,7 @@
 """docs/sql-api.md documents exactly the functions of schema ``pgflow``: each function has one table
-row whose first cell is its signature, with the catalog's argument names and types in order.
+row whose first cell is its signature, with the catalog's argument names and types in order (the
+numbered functions ``queue_access_000`` to ``_255`` that pgflow.write_queue_access() generates beyond
+32 queues share one row, ``queue_access_NNN``, which this check does not read).
 
 A function added, dropped or re-signed without its row (or the reverse) fails here, so the document
 cannot keep describing what the database no longer has.
@@ -35,9 +37,12 @@ def documented(text: str) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def catalog() -> list[tuple[str, tuple[str, ...]]]:
+    """The functions of schema pgflow, without pgflow.queue_access_000 to _255: pgflow.write_queue_access()
+    makes them once pgflow has more than 32 queues, and one row (``queue_access_NNN``) documents them."""
     rows = q(
         "select p.proname as name, pg_get_function_identity_arguments(p.oid) as arguments"
         "  from pg_proc as p where p.pronamespace = 'pgflow'::regnamespace"
+        "   and p.proname !~ '^queue_access_[0-9]{3}$'"
     )
     return sorted((row["name"], _normalized(row["arguments"])) for row in rows)
 
