@@ -1186,6 +1186,9 @@ SCHEDULES_TO_PLAN: Final = Query(
 )
 """The active schedules holding fewer than ``low_water`` ticks (only ``names`` unless null), fewest first."""
 
+DATABASE_NOW: Final = _value("database_now", "select clock_timestamp() as value")
+"""The database server's clock, which schedules plan and fire on."""
+
 
 class ScheduleNameRow(NamedTuple):
     schedule_name: str

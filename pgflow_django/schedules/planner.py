@@ -4,8 +4,9 @@ A schedule is planned when it holds fewer than ``LOW_WATER`` ticks: ``PLAN_AHEAD
 after the last one planned. When planning stopped for longer than the plan lasted (nothing ran), the
 ticks of that gap are not all replayed: only as many of its latest ticks as the catch-up policy can
 fire (``max_catch_up`` for ``all``, one otherwise) are planned, and firing applies the policy to them.
-Any process that runs Django can plan: workers on their scheduler pass, ``pgflow_scheduler``, the
-sync at ``pgflow_compile`` and worker start, and every API call that changes a definition.
+Planning runs on the database's clock (see ``clock``). Any process that runs Django can plan:
+workers on their scheduler pass, ``pgflow_scheduler``, the sync at ``pgflow_compile`` and worker
+start, and every API call that changes a definition.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from pgflow_django import queries
+from pgflow_django.schedules.clock import database_now
 from pgflow_django.schedules.cron import ticks_after, ticks_before
 
 PLAN_AHEAD: Final = 100
@@ -47,10 +49,11 @@ def plan_ticks(
 def plan_schedules(
     cursor: Any, *, now: datetime | None = None, names: Sequence[str] | None = None, limit: int = PLAN_BATCH
 ) -> list[str]:
-    """Plan the schedules running low (only ``names`` when given) on ``cursor`` (Django's or psycopg's);
-    returns the names planned. Safe to run anywhere at any time: a plan made for a definition edited
-    meanwhile is refused by ``pgflow.plan_schedules``, and duplicates are merged away."""
-    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    """Plan the schedules running low (only ``names`` when given) on ``cursor`` (Django's or psycopg's)
+    as of ``now`` (default: the database's clock); returns the names planned. Safe to run anywhere at
+    any time: a plan made for a definition edited meanwhile is refused by ``pgflow.plan_schedules``,
+    and duplicates are merged away."""
+    moment = (now or database_now(cursor)).astimezone(UTC)
     listed = list(names) if names is not None else None
     candidates = queries.fetch_all(
         cursor, queries.SCHEDULES_TO_PLAN, {"low_water": LOW_WATER, "names": listed, "limit": limit}
