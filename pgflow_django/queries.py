@@ -1155,7 +1155,8 @@ RECENT_TICKS: Final = Query(
 
 
 class PlanCandidate(NamedTuple):
-    """A schedule running low on planned ticks, with what planning after its last one needs."""
+    """A schedule running low on planned ticks, or whose planned ticks are all in the past, with what
+    planning after its last one needs."""
 
     schedule_name: str
     cron: str
@@ -1176,15 +1177,19 @@ SCHEDULES_TO_PLAN: Final = Query(
            cardinality(s.upcoming) as planned, s.upcoming[cardinality(s.upcoming)] as last_planned,
            s.planned_until, s.last_tick
       from pgflow.schedules as s
-     where s.enabled and s.paused_reason is null and cardinality(s.upcoming) < %(low_water)s
+     where s.enabled and s.paused_reason is null
+       and (cardinality(s.upcoming) < %(low_water)s
+            or (s.next_fire_at <= %(now)s and s.upcoming[cardinality(s.upcoming)] <= %(now)s))
        and s.planned_until is distinct from 'infinity'
        and (%(names)s::text[] is null or s.schedule_name = any(%(names)s::text[]))
-     order by cardinality(s.upcoming), s.schedule_name
+     order by coalesce(s.upcoming[cardinality(s.upcoming)] > %(now)s, false), cardinality(s.upcoming),
+              s.schedule_name
      limit %(limit)s
     """,
     PlanCandidate,
 )
-"""The active schedules holding fewer than ``low_water`` ticks (only ``names`` unless null), fewest first."""
+"""The active schedules holding fewer than ``low_water`` ticks or none after ``now`` while their first
+is due (only ``names`` unless null): those that can fire nothing first, then the fewest ticks first."""
 
 DATABASE_NOW: Final = _value("database_now", "select clock_timestamp() as value")
 """The database server's clock, which schedules plan and fire on."""
