@@ -1177,9 +1177,13 @@ SCHEDULES_TO_PLAN: Final = Query(
            cardinality(s.upcoming) as planned, s.upcoming[cardinality(s.upcoming)] as last_planned,
            s.planned_until, s.last_tick
       from pgflow.schedules as s
-     where s.enabled and s.paused_reason is null
-       and (cardinality(s.upcoming) < %(low_water)s
-            or (s.next_fire_at <= %(now)s and s.upcoming[cardinality(s.upcoming)] <= %(now)s))
+     where s.schedule_name in (
+             select l.schedule_name from pgflow.schedules as l
+              where l.enabled and l.paused_reason is null and cardinality(l.upcoming) < %(low_water)s
+             union all
+             select d.schedule_name from pgflow.schedules as d
+              where d.enabled and d.paused_reason is null and d.next_fire_at <= %(now)s
+                and d.upcoming[cardinality(d.upcoming)] <= %(now)s)
        and s.planned_until is distinct from 'infinity'
        and (%(names)s::text[] is null or s.schedule_name = any(%(names)s::text[]))
      order by coalesce(s.upcoming[cardinality(s.upcoming)] > %(now)s, false), cardinality(s.upcoming),
@@ -1189,7 +1193,8 @@ SCHEDULES_TO_PLAN: Final = Query(
     PlanCandidate,
 )
 """The active schedules holding fewer than ``low_water`` ticks or none after ``now`` while their first
-is due (only ``names`` unless null): those that can fire nothing first, then the fewest ticks first."""
+is due (only ``names`` unless null): those that can fire nothing first, then the fewest ticks first.
+Two branches, so each uses its partial index (an ``or`` scans every schedule on every pass)."""
 
 DATABASE_NOW: Final = _value("database_now", "select clock_timestamp() as value")
 """The database server's clock, which schedules plan and fire on."""
