@@ -111,7 +111,7 @@ def test_a_worker_back_from_a_three_hour_outage_fires_the_latest_tick_first(
     db = Db(database_url)
     try:
         planned_before_the_outage(db, "example_chain", {"latest": ("latest", 10)})
-        spawn_worker("example_chain", ready=False)
+        spawn_worker("example_chain")
         first: Any = wait_until(
             lambda: db.rows("select tick, fired_at from pgflow.schedule_ticks order by tick limit 1"),
             30,
