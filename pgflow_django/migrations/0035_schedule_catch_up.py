@@ -7,6 +7,6 @@ from pgflow_django.sql.runsql import RunSqlFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("pgflow", "0033_limit_wake_locked_messages")]
+    dependencies = [("pgflow", "0034_queue_provisioning")]
 
     operations = [RunSqlFile("0035_schedule_catch_up.sql", "0035_schedule_catch_up_down.sql")]
