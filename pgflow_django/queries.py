@@ -1175,7 +1175,8 @@ RECENT_TICKS: Final = Query(
 
 
 class PlanCandidate(NamedTuple):
-    """A schedule running low on planned ticks, with what planning after its last one needs."""
+    """A schedule running low on planned ticks, or whose planned ticks are all in the past, with what
+    planning after its last one needs."""
 
     schedule_name: str
     cron: str
@@ -1196,15 +1197,27 @@ SCHEDULES_TO_PLAN: Final = Query(
            cardinality(s.upcoming) as planned, s.upcoming[cardinality(s.upcoming)] as last_planned,
            s.planned_until, s.last_tick
       from pgflow.schedules as s
-     where s.enabled and s.paused_reason is null and cardinality(s.upcoming) < %(low_water)s
+     where s.schedule_name in (
+             select l.schedule_name from pgflow.schedules as l
+              where l.enabled and l.paused_reason is null and cardinality(l.upcoming) < %(low_water)s
+             union all
+             select d.schedule_name from pgflow.schedules as d
+              where d.enabled and d.paused_reason is null and d.next_fire_at <= %(now)s
+                and d.upcoming[cardinality(d.upcoming)] <= %(now)s)
        and s.planned_until is distinct from 'infinity'
        and (%(names)s::text[] is null or s.schedule_name = any(%(names)s::text[]))
-     order by cardinality(s.upcoming), s.schedule_name
+     order by coalesce(s.upcoming[cardinality(s.upcoming)] > %(now)s, false), cardinality(s.upcoming),
+              s.schedule_name
      limit %(limit)s
     """,
     PlanCandidate,
 )
-"""The active schedules holding fewer than ``low_water`` ticks (only ``names`` unless null), fewest first."""
+"""The active schedules holding fewer than ``low_water`` ticks or none after ``now`` while their first
+is due (only ``names`` unless null): those that can fire nothing first, then the fewest ticks first.
+Two branches, so each uses its partial index (an ``or`` scans every schedule on every pass)."""
+
+DATABASE_NOW: Final = _value("database_now", "select clock_timestamp() as value")
+"""The database server's clock, which schedules plan and fire on."""
 
 
 class ScheduleNameRow(NamedTuple):

@@ -7,6 +7,6 @@ from pgflow_django.sql.runsql import RunSqlFile
 
 
 class Migration(migrations.Migration):
-    dependencies = [("pgflow", "0033_limit_wake_locked_messages")]
+    dependencies = [("pgflow", "0035_schedule_catch_up")]
 
     operations = [RunSqlFile("0036_return_unstarted_tasks.sql", "0036_return_unstarted_tasks_down.sql")]

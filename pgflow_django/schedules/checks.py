@@ -4,7 +4,8 @@ Without a database: the declarations load (a bad cron, time zone, input or a nam
 with different definitions raises while ``flows.py`` is imported, and is reported here as E030
 rather than as the flows' E001), every task module imports (E034: one line naming the module and
 its exception), and each declared schedule's flow is registered (E031). With
-``--database``: stored crons and time zones still parse (E032), no declared name is taken by a
+``--database``: stored crons and time zones still parse and no zone is a host's own setting such
+as 'localtime' (E032), no declared name is taken by a
 runtime schedule (E033), and every active schedule's flow is compiled there (W030).
 """
 
@@ -19,7 +20,7 @@ from django.db import DatabaseError, connections
 
 from pgflow_django import queries
 from pgflow_django.registry import TaskModuleError
-from pgflow_django.schedules.cron import InvalidSchedule, check_cron, check_timezone
+from pgflow_django.schedules.cron import HOST_ZONES, InvalidSchedule, check_cron, check_timezone
 from pgflow_django.schedules.definition import ScheduleSpec
 
 _HINT_DECLARE = (
@@ -113,9 +114,13 @@ def _stored(alias: str) -> list[checks.CheckMessage]:
             check_cron(row.cron)
             check_timezone(row.timezone)
         except InvalidSchedule as exc:
+            if row.timezone in HOST_ZONES:
+                fires = "until then it fires on the zone of whichever host plans it"
+            else:
+                fires = "it fires nothing"
             messages.append(
                 checks.Error(
-                    f"database {alias!r}: schedule {name!r}: {exc}; it fires nothing",
+                    f"database {alias!r}: schedule {name!r}: {exc}; {fires}",
                     hint="edit it (pgflow_django.schedules.edit_schedule, or its declaration) or delete it",
                     obj=name,
                     id="pgflow.E032",

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
+
+HOST_ZONES: Final = frozenset({"localtime", "posixrules"})
+"""Zone files that are each host's own setting, not a zone: hosts set differently would plan the
+same schedule's ticks at different instants."""
 
 
 class InvalidSchedule(ValueError):
@@ -38,7 +43,19 @@ def check_cron(expression: str) -> str:
 
 
 def check_timezone(name: str) -> ZoneInfo:
-    """The zoneinfo time zone called ``name`` (an IANA name such as 'Europe/Paris')."""
+    """The zoneinfo time zone called ``name`` (an IANA name such as 'Europe/Paris'), for a definition:
+    a host's own zone setting (``HOST_ZONES``) is refused."""
+    if name in HOST_ZONES:
+        raise InvalidSchedule(
+            f"timezone {name!r} is each host's own zone setting, so hosts would disagree on the ticks; "
+            "give an IANA zone name such as 'Europe/Paris' or 'UTC'"
+        )
+    return _zone(name)
+
+
+def _zone(name: str) -> ZoneInfo:
+    """The zone called ``name``. Planning reads stored zones with it, so a schedule stored with a host
+    zone before those were refused keeps firing (``manage.py check --database`` reports it)."""
     if not isinstance(name, str) or not name:
         raise InvalidSchedule(f"timezone must be an IANA time zone name such as 'Europe/Paris', got {name!r}")
     try:
@@ -58,7 +75,7 @@ def _iterate(expression: str, zone: ZoneInfo, start: datetime, *, reverse: bool)
 def ticks_after(expression: str, timezone: str, after: datetime, count: int) -> list[datetime]:
     """The next ``count`` ticks strictly after ``after`` (fewer if the expression stops matching)."""
     found: list[datetime] = []
-    for tick in _iterate(expression, check_timezone(timezone), after, reverse=False):
+    for tick in _iterate(expression, _zone(timezone), after, reverse=False):
         if len(found) >= count:
             break
         found.append(tick)
@@ -73,7 +90,7 @@ def ticks_before(
     # a tick exactly at `before` counts: cronsim's reverse iteration starts strictly before its start
     for tick in _iterate(
         expression,
-        check_timezone(timezone),
+        _zone(timezone),
         before.replace(microsecond=0) + timedelta(seconds=1),
         reverse=True,
     ):

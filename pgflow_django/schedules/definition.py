@@ -131,7 +131,10 @@ def build_spec(
     schedule_name = _name(name if name is not None else (task.task_path if task else flow_slug))
     prefix = f"schedule {schedule_name!r}"
     expression = check_cron(cron)
-    check_timezone(timezone)
+    try:
+        check_timezone(timezone)
+    except InvalidSchedule as exc:
+        raise InvalidSchedule(f"{prefix}: {exc}") from None
     if catch_up not in CATCH_UP_POLICIES:
         raise InvalidSchedule(
             f"{prefix}: catch_up must be one of {', '.join(CATCH_UP_POLICIES)}, got {catch_up!r}"

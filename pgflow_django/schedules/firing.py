@@ -5,7 +5,8 @@ transaction; a concurrent caller returns at once). Python adds what SQL cannot d
 ticks of callable-input schedules fire, calls each callable with its tick (an aware datetime in the
 schedule's time zone) and passes the results in, all inside the transaction that holds the firing
 lock, so no other caller can fire those ticks meanwhile. A callable that raises holds back its
-schedule (recorded in ``last_error``); the other schedules still fire.
+schedule (recorded in ``last_error``); the other schedules still fire. Ticks fire on the database's
+clock (see ``clock``), read once under the lock so the callables and the SQL see the same moment.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 from pgflow_django import queries
 from pgflow_django.schedules.callables import resolve_callable
+from pgflow_django.schedules.clock import database_now
 
 logger = logging.getLogger("pgflow_django.schedules")
 
@@ -55,11 +57,12 @@ def fire_due(
     max_schedules: int = MAX_SCHEDULES,
     grace: timedelta = GRACE,
 ) -> FireResult:
-    """Fire every due tick on ``cursor`` (Django's or psycopg's), which must be inside a transaction
-    the caller commits; the firing lock is held until then."""
-    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    """Fire every tick due at ``now`` (default: the database's clock) on ``cursor`` (Django's or
+    psycopg's), which must be inside a transaction the caller commits; the firing lock is held until
+    then."""
     if not queries.value(cursor, queries.TRY_FIRE_LOCK, [FIRE_LOCK_KEY]):
         return FireResult(locked=False)
+    moment = (now or database_now(cursor)).astimezone(UTC)
     inputs, held = _callable_inputs(cursor, moment, max_schedules, grace)
     rows = queries.fetch_all(
         cursor, queries.FIRE_DUE_SCHEDULES, [moment, max_schedules, json.dumps(inputs), grace]

@@ -4,8 +4,12 @@ A schedule is planned when it holds fewer than ``LOW_WATER`` ticks: ``PLAN_AHEAD
 after the last one planned. When planning stopped for longer than the plan lasted (nothing ran), the
 ticks of that gap are not all replayed: only as many of its latest ticks as the catch-up policy can
 fire (``max_catch_up`` for ``all``, one otherwise) are planned, and firing applies the policy to them.
-Any process that runs Django can plan: workers on their scheduler pass, ``pgflow_scheduler``, the
-sync at ``pgflow_compile`` and worker start, and every API call that changes a definition.
+A plan whose ticks are all in the past (every worker was down for longer than it lasted) is planned
+again from now however many ticks it holds, and ``pgflow.fire_due_schedules`` fires none of them
+until then: else the policy would pick the stale end of the old plan instead of the ticks due now.
+Planning runs on the database's clock (see ``clock``). Any process that runs Django can plan:
+workers on their scheduler pass, ``pgflow_scheduler``, the sync at ``pgflow_compile`` and worker
+start, and every API call that changes a definition.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from pgflow_django import queries
+from pgflow_django.schedules.clock import database_now
 from pgflow_django.schedules.cron import ticks_after, ticks_before
 
 PLAN_AHEAD: Final = 100
@@ -47,17 +52,23 @@ def plan_ticks(
 def plan_schedules(
     cursor: Any, *, now: datetime | None = None, names: Sequence[str] | None = None, limit: int = PLAN_BATCH
 ) -> list[str]:
-    """Plan the schedules running low (only ``names`` when given) on ``cursor`` (Django's or psycopg's);
-    returns the names planned. Safe to run anywhere at any time: a plan made for a definition edited
-    meanwhile is refused by ``pgflow.plan_schedules``, and duplicates are merged away."""
-    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    """Plan the schedules running low or stale (only ``names`` when given) on ``cursor`` (Django's or
+    psycopg's) as of ``now`` (default: the database's clock); returns the names planned. Safe to run
+    anywhere at any time: a plan made for a definition edited meanwhile is refused by
+    ``pgflow.plan_schedules``, and duplicates are merged away."""
+    moment = (now or database_now(cursor)).astimezone(UTC)
     listed = list(names) if names is not None else None
     candidates = queries.fetch_all(
-        cursor, queries.SCHEDULES_TO_PLAN, {"low_water": LOW_WATER, "names": listed, "limit": limit}
+        cursor,
+        queries.SCHEDULES_TO_PLAN,
+        {"low_water": LOW_WATER, "names": listed, "limit": limit, "now": moment},
     )
     plans = []
     for row in candidates:
-        planned = row.planned or 0
+        # a stale plan's ticks are all due: they stay, for firing to apply the policy to them with
+        # the ticks due since, and the whole plan ahead is made again
+        stale = row.last_planned is not None and row.last_planned <= moment
+        planned = 0 if stale else row.planned or 0
         after = max(
             (moment for moment in (row.last_planned, row.planned_until, row.last_tick) if moment is not None),
             default=None,

@@ -5,13 +5,14 @@ connection) and ``manage.py pgflow_scheduler`` runs passes alone. Each part runs
 transaction; the firing one holds the firing lock, so passes of many processes never wait on each
 other: all but one return at once. A lost connection propagates, for the caller's reconnect logic;
 any other failure (a stored cron that no longer parses, a SQL error) is logged and the pass ends
-with nothing changed, so a schedule problem never stops a worker's claim loop.
+with nothing changed, so a schedule problem never stops a worker's claim loop. Both parts read the
+database's clock, never this host's (see ``clock``).
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 import psycopg
@@ -28,13 +29,13 @@ PASS_INTERVAL: Final = 1.0
 def run_pass(
     conn: psycopg.Connection[Any], *, now: datetime | None = None, max_schedules: int = MAX_SCHEDULES
 ) -> FireResult:
-    """Plan, then fire, on a psycopg connection outside any transaction; returns what fired."""
-    moment = now or datetime.now(UTC)
+    """Plan, then fire, on a psycopg connection outside any transaction, as of ``now`` (default: the
+    database's clock, read by each part); returns what fired."""
     try:
         with conn.transaction(), conn.cursor() as cursor:
-            plan_schedules(cursor, now=moment)
+            plan_schedules(cursor, now=now)
         with conn.transaction(), conn.cursor() as cursor:
-            result = fire_due(cursor, now=moment, max_schedules=max_schedules)
+            result = fire_due(cursor, now=now, max_schedules=max_schedules)
     except (psycopg.OperationalError, psycopg.InterfaceError):
         raise
     except Exception as exc:

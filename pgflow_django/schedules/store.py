@@ -20,6 +20,7 @@ from django.db import connections, transaction
 from pgflow_django import queries
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.schedules.callables import resolve_callable
+from pgflow_django.schedules.clock import database_now
 from pgflow_django.schedules.cron import InvalidSchedule
 from pgflow_django.schedules.definition import ScheduleOptions, TaskTarget, build_spec
 from pgflow_django.schedules.firing import evaluate_input
@@ -111,9 +112,9 @@ def pause_schedule(name: str, *, detail: str | None = None, using: str = "defaul
 
 def resume_schedule(name: str, *, now: datetime | None = None, using: str = "default") -> ScheduleView:
     """Resume an operator-paused schedule. Ticks that came while it was paused never fire (they count
-    as missed); the next tick after now does."""
-    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    as missed); the next tick after ``now`` (default: the database's clock) does."""
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        moment = (now or database_now(cursor)).astimezone(UTC)
         current = _locked(cursor, name)
         if current.paused_reason == "removed_from_code":
             raise ScheduleDeclared(
@@ -141,11 +142,12 @@ def delete_schedule(name: str, *, using: str = "default") -> int:
 
 
 def trigger_now(name: str, *, input: Any = _UNSET, using: str = "default") -> uuid.UUID:
-    """Start one run of the schedule now, outside its ticks, recorded in its ledger as ``manual``;
-    works on paused schedules. ``input`` overrides the stored input (or the callable's result)."""
+    """Start one run of the schedule now (the database's clock), outside its ticks, recorded in its
+    ledger as ``manual``; works on paused schedules. ``input`` overrides the stored input (or the
+    callable's result)."""
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
         current = _locked(cursor, name)
-        moment = datetime.now(UTC)
+        moment = database_now(cursor)
         value: Any = None
         if input is not _UNSET:
             value = (

@@ -10,10 +10,12 @@ import pytest
 from django.core.checks import CheckMessage, run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.db import connection
 
 from pgflow_django.compiler import compile_flow
-from pgflow_django.schedules import create_schedule, pause_schedule, schedule
+from pgflow_django.schedules import create_schedule, edit_schedule, pause_schedule, schedule
 from pgflow_django.schedules.declare import forget_declarations
+from pgflow_django.schedules.planner import plan_schedules
 from tests.integration import commands_flows
 from tests.sql import support
 
@@ -47,6 +49,22 @@ def test_a_stored_cron_that_no_longer_parses() -> None:
     assert found() == [("pgflow.E032", "chk-cron")]
     with pytest.raises(SystemCheckError, match="'Mars/Olympus' is not a known IANA time zone"):
         call_command("check", "--database", "default")
+
+
+def test_a_stored_localtime_zone_is_reported_and_still_planned() -> None:
+    """A schedule stored with 'localtime' before it was refused keeps firing (planning reads it) and
+    is reported until it is given a real zone."""
+    create_schedule("cmd_greet", cron="0 * * * *", name="chk-local")
+    support.q(
+        "update pgflow.schedules set timezone = 'localtime', upcoming = '{}', next_fire_at = null "
+        "where schedule_name = 'chk-local'"
+    )
+    with connection.cursor() as cursor:
+        assert plan_schedules(cursor, names=["chk-local"]) == ["chk-local"]
+    assert found() == [("pgflow.E032", "chk-local")]
+    with pytest.raises(SystemCheckError, match="until then it fires on the zone of whichever host plans it"):
+        call_command("check", "--database", "default")
+    assert len(edit_schedule("chk-local", timezone="UTC").upcoming) == 100
 
 
 def test_a_declared_name_taken_by_a_runtime_schedule() -> None:

@@ -13,6 +13,7 @@ from pgflow_django.schedules.cron import (
     ticks_after,
     ticks_before,
 )
+from pgflow_django.schedules.definition import build_spec
 
 
 def test_spring_forward_fires_the_missing_0230_once_at_0300_local() -> None:
@@ -49,3 +50,15 @@ def test_bad_cron_is_one_clear_error(expression: str) -> None:
 def test_unknown_timezone() -> None:
     with pytest.raises(InvalidSchedule, match="IANA"):
         check_timezone("Mars/Olympus")
+
+
+@pytest.mark.parametrize("zone", ["localtime", "posixrules"])
+def test_a_host_s_own_zone_is_refused_naming_the_schedule_and_the_fix(zone: str) -> None:
+    with pytest.raises(InvalidSchedule) as raised:
+        build_spec("nightly_report", cron="30 2 * * *", timezone=zone, name="nightly")
+    assert str(raised.value) == (
+        f"schedule 'nightly': timezone {zone!r} is each host's own zone setting, so hosts would "
+        "disagree on the ticks; give an IANA zone name such as 'Europe/Paris' or 'UTC'"
+    )
+    with pytest.raises(InvalidSchedule, match="IANA zone name"):
+        check_timezone(zone)

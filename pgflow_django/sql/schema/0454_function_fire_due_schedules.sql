@@ -5,7 +5,8 @@
 -- the others return no rows at once; schedule rows being edited are skipped (SKIP LOCKED) and the
 -- ledger's primary key refuses a tick recorded before, whatever the isolation level.
 -- Every due tick is consumed, fired or missed, as pgflow.schedule_due_ticks decides per catch-up
--- policy. `inputs` carries the inputs of callable-input schedules, evaluated by the Python scheduler:
+-- policy; a schedule whose planned ticks are all in the past waits to be planned again from now
+-- (pgflow.due_schedule_names). `inputs` carries the inputs of callable-input schedules, evaluated by the Python scheduler:
 -- a JSON array of {"schedule": name, "tick": timestamp, "input": value}; a callable schedule with a
 -- firing tick it has no input for is left due. When starting a flow's runs fails (e.g. the flow was
 -- deleted), its schedules keep their ticks and record the error in last_error; the others still fire.

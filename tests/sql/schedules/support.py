@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
+
+import pytest
 
 from pgflow_django.schedules import create_schedule, fire_due
 from pgflow_django.schedules.planner import plan_schedules
@@ -57,3 +60,24 @@ def ledger(name: str) -> list[datetime]:
 
 def runs_of(flow: str = "sched_probe") -> int:
     return int(val("select count(*) from pgflow.runs where flow_slug = %s", [flow]))
+
+
+def host_clock_ahead(monkeypatch: pytest.MonkeyPatch, offset: timedelta) -> None:
+    """A host whose clock runs ``offset`` ahead of the database's: ``datetime.now`` of every scheduler
+    module reads the real clock plus ``offset``. The once-per-process skew warning is armed again."""
+
+    class Ahead(datetime):
+        @classmethod
+        def now(cls, tz: tzinfo | None = None) -> Any:
+            return datetime.now(tz) + offset
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("pgflow_django.schedules") and getattr(module, "datetime", None) is datetime:
+            monkeypatch.setattr(module, "datetime", Ahead)
+    clock = sys.modules.get("pgflow_django.schedules.clock")
+    if clock is not None:
+        monkeypatch.setattr(clock, "_warned", False)
+
+
+def database_now() -> datetime:
+    return val("select clock_timestamp()")  # type: ignore[no-any-return]

@@ -41,7 +41,9 @@ def test_jitter_offsets_are_fixed_per_tick_and_within_bounds() -> None:
 
 
 def test_an_edit_replans_only_when_the_ticks_move() -> None:
-    every_minute("r", input={"v": 1})
+    # planned from the database's now: the edit plans on that clock, and plans a plan wholly in its
+    # past again whatever changed
+    every_minute("r", at=val("select clock_timestamp()"), input={"v": 1})
     before = get_schedule("r")
     after = edit_schedule("r", input={"v": 2}, catch_up="all")
     assert (
