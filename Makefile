@@ -18,7 +18,7 @@ help:
 	@echo "make lint       ruff + mypy"
 	@echo "make docs       build the documentation site in strict mode (site/)"
 	@echo "make dist       build the sdist and wheel (dist/) and check them with twine"
-	@echo "make wheel-smoke  install the built wheel in a clean venv: startproject, migrate, one flow run"
+	@echo "make wheel-smoke  install the built wheel in a clean venv: startproject, migrate, one flow run, manage.py test"
 	@echo "make matrix     the unit + SQL suites on the other supported Python x Django (nox --list)"
 
 $(STAMP): pyproject.toml

@@ -123,7 +123,8 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(name="wheel_smoke")
 def wheel_smoke(session: nox.Session) -> None:
-    """The built wheel (``make dist``) in a clean venv: startproject, migrate, one flow run."""
+    """The built wheel (``make dist``) in a clean venv: startproject, migrate, one flow run, and
+    ``manage.py test`` twice (each must drop its test database)."""
     wheels = sorted(glob.glob(str(ROOT / "dist" / "*.whl")))
     if len(wheels) != 1:
         session.error(f"expected one wheel in dist/ (run make dist), found {len(wheels)}")

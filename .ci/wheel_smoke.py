@@ -1,5 +1,7 @@
 """The installed wheel as a new user meets it: ``django-admin startproject``, an app with a flow,
-``migrate``, ``pgflow_start`` and a worker, then the run's output checked.
+``migrate``, ``pgflow_start`` and a worker, then the run's output checked; then the project's own
+tests with ``manage.py test``, twice (each run must drop its test database, or the next one stops
+at Django's "Type 'yes'" prompt).
 
 Usage: ``python .ci/wheel_smoke.py SERVER_URL`` with the interpreter of a clean venv that has only the
 wheel installed (``nox -s wheel_smoke`` does both). It creates a database of its own on SERVER_URL's
@@ -43,9 +45,24 @@ def total(deps):
 """
 
 
+TESTS = """
+from django.test import TestCase
+
+
+class SmokeTests(TestCase):
+    def test_arithmetic(self):
+        self.assertEqual(1 + 1, 2)
+"""
+
+
 def manage(project: Path, *args: str, timeout: float = 300) -> str:
     result = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=project, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "manage.py", *args],
+        cwd=project,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if result.returncode != 0:
         raise SystemExit(
@@ -68,6 +85,7 @@ def settings_tail(params: dict[str, object], name: str) -> str:
         INSTALLED_APPS += ["pgactivity", "pglock", "pgmigrate", "pgflow_django", "shop"]
         DATABASES = {{"default": {database!r}}}
         PGMIGRATE_LOCK_TIMEOUT = 30
+        PGMIGRATE_BLOCKING_ACTION_INTERVAL = 0.05  # its lock watcher checks during migrate, however fast
     """)
 
 
@@ -83,6 +101,7 @@ def smoke(server_url: str, root: Path) -> None:
     (root / "shop").mkdir()
     (root / "shop" / "__init__.py").write_text("")
     (root / "shop" / "flows.py").write_text(FLOWS)
+    (root / "shop" / "tests.py").write_text(TESTS)
 
     name = f"pgflow_wheel_smoke_{uuid.uuid4().hex[:8]}"
     params = conninfo_to_dict(server_url)
@@ -101,9 +120,21 @@ def smoke(server_url: str, root: Path) -> None:
         if run["status"] != "completed" or run["output"] != {"total": 60}:
             raise SystemExit(f"wheel smoke: run {run_id} ended {run['status']} with output {run['output']!r}")
         print(f"wheel smoke: run {run_id} completed with output {run['output']}")
+        for attempt in (1, 2):
+            manage(root, "test")
+            with psycopg.connect(server_url, autocommit=True) as admin:
+                left = admin.execute(
+                    "select 1 from pg_database where datname = %s", [f"test_{name}"]
+                ).fetchone()
+            if left:
+                raise SystemExit(f"wheel smoke: manage.py test #{attempt} left database test_{name} behind")
+        print("wheel smoke: manage.py test passed twice and dropped its test database")
     finally:
         with psycopg.connect(server_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+            for database in (name, f"test_{name}"):
+                admin.execute(
+                    sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(database))
+                )
 
 
 def main() -> None:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         wait_for_run,
     )
     from pgflow_django.compiler import CompileResult, FlowMismatch, compile_flow
+    from pgflow_django.dbguard import NotMigrated
     from pgflow_django.operations import FlowNotFound
     from pgflow_django.schedules import schedule
 
@@ -57,6 +58,7 @@ _LAZY = {
     "CompileResult": "pgflow_django.compiler",
     "FlowMismatch": "pgflow_django.compiler",
     "FlowNotFound": "pgflow_django.operations",
+    "NotMigrated": "pgflow_django.dbguard",
     "schedule": "pgflow_django.schedules",
 }
 
@@ -70,6 +72,7 @@ __all__ = [
     "FlowNotFound",
     "FlowOptions",
     "InvalidSlug",
+    "NotMigrated",
     "RateLimit",
     "Retry",
     "RoutedFlow",

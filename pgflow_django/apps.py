@@ -1,6 +1,6 @@
 from typing import Any
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.db.models.signals import post_migrate, pre_migrate
 
 
@@ -11,11 +11,15 @@ class PgflowConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from pgflow_django import checks  # noqa: F401  (registers the system checks)
+        from pgflow_django import checks, lock_watcher  # noqa: F401  (checks registers the system checks)
         from pgflow_django.schedules.pg_cron import sync_after_migrate
 
         pre_migrate.connect(refuse_unsupported_database, sender=self, dispatch_uid="pgflow-database-guard")
         post_migrate.connect(sync_after_migrate, sender=self, dispatch_uid="pgflow-pg-cron-job")
+        if apps.is_installed("pglock"):
+            # django-pgmigrate's migrate: its lock watcher's session would outlive it (and block
+            # the test runner's DROP DATABASE of the test database)
+            lock_watcher.install()
 
 
 def refuse_unsupported_database(sender: AppConfig, using: str, plan: Any = None, **kwargs: Any) -> None:

@@ -18,10 +18,10 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Literal, TypeAlias, cast
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, DataError, IntegrityError, connections, transaction
+from django.db import DatabaseError, DataError, IntegrityError, ProgrammingError, connections, transaction
 
 from pgflow_django import queries, run_keys, tracing
-from pgflow_django.dbguard import require_postgresql
+from pgflow_django.dbguard import raise_if_not_migrated, require_postgresql
 from pgflow_django.dsl import Flow, StepType, priority_problem
 from pgflow_django.encoding import (
     MAX_INT_DIGITS,
@@ -161,7 +161,10 @@ def start_flow(
     flow with that key made, while that run exists, instead of starting another; a ``run_id`` already
     in use returns its run when the flow and input are the same, else raises ``RunIdInUse``.
     ``priority`` (-100..100; None: the steps' and the flow's defaults) orders its tasks' claims:
-    among visible tasks of one queue, higher priority first, FIFO within a priority."""
+    among visible tasks of one queue, higher priority first, FIFO within a priority.
+
+    On a database without pgflow's schema it raises ``NotMigrated`` (an ``ImproperlyConfigured``),
+    one line naming ``manage.py migrate``, and ``INSTALLED_APPS`` when ``pgflow_django`` is not in it."""
     return start_flow_reporting(
         flow_or_slug,
         input,
@@ -186,6 +189,22 @@ def start_flow_reporting(
     """``start_flow``, also saying whether this call started the run (False: an idempotency key's or
     a chosen run id's existing run was returned)."""
     require_postgresql(using)
+    try:
+        return _start_flow(flow_or_slug, input, run_id, delay, idempotency_key, priority, using)
+    except ProgrammingError as exc:
+        raise_if_not_migrated(exc, using)
+        raise
+
+
+def _start_flow(
+    flow_or_slug: Flow | str,
+    input: Any,
+    run_id: uuid.UUID | str | None,
+    delay: timedelta | int | None,
+    idempotency_key: str | None,
+    priority: int | None,
+    using: str,
+) -> tuple[uuid.UUID, bool]:
     slug = _flow_slug(flow_or_slug)
     body = encode_run_input(flow_or_slug, input, f"input of flow {slug!r}")
     chosen_priority = _priority(priority, "start_flow")
@@ -347,8 +366,23 @@ def start_flows(
 
     ``idempotency_keys`` (one per input) start only the keys with no run yet and return the existing
     runs of the others, as ``start_flow(..., idempotency_key=)`` does for one. ``priority`` is every
-    run's, as for ``start_flow``."""
+    run's, as for ``start_flow``; so is ``NotMigrated`` on a database without pgflow's schema."""
     require_postgresql(using)
+    try:
+        return _start_flows(flow_or_slug, inputs, run_ids, idempotency_keys, priority, using)
+    except ProgrammingError as exc:
+        raise_if_not_migrated(exc, using)
+        raise
+
+
+def _start_flows(
+    flow_or_slug: Flow | str,
+    inputs: Iterable[Any],
+    run_ids: Sequence[uuid.UUID | str] | None,
+    idempotency_keys: Sequence[str] | None,
+    priority: int | None,
+    using: str,
+) -> list[uuid.UUID]:
     slug = _flow_slug(flow_or_slug)
     chosen_priority = _priority(priority, "start_flows")
     values = list(inputs)
@@ -396,8 +430,12 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
     """The run with its step states (in step order) and outputs; ``RunNotFound`` for an unknown id."""
     require_postgresql(using)
     key = _as_uuid(run_id)
-    with connections[using].cursor() as cursor:
-        rows = queries.fetch_all(cursor, queries.GET_RUN, [key])
+    try:
+        with connections[using].cursor() as cursor:
+            rows = queries.fetch_all(cursor, queries.GET_RUN, [key])
+    except ProgrammingError as exc:
+        raise_if_not_migrated(exc, using)
+        raise
     if not rows:
         raise _run_not_found(key)
     first = rows[0]
@@ -462,6 +500,7 @@ def cancel_run(run_id: uuid.UUID | str, *, reason: str | None = None, using: str
     except DatabaseError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == _NO_DATA_FOUND:
             raise _run_not_found(key) from None
+        raise_if_not_migrated(exc, using)
         raise
     if outcome == "cancelled":
         return CancelResult(run_id=key, cancelled=True, status="failed")
@@ -494,6 +533,7 @@ def retry_run(run_id: uuid.UUID | str, *, using: str = "default") -> int:
         if state == _NOT_RETRYABLE:
             primary = getattr(getattr(cause, "diag", None), "message_primary", None)
             raise RetryRefused(str(primary or exc)) from None
+        raise_if_not_migrated(exc, using)
         raise
 
 

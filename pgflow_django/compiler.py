@@ -15,10 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, cast
 
-from django.db import connections
+from django.db import ProgrammingError, connections
 
 from pgflow_django import queries
 from pgflow_django.conf import get_settings
+from pgflow_django.dbguard import raise_if_not_migrated
 from pgflow_django.dsl import Flow
 
 logger = logging.getLogger("pgflow_django.compiler")
@@ -106,6 +107,16 @@ def compile_flow(
     deletes the flow with its runs and compiles it again; with ``confirmed_runs`` (the run count a
     person confirmed) it refuses instead when the flow has more runs by then.
     """
+    try:
+        return _compile_flow(flow, on_change, confirmed_runs, using)
+    except ProgrammingError as exc:
+        raise_if_not_migrated(exc, using)
+        raise
+
+
+def _compile_flow(
+    flow: Flow, on_change: OnChange | None, confirmed_runs: int | None, using: str
+) -> CompileResult:
     policy: OnChange = get_settings().on_shape_change if on_change is None else on_change
     with connections[using].cursor() as cursor:
         answer: dict[str, Any] = json.loads(

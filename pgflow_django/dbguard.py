@@ -1,12 +1,14 @@
-"""pgflow runs only on PostgreSQL >= 15: every entry point says so in one line naming the alias.
+"""pgflow runs only on PostgreSQL >= 15, and only on a database migrated for it: every entry point
+says so in one line naming the alias (and, for a missing schema, ``manage.py migrate``).
 
 Without this guard a SQLite project met ``no such table: pg_namespace`` from ``migrate``, a long
-traceback from the worker and ``near "(": syntax error`` from ``enqueue()``.
+traceback from the worker and ``near "(": syntax error`` from ``enqueue()``; an unmigrated
+PostgreSQL database met ``ProgrammingError: schema "pgflow" does not exist`` from ``start_flow``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
@@ -18,6 +20,35 @@ REQUIREMENT = "pgflow needs PostgreSQL >= 15"
 
 class UnsupportedDatabase(ImproperlyConfigured):
     """A database alias that pgflow would use is not PostgreSQL >= 15."""
+
+
+class NotMigrated(ImproperlyConfigured):
+    """A database alias that pgflow would use lacks its schema (or part of it): ``manage.py migrate``
+    has not run there, or ``pgflow_django`` is not in ``INSTALLED_APPS``. The message, one line, says
+    which and what to run, e.g. ``the database is not migrated for pgflow (schema "pgflow" does not
+    exist); run `manage.py migrate```.
+
+    Raised by ``start_flow``, ``start_flows``, ``get_run``, ``wait_for_run``, ``cancel_run``,
+    ``retry_run``, ``compile_flow`` and the tasks backend's ``enqueue`` and ``get_result`` in place of
+    the ``ProgrammingError`` of their failed statement (SQLSTATE 3F000, 42P01, 42883 or 42704 on a
+    pgflow or PGMQ name): nothing is checked beforehand, so a migrated database pays nothing for it.
+    Inside ``transaction.atomic()`` the transaction is aborted, as after any failed statement."""
+
+
+NOT_MIGRATED_STATES: Final = frozenset({"3F000", "42P01", "42883", "42704"})
+"""invalid_schema_name, undefined_table, undefined_function, undefined_object: with a message that
+starts with one of ``MISSING_OBJECTS``, a statement met a database not migrated (far enough) for pgflow."""
+MISSING_OBJECTS: Final = (
+    'schema "pgflow" ',
+    'schema "pgmq" ',
+    'relation "pgflow.',
+    "function pgflow.",
+    "function pgmq.",
+    'type "pgflow.',
+    "type pgflow.",
+)
+"""What migrations create. A missing PGMQ queue table (``relation "pgmq.q_..."``) is not among them:
+a queue dropped by hand is not cured by ``migrate``."""
 
 
 def vendor_problem(alias: str, settings_dict: dict[str, Any], vendor: str) -> str | None:
@@ -58,3 +89,33 @@ def require_postgresql(using: str = "default") -> None:
         problem = version_problem(using, version)
     if problem is not None:
         raise UnsupportedDatabase(problem)
+
+
+def not_migrated(exc: BaseException, using: str = "default") -> NotMigrated | None:
+    """The ``NotMigrated`` error that a failed statement's ``exc`` means, or None when it means
+    something else. Read from the error alone, on the error path: nothing is checked beforehand."""
+    from django.apps import apps
+
+    cause = exc.__cause__ if isinstance(exc, DatabaseError) else exc
+    if getattr(cause, "sqlstate", None) not in NOT_MIGRATED_STATES:
+        return None
+    primary = getattr(getattr(cause, "diag", None), "message_primary", None) or str(cause).partition("\n")[0]
+    primary = " ".join(primary.split())
+    if not primary.startswith(MISSING_OBJECTS):
+        return None
+    command = "manage.py migrate" if using == "default" else f"manage.py migrate --database {using}"
+    where = "the database" if using == "default" else f"database alias {using!r}"
+    if not apps.is_installed("pgflow_django"):
+        return NotMigrated(
+            f"'pgflow_django' is not in INSTALLED_APPS and {where} is not migrated for pgflow ({primary}): "
+            f"add 'pgflow_django' to INSTALLED_APPS, then run `{command}`"
+        )
+    return NotMigrated(f"{where} is not migrated for pgflow ({primary}); run `{command}`")
+
+
+def raise_if_not_migrated(exc: BaseException, using: str = "default") -> None:
+    """In an ``except`` block: raise ``NotMigrated`` (one line) in place of ``exc`` when the failed
+    statement met a database without pgflow's schema; else return, for the caller to re-raise."""
+    problem = not_migrated(exc, using)
+    if problem is not None:
+        raise problem from None

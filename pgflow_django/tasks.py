@@ -22,12 +22,12 @@ from typing import Any, Final
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections, transaction
+from django.db import ProgrammingError, connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string, module_has_submodule
 
 from pgflow_django import queries
-from pgflow_django.dbguard import require_postgresql
+from pgflow_django.dbguard import raise_if_not_migrated, require_postgresql
 from pgflow_django.dsl import Flow, RoutedFlow, priority_problem, route_flow
 from pgflow_django.encoding import (
     OutputNotSerialisable,
@@ -263,8 +263,12 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc, name-d
         except ValueError:
             raise tasks_api.TaskResultDoesNotExist(result_id) from None
         require_postgresql(self.using)
-        with connections[self.using].cursor() as cursor:
-            row = queries.fetch_one(cursor, queries.TASK_RESULT, [STEP_SLUG, run_id])
+        try:
+            with connections[self.using].cursor() as cursor:
+                row = queries.fetch_one(cursor, queries.TASK_RESULT, [STEP_SLUG, run_id])
+        except ProgrammingError as exc:
+            raise_if_not_migrated(exc, self.using)
+            raise
         if row is None:
             raise tasks_api.TaskResultDoesNotExist(result_id)
         values = row._asdict()
