@@ -156,7 +156,7 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
         if view.status == "completed":
             if verbosity > 0:
                 console.print("output:")
-            console.print(json_text(view.output))
+            console.print(json_text(view.output), soft_wrap=True)
 
 
 def _live(view: RunView) -> Group:
