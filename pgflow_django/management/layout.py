@@ -110,13 +110,10 @@ class FitTable:
             return None
         widths = list(natural)
         excess = sum(widths) - room
-        while excess > 0:
-            index = max(
-                (i for i in range(len(widths)) if widths[i] > lowest[i]), key=lambda i: widths[i] - lowest[i]
-            )
-            cut = min(excess, widths[index] - lowest[index], max(1, excess // len(widths)))
-            widths[index] -= cut
-            excess -= cut
+        while excess > 0:  # the widest column gives way first (long free text), one cell at a time
+            index = max((i for i in range(len(widths)) if widths[i] > lowest[i]), key=lambda i: widths[i])
+            widths[index] -= 1
+            excess -= 1
         return widths
 
     def _style(self) -> dict[str, object]:
