@@ -16,12 +16,14 @@ from pgflow_django.management.progress import status_text
 from pgflow_django.schedules.cron import InvalidSchedule
 from pgflow_django.schedules.pg_cron import JOB_NAME, PgCronUnavailable, sync_pg_cron_job
 from pgflow_django.schedules.report import (
+    WorkerGap,
     find_schedule,
     last_run_status,
     next_fire_times,
     run_statuses,
     schedule_dict,
     state_of,
+    worker_gaps,
 )
 from pgflow_django.schedules.store import (
     ScheduleDeclared,
@@ -111,8 +113,9 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
     def _list(self, options: dict[str, Any]) -> None:
         views = list_schedules(using=self.using)
         statuses = run_statuses((view.last_run_id for view in views), using=self.using)
+        gaps = _gaps(views, self.using)
         if options["format"] == "json":
-            self.write_json([schedule_dict(view, statuses) for view in views])
+            self.write_json([schedule_dict(view, statuses, gaps) for view in views])
             return
         console = self.console(no_color=options["no_color"])
         if not views:
@@ -128,12 +131,14 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
         for view in views:
             status = last_run_status(view, statuses)
             state = Text(printable(state_of(view)), style="" if view.active else "yellow")
+            gap = gaps.get(view.name)
+            warning = () if gap is None else (Text(gap.warning, style="bold red"),)
             table.add_row(
                 (printable(view.name), printable(view.cron)),
                 (printable(view.flow_slug), printable(view.timezone)),
                 _stacked(view.next_fire_at if view.active else None),
                 _stacked(view.last_fired_at),
-                (status_text(status) if status else Text("-"), state),
+                (status_text(status) if status else Text("-"), state, *warning),
                 end_section=True,
             )
         console.print(table)
@@ -142,10 +147,11 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
     def _show(self, view: ScheduleView, options: dict[str, Any]) -> None:
         ticks = recent_ticks(view.name, limit=SHOWN_TICKS, using=self.using)
         statuses = run_statuses([view.last_run_id, *(tick.run_id for tick in ticks)], using=self.using)
+        gap = _gaps([view], self.using).get(view.name)
         if options["format"] == "json":
             self.write_json(
                 {
-                    **schedule_dict(view, statuses),
+                    **schedule_dict(view, statuses, {} if gap is None else {view.name: gap}),
                     "recent_ticks": [
                         {
                             "tick": tick.tick,
@@ -181,6 +187,12 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             else []
         )
         fields.add_row("next", ", ".join(coming) or "-")
+        if gap is not None:
+            fields.add_row("workers", Text(gap.detail, style="red"))
+            for command in gap.commands:
+                fields.add_row("start", command)
+        elif view.active:
+            fields.add_row("workers", "a live worker runs each step of its flow")
         console.print(fields)
         if not ticks:
             console.print("no ticks fired yet")
@@ -255,6 +267,13 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             self.write_json({"name": name, "run_id": str(run_id)})
         else:
             self.stdout.write(f"triggered schedule {name}: run {run_id}")
+
+
+def _gaps(views: list[ScheduleView], using: str) -> dict[str, WorkerGap]:
+    """The active schedules whose flow has a step no live worker runs."""
+    return worker_gaps(
+        ((view.name, view.flow_slug, view.input) for view in views if view.active), using=using
+    )
 
 
 def _named(name: str | None) -> str:
