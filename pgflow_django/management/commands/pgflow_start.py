@@ -165,8 +165,8 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
                 if next_check is not None and time.monotonic() >= next_check and not view.is_terminal:
                     line = _no_worker_line(view, task_path, self.using)
                     next_check = None if line else time.monotonic() + WORKER_CHECK_SECONDS
-                    if line and live is not None:
-                        live.console.print(line, style="yellow", soft_wrap=True)
+                    if line and live is not None:  # above the live table, wrapped between words
+                        live.console.print(line, style="yellow")
                     elif line:
                         self.stderr.write(line)
         return view
