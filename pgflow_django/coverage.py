@@ -23,7 +23,9 @@ flows, versions or steps sharing one queue are each checked against their own ha
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
 
 from django.db import connections
 from psycopg import sql
@@ -31,17 +33,22 @@ from psycopg import sql
 from pgflow_django import queries
 from pgflow_django.conf import LIVE_HEARTBEATS, live_worker_seconds
 from pgflow_django.operations import FlowNotFound, compiled_flows, not_found
-from pgflow_django.queries import RouteCoverage
-from pgflow_django.slugs import validate_flow_slug
+from pgflow_django.queries import RouteCoverage, StepServiceRow
+from pgflow_django.slugs import task_flow_slug, validate_flow_slug
 
 __all__ = [
     "COVERAGE_SQL",
     "LIVE_HEARTBEATS",
+    "FlowService",
     "RouteCoverage",
+    "any_live_worker",
     "compiled_flow_count",
     "coverage",
     "coverage_sql",
+    "flow_service",
     "live_worker_seconds",
+    "run_unserved_steps",
+    "worker_commands",
 ]
 
 COVERAGE_SQL: Final = queries.COVERAGE_SQL
@@ -90,3 +97,93 @@ def compiled_flow_count(using: str = "default") -> int:
 def _check_flow_exists(flow: str, using: str) -> None:
     if flow not in compiled_flows(using):
         raise FlowNotFound(not_found(flow, using))
+
+
+# -- whether a flow's work has a live worker: the warnings of schedules and ``pgflow_start --wait`` -----
+
+
+@dataclass(frozen=True)
+class FlowService:
+    """The steps of one flow (its persisted route) and whether a live worker runs each, by the rule
+    of :func:`coverage`: live, polling the step's queue, and registered for that (flow, step)."""
+
+    flow_slug: str
+    steps: tuple[StepServiceRow, ...]
+    """Empty when the flow is not compiled (no worker can run it: a worker compiles it at start)."""
+
+    @property
+    def unserved(self) -> tuple[StepServiceRow, ...]:
+        return tuple(step for step in self.steps if not step.live_workers)
+
+    @property
+    def served(self) -> bool:
+        return bool(self.steps) and not self.unserved
+
+    def warning(self) -> str | None:
+        """``no live worker``, ``no live worker for step S`` or ``... for N of M steps``; None when
+        every step has one."""
+        unserved = self.unserved
+        if self.served:
+            return None
+        if not self.steps or len(unserved) == len(self.steps):
+            return "no live worker"
+        if len(unserved) == 1:
+            return f"no live worker for step {unserved[0].step_slug}"
+        return f"no live worker for {len(unserved)} of {len(self.steps)} steps"
+
+
+def flow_service(
+    flows: Iterable[str], *, using: str = "default", live_seconds: float | None = None
+) -> dict[str, FlowService]:
+    """Each of ``flows`` with its steps' live workers, in one statement."""
+    wanted = sorted(set(flows))
+    seconds = live_worker_seconds() if live_seconds is None else float(live_seconds)
+    steps: dict[str, list[StepServiceRow]] = {slug: [] for slug in wanted}
+    if wanted:
+        with connections[using].cursor() as cursor:
+            params = {"flows": wanted, "live_seconds": seconds}
+            for row in queries.fetch_all(cursor, queries.FLOW_SERVICE, params):
+                steps[row.flow_slug].append(row)
+    return {slug: FlowService(slug, tuple(rows)) for slug, rows in steps.items()}
+
+
+def run_unserved_steps(
+    run_id: Any, *, using: str = "default", live_seconds: float | None = None
+) -> list[StepServiceRow]:
+    """The steps whose queued or started tasks of one run no live worker would claim: the run waits
+    for a worker that is not there."""
+    seconds = live_worker_seconds() if live_seconds is None else float(live_seconds)
+    with connections[using].cursor() as cursor:
+        params = {"run_id": str(run_id), "live_seconds": seconds}
+        return queries.fetch_all(cursor, queries.RUN_UNSERVED_STEPS, params)
+
+
+def any_live_worker(*, using: str = "default", live_seconds: float | None = None) -> bool:
+    """Whether any worker is live, whatever it runs (each fires schedules, unless ``--no-scheduler``)."""
+    seconds = live_worker_seconds() if live_seconds is None else float(live_seconds)
+    with connections[using].cursor() as cursor:
+        return bool(queries.value(cursor, queries.LIVE_WORKER_COUNT, {"live_seconds": seconds}))
+
+
+def worker_commands(steps: Iterable[StepServiceRow], *, task_path: str | None = None) -> list[str]:
+    """The ``manage.py pgflow_worker`` command lines that would run these steps: ``--flow F`` for a
+    plain flow, ``--flow F --step S`` per step of a step-queued one, ``--queue Q --flow F`` per shared
+    queue of a routed one, and ``--tasks --queue Q`` for a ``@task`` (``task_path``) of the tasks
+    backend."""
+    commands: list[str] = []
+    for step in steps:
+        if step.queue_mode == "step":
+            command = f"manage.py pgflow_worker --flow {step.flow_slug} --step {step.step_slug}"
+        elif (
+            step.queue_mode == "routed"
+            and task_path
+            and task_flow_slug(task_path, step.queue_name) == (step.flow_slug)
+        ):
+            command = f"manage.py pgflow_worker --tasks --queue {step.queue_name}"
+        elif step.queue_mode == "routed":
+            command = f"manage.py pgflow_worker --queue {step.queue_name} --flow {step.flow_slug}"
+        else:
+            command = f"manage.py pgflow_worker --flow {step.flow_slug}"
+        if command not in commands:
+            commands.append(command)
+    return commands

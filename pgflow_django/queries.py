@@ -1070,6 +1070,68 @@ COVERAGE: Final = Query("coverage", COVERAGE_SQL, RouteCoverage)
 ``coverage.coverage_sql``: an operator can paste exactly what ``pgflow_coverage`` ran)."""
 
 
+class StepServiceRow(NamedTuple):
+    """One step of a flow (its persisted route) and the live workers that run it there."""
+
+    flow_slug: str
+    queue_mode: str
+    step_slug: str
+    queue_name: str
+    live_workers: int
+
+
+_LIVE_STEP_WORKERS: Final = (
+    """(select count(*) from pgflow.workers as w
+             join pgflow.worker_support as ws on ws.worker_id = w.worker_id
+            where w.queue_name = {queue} and ws.flow_slug = {flow} and ws.step_slug = {step}
+              and """
+    + LIVE_WORKER.format(live_seconds="%(live_seconds)s").strip().replace("\n", "\n              ")
+    + ")"
+)
+"""The live workers that poll a queue and registered a (flow, step): coverage's rule, per row."""
+
+FLOW_SERVICE: Final = Query(
+    "flow_service",
+    f"""
+    select s.flow_slug, f.queue_mode, s.step_slug, s.queue_name,
+           {_LIVE_STEP_WORKERS.format(queue="s.queue_name", flow="s.flow_slug", step="s.step_slug")}
+             as live_workers
+      from pgflow.steps as s
+      join pgflow.flows as f on f.flow_slug = s.flow_slug
+     where s.flow_slug = any(%(flows)s)
+     order by s.flow_slug, s.step_index
+    """,
+    StepServiceRow,
+)
+"""Each step of some flows with its live workers (on its persisted route), for the warnings that a
+schedule's or a run's flow has no live worker."""
+
+RUN_UNSERVED_STEPS: Final = Query(
+    "run_unserved_steps",
+    f"""
+    select u.flow_slug, u.queue_mode, u.step_slug, u.queue_name, 0 as live_workers
+      from (select distinct t.flow_slug, f.queue_mode, t.step_slug, t.queue_name, s.step_index
+              from pgflow.step_tasks as t
+              join pgflow.flows as f on f.flow_slug = t.flow_slug
+              join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+             where t.run_id = %(run_id)s and t.status in ('queued', 'started')
+               and {_LIVE_STEP_WORKERS.format(queue="t.queue_name", flow="t.flow_slug", step="t.step_slug")}
+                   = 0) as u
+     order by u.step_index, u.queue_name
+    """,
+    StepServiceRow,
+)
+"""The steps whose queued or started tasks of one run no live worker would claim (the run waits)."""
+
+LIVE_WORKER_COUNT: Final = _value(
+    "live_worker_count",
+    "select count(*) as value from pgflow.workers as w where "
+    + LIVE_WORKER.format(live_seconds="%(live_seconds)s").strip(),
+)
+"""Live workers of any queue: with ``PGFLOW["SCHEDULER"] = "workers"``, none means nothing fires
+schedules (unless ``pgflow_scheduler`` runs)."""
+
+
 # -- schedules (pgflow_django.schedules) ------------------------------------------------------------
 
 
@@ -1389,6 +1451,8 @@ class StoredScheduleCheck(NamedTuple):
     flow_slug: str
     active: bool
     compiled: bool
+    task_path: str | None
+    """The task of a ``@task`` schedule (its input's ``task``), else None."""
 
 
 STORED_SCHEDULE_CHECKS: Final = Query(
@@ -1396,7 +1460,8 @@ STORED_SCHEDULE_CHECKS: Final = Query(
     """
     select s.schedule_name as name, s.cron, s.timezone, s.origin, s.flow_slug,
            s.enabled and s.paused_reason is null as active,
-           exists (select 1 from pgflow.flows as f where f.flow_slug = s.flow_slug) as compiled
+           exists (select 1 from pgflow.flows as f where f.flow_slug = s.flow_slug) as compiled,
+           case when jsonb_typeof(s.input) = 'object' then s.input ->> 'task' end as task_path
       from pgflow.schedules as s order by s.schedule_name
     """,
     StoredScheduleCheck,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 import textwrap
@@ -59,6 +60,9 @@ lone surrogates (which no terminal encoding can write)."""
 _SGR: Final = re.compile(r"\x1b\[[0-9;]*m")
 """A colour code, as Django's terminal styles write them."""
 _SHOWN_ARGUMENT: Final = 40
+DEFAULT_WIDTH: Final = 80
+"""Columns of output that is neither a terminal nor given ``COLUMNS``."""
+MAX_WIDTH: Final = 10_000
 
 _DURATION_PART: Final = re.compile(r"(\d+)\s*([smhdw])")
 _DURATION_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -195,7 +199,8 @@ class PrintableOutput(OutputWrapper):
 
 
 def make_console(stream: Any, *, no_color: bool = False) -> Console:
-    """A rich console on the stream under Django's ``OutputWrapper`` (which would add newlines).
+    """A rich console on the stream under Django's ``OutputWrapper`` (which would add newlines), as
+    wide as the terminal, or when the stream is not one, as ``piped_width``.
 
     Markup is off: no string printed through it is read as Rich markup, so a ``[/bold]`` in a handler
     error is shown, not parsed (or crashed on). Control characters are ``printable``'s job."""
@@ -203,7 +208,19 @@ def make_console(stream: Any, *, no_color: bool = False) -> Console:
     while isinstance(out, OutputWrapper):
         out = out._out
     is_tty = bool(getattr(out, "isatty", lambda: False)())
-    return Console(file=out, no_color=no_color, highlight=False, markup=False, width=None if is_tty else 160)
+    return Console(
+        file=out, no_color=no_color, highlight=False, markup=False, width=None if is_tty else piped_width()
+    )
+
+
+def piped_width() -> int:
+    """The width of output that is not a terminal (a pipe, a file, a test): ``COLUMNS`` when it is
+    set to a whole number, else 80. A terminal's own width is Rich's to find (it honours ``COLUMNS``
+    too)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isascii() and columns.isdigit() and 0 < int(columns) <= MAX_WIDTH:
+        return int(columns)
+    return DEFAULT_WIDTH
 
 
 def printable(value: object, *, newlines: bool = False, markup: bool = False) -> str:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 
 from pgflow_django.client import RunView, StepStateView
 from pgflow_django.management.cli import printable, to_json
+from pgflow_django.management.layout import Column, FitTable
 from pgflow_django.recorded_errors import read_error
 
 STATUS_STYLES = {
@@ -21,6 +21,10 @@ STATUS_STYLES = {
     "skipped": "yellow",
     "cancelled": "yellow",
 }
+
+
+NOTE_WIDTH = 24
+"""Free text (an error, a skip reason) is not wrapped narrower than this: below, a table becomes records."""
 
 
 def status_text(status: str) -> Text:
@@ -52,13 +56,15 @@ def tasks_done(state: StepStateView) -> str:
     return f"{state.initial_tasks - (state.remaining_tasks or 0)}/{state.initial_tasks}"
 
 
-def steps_table(view: RunView, *, title: str | None = None) -> Table:
-    table = Table(title=title, title_justify="left", expand=False)
-    table.add_column("step")
-    table.add_column("type")
-    table.add_column("status")
-    table.add_column("tasks", justify="right")
-    table.add_column("note", overflow="fold", max_width=70)
+def steps_table(view: RunView, *, title: str | None = None) -> FitTable:
+    table = FitTable(
+        Column("step", title=True),
+        Column("type", no_wrap=True),
+        Column("status", no_wrap=True),
+        Column("tasks", justify="right", no_wrap=True),
+        Column("note", min_width=NOTE_WIDTH),
+        title=title,
+    )
     for state in view.steps:
         table.add_row(
             printable(state.step_slug),

@@ -13,12 +13,12 @@ from typing import Any
 
 from django.db import connections
 from django.utils import timezone
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
-from rich.table import Table
+from rich.console import Group, RenderableType
 from rich.text import Text
 
 from pgflow_django import queries
 from pgflow_django.management.cli import printable
+from pgflow_django.management.layout import Column, FitTable, Wrapped
 from pgflow_django.management.progress import STATUS_STYLES, format_seconds
 
 
@@ -80,29 +80,6 @@ def take_snapshot(flow: str | None, limit: int, *, using: str = "default") -> Wa
     return WatchFrame(timezone.now(), list(runs.values()), queues)
 
 
-class Wrapped:
-    """Entries left to right, separated by two spaces and wrapped between entries: a line breaks
-    inside an entry only when that entry alone is wider than the terminal."""
-
-    def __init__(self, entries: list[Text], *, indent: int = 0) -> None:
-        self.entries = entries
-        self.indent = indent
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        width = max(options.max_width, self.indent + 1)
-        line, used = Text(" " * self.indent), self.indent
-        for entry in self.entries:
-            if used > self.indent and used + 2 + entry.cell_len > width:
-                yield line
-                line, used = Text(" " * self.indent), self.indent
-            if used > self.indent:
-                line.append("  ")
-                used += 2
-            line.append_text(entry)
-            used += entry.cell_len
-        yield line
-
-
 def render(snapshot: WatchFrame, *, flow: str | None, interval: float, limit: int) -> RenderableType:
     title = f"pgflow: {len(snapshot.runs)} active run(s)" + (f" of {printable(flow)}" if flow else "")
     header = Wrapped(
@@ -152,10 +129,12 @@ def _runs_section(snapshot: WatchFrame) -> RenderableType:
 def _queues_table(snapshot: WatchFrame) -> RenderableType:
     if not snapshot.queues:
         return Text("no flow queues")
-    table = Table(title="queues (hidden: in flight or delayed)", title_justify="left")
-    table.add_column("queue", overflow="fold")
-    for column in ("messages", "visible", "hidden", "oldest"):
-        table.add_column(column, justify="right", no_wrap=True)
+    table = FitTable(
+        Column("queue", title=True),
+        *(Column(header, justify="right", no_wrap=True) for header in ("messages", "visible", "hidden")),
+        Column("oldest", justify="right", no_wrap=True),
+        title="queues (hidden: in flight or delayed)",
+    )
     for queue in snapshot.queues:
         hidden = "" if queue.visible is None else str(queue.length - queue.visible)
         table.add_row(

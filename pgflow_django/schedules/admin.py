@@ -29,7 +29,7 @@ from pgflow_django.admin_database import AdminDatabaseMixin, database_of, write_
 from pgflow_django.admin_permissions import NoEditsMixin
 from pgflow_django.models import Schedule
 from pgflow_django.schedules.cron import InvalidSchedule
-from pgflow_django.schedules.report import next_fire_times, run_statuses, state_of
+from pgflow_django.schedules.report import WorkerGap, next_fire_times, run_statuses, state_of, worker_gaps
 from pgflow_django.schedules.store import (
     ScheduleDeclared,
     ScheduleNotFound,
@@ -80,6 +80,14 @@ def _last_run(obj: Schedule, *, detailed: bool) -> SafeString | str:
     return format_html('<a href="{}" title="run {}">{}</a>', url, obj.last_run_id, status)
 
 
+def _worker_gap(obj: Schedule) -> WorkerGap | None:
+    """Why an active schedule's runs would wait (no live worker for its flow), else None."""
+    if not (obj.enabled and obj.paused_reason is None):
+        return None
+    gaps = worker_gaps([(obj.schedule_name, obj.flow_slug, obj.input)], using=database_of(obj))
+    return gaps.get(obj.schedule_name)
+
+
 class ScheduleAdmin(AdminDatabaseMixin, NoEditsMixin, _ScheduleAdmin):
     list_display = (
         "schedule_name",
@@ -119,6 +127,7 @@ class ScheduleAdmin(AdminDatabaseMixin, NoEditsMixin, _ScheduleAdmin):
             {
                 "fields": (
                     "state",
+                    "workers",
                     "next_fire_times",
                     "last_fired_at",
                     "last_run_detail",
@@ -133,6 +142,7 @@ class ScheduleAdmin(AdminDatabaseMixin, NoEditsMixin, _ScheduleAdmin):
     )
     readonly_fields = (
         "state",
+        "workers",
         "next_fire",
         "next_fire_times",
         "last_run",
@@ -149,8 +159,31 @@ class ScheduleAdmin(AdminDatabaseMixin, NoEditsMixin, _ScheduleAdmin):
         return [*fields, *self.readonly_fields]
 
     @admin.display(description="state")
-    def state(self, obj: Schedule) -> str:
-        return state_of(obj)
+    def state(self, obj: Schedule) -> SafeString | str:
+        """Its state, and under it ``no live worker`` when its flow has a step no live worker runs."""
+        gap = _worker_gap(obj)
+        if gap is None:
+            return state_of(obj)
+        return format_html(
+            '{}<br><strong class="pgflow-no-worker" title="{}">{}</strong>',
+            state_of(obj),
+            gap.detail,
+            gap.warning,
+        )
+
+    @admin.display(description="workers")
+    def workers(self, obj: Schedule) -> SafeString | str:
+        """On the detail page: whether a live worker runs its flow, and if not, what to start."""
+        if not (obj.enabled and obj.paused_reason is None):
+            return "-"
+        gap = _worker_gap(obj)
+        if gap is None:
+            return "a live worker runs each step of its flow"
+        return format_html(
+            '<strong class="pgflow-no-worker">{}</strong><br>start: {}',
+            gap.detail,
+            format_html_join(", ", "<code>{}</code>", ((command,) for command in gap.commands)),
+        )
 
     @admin.display(description="cron", ordering="cron")
     def cron_in_zone(self, obj: Schedule) -> SafeString:

@@ -6,7 +6,9 @@ rather than as the flows' E001), every task module imports (E034: one line namin
 its exception), and each declared schedule's flow is registered (E031). With
 ``--database``: stored crons and time zones still parse and no zone is a host's own setting such
 as 'localtime' (E032), no declared name is taken by a
-runtime schedule (E033), and every active schedule's flow is compiled there (W030).
+runtime schedule (E033), every active schedule's flow is compiled there (W030), and a live worker
+runs each step of it (W031: its runs would wait in the queue; with no live worker at all and
+``PGFLOW["SCHEDULER"] = "workers"``, nothing fires it either).
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ def _stored(alias: str) -> list[checks.CheckMessage]:
     specs, _ = _declared()
     declared = {spec.name for spec in specs or ()}
     messages: list[checks.CheckMessage] = []
+    active: list[queries.StoredScheduleCheck] = []
     for row in rows:
         name, flow_slug = row.name, row.flow_slug
         try:
@@ -136,6 +139,8 @@ def _stored(alias: str) -> list[checks.CheckMessage]:
                     id="pgflow.E033",
                 )
             )
+        if row.active and row.compiled:
+            active.append(row)
         if row.active and not row.compiled:
             messages.append(
                 checks.Warning(
@@ -147,4 +152,28 @@ def _stored(alias: str) -> list[checks.CheckMessage]:
                     id="pgflow.W030",
                 )
             )
+    messages.extend(_without_workers(alias, active))
     return messages
+
+
+def _without_workers(alias: str, rows: list[queries.StoredScheduleCheck]) -> list[checks.CheckMessage]:
+    """W031: an active schedule whose (compiled) flow has a step no live worker runs."""
+    from pgflow_django.schedules.report import worker_gaps
+
+    try:
+        gaps = worker_gaps(
+            ((row.name, row.flow_slug, {"task": row.task_path} if row.task_path else None) for row in rows),
+            using=alias,
+        )
+    except DatabaseError:
+        return []
+    return [
+        checks.Warning(
+            f"database {alias!r}: schedule {row.name!r}: {gaps[row.name].detail}",
+            hint=f"start {' and '.join(gaps[row.name].commands)} and keep it running, or pause the schedule",
+            obj=row.name,
+            id="pgflow.W031",
+        )
+        for row in rows
+        if row.name in gaps
+    ]

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol
 
 from django.db import connections
 
 from pgflow_django import queries
+from pgflow_django.conf import get_settings
+from pgflow_django.coverage import any_live_worker, flow_service, worker_commands
 from pgflow_django.schedules.store import ScheduleNotFound, ScheduleView, get_schedule
 from pgflow_django.suggest import known_and_closest
 
@@ -62,8 +65,12 @@ def next_fire_times(
         return [row.fire_at for row in rows]
 
 
-def schedule_dict(view: ScheduleView, statuses: dict[uuid.UUID, str]) -> dict[str, Any]:
-    """A schedule as JSON-ready data (run ids as strings, times ISO 8601 in UTC)."""
+def schedule_dict(
+    view: ScheduleView, statuses: dict[uuid.UUID, str], gaps: dict[str, WorkerGap] | None = None
+) -> dict[str, Any]:
+    """A schedule as JSON-ready data (run ids as strings, times ISO 8601 in UTC); ``gaps`` as
+    :func:`worker_gaps` gives them."""
+    gap = (gaps or {}).get(view.name)
     return {
         "name": view.name,
         "flow_slug": view.flow_slug,
@@ -88,7 +95,62 @@ def schedule_dict(view: ScheduleView, statuses: dict[uuid.UUID, str]) -> dict[st
         "last_run_status": last_run_status(view, statuses),
         "missed_ticks": view.missed_ticks,
         "last_error": view.last_error,
+        "worker_warning": None if gap is None else gap.warning,
     }
+
+
+@dataclass(frozen=True)
+class WorkerGap:
+    """Why an active schedule's runs would not run (or it would not fire): no live worker for them."""
+
+    warning: str
+    """Short, for a list's state: ``no live worker``, ``no live worker for step S``."""
+    detail: str
+    """One sentence: what waits, and whether anything fires the schedule at all."""
+    commands: list[str]
+    """The ``manage.py pgflow_worker`` command lines that would run its flow's unserved steps."""
+
+
+def task_path_of(schedule_input: Any) -> str | None:
+    """The task a ``@task`` schedule calls (its stored input's ``task``), else None."""
+    if isinstance(schedule_input, dict) and isinstance(schedule_input.get("task"), str):
+        return str(schedule_input["task"])
+    return None
+
+
+def worker_gaps(schedules: Iterable[tuple[str, str, Any]], *, using: str = "default") -> dict[str, WorkerGap]:
+    """For each active schedule given as ``(name, flow_slug, stored input)`` whose flow has a step no
+    live worker runs, why (by ``pgflow_django.coverage``'s rule of a live worker); two statements
+    however many schedules, a third when one has such a step."""
+    wanted = list(schedules)
+    services = flow_service({flow for _, flow, _ in wanted}, using=using)
+    gaps: dict[str, WorkerGap] = {}
+    fired: bool | None = None
+    for name, flow, schedule_input in wanted:
+        service = services[flow]
+        warning = service.warning()
+        if warning is None:
+            continue
+        task_path = task_path_of(schedule_input)
+        if service.steps:
+            commands = worker_commands(service.unserved, task_path=task_path)
+        else:
+            commands = [f"manage.py pgflow_worker --{'tasks' if task_path else f'flow {flow}'}"]
+        if not service.steps:
+            what = f"flow {flow} is not compiled and no worker runs it: its ticks fail"
+        elif len(service.unserved) == len(service.steps):
+            what = f"no live worker runs flow {flow}: its runs wait in the queue until one starts"
+        else:
+            steps = ", ".join(step.step_slug for step in service.unserved)
+            what = f"no live worker runs step(s) {steps} of flow {flow}: its runs wait there until one starts"
+        if fired is None:
+            fired = get_settings().scheduler == "pg_cron" or any_live_worker(using=using)
+        if not fired:
+            what += (
+                "; and no worker is live at all, so nothing fires it unless manage.py pgflow_scheduler runs"
+            )
+        gaps[name] = WorkerGap(warning, what, commands)
+    return gaps
 
 
 def schedule_not_found(name: str, *, using: str = "default") -> str:

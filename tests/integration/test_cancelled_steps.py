@@ -55,5 +55,5 @@ def test_pgflow_runs_shows_the_cancelled_step(cancelled_run: uuid.UUID) -> None:
         "shout": "created",
     }
     text, _ = call("pgflow_runs", str(cancelled_run))
-    (hello_line,) = [line for line in text.splitlines() if " hello " in line]
+    (hello_line,) = [line for line in text.splitlines() if line.split()[:1] == ["hello"]]
     assert "cancelled" in hello_line

@@ -4,6 +4,7 @@ compiled; each shown firing and not. Every change is rolled back with the test's
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -27,7 +28,19 @@ def found() -> list[tuple[str, object]]:
 
 @pytest.fixture(autouse=True)
 def greet() -> Iterator[None]:
+    """cmd_greet compiled, with a live worker for both its steps (so no pgflow.W031, whose own tests
+    are in test_no_live_worker.py)."""
     compile_flow(commands_flows.greet)
+    worker_id = uuid.uuid4()
+    support.q(
+        "insert into pgflow.workers (worker_id, queue_name, function_name) values (%s, 'cmd_greet', 'tests')",
+        [worker_id],
+    )
+    support.q(
+        "insert into pgflow.worker_support (worker_id, flow_slug, step_slug) "
+        "values (%s, 'cmd_greet', 'hello'), (%s, 'cmd_greet', 'shout')",
+        [worker_id, worker_id],
+    )
     yield
     forget_declarations("chk-declared")
 

@@ -222,6 +222,12 @@ class TestCoverage:
 
 @pytest.mark.usefixtures("flows")
 class TestCommand:
+    @pytest.fixture(autouse=True)
+    def wide(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The listing's columns are parsed as a wide terminal shows them (test_commands_80_columns
+        checks the 80-column layout)."""
+        monkeypatch.setenv("COLUMNS", "200")
+
     def test_lists_uncovered_routes_then_the_query_and_exits_3(self) -> None:
         deployed_workers()
         start_flow("cov_stepped", {"n": 1})

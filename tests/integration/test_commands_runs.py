@@ -48,13 +48,17 @@ def test_lists_runs_newest_first_as_json(runs: dict[str, uuid.UUID]) -> None:
     assert started == sorted(started, reverse=True)
 
 
-def test_the_list_shows_each_runs_priority(runs: dict[str, uuid.UUID]) -> None:
+def test_the_list_shows_each_runs_priority(
+    runs: dict[str, uuid.UUID], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a table, in a terminal wide enough for one (test_commands_80_columns: the records at 80)."""
+    monkeypatch.setenv("COLUMNS", "160")
     urgent = start_flow("cmd_greet", {"name": "eve"}, priority=75)
     by_id = {item["run_id"]: item for item in listed("--flow", "cmd_greet")}
     assert by_id[str(urgent)]["priority"] == 75
     assert by_id[str(runs["started"])]["priority"] is None, "started without one: the defaults"
     out, _ = call("pgflow_runs", "--flow", "cmd_greet")
-    assert "priority" in out.splitlines()[1]
+    assert "priority" in out.splitlines()[0]
     assert any(str(urgent) in line and " 75 " in line for line in out.splitlines())
     assert any(str(runs["started"]) in line and "default" in line for line in out.splitlines())
 

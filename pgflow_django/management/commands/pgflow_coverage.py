@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any, Final
 
 from django.core.management.base import CommandError, CommandParser
+from rich.console import Console
 
 from pgflow_django.coverage import (
     LIVE_HEARTBEATS,
@@ -16,6 +17,8 @@ from pgflow_django.coverage import (
     live_worker_seconds,
 )
 from pgflow_django.management.cli import PgflowCommand, add_format_argument, positive_float
+from pgflow_django.management.layout import Column, FitTable
+from pgflow_django.management.progress import NOTE_WIDTH
 
 UNCOVERED: Final = 3
 """Exit code when at least one (flow, step, queue) has no live worker."""
@@ -102,7 +105,7 @@ exit codes: 0 every route has a live worker (or no flow is compiled); 1 error (e
                 }
             )
         else:
-            self._text(routes, uncovered, shown, flow, live_seconds, no_flows)
+            self._text(routes, uncovered, shown, flow, live_seconds, no_flows, options["no_color"])
             if options["verbosity"] >= 2:
                 self.stdout.write(f"\n{SQL_HEADING}\n{query}", ending="")
         if uncovered:
@@ -119,26 +122,42 @@ exit codes: 0 every route has a live worker (or no flow is compiled); 1 error (e
         flow: str | None,
         live_seconds: float,
         no_flows: bool,
+        no_color: bool,
     ) -> None:
         if no_flows:
             self.stdout.write("no flows compiled: nothing needs a worker (run manage.py pgflow_compile)")
             return
+        console = self.console(no_color=no_color)
         live = f"live: not stopped, not deprecated, heartbeat within {live_seconds:g} s"
         flows = len({route.flow_slug for route in routes})
         scope = f"flow {flow}" if flow else f"{flows} flow(s)"
         if uncovered:
-            self.stdout.write(
-                f"{len(uncovered)} of {len(routes)} route(s) of {scope} have no live worker ({live})"
-            )
+            summary = f"{len(uncovered)} of {len(routes)} route(s) of {scope} have no live worker ({live})"
         else:
-            self.stdout.write(f"all {len(routes)} route(s) of {scope} have a live worker ({live})")
+            summary = f"all {len(routes)} route(s) of {scope} have a live worker ({live})"
+        console.print(summary)
         if shown:
-            self.stdout.write("")
-            self._table(shown)
+            console.print()
+            self._table(shown, console)
 
-    def _table(self, routes: list[RouteCoverage]) -> None:
-        rows = [
-            (
+    def _table(self, routes: list[RouteCoverage], console: Console) -> None:
+        table = FitTable(
+            *(
+                Column(
+                    header,
+                    label=header.lower(),
+                    title=header == "FLOW",
+                    justify="right" if header in ("PENDING", "LIVE") else "left",
+                    no_wrap=header != "NOTE",
+                    min_width=NOTE_WIDTH if header == "NOTE" else 0,
+                )
+                for header in _COLUMNS
+            ),
+            lined=False,
+            header_style="",
+        )
+        for route in routes:
+            table.add_row(
                 route.flow_slug,
                 route.step_slug,
                 route.queue_name,
@@ -147,16 +166,7 @@ exit codes: 0 every route has a live worker (or no flow is compiled); 1 error (e
                 str(route.live_workers),
                 _note(route),
             )
-            for route in routes
-        ]
-        widths = [max(len(value) for value in column) for column in zip(_COLUMNS, *rows, strict=False)]
-        numeric = {4, 5}
-        for row in [_COLUMNS, *rows]:
-            cells = [
-                value.rjust(width) if index in numeric else value.ljust(width)
-                for index, (value, width) in enumerate(zip(row, widths, strict=True))
-            ]
-            self.stdout.write("  ".join(cells).rstrip())
+        console.print(table)
 
 
 def _note(route: RouteCoverage) -> str:

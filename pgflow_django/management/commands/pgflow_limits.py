@@ -10,7 +10,11 @@ from django.db import connections
 from pgflow_django import queries
 from pgflow_django.flow_control import describe
 from pgflow_django.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
-from pgflow_django.management.cli import PgflowCommand, add_format_argument, positive_int
+from pgflow_django.management.cli import PgflowCommand, add_format_argument, positive_int, printable
+from pgflow_django.management.layout import Column, FitTable
+
+LIMIT_WIDTH = 30
+"""A limit reads as one phrase (``concurrency 2 per tenant_id``): narrower, the table becomes records."""
 
 
 class Command(PgflowCommand):
@@ -62,9 +66,23 @@ exit codes: 0 shown; 1 error; 2 bad arguments
         if not rows:
             self.stdout.write("no flow has a concurrency key or a rate limit")
             return
-        from rich.table import Table
-
-        table = Table(*(header.upper() for header in FLOW_CONTROL_HEADERS), box=None)
+        table = FitTable(
+            *(
+                Column(
+                    header.upper(),
+                    label=header,
+                    title=header == "flow",
+                    justify="right" if header in _NUMBERS else "left",
+                    no_wrap=header == "key",
+                    min_width=LIMIT_WIDTH if header == "limit" else 0,
+                )
+                for header in FLOW_CONTROL_HEADERS
+            ),
+            lined=False,
+        )
         for row in rows:
-            table.add_row(*flow_control_cells(row))
+            table.add_row(*(printable(cell) for cell in flow_control_cells(row)))
         self.console().print(table)
+
+
+_NUMBERS = frozenset({"started", "deferred", "tokens"})

@@ -12,7 +12,6 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 from rich.live import Live
-from rich.table import Table
 
 from pgflow_django.admin_lists import run_priority
 from pgflow_django.client import RunView, flow_not_found, get_run
@@ -25,7 +24,9 @@ from pgflow_django.management.cli import (
     printable,
     run_id,
 )
+from pgflow_django.management.layout import Column, FitTable
 from pgflow_django.management.progress import (
+    NOTE_WIDTH,
     error_summary,
     error_traceback,
     format_seconds,
@@ -196,9 +197,16 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
         if not rows:
             console.print("no runs" + (" matching the filters" if flow or status else ""))
             return
-        table = Table()
-        for column in ("run id", "flow", "status", "priority", "started", "duration", "steps left", "error"):
-            table.add_column(column, overflow="fold", max_width=60 if column == "error" else None)
+        table = FitTable(
+            Column("run id", title=True, no_wrap=True),
+            Column("flow", title=True),
+            Column("status", no_wrap=True),
+            Column("priority", no_wrap=True),
+            Column("started"),
+            Column("duration"),
+            Column("steps left", justify="right"),
+            Column("error", min_width=NOTE_WIDTH),
+        )
         for row in rows:
             finished = row["completed_at"] or row["failed_at"]
             table.add_row(
@@ -247,13 +255,13 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
             console.print(f"error: {error_summary(view.error_message)}", style="red")
         if view.status == "completed":
             console.print("output:")
-            console.print(json_text(view.output))
+            console.print(json_text(view.output), soft_wrap=True)
         if options["tasks"]:
             console.print(_tasks_table(tasks))
             if options["verbosity"] >= 2:
                 self._tracebacks(console, tasks)
         elif options["verbosity"] >= 2 and error_traceback(view.error_message):
-            console.print(f"traceback:\n{error_traceback(view.error_message)}")
+            console.print(f"traceback:\n{error_traceback(view.error_message)}", soft_wrap=True)
 
     def _tracebacks(self, console: Any, tasks: Sequence[Mapping[str, Any]]) -> None:
         """Each failed task's recorded traceback, under a line naming the task."""
@@ -261,7 +269,7 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
             trace = error_traceback(task["error_message"])
             if trace:
                 console.print(f"traceback of {printable(task['step_slug'])}[{task['task_index']}]:")
-                console.print(trace)
+                console.print(trace, soft_wrap=True)
 
 
 def _run_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -286,10 +294,16 @@ def _task_row(task: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _tasks_table(tasks: Sequence[Mapping[str, Any]]) -> Table:
-    table = Table(title="tasks", title_justify="left")
-    for column in ("step", "index", "status", "attempts", "message id", "error"):
-        table.add_column(column, overflow="fold", max_width=60 if column == "error" else None)
+def _tasks_table(tasks: Sequence[Mapping[str, Any]]) -> FitTable:
+    table = FitTable(
+        Column("step", title=True),
+        Column("index", justify="right", no_wrap=True),
+        Column("status", no_wrap=True),
+        Column("attempts", justify="right", no_wrap=True),
+        Column("message id", justify="right", no_wrap=True),
+        Column("error", min_width=NOTE_WIDTH),
+        title="tasks",
+    )
     for task in tasks:
         table.add_row(
             printable(task["step_slug"]),

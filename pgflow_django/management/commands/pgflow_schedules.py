@@ -7,21 +7,23 @@ from typing import Any, Final
 
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
-from rich import box
 from rich.table import Table
 from rich.text import Text
 
 from pgflow_django.management.cli import PgflowCommand, add_format_argument, load_json_argument, printable
+from pgflow_django.management.layout import Column, FitTable
 from pgflow_django.management.progress import status_text
 from pgflow_django.schedules.cron import InvalidSchedule
 from pgflow_django.schedules.pg_cron import JOB_NAME, PgCronUnavailable, sync_pg_cron_job
 from pgflow_django.schedules.report import (
+    WorkerGap,
     find_schedule,
     last_run_status,
     next_fire_times,
     run_statuses,
     schedule_dict,
     state_of,
+    worker_gaps,
 )
 from pgflow_django.schedules.store import (
     ScheduleDeclared,
@@ -36,6 +38,8 @@ from pgflow_django.schedules.store import (
 
 ACTIONS: Final = ("list", "show", "pause", "resume", "trigger", "pg-cron")
 SHOWN_TICKS: Final = 10
+STATE_WIDTH: Final = 16
+"""A pause note is not wrapped narrower than this: below, the list becomes one record per schedule."""
 
 
 class Command(PgflowCommand):
@@ -109,28 +113,32 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
     def _list(self, options: dict[str, Any]) -> None:
         views = list_schedules(using=self.using)
         statuses = run_statuses((view.last_run_id for view in views), using=self.using)
+        gaps = _gaps(views, self.using)
         if options["format"] == "json":
-            self.write_json([schedule_dict(view, statuses) for view in views])
+            self.write_json([schedule_dict(view, statuses, gaps) for view in views])
             return
         console = self.console(no_color=options["no_color"])
         if not views:
             console.print("no schedules: declare one with schedule(...) in flows.py, then pgflow_compile")
             return
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
-        table.add_column("name\ncron", overflow="fold", ratio=3)
-        table.add_column("flow\ntime zone", overflow="fold", ratio=2)
-        table.add_column("next\nfire", no_wrap=True)
-        table.add_column("last\nfire", no_wrap=True)
-        table.add_column("last run\nstate", overflow="fold", ratio=3)
+        table = FitTable(
+            Column(("name", "cron"), title=True),
+            Column(("flow", "time zone")),
+            Column("next\nfire", no_wrap=True),
+            Column("last\nfire", no_wrap=True),
+            Column(("last run", "state"), min_width=STATE_WIDTH),
+        )
         for view in views:
             status = last_run_status(view, statuses)
             state = Text(printable(state_of(view)), style="" if view.active else "yellow")
+            gap = gaps.get(view.name)
+            warning = () if gap is None else (Text(gap.warning, style="bold red"),)
             table.add_row(
-                f"{printable(view.name)}\n{printable(view.cron)}",
-                f"{printable(view.flow_slug)}\n{printable(view.timezone)}",
+                (printable(view.name), printable(view.cron)),
+                (printable(view.flow_slug), printable(view.timezone)),
                 _stacked(view.next_fire_at if view.active else None),
                 _stacked(view.last_fired_at),
-                Text("\n").join([status_text(status) if status else Text("-"), state]),
+                (status_text(status) if status else Text("-"), state, *warning),
                 end_section=True,
             )
         console.print(table)
@@ -139,10 +147,11 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
     def _show(self, view: ScheduleView, options: dict[str, Any]) -> None:
         ticks = recent_ticks(view.name, limit=SHOWN_TICKS, using=self.using)
         statuses = run_statuses([view.last_run_id, *(tick.run_id for tick in ticks)], using=self.using)
+        gap = _gaps([view], self.using).get(view.name)
         if options["format"] == "json":
             self.write_json(
                 {
-                    **schedule_dict(view, statuses),
+                    **schedule_dict(view, statuses, {} if gap is None else {view.name: gap}),
                     "recent_ticks": [
                         {
                             "tick": tick.tick,
@@ -158,28 +167,43 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             return
         console = self.console(no_color=options["no_color"])
         console.print(f"schedule {printable(view.name)} ({view.origin}): {printable(state_of(view))}")
-        console.print(f"  flow      {printable(view.flow_slug)}")
-        console.print(f"  cron      {printable(view.cron)} in {printable(view.timezone)}")
-        console.print(
-            f"  catch-up  {view.catch_up} (at most {view.max_catch_up}), jitter {view.jitter} s, "
-            f"{view.missed_ticks} missed"
+        fields = Table.grid(padding=(0, 0, 0, 2), pad_edge=True)
+        fields.add_column(no_wrap=True)
+        fields.add_column(overflow="fold")
+        fields.add_row("flow", printable(view.flow_slug))
+        fields.add_row("cron", f"{printable(view.cron)} in {printable(view.timezone)}")
+        fields.add_row(
+            "catch-up",
+            f"{view.catch_up} (at most {view.max_catch_up}), jitter {view.jitter} s, "
+            f"{view.missed_ticks} missed",
         )
         if view.input_callable:
-            console.print(f"  input     from {printable(view.input_callable)}")
+            fields.add_row("input", f"from {printable(view.input_callable)}")
         if view.last_error:
-            console.print(f"  error     {printable(view.last_error)}", style="red")
+            fields.add_row("error", Text(printable(view.last_error), style="red"))
         coming = (
             [_when(fire) for fire in next_fire_times(view.name, view.upcoming, view.jitter, using=self.using)]
             if view.active
             else []
         )
-        console.print(f"  next      {', '.join(coming) or '-'}")
+        fields.add_row("next", ", ".join(coming) or "-")
+        if gap is not None:
+            fields.add_row("workers", Text(gap.detail, style="red"))
+            for command in gap.commands:
+                fields.add_row("start", command)
+        elif view.active:
+            fields.add_row("workers", "a live worker runs each step of its flow")
+        console.print(fields)
         if not ticks:
             console.print("no ticks fired yet")
             return
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="recent ticks", title_justify="left")
-        for column in ("tick", "kind", "run", "status"):
-            table.add_column(column, no_wrap=column != "run", overflow="fold")
+        table = FitTable(
+            Column("tick", title=True, no_wrap=True),
+            Column("kind", no_wrap=True),
+            Column("run", no_wrap=True),
+            Column("status", no_wrap=True),
+            title="recent ticks",
+        )
         for tick in ticks:
             table.add_row(
                 _when(tick.tick),
@@ -243,6 +267,13 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             self.write_json({"name": name, "run_id": str(run_id)})
         else:
             self.stdout.write(f"triggered schedule {name}: run {run_id}")
+
+
+def _gaps(views: list[ScheduleView], using: str) -> dict[str, WorkerGap]:
+    """The active schedules whose flow has a step no live worker runs."""
+    return worker_gaps(
+        ((view.name, view.flow_slug, view.input) for view in views if view.active), using=using
+    )
 
 
 def _named(name: str | None) -> str:

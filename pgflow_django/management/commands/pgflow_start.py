@@ -12,6 +12,7 @@ from rich.console import Group
 from rich.live import Live
 
 from pgflow_django.client import RunView, get_run, start_flow
+from pgflow_django.coverage import run_unserved_steps, worker_commands
 from pgflow_django.dsl import Flow
 from pgflow_django.management.cli import (
     PgflowCommand,
@@ -20,6 +21,7 @@ from pgflow_django.management.cli import (
     interrupted_as,
     load_json_argument,
     positive_float,
+    printable,
     priority,
     run_id,
 )
@@ -32,10 +34,14 @@ from pgflow_django.management.progress import (
     steps_table,
 )
 from pgflow_django.registry import get_flows
+from pgflow_django.schedules.report import task_path_of
 
 TIMED_OUT = 3
 """Exit code when --wait gives up while the run is still going."""
 POLL_SECONDS = 0.2
+WORKER_HINT_SECONDS = 5.0
+"""How long --wait lets a run wait on tasks no live worker would claim before it names the worker."""
+WORKER_CHECK_SECONDS = 1.0
 
 
 class Command(PgflowCommand):
@@ -112,7 +118,13 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
                 self.stdout.write(str(started))
             return
         with interrupted_as(f"stopped waiting; run {started} continues (follow it: pgflow_runs {started})"):
-            view = self._wait(started, options["timeout"], no_color=options["no_color"])
+            view = self._wait(
+                started,
+                options["timeout"],
+                no_color=options["no_color"],
+                task_path=task_path_of(flow_input),
+                hint=options["verbosity"] > 0,
+            )
         self._report(view, as_json=as_json, verbosity=options["verbosity"], no_color=options["no_color"])
         if not view.is_terminal:
             raise CommandError(
@@ -124,9 +136,16 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
             reason = error_summary(view.error_message) or "no error message"
             raise CommandError(f"run {started} failed: {reason}")
 
-    def _wait(self, key: uuid.UUID, timeout: float | None, *, no_color: bool) -> RunView:
-        """Poll the run; on a terminal, redraw its step table in place (on stderr, keeping stdout clean)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _wait(
+        self, key: uuid.UUID, timeout: float | None, *, no_color: bool, task_path: str | None, hint: bool
+    ) -> RunView:
+        """Poll the run; on a terminal, redraw its step table in place (on stderr, keeping stdout clean).
+
+        Once the run has waited ``WORKER_HINT_SECONDS`` on tasks no live worker would claim, say once,
+        on stderr, which worker to start."""
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
+        next_check = None if not hint else started + WORKER_HINT_SECONDS
         console = self.console(stderr=True, no_color=no_color)
         view = get_run(key, using=self.using)
         with contextlib.ExitStack() as stack:
@@ -143,6 +162,13 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
                 view = get_run(key, using=self.using)
                 if live is not None:
                     live.update(_live(view), refresh=True)
+                if next_check is not None and time.monotonic() >= next_check and not view.is_terminal:
+                    line = _no_worker_line(view, task_path, self.using)
+                    next_check = None if line else time.monotonic() + WORKER_CHECK_SECONDS
+                    if line and live is not None:  # above the live table, wrapped between words
+                        live.console.print(line, style="yellow")
+                    elif line:
+                        self.stderr.write(line)
         return view
 
     def _report(self, view: RunView, *, as_json: bool, verbosity: int, no_color: bool) -> None:
@@ -156,7 +182,20 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
         if view.status == "completed":
             if verbosity > 0:
                 console.print("output:")
-            console.print(json_text(view.output))
+            console.print(json_text(view.output), soft_wrap=True)
+
+
+def _no_worker_line(view: RunView, task_path: str | None, using: str) -> str | None:
+    """One line naming the worker to start when the run waits on tasks no live worker would claim."""
+    steps = run_unserved_steps(view.run_id, using=using)
+    if not steps:
+        return None
+    commands = "  and  ".join(worker_commands(steps, task_path=task_path))
+    flow = printable(view.flow_slug)
+    if steps[0].queue_mode == "step":
+        names = ", ".join(printable(step.step_slug) for step in steps)
+        return f"no worker is serving step(s) {names} of flow {flow}: start one with  {commands}"
+    return f"no worker is serving flow {flow}: start one with  {commands}"
 
 
 def _live(view: RunView) -> Group:
