@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -766,29 +767,26 @@ class QueueWorker:
 
     def _return_at_stop(self, tasks: list[ClaimedTask]) -> None:
         """Tasks no thread started before the drain ended: back to the queue, attempts returned."""
-        returned = self._bounded(lambda engine: engine.return_unstarted(tasks), "return unstarted tasks")
-        if returned is not None:
-            self.observe.released(int(returned))
-            logger.warning(
-                "returned %d of %d task(s) no handler started queue=%s msg_ids=%s",
-                returned,
-                len(tasks),
-                self.queue,
-                ",".join(str(task.message_id) for task in sorted(tasks, key=lambda task: task.message_id)),
-                extra=self.observe.fields,
-            )
+        self._give_back(tasks, Engine.return_unstarted, "returned", "task(s) no handler started")
 
     def _release(self, tasks: list[ClaimedTask]) -> None:
-        ids = sorted(task.message_id for task in tasks)
-        released = self._bounded(lambda engine: engine.release(tasks), "release unfinished tasks")
-        if released is not None:
-            self.observe.released(int(released))
+        """Tasks whose handlers outlived the drain: queued again, their attempts still counted."""
+        self._give_back(tasks, Engine.release, "released", "unfinished task(s)")
+
+    def _give_back(
+        self, tasks: list[ClaimedTask], give: Callable[[Engine, list[ClaimedTask]], int], done: str, what: str
+    ) -> None:
+        count = self._bounded(lambda engine: give(engine, tasks), f"give back {what}")
+        if count is not None:
+            self.observe.released(int(count))
             logger.warning(
-                "released %d of %d unfinished task(s) queue=%s msg_ids=%s",
-                released,
-                len(ids),
+                "%s %d of %d %s queue=%s msg_ids=%s",
+                done,
+                count,
+                len(tasks),
+                what,
                 self.queue,
-                ",".join(map(str, ids)),
+                ",".join(str(task.message_id) for task in sorted(tasks, key=lambda task: task.message_id)),
                 extra=self.observe.fields,
             )
 

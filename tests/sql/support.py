@@ -7,8 +7,9 @@ Queries go through ``tests.support.db`` (jsonb decoded); ``q``, ``q1``, ``val`` 
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -542,3 +543,18 @@ def unarchive(queue_name: str, msg_id: int) -> None:
         [msg_id],
     )
     q(f'delete from pgmq."{at}" where msg_id = %s', [msg_id])
+
+
+def claim_items(records: Iterable[dict[str, Any]]) -> str:
+    """The JSON array of claims (task key and attempt) that release_tasks and return_unstarted_tasks take."""
+    return json.dumps(
+        [
+            {
+                "run_id": str(r["run_id"]),
+                "step_slug": r["step_slug"],
+                "task_index": r["task_index"],
+                "attempt": r["attempt"],
+            }
+            for r in records
+        ]
+    )

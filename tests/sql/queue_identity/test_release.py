@@ -1,23 +1,6 @@
 """release_tasks makes released messages visible in each task's own queue, grouped by queue."""
 
-import json
-from typing import Any
-
-from tests.sql.support import claim_all, q, queue_snapshot, start_twins, step, task, vt_in
-
-
-def _items(*records: dict[str, Any]) -> str:
-    return json.dumps(
-        [
-            {
-                "run_id": str(r["run_id"]),
-                "step_slug": r["step_slug"],
-                "task_index": r["task_index"],
-                "attempt": r["attempt"],
-            }
-            for r in records
-        ]
-    )
+from tests.sql.support import claim_all, claim_items, q, queue_snapshot, start_twins, step, task, vt_in
 
 
 def test_release_makes_only_the_released_message_visible() -> None:
@@ -26,7 +9,7 @@ def test_release_makes_only_the_released_message_visible() -> None:
     (rec_f,) = claim_all("f")
     claim_all("g")
     before_g = queue_snapshot("g")
-    rows = q("select * from pgflow.release_tasks(%s::jsonb)", [_items(rec_f)])
+    rows = q("select * from pgflow.release_tasks(%s::jsonb)", [claim_items([rec_f])])
     assert [r["outcome"] for r in rows] == ["released"]
     assert task(twins.f, "a")["status"] == "queued"
     assert vt_in("f", 1) <= 0
@@ -42,7 +25,7 @@ def test_one_release_over_two_queues_groups_by_queue() -> None:
     f0 = task(twins.f, "m", 0)["message_id"]
     g1 = task(twins.g, "m", 1)["message_id"]
     assert f0 != g1
-    rows = q("select * from pgflow.release_tasks(%s::jsonb)", [_items(recs_f[0], recs_g[1])])
+    rows = q("select * from pgflow.release_tasks(%s::jsonb)", [claim_items([recs_f[0], recs_g[1]])])
     assert [r["outcome"] for r in rows] == ["released", "released"]
     assert vt_in("f", f0) <= 0
     assert vt_in("g", g1) <= 0

@@ -1,27 +1,11 @@
-from tests.sql.support import claim, make_flow, q, start, step, task, val
-
-
-def _items(records: list[dict[str, object]]) -> str:
-    import json
-
-    return json.dumps(
-        [
-            {
-                "run_id": str(r["run_id"]),
-                "step_slug": r["step_slug"],
-                "task_index": r["task_index"],
-                "attempt": r["attempt"],
-            }
-            for r in records
-        ]
-    )
+from tests.sql.support import claim, claim_items, make_flow, q, start, step, task, val
 
 
 def test_released_claim_is_queued_and_visible_now_and_the_next_claim_is_a_new_attempt() -> None:
     make_flow("f", step("a", timeout=60))
     run_id = start("f")
     records = claim("f")
-    outcomes = q("select * from pgflow.release_tasks(%s::jsonb)", [_items(records)])
+    outcomes = q("select * from pgflow.release_tasks(%s::jsonb)", [claim_items(records)])
     assert [o["outcome"] for o in outcomes] == ["released"]
     row = task(run_id, "a")
     assert (row["status"], row["attempts_count"]) == ("queued", 1)
@@ -36,9 +20,9 @@ def test_stale_release_changes_nothing() -> None:
     make_flow("f", step("a"))
     run_id = start("f")
     first = claim("f")
-    q("select * from pgflow.release_tasks(%s::jsonb)", [_items(first)])
+    q("select * from pgflow.release_tasks(%s::jsonb)", [claim_items(first)])
     second = claim("f")
-    outcomes = q("select * from pgflow.release_tasks(%s::jsonb)", [_items(first)])
+    outcomes = q("select * from pgflow.release_tasks(%s::jsonb)", [claim_items(first)])
     assert [o["outcome"] for o in outcomes] == ["stale"], "the first claim is no longer current"
     row = task(run_id, "a")
     assert (row["status"], row["attempts_count"]) == ("started", second[0]["attempt"])
@@ -49,7 +33,7 @@ def test_release_of_a_completed_task_is_stale() -> None:
     run_id = start("f")
     records = claim("f")
     q("select pgflow.complete_task(%s, 'a', 0, %s, '1'::jsonb)", [run_id, records[0]["attempt"]])
-    outcomes = q("select * from pgflow.release_tasks(%s::jsonb)", [_items(records)])
+    outcomes = q("select * from pgflow.release_tasks(%s::jsonb)", [claim_items(records)])
     assert [o["outcome"] for o in outcomes] == ["stale"]
     assert task(run_id, "a")["status"] == "completed"
 
@@ -58,6 +42,6 @@ def test_task_without_attempts_left_is_kept_for_stalled_recovery() -> None:
     make_flow("f", step("a", max_attempts=1))
     run_id = start("f")
     records = claim("f")
-    outcomes = q("select * from pgflow.release_tasks(%s::jsonb)", [_items(records)])
+    outcomes = q("select * from pgflow.release_tasks(%s::jsonb)", [claim_items(records)])
     assert [o["outcome"] for o in outcomes] == ["kept"]
     assert task(run_id, "a")["status"] == "started"

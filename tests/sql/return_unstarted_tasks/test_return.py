@@ -22,26 +22,13 @@ from tests.sql.interleavings.support import (
 from tests.sql.interleavings.support import (
     claim as claim_on,
 )
-from tests.sql.support import claim, make_flow, q, start, step, task, val
-
-
-def _items(records: list[dict[str, Any]]) -> str:
-    return json.dumps(
-        [
-            {
-                "run_id": str(r["run_id"]),
-                "step_slug": r["step_slug"],
-                "task_index": r["task_index"],
-                "attempt": r["attempt"],
-            }
-            for r in records
-        ]
-    )
+from tests.sql.support import claim, claim_items, make_flow, q, start, step, task, val
 
 
 def _return(records: list[dict[str, Any]]) -> list[str]:
     return [
-        o["outcome"] for o in q("select * from pgflow.return_unstarted_tasks(%s::jsonb)", [_items(records)])
+        o["outcome"]
+        for o in q("select * from pgflow.return_unstarted_tasks(%s::jsonb)", [claim_items(records)])
     ]
 
 
@@ -74,7 +61,7 @@ def test_a_claim_that_is_no_longer_current_changes_nothing() -> None:
     first = claim("f")
     by_step = {r["step_slug"]: r for r in first}
     q("select pgflow.complete_task(%s, 'a', 0, %s, '1'::jsonb)", [run_id, by_step["a"]["attempt"]])
-    q("select * from pgflow.release_tasks(%s::jsonb)", [_items([by_step["b"]])])
+    q("select * from pgflow.release_tasks(%s::jsonb)", [claim_items([by_step["b"]])])
     taken_over = claim("f")
     assert _return(first) == ["stale", "stale"], "one completed, one claimed again since"
     assert task(run_id, "a")["status"] == "completed"
