@@ -56,10 +56,15 @@ def test_a_fast_host_plans_and_fires_on_the_database_clock(
 
     # plan it from 2.5 s ago on the database's clock, so ticks are due without waiting for them
     q("update pgflow.schedules set upcoming = '{}', planned_until = null, next_fire_at = null")
-    plan(database_now() - timedelta(seconds=2.5), ["s"])
+    start = database_now()
+    plan(start - timedelta(seconds=2.5), ["s"])
     fired = [tick for _ in range(4) for tick in scheduler_pass()]
     after = database_now()
-    assert len(fired) == 1 and after - timedelta(seconds=1.5) < fired[0] <= after, (fired, after)
+    # the latest tick due at the first pass, then only ticks that came due while the passes ran (a
+    # busy machine can take over a second for four): none early by the database's clock, none stale
+    assert fired and fired == sorted(set(fired)), fired
+    assert all(start - timedelta(seconds=1) < tick <= after for tick in fired), (fired, start, after)
+    assert len(fired) <= 1 + (after - start).total_seconds(), (fired, start, after)
     assert ledger("s") == fired
     assert get_schedule("s").missed_ticks <= 2, "the ticks up to the host's time are not counted missed"
     assert len(skew_warnings(caplog)) == 1
