@@ -484,7 +484,8 @@ class Schedule(ReadOnlyModel):
     """``pgflow.schedules``: a flow started on cron ticks; changed through ``pgflow_django.schedules``.
 
     ``upcoming`` holds the planned ticks (before jitter); the schedule fires while ``enabled`` and
-    ``paused_reason`` is null."""
+    ``paused_reason`` is null. ``plan_error`` says why it could not be planned (cleared once it is);
+    ``last_error`` is firing's."""
 
     schedule_name = models.TextField(primary_key=True)
     flow_slug = models.TextField()
@@ -511,6 +512,8 @@ class Schedule(ReadOnlyModel):
     last_error = models.TextField(null=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+    plan_error = models.TextField(null=True)
+    plan_failed_at = models.DateTimeField(null=True)
 
     class Meta:
         managed = False

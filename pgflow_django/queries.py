@@ -1139,7 +1139,7 @@ _SCHEDULE_COLUMNS: Final = """
 select schedule_name as name, flow_slug, cron, timezone, input::text as input, input_callable, catch_up,
        max_catch_up, jitter_seconds as jitter, enabled, paused_reason, paused_detail, paused_at, origin,
        revision, upcoming, next_fire_at, last_tick, last_fired_at, last_run_id, missed_ticks, last_error,
-       created_at, updated_at
+       created_at, updated_at, plan_error, plan_failed_at
   from pgflow.schedules"""
 
 GET_SCHEDULE: Final = Query(
@@ -1268,14 +1268,17 @@ SCHEDULES_TO_PLAN: Final = Query(
                 and d.upcoming[cardinality(d.upcoming)] <= %(now)s)
        and s.planned_until is distinct from 'infinity'
        and (%(names)s::text[] is null or s.schedule_name = any(%(names)s::text[]))
-     order by coalesce(s.upcoming[cardinality(s.upcoming)] > %(now)s, false), cardinality(s.upcoming),
-              s.schedule_name
+       and (%(names)s::text[] is not null or s.plan_failed_at is null
+            or s.plan_failed_at <= %(now)s - %(retry)s::interval)
+     order by s.plan_error is not null, coalesce(s.upcoming[cardinality(s.upcoming)] > %(now)s, false),
+              cardinality(s.upcoming), s.schedule_name
      limit %(limit)s
     """,
     PlanCandidate,
 )
 """The active schedules holding fewer than ``low_water`` ticks or none after ``now`` while their first
-is due (only ``names`` unless null): those that can fire nothing first, then the fewest ticks first.
+is due (only ``names`` unless null): those that can fire nothing first, then the fewest ticks first,
+and those whose planning failed last; a failed one only once ``retry`` has passed, unless named.
 Two branches, so each uses its partial index (an ``or`` scans every schedule on every pass)."""
 
 DATABASE_NOW: Final = _value("database_now", "select clock_timestamp() as value")

@@ -47,8 +47,13 @@ class ScheduleView:
     last_run_id: uuid.UUID | None
     missed_ticks: int
     last_error: str | None
+    """Why firing last held it back (an input callable raised, its flow is not compiled)."""
     created_at: datetime
     updated_at: datetime
+    plan_error: str | None
+    """Why it could not be planned (its cron no longer parses, its time zone is unknown to the
+    planning host): it gets no new ticks until fixed. None once it plans."""
+    plan_failed_at: datetime | None
 
     @classmethod
     def from_columns(cls, **columns: Any) -> ScheduleView:

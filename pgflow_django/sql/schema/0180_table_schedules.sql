@@ -5,6 +5,9 @@
 -- A schedule fires while `enabled` and `paused_reason` is null: 'operator' is a pause set through the
 -- API, 'removed_from_code' marks a declared schedule whose declaration is gone (its history stays).
 -- `revision` grows with every definition change, so a plan computed for an older definition is refused.
+-- `plan_error` says why the latest try to plan the schedule failed (a stored cron that no longer
+-- parses, a time zone the planning host does not know), `plan_failed_at` when; both are cleared by the
+-- next plan that works. `last_error` is firing's (an input callable that raised, a flow not compiled).
 create table pgflow.schedules (
   schedule_name text primary key check (schedule_name <> '' and length(schedule_name) <= 200),
   flow_slug text not null,
@@ -30,7 +33,9 @@ create table pgflow.schedules (
   missed_ticks bigint not null default 0,
   last_error text,
   created_at timestamptz not null default clock_timestamp(),
-  updated_at timestamptz not null default clock_timestamp()
+  updated_at timestamptz not null default clock_timestamp(),
+  plan_error text,
+  plan_failed_at timestamptz
 );
 
 create index schedules_due_idx on pgflow.schedules (next_fire_at)

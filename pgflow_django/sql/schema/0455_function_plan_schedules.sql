@@ -1,8 +1,14 @@
--- Stores planned ticks computed by Python (cron arithmetic, time zones and DST stay in one place):
--- `plans` is a JSON array of {"schedule": name, "revision": n, "ticks": [timestamps], "planned_until": t}.
--- Ticks are merged into `upcoming` (sorted, without duplicates, none at or before the last fired
--- tick) and next_fire_at is recomputed. A plan made for another revision of the definition (the
--- schedule was edited meanwhile) is ignored. Returns the names of the schedules updated.
+-- Stores what Python planned (cron arithmetic, time zones and DST stay in one place). `plans` is a
+-- JSON array whose elements are either a plan or a failure:
+--   {"schedule": name, "revision": n, "ticks": [timestamps], "planned_until": t}
+--       ticks merged into `upcoming` (sorted, without duplicates, none at or before the last fired
+--       tick), next_fire_at recomputed, plan_error and plan_failed_at cleared;
+--   {"schedule": name, "revision": n, "error": text, "failed_at": t}
+--       a schedule Python could not plan (its cron no longer parses, its time zone is unknown to the
+--       planning host): the reason and the moment are recorded, its planned ticks stay as they are.
+-- One statement for all of them, so one schedule's failure never holds back another's plan. An
+-- element made for another revision of the definition (the schedule was edited meanwhile) is
+-- ignored. Returns the names of the schedules planned (not those whose failure was recorded).
 create or replace function pgflow.plan_schedules(plans jsonb)
 returns setof text
 language plpgsql
@@ -10,29 +16,40 @@ set search_path = pg_catalog, pgflow, pgmq
 as $$
 begin
   if plans is null or jsonb_typeof(plans) <> 'array' then
-    raise exception 'plan_schedules: plans must be a JSON array of {"schedule", "revision", "ticks", "planned_until"}'
+    raise exception 'plan_schedules: plans must be a JSON array of {"schedule", "revision", "ticks", "planned_until"} or {"schedule", "revision", "error", "failed_at"}'
       using errcode = '22023';
   end if;
   return query
     with p as (
       select e.value ->> 'schedule' as name, (e.value ->> 'revision')::bigint as revision,
              array(select t::timestamptz from jsonb_array_elements_text(e.value -> 'ticks') as t) as ticks,
-             (e.value ->> 'planned_until')::timestamptz as planned_until
+             (e.value ->> 'planned_until')::timestamptz as planned_until,
+             e.value ->> 'error' as error,
+             coalesce((e.value ->> 'failed_at')::timestamptz, clock_timestamp()) as failed_at
         from jsonb_array_elements(plans) as e(value)
     ), merged as (
-      select s.schedule_name, p.planned_until,
-             coalesce(array(select distinct u.tick from unnest(s.upcoming || p.ticks) as u(tick)
-                             where s.last_tick is null or u.tick > s.last_tick
-                             order by u.tick), '{}') as upcoming
+      select s.schedule_name, p.planned_until, p.error, p.failed_at,
+             case when p.error is not null then s.upcoming
+                  else coalesce(array(select distinct u.tick from unnest(s.upcoming || p.ticks) as u(tick)
+                                       where s.last_tick is null or u.tick > s.last_tick
+                                       order by u.tick), '{}')
+             end as upcoming
         from pgflow.schedules as s
         join p on p.name = s.schedule_name and p.revision = s.revision
+    ), stored as (
+      update pgflow.schedules as s
+         set upcoming = m.upcoming,
+             planned_until = case when m.error is null then greatest(s.planned_until, m.planned_until)
+                                  else s.planned_until end,
+             next_fire_at = case when m.error is null
+                                 then pgflow.schedule_next_fire_at(s.schedule_name, m.upcoming, s.jitter_seconds)
+                                 else s.next_fire_at end,
+             plan_error = left(m.error, 2000),
+             plan_failed_at = case when m.error is null then null else m.failed_at end
+        from merged as m
+       where s.schedule_name = m.schedule_name
+      returning s.schedule_name, m.error is null as planned
     )
-    update pgflow.schedules as s
-       set upcoming = m.upcoming,
-           planned_until = greatest(s.planned_until, m.planned_until),
-           next_fire_at = pgflow.schedule_next_fire_at(s.schedule_name, m.upcoming, s.jitter_seconds)
-      from merged as m
-     where s.schedule_name = m.schedule_name
-    returning s.schedule_name;
+    select st.schedule_name from stored as st where st.planned;
 end;
 $$;
