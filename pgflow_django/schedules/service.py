@@ -3,10 +3,13 @@
 The worker runs a pass on its maintenance loop (on its engine connection, so firing costs it no extra
 connection) and ``manage.py pgflow_scheduler`` runs passes alone. Each part runs in its own short
 transaction; the firing one holds the firing lock, so passes of many processes never wait on each
-other: all but one return at once. A lost connection propagates, for the caller's reconnect logic;
-any other failure (a stored cron that no longer parses, a SQL error) is logged and the pass ends
-with nothing changed, so a schedule problem never stops a worker's claim loop. Both parts read the
-database's clock, never this host's (see ``clock``).
+other: all but one return at once. A schedule that cannot be planned (a stored cron that no longer
+parses, a time zone this host does not know) is skipped alone by the planner, which records and logs
+why; the others plan and fire in the same pass. A lost connection propagates, for the caller's
+reconnect logic; any other failure of a part (a SQL error) is logged and that part rolled back (a
+failed planning still lets the ticks planned before fire), so a schedule problem never stops a
+worker's claim loop. Both parts read the database's clock,
+never this host's (see ``clock``).
 """
 
 from __future__ import annotations
@@ -34,12 +37,18 @@ def run_pass(
     try:
         with conn.transaction(), conn.cursor() as cursor:
             plan_schedules(cursor, now=now)
+    except (psycopg.OperationalError, psycopg.InterfaceError):
+        raise
+    except Exception as exc:
+        # the ticks planned before are still there: firing them does not wait for the planner
+        logger.error("scheduler pass: planning failed: %s: %s", type(exc).__name__, str(exc).strip())
+    try:
         with conn.transaction(), conn.cursor() as cursor:
             result = fire_due(cursor, now=now, max_schedules=max_schedules)
     except (psycopg.OperationalError, psycopg.InterfaceError):
         raise
     except Exception as exc:
-        logger.error("scheduler pass failed: %s: %s", type(exc).__name__, str(exc).strip())
+        logger.error("scheduler pass: firing failed: %s: %s", type(exc).__name__, str(exc).strip())
         return FireResult(locked=False)
     for tick in result.fired:
         logger.info(
