@@ -50,10 +50,10 @@ def check_timezone(name: str) -> ZoneInfo:
             f"timezone {name!r} is each host's own zone setting, so hosts would disagree on the ticks; "
             "give an IANA zone name such as 'Europe/Paris' or 'UTC'"
         )
-    return _zone(name)
+    return stored_zone(name)
 
 
-def _zone(name: str) -> ZoneInfo:
+def stored_zone(name: str) -> ZoneInfo:
     """The zone called ``name``. Planning reads stored zones with it, so a schedule stored with a host
     zone before those were refused keeps firing (``manage.py check --database`` reports it)."""
     if not isinstance(name, str) or not name:
@@ -75,7 +75,7 @@ def _iterate(expression: str, zone: ZoneInfo, start: datetime, *, reverse: bool)
 def ticks_after(expression: str, timezone: str, after: datetime, count: int) -> list[datetime]:
     """The next ``count`` ticks strictly after ``after`` (fewer if the expression stops matching)."""
     found: list[datetime] = []
-    for tick in _iterate(expression, _zone(timezone), after, reverse=False):
+    for tick in _iterate(expression, stored_zone(timezone), after, reverse=False):
         if len(found) >= count:
             break
         found.append(tick)
@@ -90,7 +90,7 @@ def ticks_before(
     # a tick exactly at `before` counts: cronsim's reverse iteration starts strictly before its start
     for tick in _iterate(
         expression,
-        _zone(timezone),
+        stored_zone(timezone),
         before.replace(microsecond=0) + timedelta(seconds=1),
         reverse=True,
     ):

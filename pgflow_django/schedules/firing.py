@@ -17,11 +17,11 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
-from zoneinfo import ZoneInfo
 
 from pgflow_django import queries
 from pgflow_django.schedules.callables import resolve_callable
 from pgflow_django.schedules.clock import database_now
+from pgflow_django.schedules.cron import stored_zone
 
 logger = logging.getLogger("pgflow_django.schedules")
 
@@ -82,7 +82,8 @@ def _callable_inputs(
         if name in failed:
             continue
         try:
-            value = evaluate_input(path, json.loads(row.input), row.tick.astimezone(ZoneInfo(row.timezone)))
+            tick = row.tick.astimezone(stored_zone(row.timezone))
+            value = evaluate_input(path, json.loads(row.input), tick)
         except Exception as exc:
             failed[name] = f"input callable {path} raised {type(exc).__name__}: {exc}"
             logger.warning("schedule %s held back: %s", name, failed[name])

@@ -13,7 +13,6 @@ import json
 import uuid
 from datetime import UTC, datetime
 from typing import Any, Final, Unpack
-from zoneinfo import ZoneInfo
 
 from django.db import connections, transaction
 
@@ -21,7 +20,7 @@ from pgflow_django import queries
 from pgflow_django.dbguard import require_postgresql
 from pgflow_django.schedules.callables import resolve_callable
 from pgflow_django.schedules.clock import database_now
-from pgflow_django.schedules.cron import InvalidSchedule
+from pgflow_django.schedules.cron import InvalidSchedule, stored_zone
 from pgflow_django.schedules.definition import ScheduleOptions, TaskTarget, build_spec
 from pgflow_django.schedules.firing import evaluate_input
 from pgflow_django.schedules.planner import plan_schedules
@@ -155,7 +154,7 @@ def trigger_now(name: str, *, input: Any = _UNSET, using: str = "default") -> uu
             )
         elif current.input_callable is not None:
             value = evaluate_input(
-                current.input_callable, current.input, moment.astimezone(ZoneInfo(current.timezone))
+                current.input_callable, current.input, moment.astimezone(stored_zone(current.timezone))
             )
         run_id = queries.value(
             cursor,
