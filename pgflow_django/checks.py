@@ -20,9 +20,11 @@ Ids:
 - ``pgflow.E034`` a task module (an installed app's ``tasks``, or ``OPTIONS['MODULES']`` of a
   ``PgflowTaskBackend``) raises while it is imported;
 - ``pgflow.E032`` a stored schedule's cron or time zone no longer parses (or the zone is a host's
-  own, 'localtime'), ``pgflow.E033`` a name declared in code is taken by a runtime schedule,
-  ``pgflow.W030`` an active schedule's flow is not compiled, ``pgflow.W031`` no live worker runs
-  (a step of) an active schedule's flow (database checks; ``pgflow_django.schedules.checks``);
+  own, 'localtime'), ``pgflow.E035`` a scheduler recorded that a stored schedule cannot be planned
+  (its reason, when E032 does not already say it), ``pgflow.E033`` a name declared in code is taken
+  by a runtime schedule, ``pgflow.W030`` an active schedule's flow is not compiled, ``pgflow.W031``
+  no live worker runs (a step of) an active schedule's flow (database checks;
+  ``pgflow_django.schedules.checks``);
 - ``pgflow.E040`` ``PGFLOW['LISTEN_DATABASE']`` is not a ``DATABASES`` alias; ``pgflow.W040`` with
   ``PGFLOW['POOLER'] = 'transaction'``, an alias pgflow uses asks psycopg for prepared statements
   (``OPTIONS['prepare_threshold']``), which break behind a transaction pooler;

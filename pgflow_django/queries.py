@@ -1456,6 +1456,8 @@ class StoredScheduleCheck(NamedTuple):
     compiled: bool
     task_path: str | None
     """The task of a ``@task`` schedule (its input's ``task``), else None."""
+    plan_error: str | None
+    plan_failed_at: datetime | None
 
 
 STORED_SCHEDULE_CHECKS: Final = Query(
@@ -1464,7 +1466,8 @@ STORED_SCHEDULE_CHECKS: Final = Query(
     select s.schedule_name as name, s.cron, s.timezone, s.origin, s.flow_slug,
            s.enabled and s.paused_reason is null as active,
            exists (select 1 from pgflow.flows as f where f.flow_slug = s.flow_slug) as compiled,
-           case when jsonb_typeof(s.input) = 'object' then s.input ->> 'task' end as task_path
+           case when jsonb_typeof(s.input) = 'object' then s.input ->> 'task' end as task_path,
+           s.plan_error, s.plan_failed_at
       from pgflow.schedules as s order by s.schedule_name
     """,
     StoredScheduleCheck,

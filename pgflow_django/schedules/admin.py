@@ -142,6 +142,8 @@ class ScheduleAdmin(AdminDatabaseMixin, NoEditsMixin, _ScheduleAdmin):
                     "last_run_detail",
                     "missed_ticks",
                     "last_error",
+                    "plan_error",
+                    "plan_failed_at",
                     "paused_at",
                 )
             },
@@ -169,13 +171,15 @@ class ScheduleAdmin(AdminDatabaseMixin, NoEditsMixin, _ScheduleAdmin):
 
     @admin.display(description="state")
     def state(self, obj: Schedule) -> SafeString | str:
-        """Its state, and under it ``no live worker`` when its flow has a step no live worker runs."""
+        """Its state (``; cannot plan`` while its planning fails: the reason is on its page), and under
+        it ``no live worker`` when its flow has a step no live worker runs."""
+        state = f"{state_of(obj)}; cannot plan" if obj.plan_error else state_of(obj)
         gap = _worker_gap(obj)
         if gap is None:
-            return state_of(obj)
+            return state
         return format_html(
             '{}<br><strong class="pgflow-no-worker" title="{}">{}</strong>',
-            state_of(obj),
+            state,
             gap.detail,
             gap.warning,
         )

@@ -5,10 +5,10 @@ with different definitions raises while ``flows.py`` is imported, and is reporte
 rather than as the flows' E001), every task module imports (E034: one line naming the module and
 its exception), and each declared schedule's flow is registered (E031). With
 ``--database``: stored crons and time zones still parse and no zone is a host's own setting such
-as 'localtime' (E032), no declared name is taken by a
-runtime schedule (E033), every active schedule's flow is compiled there (W030), and a live worker
-runs each step of it (W031: its runs would wait in the queue; with no live worker at all and
-``PGFLOW["SCHEDULER"] = "workers"``, nothing fires it either).
+as 'localtime' (E032), no schedule that parses here recorded a planning failure of another host
+(E035), no declared name is taken by a runtime schedule (E033), every active schedule's flow is
+compiled there (W030), and a live worker runs each step of it (W031: its runs would wait in the
+queue; with no live worker at all and ``PGFLOW["SCHEDULER"] = "workers"``, nothing fires it either).
 """
 
 from __future__ import annotations
@@ -113,10 +113,12 @@ def _stored(alias: str) -> list[checks.CheckMessage]:
     active: list[queries.StoredScheduleCheck] = []
     for row in rows:
         name, flow_slug = row.name, row.flow_slug
+        parses = True
         try:
             check_cron(row.cron)
             check_timezone(row.timezone)
         except InvalidSchedule as exc:
+            parses = False
             if row.timezone in HOST_ZONES:
                 fires = "until then it fires on the zone of whichever host plans it"
             else:
@@ -127,6 +129,18 @@ def _stored(alias: str) -> list[checks.CheckMessage]:
                     hint="edit it (pgflow_django.schedules.edit_schedule, or its declaration) or delete it",
                     obj=name,
                     id="pgflow.E032",
+                )
+            )
+        if parses and row.plan_error is not None:
+            when = "" if row.plan_failed_at is None else f" at {row.plan_failed_at:%Y-%m-%d %H:%M:%S %Z}"
+            messages.append(
+                checks.Error(
+                    f"database {alias!r}: schedule {name!r} could not be planned{when}: "
+                    f"{' '.join(row.plan_error.split())}; it gets no new ticks until it plans again",
+                    hint="the host that planned it differs from this one (its zoneinfo or cronsim): fix "
+                    "that host, or edit the schedule; the next plan that works clears this",
+                    obj=name,
+                    id="pgflow.E035",
                 )
             )
         if row.origin == "runtime" and name in declared:

@@ -96,6 +96,8 @@ def schedule_dict(
         "missed_ticks": view.missed_ticks,
         "last_error": view.last_error,
         "worker_warning": None if gap is None else gap.warning,
+        "plan_error": view.plan_error,
+        "plan_failed_at": view.plan_failed_at,
     }
 
 

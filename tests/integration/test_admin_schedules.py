@@ -3,6 +3,7 @@ linked to their runs; pause, resume and trigger as actions and buttons, with per
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -185,3 +186,27 @@ def test_an_unknown_schedule_or_operation(admin_client: Client) -> None:
     followed = admin_client.post(_operate("adm-unknown"), {"operation": "delete"}, follow=True)
     assert "Unknown operation &#x27;delete&#x27;." in followed.content.decode()
     assert get_schedule("adm-unknown").active
+
+
+def test_a_schedule_that_cannot_be_planned_shows_why_and_breaks_no_page(admin_client: Client) -> None:
+    """Its stored zone is unknown to this host: the list still renders every schedule (its times in
+    UTC), its state says it cannot plan, and its page shows the reason."""
+    from django.db import connection
+
+    from pgflow_django.schedules.planner import plan_schedules
+
+    _fired("adm-fine")
+    create_schedule(FLOW, cron="0 * * * *", name="adm-broken")
+    support.q(
+        "update pgflow.schedules set timezone = 'Mars/Olympus', upcoming = '{}', next_fire_at = null, "
+        "last_fired_at = %s where schedule_name = 'adm-broken'",
+        [minute(1)],
+    )
+    with connection.cursor() as cursor:
+        plan_schedules(cursor, now=minute(2))
+    html = _page(admin_client, LIST_URL)
+    states = sorted(re.findall(r'<td class="field-state">([^<]*)', html))
+    assert states == ["active", "active; cannot plan"], "the broken one says so, the other is listed as usual"
+    assert '<td class="field-last_fire">2026-01-05 12:01 UTC</td>' in html
+    detail = _page(admin_client, _detail("adm-broken"))
+    assert "timezone &#x27;Mars/Olympus&#x27; is not a known IANA time zone" in detail

@@ -1,6 +1,7 @@
 """The schedules' database checks (``manage.py check --database default``): a stored cron that no
 longer parses, a declared name taken by a runtime schedule, an active schedule of a flow that is not
-compiled; each shown firing and not. Every change is rolled back with the test's transaction."""
+compiled, a planning failure another host recorded; each shown firing and not. Every change is
+rolled back with the test's transaction."""
 
 from __future__ import annotations
 
@@ -92,3 +93,32 @@ def test_an_active_schedule_of_a_flow_not_compiled() -> None:
     assert found() == [("pgflow.W030", "chk-flow")]
     pause_schedule("chk-flow")
     assert found() == [], "a paused schedule fires nothing: no warning"
+
+
+def test_a_planning_failure_recorded_by_another_host() -> None:
+    """Planning failed on a host whose zoneinfo lacks the zone: this host can plan it, so E032 says
+    nothing, and E035 reports what the scheduler recorded until a plan works and clears it."""
+    create_schedule("cmd_greet", cron="0 * * * *", name="chk-planned", timezone="America/Nuuk")
+    support.q(
+        "update pgflow.schedules set upcoming = '{}', next_fire_at = null, plan_failed_at = now(),"
+        " plan_error = 'timezone ''America/Nuuk'' is not a known IANA time zone; use a name such as ''UTC'''"
+        " where schedule_name = 'chk-planned'"
+    )
+    assert found() == [("pgflow.E035", "chk-planned")]
+    with pytest.raises(SystemCheckError, match=r"could not be planned at .*'America/Nuuk' is not a known"):
+        call_command("check", "--database", "default")
+    with connection.cursor() as cursor:
+        assert plan_schedules(cursor, names=["chk-planned"]) == ["chk-planned"]
+    assert found() == []
+
+
+def test_a_planning_failure_that_fails_here_too_is_reported_once() -> None:
+    create_schedule("cmd_greet", cron="0 * * * *", name="chk-both")
+    support.q(
+        "update pgflow.schedules set cron = '0 25 * * *', upcoming = '{}', next_fire_at = null"
+        " where schedule_name = 'chk-both'"
+    )
+    with connection.cursor() as cursor:
+        assert plan_schedules(cursor, names=["chk-both"]) == []
+    assert support.val("select plan_error from pgflow.schedules where schedule_name = 'chk-both'")
+    assert found() == [("pgflow.E032", "chk-both")]

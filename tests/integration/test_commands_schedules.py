@@ -12,12 +12,14 @@ from collections.abc import Iterator
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.utils import timezone
 from rich.console import Console
 
 from pgflow_django.compiler import compile_flow
 from pgflow_django.management.commands import pgflow_schedules
 from pgflow_django.schedules import create_schedule, get_schedule, pause_schedule
+from pgflow_django.schedules.planner import plan_schedules
 from tests.integration import commands_flows
 from tests.integration.commands_support import call, drop_command_flows, manage, stderr_lines
 from tests.sql import support
@@ -150,6 +152,33 @@ class TestShow:
             at += 1
             shown += " " + lines[at].strip()
         assert shown == ", ".join(fire.strftime("%m-%d %H:%M:%S") for fire in fires)
+
+
+@pytest.mark.usefixtures("greet")
+def test_a_schedule_that_cannot_be_planned_says_why_and_the_others_list_normally() -> None:
+    every_minute("ops-fine", FLOW)
+    create_schedule(FLOW, cron="0 * * * *", name="ops-broken")
+    support.q(
+        "update pgflow.schedules set cron = '0 \x1b[31m * * *', upcoming = '{}', next_fire_at = null "
+        "where schedule_name = 'ops-broken'"
+    )
+    with connection.cursor() as cursor:
+        plan_schedules(cursor, now=minute(1))
+    lines = _render_at(80)
+    broken = next(index for index, line in enumerate(lines) if "ops-broken" in line)
+    assert lines[broken + 1].split()[-1] == "active" and lines[broken + 2].split()[-1] == "plan"
+    assert "cannot" in lines[broken + 2]
+    assert sum("cannot" in line for line in lines) == 1, "only the broken one"
+    out, _ = call("pgflow_schedules", "show", "ops-broken")
+    (line,) = [line.rstrip() for line in out.splitlines() if line.strip().startswith("planning")]
+    assert line == "  planning  failed: cron '0 \\x1b[31m * * *' is not valid: Bad hour"
+    item = next(
+        item
+        for item in json.loads(call("pgflow_schedules", "--format", "json")[0])
+        if item["name"] == "ops-broken"
+    )
+    assert item["plan_error"] == "cron '0 \\x1b[31m * * *' is not valid: Bad hour"
+    assert item["plan_failed_at"] == minute(1).isoformat() and item["state"] == "active"
 
 
 @pytest.mark.usefixtures("greet")

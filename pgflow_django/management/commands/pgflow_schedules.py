@@ -133,12 +133,13 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
             state = Text(printable(state_of(view)), style="" if view.active else "yellow")
             gap = gaps.get(view.name)
             warning = () if gap is None else (Text(gap.warning, style="bold red"),)
+            planning = (Text("cannot plan", style="red"),) if view.plan_error else ()
             table.add_row(
                 (printable(view.name), printable(view.cron)),
                 (printable(view.flow_slug), printable(view.timezone)),
                 _stacked(view.next_fire_at if view.active else None),
                 _stacked(view.last_fired_at),
-                (status_text(status) if status else Text("-"), state, *warning),
+                (status_text(status) if status else Text("-"), state, *planning, *warning),
                 end_section=True,
             )
         console.print(table)
@@ -179,6 +180,8 @@ exit codes: 0 done; 1 no such schedule (the closest name is suggested), or anoth
         )
         if view.input_callable:
             fields.add_row("input", f"from {printable(view.input_callable)}")
+        if view.plan_error:
+            fields.add_row("planning", Text(f"failed: {printable(view.plan_error)}", style="red"))
         if view.last_error:
             fields.add_row("error", Text(printable(view.last_error), style="red"))
         coming = (
