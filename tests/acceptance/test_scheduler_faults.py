@@ -7,6 +7,9 @@ host's future.
 Two scheduler passes on two connections stand for two workers (a worker process cannot be given a
 fast clock); then a real worker comes back to a 3-hour outage and its first pass fires the latest
 tick, not the old plan's end. Time is simulated by back-dating the plan, never by sleeping.
+
+Last, a real worker beside a schedule whose stored cron no longer parses: the worker skips that one
+and fires the others (one bad schedule used to stop every scheduler pass).
 """
 
 from __future__ import annotations
@@ -119,6 +122,38 @@ def test_a_worker_back_from_a_three_hour_outage_fires_the_latest_tick_first(
         )
         (tick, fired_at) = first[0]
         assert fired_at - timedelta(minutes=1, seconds=1) < tick <= fired_at, "not the old plan's end"
+    finally:
+        db.conn.execute("delete from pgflow.schedules")
+        db.close()
+
+
+def test_a_worker_fires_the_good_schedules_beside_one_that_cannot_be_planned(
+    spawn_worker: Callable[..., WorkerProcess], database_url: str
+) -> None:
+    """A stored cron that no longer parses used to stop every scheduler pass of every worker: no
+    schedule fired at all. The worker now skips that one schedule, records why and logs it once, and
+    fires the others on their ticks."""
+    db = Db(database_url)
+    try:
+        for name, cron in (("every-second", "* * * * * *"), ("broken", "61 * * * * *")):
+            db.conn.execute(
+                "insert into pgflow.schedules (schedule_name, flow_slug, cron, origin, planned_until) "
+                "values (%s, 'example_chain', %s, 'runtime', clock_timestamp())",
+                [name, cron],
+            )
+        worker = spawn_worker("example_chain")
+        wait_until(
+            lambda: (
+                db.val("select count(*) from pgflow.schedule_ticks where schedule_name = 'every-second'") >= 3
+            ),
+            30,
+            "the good schedule to fire three ticks",
+        )
+        error = db.val("select plan_error from pgflow.schedules where schedule_name = 'broken'")
+        assert error == "cron '61 * * * * *' is not valid: Bad second"
+        assert db.val("select count(*) from pgflow.schedule_ticks where schedule_name = 'broken'") == 0
+        logged = [line for line in worker.log().splitlines() if "cannot be planned" in line]
+        assert len(logged) == 1 and "schedule 'broken' cannot be planned" in logged[0], logged
     finally:
         db.conn.execute("delete from pgflow.schedules")
         db.close()
