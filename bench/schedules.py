@@ -6,6 +6,12 @@ one single-step flow whose planned ticks make exactly D of them due at each simu
 round calls the function once, in its own transaction, at the next minute, as a worker's scheduler
 pass does, and times it from the client (the call starts D runs). An idle call (nothing due) is timed
 too. Target: <= 50 ms per call for 10,000 schedules with 100 due.
+
+Then planning, as a scheduler pass runs it (``planner.plan_schedules``) beside those schedules, with
+``--broken`` of them (default 100) stored with a cron that no longer parses: the first pass records
+why each cannot be planned, the later passes leave them alone until ``PLAN_RETRY`` has passed, and a
+pass after it tries them again. The schedules that plan are marked as planned to their end, so the
+figures are the cost of finding candidates and of the broken ones, not of cron arithmetic.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--due", type=int, default=100, help="schedules due at each call")
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--broken", type=int, default=100, help="schedules that cannot be planned")
     parser.add_argument("--database", default="pgflow_bench_schedules")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--drop", action="store_true", help="drop the bench database at the end")
@@ -97,6 +104,47 @@ def timed_start(conn: psycopg.Connection[Any], runs: int) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+def timed_planning(conn: psycopg.Connection[Any], broken: int, rounds: int) -> dict[str, Any]:
+    """Scheduler passes' planning part with ``broken`` schedules that cannot be planned: the first
+    pass, the median of ``rounds`` later ones, one after ``PLAN_RETRY``; each checks what it did."""
+    import logging
+
+    from pgflow_django.schedules.planner import PLAN_BATCH, PLAN_RETRY, plan_schedules
+
+    logging.getLogger("pgflow_django.schedules").setLevel(logging.ERROR)  # one warning per broken one
+    conn.execute("update pgflow.schedules set planned_until = 'infinity'")
+    conn.execute(
+        "update pgflow.schedules set cron = '61 * * * *', upcoming = '{}', next_fire_at = null, "
+        "planned_until = %s where schedule_name in (select schedule_name from pgflow.schedules "
+        "order by schedule_name limit %s)",
+        [T0, broken],
+    )
+    conn.execute("vacuum analyze pgflow.schedules")
+    now = T0 + timedelta(hours=1)
+
+    def timed(moment: datetime) -> float:
+        started = time.perf_counter()
+        with conn.transaction(), conn.cursor() as cursor:
+            planned = plan_schedules(cursor, now=moment)
+        elapsed = (time.perf_counter() - started) * 1000
+        if planned:
+            raise RuntimeError(f"planning at {moment}: {len(planned)} schedules planned, expected none")
+        return elapsed
+
+    first = timed(now)
+    recorded = conn.execute("select count(*) from pgflow.schedules where plan_error is not null").fetchone()
+    if not recorded or recorded[0] != min(broken, PLAN_BATCH):  # a pass tries PLAN_BATCH at most
+        raise RuntimeError(f"{recorded} planning errors recorded, expected {min(broken, PLAN_BATCH)}")
+    later = [timed(now + timedelta(seconds=second)) for second in range(1, rounds + 1)]
+    retried = timed(now + PLAN_RETRY)
+    return {
+        "broken": broken,
+        "plan_first_ms": round(first, 2),
+        "plan_later_median_ms": round(statistics.median(later), 2),
+        "plan_retry_ms": round(retried, 2),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     server = server_url()
@@ -116,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     raise RuntimeError(f"round {minute}: {fired} ticks fired, expected {args.due}")
                 figures.append(elapsed)
                 baseline.append(timed_start(conn, args.due))
+            planning = timed_planning(conn, min(args.broken, args.schedules), args.rounds)
         result = {
             "schedules": args.schedules,
             "due_per_call": args.due,
@@ -127,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "max_ms": round(max(figures), 2),
             "start_flows_median_ms": round(statistics.median(baseline), 2),
             "target_ms": TARGET_MS,
+            **planning,
         }
     finally:
         if args.drop:
@@ -138,6 +188,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"nothing due: {result['idle_call_ms']} ms; "
         f"the same {result['due_per_call']} runs through pgflow.start_flows alone: median "
         f"{result['start_flows_median_ms']} ms"
+    )
+    print(
+        f"planning beside them, {result['broken']} that cannot be planned: first pass "
+        f"{result['plan_first_ms']} ms, later passes median {result['plan_later_median_ms']} ms, "
+        f"the pass that tries them again {result['plan_retry_ms']} ms"
     )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -45,3 +45,4 @@ def test_schedules_bench_fires_the_due_ticks_of_every_round(tmp_path: Path) -> N
     report = json.loads(output.read_text())
     assert report["schedules"] == 300 and report["due_per_call"] == 10 and report["rounds"] == 4
     assert report["idle_fired"] == 0
+    assert report["broken"] == 100 and report["plan_later_median_ms"] > 0
