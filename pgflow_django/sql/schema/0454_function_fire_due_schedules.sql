@@ -10,6 +10,8 @@
 -- a JSON array of {"schedule": name, "tick": timestamp, "input": value}; a callable schedule with a
 -- firing tick it has no input for is left due. When starting a flow's runs fails (e.g. the flow was
 -- deleted), its schedules keep their ticks and record the error in last_error; the others still fire.
+-- An input the flow refuses (not an array, for a flow whose root step is a map) holds back only its
+-- own schedule, with the reason in last_error, before the flow's runs are started together.
 -- Returns the ticks fired by this call.
 create or replace function pgflow.fire_due_schedules(
   now timestamptz default clock_timestamp(),
@@ -78,6 +80,25 @@ begin
     return;
   end if;
   v_held := v_plan.lacking;
+
+  -- pgflow.start_flows refuses all the inputs of a call when one is not an array for a flow whose
+  -- root step is a map: such an input holds back its own schedule here, not its flow's others
+  with refused as (
+    select distinct on (p.name) p.name, p.flow, m.step_slug, jsonb_typeof(p.input) as got
+      from rows from (unnest(v_plan.names), unnest(v_plan.fires), unnest(v_plan.flows),
+                      jsonb_array_elements(v_plan.inputs)) as p(name, fire, flow, input)
+      join pgflow.steps as m on m.flow_slug = p.flow and m.step_type = 'map' and m.deps_count = 0
+     where p.fire and jsonb_typeof(p.input) <> 'array' and not (p.name = any(v_held))
+     order by p.name, m.step_index
+  ), recorded as (
+    update pgflow.schedules as s
+       set last_error = left(format('starting flow %s: root map step %s needs an array input, got %s',
+                                    r.flow, r.step_slug, coalesce(r.got, 'null')), 2000)
+      from refused as r
+     where s.schedule_name = r.name
+    returning s.schedule_name
+  )
+  select v_held || coalesce(array_agg(r.schedule_name), '{}') into v_held from recorded as r;
 
   for v_flow in
     select p.flow, array_agg(p.name order by p.n) as names, array_agg(p.tick order by p.n) as ticks,

@@ -64,3 +64,22 @@ def test_an_expression_that_stops_matching_is_planned_to_its_end_once() -> None:
     assert val("select planned_until = 'infinity' from pgflow.schedules where schedule_name = 'never'")
     with connection.cursor() as cursor:
         assert plan_schedules(cursor, names=["never"]) == []  # not planned again on every pass
+
+
+def test_an_input_its_flow_refuses_holds_back_its_own_schedule_not_its_flow_neighbours() -> None:
+    """A flow whose root step is a map needs array inputs; pgflow.start_flows checks the inputs of
+    one call together, so one schedule's object input used to hold back every schedule of the flow."""
+    from tests.sql.support import make_flow, q, step
+
+    make_flow("sched_mapped", step("each", step_type="map"))
+    for name in ("list-a", "object", "list-b"):
+        every_minute(name, "sched_mapped", input=[1, 2])
+    q("update pgflow.schedules set input = '{\"not\": \"a list\"}' where schedule_name = 'object'")
+    assert sorted(name for name, _, _ in fire(minute(1.5))) == ["list-a", "list-b"]
+    held = get_schedule("object")
+    assert held.last_error is not None and "root map step each needs an array input" in held.last_error
+    assert held.next_fire_at == minute(1) and ledger("object") == []
+    assert get_schedule("list-a").last_error is None
+    q("update pgflow.schedules set input = '[3]' where schedule_name = 'object'")
+    assert sorted(name for name, _, _ in fire(minute(2.5))) == ["list-a", "list-b", "object"]
+    assert get_schedule("object").last_error is None and ledger("object") == [minute(2)]
