@@ -359,15 +359,27 @@ def add_retention_argument(parser: CommandParser, keeps: str) -> None:
 
 def positive_int(text: str) -> int:
     """A whole number from 1 to ``MAX_COUNT``, written in ASCII digits."""
+    return _whole_number(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """A whole number from 0 to ``MAX_COUNT``, written in ASCII digits (0 turns a feature off)."""
+    return _whole_number(text, 0)
+
+
+def _whole_number(text: str, lowest: int) -> int:
     digits = text.strip().removeprefix("+")
     significant = digits.lstrip("0")
-    if not (digits.isascii() and digits.isdigit()) or not significant:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {shown_argument(text)}")
-    if len(significant) > len(str(MAX_COUNT)) or int(significant) > MAX_COUNT:
+    if not (digits.isascii() and digits.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {lowest}, got {shown_argument(text)}")
+    if len(significant) > len(str(MAX_COUNT)) or int(significant or "0") > MAX_COUNT:
         raise argparse.ArgumentTypeError(
-            f"expected a whole number from 1 to {MAX_COUNT}, got {shown_argument(text)}"
+            f"expected a whole number from {lowest} to {MAX_COUNT}, got {shown_argument(text)}"
         )
-    return int(significant)
+    value = int(significant or "0")
+    if value < lowest:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {lowest}, got {shown_argument(text)}")
+    return value
 
 
 def positive_float(text: str) -> float:

@@ -48,6 +48,10 @@ def test_help_explains_with_examples(test_database_url: str, command: str) -> No
         (["pgflow_start", "cmd_greet", "--input", "{}", "--run-id", "42"], "'42' is not a UUID"),
         (["pgflow_start", "cmd_greet", "--input", "{}", "--wait", "--timeout", "0"], "seconds > 0"),
         (["pgflow_runs", "--limit", "0"], "argument --limit: expected a whole number >= 1"),
+        (
+            ["pgflow_worker", "--prefetch", "-1"],
+            "argument --prefetch: expected a whole number >= 0, got '-1'",
+        ),
         (["pgflow_runs", "--status", "done"], "argument --status: invalid choice: 'done'"),
         (["pgflow_requeue_stalled", "--now"], "unrecognized arguments: --now"),
         (["pgflow_prune", "--older-than", "7x"], "invalid duration '7x'"),

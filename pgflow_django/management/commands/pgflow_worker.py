@@ -13,6 +13,7 @@ from django.core.management.base import CommandError, CommandParser
 from pgflow_django.dsl import Flow
 from pgflow_django.management.cli import (
     PgflowCommand,
+    non_negative_int,
     positive_float,
     positive_int,
     shown_argument,
@@ -133,7 +134,7 @@ arguments; 128 + signal number after a second signal
         )
         parser.add_argument(
             "--prefetch",
-            type=int,
+            type=non_negative_int,
             help="tasks held while every step's handlers are short (under 5 ms), beyond --concurrency "
             "and --batch-size; 0 holds one per thread (default: PGFLOW WORKER_PREFETCH, off when "
             "--concurrency or --batch-size is given)",
