@@ -83,6 +83,13 @@ TARGETS = (
         versus="drain_bench_one_2",
     ),
     Target(
+        "1-step drain, 1 worker serving every flow vs --flow",
+        "drain_bench_one_1_all_flows",
+        ">=",
+        0.9,
+        versus="drain_bench_one_1_one_flow",
+    ),
+    Target(
         "start rate with history vs without", "start_bench_one_history", ">=", 0.8, versus="start_bench_one"
     ),
     Target(
@@ -387,6 +394,15 @@ class Bench:
             FLOWS[0], 2, sampler, log_dir, end_to_end_too=False, worker_args=default_args, variant="defaults"
         )
 
+    def measure_project_worker(self, sampler: RssSampler, log_dir: Path) -> None:
+        """The 1-step drain with one worker started with ``--flow`` for that flow, then with one that
+        serves every flow and task of the bench project (no selection): the cost of serving them all."""
+        for variant, serve_all in (("one_flow", False), ("all_flows", True)):
+            vacuum_analyze(self.url)
+            self.worker_phase(
+                FLOWS[0], 1, sampler, log_dir, end_to_end_too=False, variant=variant, serve_all=serve_all
+            )
+
     def worker_phase(
         self,
         flow: BenchFlow,
@@ -397,14 +413,18 @@ class Bench:
         end_to_end_too: bool,
         worker_args: Sequence[str] | None = None,
         variant: str = "",
+        serve_all: bool = False,
     ) -> None:
         """Drain runs started beforehand, then (workers idle) end to end, then the chain's latency.
 
-        ``worker_args`` replaces the bench's worker options; ``variant`` names that drain figure apart."""
+        ``worker_args`` replaces the bench's worker options; ``variant`` names that drain figure apart;
+        ``serve_all`` starts workers with no ``--flow`` (every flow of the project)."""
         args = self.worker_args if worker_args is None else list(worker_args)
         key = f"drain_{flow.slug}_{count}" + (f"_{variant}" if variant else "")
-        label = f"{flow.label}, {count} worker(s)" + (
-            f", options: {' '.join(args) or 'defaults'}" if variant else ""
+        label = (
+            f"{flow.label}, {count} worker(s)"
+            + (f", options: {' '.join(args) or 'defaults'}" if variant else "")
+            + (", serving every flow" if serve_all else "")
         )
         runs = self.sizes.runs[flow.slug]
         timeout = self.sizes.timeout
@@ -417,6 +437,7 @@ class Bench:
             log_dir=log_dir,
             sampler=sampler,
             extra_args=args,
+            serve_all=serve_all,
         ) as group:
             wait_finished(self.url, flow.slug, timeout=timeout, check=group.check_alive)
             wall = time.monotonic() - spawned
@@ -589,6 +610,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     bench.measure_workers(sampler, Path(logs), sizes.plan(), profile=args.profile)
                     bench.say(f"1-step, 2 workers, options: {default_args or 'the worker defaults'}")
                     bench.measure_defaults_drain(sampler, Path(logs) / "defaults", shlex.split(default_args))
+                    bench.say("1-step, 1 worker: --flow vs serving every flow")
+                    bench.measure_project_worker(sampler, Path(logs) / "project")
                 if not args.no_observability and not args.only_priorities and not args.only_history:
                     bench.say("observability cost: metrics and tracing off vs on, interleaved")
                     for figure in measure_observability(

@@ -75,7 +75,8 @@ class RssSampler:
 
 
 class WorkerGroup:
-    """``count`` worker processes of one flow, started together, stopped with SIGTERM on exit."""
+    """``count`` worker processes of one flow (or, with ``serve_all``, of every flow of the bench
+    project), started together, stopped with SIGTERM on exit."""
 
     def __init__(
         self,
@@ -87,8 +88,10 @@ class WorkerGroup:
         sampler: RssSampler,
         extra_args: Sequence[str] = (),
         settings_module: str = "bench.settings",
+        serve_all: bool = False,
     ) -> None:
         self.url = url
+        self.serve_all = serve_all
         self.settings_module = settings_module
         self.flow_slug = flow_slug
         self.count = count
@@ -110,7 +113,8 @@ class WorkerGroup:
             PGFLOW_LOG_LEVEL=env.get("PGFLOW_LOG_LEVEL", "WARNING"),
             PYTHONUNBUFFERED="1",
         )
-        command = [sys.executable, str(MANAGE), "pgflow_worker", "--flow", self.flow_slug, *self.extra_args]
+        selection = [] if self.serve_all else ["--flow", self.flow_slug]
+        command = [sys.executable, str(MANAGE), "pgflow_worker", *selection, *self.extra_args]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for index in range(self.count):
             log = (self.log_dir / f"{self.flow_slug}-{self.count}w-{index}.log").open("wb")
@@ -128,14 +132,15 @@ class WorkerGroup:
                 )
 
     def wait_registered(self, timeout: float) -> None:
-        """Until every process has a live row in pgflow.workers for this flow's queue."""
+        """Until every process has a live row in pgflow.workers for this flow's queue (or for several
+        queues, ``*``, when it serves every flow)."""
         deadline = time.monotonic() + timeout
         with connect(self.url) as conn:
             while True:
                 self.check_alive()
                 row = conn.execute(
                     "select count(*) from pgflow.workers where queue_name = %s and stopped_at is null",
-                    [self.flow_slug],
+                    ["*" if self.serve_all else self.flow_slug],
                 ).fetchone()
                 if row and row[0] >= self.count:
                     return

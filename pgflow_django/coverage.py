@@ -15,10 +15,11 @@ One row per (queue, flow, step) that is needed:
   ``queue_name``) references but the persisted route does not, e.g. tasks left on an older route
   (``in_route`` false). Such work still needs a worker on the queue its message is in.
 
-A worker counts for a row when it is live (not stopped, not deprecated, heartbeat within the window),
-its ``pgflow.workers.queue_name`` is the row's queue, and its ``pgflow.worker_support`` set holds the
-row's (flow, step). The query is written per (queue, flow, step) rather than per flow, so several
-flows, versions or steps sharing one queue are each checked against their own handlers.
+A worker counts for a row when it is live (not stopped, not deprecated, heartbeat within the window)
+and its ``pgflow.worker_support`` set holds the row's (flow, step) on the row's queue (rows written by
+workers older than migration 0038 carry no queue: their worker's ``pgflow.workers.queue_name``). The
+query is written per (queue, flow, step) rather than per flow, so several flows, versions or steps
+sharing one queue are each checked against their own handlers.
 """
 
 from __future__ import annotations

@@ -281,7 +281,7 @@ class HistoryPartitioning(ReadOnlyModel):
 
 
 class WorkerSupport(ReadOnlyModel):
-    """``pgflow.worker_support``: the exact (flow, step) pairs a worker runs on its queue."""
+    """``pgflow.worker_support``: the exact (flow, step) pairs a worker runs, each on its queue."""
 
     pk = models.CompositePrimaryKey("worker_id", "flow_slug", "step_slug")
     worker = models.ForeignKey(
@@ -294,6 +294,8 @@ class WorkerSupport(ReadOnlyModel):
     )
     flow_slug = models.TextField()
     step_slug = models.TextField()
+    queue_name = models.TextField(null=True)
+    """Null in rows of workers older than migration 0038: their worker's one queue."""
 
     class Meta:
         managed = False

@@ -250,10 +250,11 @@ HEARTBEAT: Final = _value(
       on conflict (worker_id) do update set last_heartbeat_at = now()
       returning worker_id, deprecated_at is not null as deprecated, xmax = 0 as inserted
     ), support as (
-      insert into pgflow.worker_support (worker_id, flow_slug, step_slug)
-      select worker.worker_id, s.flow_slug, s.step_slug
+      insert into pgflow.worker_support (worker_id, flow_slug, step_slug, queue_name)
+      select worker.worker_id, s.flow_slug, s.step_slug, s.queue_name
         from worker
-       cross join unnest(%(flows)s::text[], %(steps)s::text[]) as s(flow_slug, step_slug)
+       cross join unnest(%(flows)s::text[], %(steps)s::text[], %(queues)s::text[])
+             as s(flow_slug, step_slug, queue_name)
        where worker.inserted
       on conflict do nothing
     )
@@ -287,6 +288,11 @@ class Pause:
     reason: str
     detail: str | None
 
+    @property
+    def what(self) -> str:
+        """``flow=F`` or ``flow=F step=S``: what was paused, as logs and errors name it."""
+        return f"flow={self.flow_slug}" + (f" step={self.step_slug}" if self.step_slug else "")
+
 
 SUBSCRIPTIONS_PAUSE: Final = Query(
     "subscriptions_pause",
@@ -296,12 +302,11 @@ SUBSCRIPTIONS_PAUSE: Final = Query(
      cross join lateral pgflow.subscription_pause(s.flow_slug, s.step_slug) as p
      where p.flow_slug is not null
      order by (p.reason = 'fatal') desc, p.paused_at, p.flow_slug, p.step_slug
-     limit 1
     """,
     Pause,
 )
-"""The pause holding one of several subscriptions: each subscription's own pause is what
-``pgflow.subscription_pause`` (the one definition) says; of those, a fatal one first, then the oldest."""
+"""The pauses holding some of several subscriptions: each subscription's own pause is what
+``pgflow.subscription_pause`` (the one definition) says; fatal ones first, then the oldest."""
 
 WORKER_PAUSES: Final = Query(
     "worker_pauses",
@@ -1022,7 +1027,7 @@ with params (live_seconds, flow_slug) as (
   values ({live_seconds}::float8, {flow}::text)  -- heartbeat window in seconds; one flow, or null for all
 ),
 live_support as (
-  select w.worker_id, w.queue_name, ws.flow_slug, ws.step_slug
+  select w.worker_id, coalesce(ws.queue_name, w.queue_name) as queue_name, ws.flow_slug, ws.step_slug
     from pgflow.workers as w
     join pgflow.worker_support as ws on ws.worker_id = w.worker_id
    cross join params as p
@@ -1083,7 +1088,8 @@ class StepServiceRow(NamedTuple):
 _LIVE_STEP_WORKERS: Final = (
     """(select count(*) from pgflow.workers as w
              join pgflow.worker_support as ws on ws.worker_id = w.worker_id
-            where w.queue_name = {queue} and ws.flow_slug = {flow} and ws.step_slug = {step}
+            where coalesce(ws.queue_name, w.queue_name) = {queue}
+              and ws.flow_slug = {flow} and ws.step_slug = {step}
               and """
     + LIVE_WORKER.format(live_seconds="%(live_seconds)s").strip().replace("\n", "\n              ")
     + ")"

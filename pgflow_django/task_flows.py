@@ -112,3 +112,25 @@ def task_queues(exclude: list[str], using: str | None = None) -> list[tuple[str,
             "discovered in installed apps' tasks modules and in OPTIONS['MODULES'] of each PgflowTaskBackend"
         )
     return found
+
+
+def project_task_flows(using: str) -> list[tuple[str, Flow]]:
+    """For a worker serving the whole project: (queue, task flow) for every queue of the
+    PgflowTaskBackends on database ``using`` (their ``QUEUES``, or the queues their tasks name); none
+    when the project configures no such backend."""
+    from django.conf import settings
+
+    if not getattr(settings, "TASKS", None):
+        return []
+    try:
+        from pgflow_django.tasks import pgflow_backends
+
+        backends = [backend for backend in pgflow_backends() if backend.using == using]
+        found: list[tuple[str, Flow]] = []
+        for backend in backends:
+            names = backend.queues or {task.queue_name for task in backend.discover_tasks()}
+            for queue in sorted(names):
+                found.extend((queue, flow) for flow in backend.worker_flows(queue))
+    except ImproperlyConfigured as exc:
+        raise PreflightError(str(exc)) from None
+    return found

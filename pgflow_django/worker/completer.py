@@ -51,11 +51,9 @@ class Failure:
 class HandOffTarget(Protocol):
     """Who runs the tasks a completion hands over (the claim loop)."""
 
-    @property
-    def hand_off_scope(self) -> HandOffScope: ...
-
-    def reserve_hand_off(self, tasks: list[ClaimedTask]) -> int:
-        """Free slots held for the hand-off of the completion of ``tasks`` (0: hand nothing over)."""
+    def reserve_hand_off(self, tasks: list[ClaimedTask]) -> tuple[int, HandOffScope | None]:
+        """Free slots held for the hand-off of the completion of ``tasks`` (0: hand nothing over), and
+        what the hand-off may take for them."""
         ...
 
     def take_hand_off(self, tasks: list[ClaimedTask], reserved: int, seconds: float) -> list[ClaimedTask]:
@@ -232,14 +230,14 @@ class Completer(threading.Thread):
         """One completion statement; with a hand-off target it also claims what it made ready for the
         slots the target reserved, and hands those tasks over before returning."""
         target = self.hand_off
-        reserved = 0 if target is None else target.reserve_hand_off(completing)
-        if target is None or reserved == 0:
+        reserved, scope = (0, None) if target is None else target.reserve_hand_off(completing)
+        if target is None or scope is None or reserved == 0:
             return self.engine.complete_tasks(payload)
         started = time.perf_counter()
         rows: list[TaskOutcome] = []
         handed: list[ClaimedTask] = []
         try:
-            rows, handed = self.engine.complete_and_hand_off(payload, target.hand_off_scope, reserved)
+            rows, handed = self.engine.complete_and_hand_off(payload, scope, reserved)
         finally:
             left = target.take_hand_off(handed, reserved, time.perf_counter() - started)
         if left:

@@ -154,9 +154,12 @@ class WorkerRegistration:
 
     worker_id: uuid.UUID
     queue: str
+    """The one queue the worker polls, or ``*`` when it polls several (``support_queues`` says which)."""
     function_name: str
     support: tuple[tuple[str, str], ...]
-    """The exact (flow_slug, step_slug) pairs the worker runs on its queue."""
+    """The exact (flow_slug, step_slug) pairs the worker runs."""
+    support_queues: tuple[str, ...] = ()
+    """The queue of each pair of ``support`` (empty: ``queue`` for all)."""
 
 
 @dataclass(frozen=True)
@@ -320,12 +323,15 @@ class Engine:
         """The pause holding one of the (flow, step) subscriptions: (what, reason, detail), or None.
         Which pause holds each is ``pgflow.subscription_pause``'s to say (a flow's pause holds all its
         steps); across subscriptions a fatal pause comes first, then the oldest."""
-        rows = self._fetch(queries.SUBSCRIPTIONS_PAUSE, _pairs(support))
-        if not rows:
+        pauses = self.pauses(support)
+        if not pauses:
             return None
-        pause = rows[0]
-        what = f"flow={pause.flow_slug}" + (f" step={pause.step_slug}" if pause.step_slug else "")
-        return what, pause.reason, pause.detail
+        pause = pauses[0]
+        return pause.what, pause.reason, pause.detail
+
+    def pauses(self, support: tuple[tuple[str, str], ...]) -> list[queries.Pause]:
+        """Every pause holding one of the (flow, step) subscriptions, fatal ones first, then the oldest."""
+        return self._fetch(queries.SUBSCRIPTIONS_PAUSE, _pairs(support))
 
     def shared_support(self, queue: str, flow_slugs: Sequence[str]) -> list[tuple[str, str]]:
         """The (flow, step) pairs that the persisted routes of ``flow_slugs`` send to ``queue``."""
@@ -344,6 +350,8 @@ class Engine:
                     "name": registration.function_name,
                     "flows": [flow for flow, _ in registration.support],
                     "steps": [step for _, step in registration.support],
+                    "queues": list(registration.support_queues)
+                    or [registration.queue] * len(registration.support),
                 },
             )
         )

@@ -1,5 +1,6 @@
-"""LISTEN on the queue's PGMQ insert channel and wake the supervisor, so an idle worker reacts in
-milliseconds without busy polling. Polling stays as the fallback for lost notifications.
+"""LISTEN on the PGMQ insert channel of every queue the worker polls, on one connection, and wake
+the claim loop for that queue, so an idle worker reacts in milliseconds without busy polling.
+Polling stays as the fallback for lost notifications.
 """
 
 from __future__ import annotations
@@ -24,14 +25,20 @@ def insert_channel(queue_table: str) -> str:
     return f"pgmq.{queue_table}.INSERT"
 
 
-class Listener(threading.Thread):
-    """Owns the third dedicated connection; reconnects with back-off and wakes the loop after each
-    (re)connect, since notifications sent while it was away are lost."""
+def channel_table(channel: str) -> str:
+    """The queue table an insert channel names (``insert_channel`` reversed)."""
+    return channel.removeprefix("pgmq.").removesuffix(".INSERT")
 
-    def __init__(self, params: dict[str, Any], channel: str, state: WorkerState) -> None:
+
+class Listener(threading.Thread):
+    """Owns the third dedicated connection, whatever the number of queues; reconnects with back-off
+    and wakes the loop for every queue after each (re)connect, since notifications sent while it was
+    away are lost."""
+
+    def __init__(self, params: dict[str, Any], channels: list[str], state: WorkerState) -> None:
         super().__init__(name="pgflow-listener", daemon=True)
         self.params = params
-        self.channel = channel
+        self.channels = channels
         self.state = state
         self.listening = threading.Event()
         """Set while LISTEN is active: the supervisor may then back off its fallback polling."""
@@ -46,13 +53,18 @@ class Listener(threading.Thread):
             conn: psycopg.Connection[Any] | None = None
             try:
                 conn = connect(self.params, "listener")
-                conn.execute(queries.LISTEN.statement(channel=self.channel))
+                with conn.transaction():
+                    for channel in self.channels:
+                        conn.execute(queries.LISTEN.statement(channel=channel))
                 self.listening.set()
                 backoff.reset()
                 self.state.notify_messages()
                 while not self._stop_event.is_set():
-                    for _ in conn.notifies(timeout=0.5):
-                        self.state.notify_messages()
+                    for notification in conn.notifies(timeout=0.5):
+                        table = channel_table(notification.channel)
+                        if logger.isEnabledFor(logging.DEBUG):
+                            logger.debug("insert notification of queue table %s", table)
+                        self.state.notify_messages(table)
                         if self._stop_event.is_set():
                             break
             except psycopg.Error as exc:

@@ -86,16 +86,18 @@ class Observer:
     def beat(self) -> None:
         self.last_beat = time.monotonic()
 
-    def claimed(self, tasks: Sequence[ClaimedTask], seconds: float, lookup: ContextLookup) -> None:
-        """A claim returned ``tasks``; with tracing on, the trace contexts of their runs not seen yet
-        are read here, once per run, in one statement."""
+    def claimed(
+        self, tasks: Sequence[ClaimedTask], seconds: float, lookup: ContextLookup, queue: str = ""
+    ) -> None:
+        """A claim (on ``queue``, by default the worker's) returned ``tasks``; with tracing on, the
+        trace contexts of their runs not seen yet are read here, once per run, in one statement."""
         self.database_ok = True
         if self.tracing and tasks:
             self._remember_contexts(tasks, lookup)
         metrics = self.metrics
         if metrics is None:
             return
-        metrics.child(metrics.claim_duration, self.queue).observe(seconds)
+        metrics.child(metrics.claim_duration, queue or self.queue).observe(seconds)
         for task in tasks:
             metrics.child(metrics.claimed, task.flow_slug, task.step_slug, self._queue_of(task)).inc()
 
@@ -122,9 +124,9 @@ class Observer:
             for outcome, count in counts.items():
                 self.metrics.child(self.metrics.recoveries, outcome).inc(count)
 
-    def paused(self, reason: str) -> None:
+    def paused(self, reason: str, queue: str = "") -> None:
         if self.metrics is not None:
-            self.metrics.child(self.metrics.pauses, self.queue, reason).inc()
+            self.metrics.child(self.metrics.pauses, queue or self.queue, reason).inc()
 
     def released(self, count: int) -> None:
         if self.metrics is not None and count:

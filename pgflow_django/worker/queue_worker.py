@@ -2,7 +2,8 @@
 
 Threads: the main thread claims (engine connection), one listener thread (LISTEN connection), one
 completer thread (completion connection), and ``concurrency`` handler threads, each with at most one
-Django connection. That is at most ``concurrency + 3`` database connections.
+Django connection. That is at most ``concurrency + 3`` database connections, however many queues the
+worker polls: they share the loop, the slots and the threads.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 
@@ -23,6 +24,7 @@ from pgflow_django.schedules.service import run_pass as run_scheduler_pass
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.connection import (
+    Claim,
     ClaimedTask,
     Engine,
     HandOffScope,
@@ -37,16 +39,16 @@ from pgflow_django.worker.listener import Listener, insert_channel
 from pgflow_django.worker.observe import Observer
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.pool import HandlerPool
-from pgflow_django.worker.preflight import (
-    PreflightError,
-    check_database,
-    check_shared_subscription,
-    resolve_subscription,
-)
+from pgflow_django.worker.preflight import PreflightError, check_database
 from pgflow_django.worker.runner import Runner
-from pgflow_django.worker.slots import WorkerState
+from pgflow_django.worker.slots import ALL_QUEUES, WorkerState
 from pgflow_django.worker.stop_signals import GracefulStop
-from pgflow_django.worker.unsupported import UnsupportedWork
+from pgflow_django.worker.subscription import (
+    StepKey,
+    Subscription,
+    shared_subscription,
+    subscriptions_for,
+)
 
 if TYPE_CHECKING:
     from pgflow_django.metrics import WorkerMetrics
@@ -62,8 +64,12 @@ HOLD_SECONDS = 0.5
 """The longest a claimed task waits for a handler thread: then it goes back to the queue for any
 worker, with its attempt returned. Well inside the 2 s a claim's lease adds to the step's timeout, so
 a handler always starts with its whole timeout ahead of it."""
-BUDGET_WAIT_SECONDS = 0.05
-"""A loop whose ``--max-tasks`` share is reserved by another queue's claim looks again this soon."""
+SEVERAL_QUEUES: Final = "*"
+"""The registered queue of a worker that polls several (``pgflow.worker_support`` names each)."""
+STOP: Final = object()
+"""A claim's verdict: the worker stops (a signal-free drain)."""
+SPENT: Final = object()
+"""A claim's verdict: no slot or ``--max-tasks`` share left for this round."""
 RECOVERY_WORDS = {
     "requeued": "task(s) requeued",
     "permanently_stalled": "task(s) failed as permanently stalled",
@@ -80,43 +86,25 @@ SHARED_WARNINGS = {
 
 
 class QueueWorker:
-    """One worker process: one queue, and the flows (one, or several routed ones on a shared queue)
-    whose tasks it runs there."""
+    """One worker process: every queue it serves (a subscription each) in one claim loop, with one
+    slot budget, one pool of handler threads and the same few connections whatever their number."""
 
-    def __init__(self, flows: Flow | list[Flow], options: WorkerOptions) -> None:
-        self.flows = flows if isinstance(flows, list) else [flows]
-        self.flow = self.flows[0]
+    def __init__(self, work: Flow | Sequence[Flow] | Sequence[Subscription], options: WorkerOptions) -> None:
         self.options = options
+        self.subscriptions = _subscriptions(work, options)
+        self.flows = list({flow.slug: flow for sub in self.subscriptions for flow in sub.flows}.values())
+        self.flow = self.flows[0]
         self.worker_id = uuid.uuid4()
-        self.step_slug = options.step_slug or None
-        self.shared = options.queue is not None
-        """Polling a declared shared queue for routed flows (no fatal path: unknown work is left alone)."""
-        if options.queue is not None:
-            check_shared_subscription(self.flows, options.queue)
-            self.queue = options.queue
-            self.function_name = f"{options.queue}:{','.join(flow.slug for flow in self.flows)}"
-            self.subscription = f"flows={','.join(flow.slug for flow in self.flows)}"
-            self.resume_command = "manage.py pgflow_resume FLOW [--step STEP] for each paused flow"
-            support: tuple[tuple[str, str], ...] = ()
-        else:
-            if len(self.flows) != 1:
-                raise PreflightError(
-                    "several --flow need --queue Q (a shared queue of their routes); a plain or step-queued "
-                    "flow's worker runs one flow"
-                )
-            flow = self.flow
-            self.queue = resolve_subscription(flow, self.step_slug)
-            self.function_name = flow.slug if self.step_slug is None else f"{flow.slug}.{self.step_slug}"
-            self.subscription = f"flow={flow.slug}" + (f" step={self.step_slug}" if self.step_slug else "")
-            self.resume_command = f"manage.py pgflow_resume {flow.slug}" + (
-                f" --step {self.step_slug}" if self.step_slug else ""
-            )
-            support = tuple(
-                (flow.slug, step) for step in ((self.step_slug,) if self.step_slug else flow.steps)
-            )
-        """``queue``: the one queue this worker polls. ``subscription``: how logs name what it runs."""
+        single = self.subscriptions[0] if len(self.subscriptions) == 1 else None
+        self.queue = single.queue if single else SEVERAL_QUEUES
+        """The one queue this worker polls, or ``*`` when it polls several (its registration's queue)."""
+        self.subscription = single.label if single else f"queues={','.join(self._queue_names())}"
+        """How logs name what it runs."""
         self.registration = WorkerRegistration(
-            worker_id=self.worker_id, queue=self.queue, function_name=self.function_name, support=support
+            worker_id=self.worker_id,
+            queue=self.queue,
+            function_name=";".join(sub.function_name for sub in self.subscriptions),
+            support=(),
         )
         self.state = WorkerState(options.concurrency, options.prefetch)
         self._params: dict[str, Any] = {}
@@ -127,31 +115,36 @@ class QueueWorker:
         self.listener: Listener | None = None
         self.pool: HandlerPool[ClaimedTask] | None = None
         self.runner: Runner | None = None
-        self.queue_table = ""
-        self.read_visibility = options.read_visibility_seconds
-        """How long a claim's read hides its batch (see ``prepare``)."""
         self.generations: dict[str, int] = {}
         """The generation of each flow this worker compiled against; its claims read nothing once the
         database holds another one (the flow was replaced under it)."""
         self._registered = False
         self.fatal = False
-        self._feeding: frozenset[tuple[str, str]] = frozenset()
-        """(flow, step) pairs a step of this worker depends on: only their completions hand off."""
-        """Set when a claim met unsupported work: the process exits non-zero."""
+        """Set when a claim met unsupported work or a replaced flow: the process exits non-zero."""
+        self._feeding: dict[str, frozenset[StepKey]] = {}
+        """For each queue: the (flow, step) pairs a step run there depends on (their completions hand
+        off to it)."""
+        self._rotation = 0
+        """Which subscription claims first in the next round: each round starts one further."""
         self.budget = TaskBudget(options.max_tasks)
-        """``--max-tasks``; a process serving several queues gives all its workers one budget."""
+        """``--max-tasks``, across every queue."""
         self.until_empty = UntilEmpty()
-        """``--until-empty``; likewise shared by every queue of the process (see ``share_limits``)."""
-        self.until_empty.join(self, self._idle)
-        self.peers: list[QueueWorker] = [self]
-        """Every claim loop of this process: ``--until-empty`` stops them together."""
-
-        self.unsupported = UnsupportedWork(self.queue)
+        """``--until-empty``: every queue's last read found nothing while the worker held nothing."""
+        for sub in self.subscriptions:
+            self.until_empty.join(sub, self._idle)
         self.observe = Observer(self.worker_id, self.queue)
-        """Metrics, signals, log fields and probes of this claim loop (``instrument`` adds metrics)."""
+        """Metrics, signals, log fields and probes of this worker (``instrument`` adds metrics)."""
+
+    @property
+    def read_visibility(self) -> int:
+        """How long the first queue's reads hide their batch (see ``prepare``)."""
+        return self.subscriptions[0].read_visibility
+
+    def _queue_names(self) -> list[str]:
+        return [sub.queue for sub in self.subscriptions]
 
     def instrument(self, metrics: WorkerMetrics) -> None:
-        """Count this loop's work in ``metrics`` (the process's ``--metrics-port`` registry)."""
+        """Count this worker's work in ``metrics`` (the process's ``--metrics-port`` registry)."""
         self.observe.metrics = metrics
         metrics.watch_queue(
             self.queue, self.worker_id, self.subscription, lambda: self.state.in_flight, self.state.free_slots
@@ -160,7 +153,7 @@ class QueueWorker:
     # -- start-up ------------------------------------------------------------------------------
 
     def prepare(self) -> str:
-        """Check the database and compile (or verify) the flow; returns the compile status.
+        """Check the database and compile (or verify) the flows; returns the compile status.
 
         Raises PreflightError or FlowMismatch before anything is registered or polled.
         """
@@ -176,53 +169,109 @@ class QueueWorker:
         self._listen_params = listen_params(
             self._params, self.options.pooler, self.options.listen_database, self.options.listen_url
         )
-        self.engine = Engine(self._params, "supervisor")
-        if self.shared:
-            support = tuple(self.engine.shared_support(self.queue, [flow.slug for flow in self.flows]))
-            self.registration = dataclasses.replace(self.registration, support=support)
-            logger.info(
-                "queue=%s supports %s",
-                self.queue,
-                ", ".join(f"{flow_slug}.{step_slug}" for flow_slug, step_slug in support),
-                extra=self.observe.fields,
-            )
-        paused = self.engine.pause(self.registration.support)
-        if paused is not None:
-            what, reason, detail = paused
+        self.engine = engine = Engine(self._params, "supervisor")
+        for sub in self.subscriptions:
+            if sub.shared:
+                sub.support = tuple(engine.shared_support(sub.queue, [flow.slug for flow in sub.flows]))
+                logger.info(
+                    "queue=%s supports %s",
+                    sub.queue,
+                    ", ".join(f"{flow_slug}.{step_slug}" for flow_slug, step_slug in sub.support),
+                    extra=self.observe.fields,
+                )
+        self.registration = dataclasses.replace(
+            self.registration,
+            support=tuple(pair for sub in self.subscriptions for pair in sub.support),
+            support_queues=tuple(sub.queue for sub in self.subscriptions for _ in sub.support),
+        )
+        every_pause = self._check_pauses(engine)
+        if every_pause is not None:
+            what, reason, detail, sub = every_pause
             raise PreflightError(
                 f"{what} is paused ({reason}{': ' + detail if detail else ''}); "
-                f"clear it with {self.resume_command} once it is safe to run"
+                f"clear it with {sub.resume_command} once it is safe to run"
             )
-        if not self.shared:
+        write_access = set(engine.write_queue_access())
+        for sub in self.subscriptions:
+            self._prepare_queue(engine, sub, write_access)
+        connections[self.options.using].close()
+        self._configure_handler_connections()
+        return statuses[0] if len(set(statuses)) == 1 else ", ".join(sorted(set(statuses)))
+
+    def _prepare_queue(self, engine: Engine, sub: Subscription, write_access: set[str]) -> None:
+        """The queue's table, read visibility and notifications, each doubt logged once."""
+        sub.read_visibility = self.options.read_visibility_seconds
+        if not sub.shared:
             # every message of this queue is ours to claim: hide the batch as long as the claim would
             # (a shared queue's worker leaves other workers' messages as read, so it reads briefly)
-            longest = self.engine.claim_visibility(self.registration.support)
-            self.read_visibility = max(self.options.read_visibility_seconds, longest or 0)
-        self.queue_table = self.engine.queue_table(self.queue)
-        if self.queue not in self.engine.write_queue_access():
+            longest = engine.claim_visibility(sub.support)
+            sub.read_visibility = max(self.options.read_visibility_seconds, longest or 0)
+        sub.queue_table = engine.queue_table(sub.queue)
+        sub.idle_wait = self.options.poll_interval
+        if sub.queue not in write_access:
             logger.warning(
                 "queue=%s: its tables are not laid out as PGMQ 1.11-1.13 makes them; sends, archives"
                 " and visibility changes go through PGMQ's dynamic SQL",
-                self.queue,
+                sub.queue,
                 extra=self.observe.fields,
             )
-        notifies, throttle_ms = self.engine.insert_notifications(self.queue, self.queue_table)
+        notifies, throttle_ms = engine.insert_notifications(sub.queue, sub.queue_table)
         if not notifies:
             logger.warning(
                 "queue=%s sends no insert notifications: the worker relies on polling",
-                self.queue,
+                sub.queue,
                 extra=self.observe.fields,
             )
         elif throttle_ms > 0:
             logger.warning(
                 "queue=%s throttles insert notifications to one per %d ms",
-                self.queue,
+                sub.queue,
                 throttle_ms,
                 extra=self.observe.fields,
             )
-        connections[self.options.using].close()
-        self._configure_handler_connections()
-        return statuses[0] if len(set(statuses)) == 1 else ", ".join(statuses)
+
+    def _check_pauses(self, engine: Engine) -> tuple[str, str, str | None, Subscription] | None:
+        """Mark each subscription a pause holds (it is not polled) and clear the resumed ones, saying
+        so once each; returns the first pause (what, reason, detail, its subscription) when every
+        subscription is paused, since the worker then has nothing left to poll."""
+        pauses = engine.pauses(self.registration.support)
+        first: tuple[str, str, str | None, Subscription] | None = None
+        for sub in self.subscriptions:
+            held = next(
+                (
+                    pause
+                    for pause in pauses
+                    if any(
+                        flow == pause.flow_slug and pause.step_slug in ("", step)
+                        for flow, step in sub.support
+                    )
+                ),
+                None,
+            )
+            if held is None:
+                if sub.paused is not None:
+                    logger.info(
+                        "queue=%s was resumed: polling it again", sub.queue, extra=self.observe.fields
+                    )
+                    sub.paused = None
+                    sub.need_read = True
+                continue
+            what = held.what
+            if first is None:
+                first = (what, held.reason, held.detail, sub)
+            if sub.paused is None and len(self.subscriptions) > 1:
+                logger.warning(
+                    "%s is paused (%s): not polling queue=%s until %s",
+                    what,
+                    held.reason,
+                    sub.queue,
+                    sub.resume_command,
+                    extra=self.observe.fields,
+                )
+            sub.paused = held.reason
+        if all(sub.paused is not None for sub in self.subscriptions):
+            return first
+        return None
 
     def _configure_handler_connections(self) -> None:
         """Handler threads keep their Django connection across tasks (per ``conn_max_age``), checked
@@ -238,14 +287,15 @@ class QueueWorker:
         """Register, then start the listener, completer and handler threads."""
         assert self.engine is not None, "call prepare() first"
         opts = self.options
-        supported = set(self.registration.support)
-        self._feeding = frozenset(
-            (flow.slug, dep)
-            for flow in self.flows
-            for step in flow.steps.values()
-            if (flow.slug, step.slug) in supported
-            for dep in step.deps
-        )
+        for sub in self.subscriptions:
+            supported = set(sub.support)
+            self._feeding[sub.queue] = frozenset(
+                (flow.slug, dep)
+                for flow in sub.flows
+                for step in flow.steps.values()
+                if (flow.slug, step.slug) in supported
+                for dep in step.deps
+            )
         self.state.steps = frozenset(self.registration.support)
         self.engine.register(self.registration)
         self._registered = True
@@ -259,7 +309,11 @@ class QueueWorker:
         self.observe.tracing = tracing.recording()
         self.completer.observe = self.observe
         self.completer.start()
-        self.listener = Listener(self._listen_params or {}, insert_channel(self.queue_table), self.state)
+        self.listener = Listener(
+            self._listen_params or {},
+            [insert_channel(sub.queue_table) for sub in self.subscriptions],
+            self.state,
+        )
         if self._listen_params is None:
             logger.warning(
                 "queue=%s: no LISTEN through a transaction pooler (PGFLOW POOLER); polling every %.1fs. "
@@ -288,6 +342,9 @@ class QueueWorker:
             opts.max_connections,
             extra=self.observe.fields,
         )
+        if len(self.subscriptions) > 1:
+            for sub in self.subscriptions:
+                logger.info("serving queue=%s %s", sub.queue, sub.label, extra=self.observe.fields)
 
     def run(self) -> int:
         """Start, loop until stopped, shut down; returns the process exit code."""
@@ -316,13 +373,13 @@ class QueueWorker:
     # -- the loop ------------------------------------------------------------------------------
 
     def loop(self) -> None:
+        """Claim and dispatch until stopped: one round reads every queue that is due (notified, last
+        read full, or its fallback poll is up), starting one queue further each round and sharing the
+        free slots among them, so a backlog on one queue delays another by at most one round."""
         assert self.engine is not None and self.listener is not None
         opts = self.options
         engine = self.engine
         backoff = Backoff()
-        need_read = True
-        idle_wait = opts.poll_interval
-        next_poll = 0.0
         now = time.monotonic()
         next_heartbeat = now + opts.heartbeat_seconds
         next_stalled = now
@@ -332,25 +389,8 @@ class QueueWorker:
             try:
                 now = time.monotonic()
                 if now >= next_heartbeat:
-                    if engine.heartbeat(self.registration):
-                        logger.warning(
-                            "worker %s was deprecated: stopping", self.worker_id, extra=self.observe.fields
-                        )
-                        self.state.request_stop()
+                    if not self._heartbeat(engine):
                         break
-                    paused = engine.pause(self.registration.support)
-                    if paused is not None:
-                        logger.warning(
-                            "%s was paused (%s): stopping queue=%s",
-                            paused[0],
-                            paused[1],
-                            self.queue,
-                            extra=self.observe.fields,
-                        )
-                        self.observe.paused(str(paused[1]))
-                        self.state.request_stop()
-                        break
-                    self._tell_cancelled(engine)
                     next_heartbeat = now + opts.heartbeat_seconds
                 if now >= next_stalled:
                     self._requeue_stalled(engine)
@@ -367,145 +407,33 @@ class QueueWorker:
                 if free <= 0:
                     self.state.wait_for_slot(maintenance_at - time.monotonic())
                     continue
-                notified = self.state.take_notification()
-                if not (need_read or notified or time.monotonic() >= next_poll):
+                due = self._due(self.state.take_notifications())
+                if not due:
+                    next_poll = min(
+                        (sub.next_poll for sub in self.subscriptions if sub.paused is None),
+                        default=float("inf"),
+                    )
                     self.state.wait_for_messages(min(next_poll, maintenance_at) - time.monotonic())
                     continue
 
                 limit = self.state.batch_limit(opts.batch_size)
                 wanted = min(limit, opts.concurrency)
-                if need_read and free < wanted:
+                if free < wanted and any(sub.need_read for sub in due):
                     self.state.wait_for_slots(wanted, CLAIM_COALESCE_SECONDS)
+                for position, sub in enumerate(due):
                     free = self.state.free_slots()
-                qty = self.budget.reserve(min(limit, free))
-                if qty == 0:
-                    if self._stop_when_spent():
+                    outcome = (
+                        SPENT
+                        if free <= 0
+                        else self._claim_queue(engine, sub, min(limit, max(1, free // (len(due) - position))))
+                    )
+                    if outcome is STOP:
+                        return
+                    if outcome is SPENT:  # the rest stay due, and this one goes first next round
+                        if sub in self.subscriptions:
+                            self._rotation = self.subscriptions.index(sub)
                         break
-                    self.state.wait_for_messages(BUDGET_WAIT_SECONDS)  # another queue holds the rest
-                    continue
-                snapshot = self.until_empty.snapshot() if opts.until_empty else None
-                claimed = 0
-                claim_started = time.perf_counter()
-                try:
-                    claim = engine.claim(
-                        self.flow.slug,
-                        self.queue,
-                        self.queue_table,
-                        self.worker_id,
-                        self.read_visibility,
-                        qty,
-                        self.step_slug,
-                        self.registration.support if self.shared else None,
-                        self.generations,
-                    )
-                    claimed = len(claim.tasks)
-                    self.observe.claimed(
-                        claim.tasks, time.perf_counter() - claim_started, engine.trace_contexts
-                    )
-                finally:
-                    self.budget.settle(qty, claimed)
-                    self.until_empty.claimed(claimed)
                 backoff.reset()
-                if claim.stale:
-                    logger.error(
-                        "flow %s was replaced or deleted in the database after this worker compiled "
-                        "it: claimed nothing and stopping; restart the worker with the code that defines "
-                        "the current flow (or deploy a changed flow under a new slug: flow.copy(slug=...))",
-                        ", ".join(claim.stale),
-                        extra=self.observe.fields,
-                    )
-                    self.fatal = True
-                    self.state.request_stop()
-                    break
-                if claim.fatal:
-                    logger.error(
-                        "unsupported work on queue=%s msg_ids=%s: claimed nothing, made the batch "
-                        "visible and paused %s; stopping (inspect the messages, then %s)",
-                        self.queue,
-                        ",".join(map(str, claim.fatal)),
-                        self.subscription,
-                        self.resume_command,
-                        extra=self.observe.fields,
-                    )
-                    self.observe.paused("fatal")
-                    self.fatal = True
-                    self.state.request_stop()
-                    break
-                for outcome, meaning in SHARED_WARNINGS.items():
-                    ids = claim.unclaimed.get(outcome, [])
-                    if ids:
-                        logger.warning(
-                            "%d message(s) %s queue=%s msg_ids=%s",
-                            len(ids),
-                            meaning,
-                            self.queue,
-                            ",".join(map(str, ids)),
-                            extra=self.observe.fields,
-                        )
-                if claim.unclaimed.get("unsupported"):
-                    self.unsupported.report(engine.conn, claim.unclaimed["unsupported"])
-                foreign = claim.unclaimed.get("foreign", [])
-                if foreign:
-                    logger.warning(
-                        "archived %d foreign message(s) queue=%s msg_ids=%s (not pgflow work: applications "
-                        "must not send to queues pgflow owns)",
-                        len(foreign),
-                        self.queue,
-                        ",".join(map(str, foreign)),
-                        extra=self.observe.fields,
-                    )
-                if claim.read_count and logger.isEnabledFor(logging.DEBUG):
-                    logger.debug(
-                        "claimed %d of %d message(s) queue=%s msg_ids=%s",
-                        len(claim.tasks),
-                        claim.read_count,
-                        self.queue,
-                        ",".join(str(task.message_id) for task in claim.tasks),
-                        extra=self.observe.fields,
-                    )
-                for task in claim.tasks:
-                    self._dispatch(task)
-                if self._stop_when_spent():
-                    break
-                if (
-                    snapshot is not None
-                    and not claim.tasks
-                    and claim.read_count < qty
-                    and self.until_empty.found_nothing(self, snapshot)
-                ):
-                    logger.info(
-                        "nothing runnable on queue(s) %s: stopping (--until-empty)",
-                        ",".join(peer.queue for peer in self.peers),
-                        extra=self.observe.fields,
-                    )
-                    for peer in self.peers:
-                        peer.state.request_stop()
-                    break
-                if claim.read_count >= qty:
-                    need_read = True
-                    idle_wait = opts.poll_interval
-                    continue
-                need_read = False
-                listening = self.listener.listening.is_set()
-                if claim.read_count or not listening:
-                    idle_wait = opts.poll_interval
-                wait = idle_wait
-                if claim.next_visible is not None:
-                    wait = min(wait, max(claim.next_visible, 0.0) + DELAYED_MESSAGE_SLACK)
-                next_poll = time.monotonic() + wait
-                if listening and not claim.read_count:
-                    idle_wait = min(idle_wait * 2, max(opts.poll_interval, opts.max_poll_seconds))
-            except psycopg.errors.UndefinedTable as exc:
-                engine.recover(exc)
-                logger.error(
-                    "queue %s no longer exists (was flow %s deleted?): stopping; %s",
-                    self.queue,
-                    ", ".join(flow.slug for flow in self.flows),
-                    first_line(exc),
-                    extra=self.observe.fields,
-                )
-                self.state.request_stop()
-                break
             except Exception as exc:
                 self.observe.loop_failed()
                 delay = backoff.next()
@@ -522,7 +450,199 @@ class QueueWorker:
                         "worker loop error; retrying in %.1fs", delay, exc_info=exc, extra=self.observe.fields
                     )
                 self.state.stopping.wait(delay)
-                need_read = True
+                for sub in self.subscriptions:
+                    sub.need_read = True
+
+    def _heartbeat(self, engine: Engine) -> bool:
+        """Refresh the registration, follow pauses and cancellations; False when the worker must stop
+        (deprecated by an operator, or every queue it serves paused)."""
+        if engine.heartbeat(self.registration):
+            logger.warning("worker %s was deprecated: stopping", self.worker_id, extra=self.observe.fields)
+            self.state.request_stop()
+            return False
+        every_pause = self._check_pauses(engine)
+        if every_pause is not None:
+            logger.warning(
+                "%s was paused (%s): stopping queue=%s",
+                every_pause[0],
+                every_pause[1],
+                self.queue,
+                extra=self.observe.fields,
+            )
+            self.observe.paused(str(every_pause[1]))
+            self.state.request_stop()
+            return False
+        self._tell_cancelled(engine)
+        return True
+
+    def _due(self, notified: set[str]) -> list[Subscription]:
+        """The queues to read this round, in this round's order: notified, last read full, or their
+        fallback poll is up (with ``--until-empty`` and nothing held: all of them, to decide)."""
+        now = time.monotonic()
+        everything = ALL_QUEUES in notified
+        count = len(self.subscriptions)
+        start = self._rotation % count
+        self._rotation = start + 1
+        deciding = self.options.until_empty and self._idle()
+        due = []
+        for sub in self.subscriptions[start:] + self.subscriptions[:start]:
+            if everything or sub.queue_table in notified:
+                sub.notified = True
+            if sub.paused is None and (deciding or sub.need_read or sub.notified or now >= sub.next_poll):
+                due.append(sub)
+        return due
+
+    def _claim_queue(self, engine: Engine, sub: Subscription, wanted: int) -> object:
+        """Read and claim up to ``wanted`` tasks on one queue and dispatch them; ``STOP`` when the
+        worker must stop, ``SPENT`` when ``--max-tasks`` leaves nothing for this round."""
+        opts = self.options
+        qty = self.budget.reserve(wanted)
+        if qty == 0:
+            return STOP if self._stop_when_spent() else SPENT
+        sub.notified = False
+        snapshot = self.until_empty.snapshot() if opts.until_empty else None
+        claimed = 0
+        claim_started = time.perf_counter()
+        try:
+            claim = engine.claim(
+                sub.flow.slug,
+                sub.queue,
+                sub.queue_table,
+                self.worker_id,
+                sub.read_visibility,
+                qty,
+                sub.step_slug,
+                sub.support if sub.shared else None,
+                self.generations,
+            )
+            claimed = len(claim.tasks)
+            self.observe.claimed(
+                claim.tasks, time.perf_counter() - claim_started, engine.trace_contexts, sub.queue
+            )
+        except psycopg.errors.UndefinedTable as exc:
+            engine.recover(exc)
+            return self._queue_gone(sub, exc)
+        finally:
+            self.budget.settle(qty, claimed)
+            self.until_empty.claimed(claimed)
+        if not self._accept(engine, sub, claim):
+            return STOP
+        for task in claim.tasks:
+            self._dispatch(task)
+        if self._stop_when_spent():
+            return STOP
+        if (
+            snapshot is not None
+            and not claim.tasks
+            and claim.read_count < qty
+            and self.until_empty.found_nothing(sub, snapshot)
+        ):
+            logger.info(
+                "nothing runnable on queue(s) %s: stopping (--until-empty)",
+                ",".join(self._queue_names()),
+                extra=self.observe.fields,
+            )
+            self.state.request_stop()
+            return STOP
+        self._schedule_next_read(sub, claim, qty)
+        return None
+
+    def _schedule_next_read(self, sub: Subscription, claim: Claim, qty: int) -> None:
+        """A full read reads again at once; otherwise the queue waits for a notification, its next
+        delayed message, or its fallback poll (backing off while notifications arrive)."""
+        opts = self.options
+        if claim.read_count >= qty:
+            sub.need_read = True
+            sub.idle_wait = opts.poll_interval
+            return
+        sub.need_read = False
+        listening = self.listener is not None and self.listener.listening.is_set()
+        if claim.read_count or not listening:
+            sub.idle_wait = opts.poll_interval
+        wait = sub.idle_wait
+        if claim.next_visible is not None:
+            wait = min(wait, max(claim.next_visible, 0.0) + DELAYED_MESSAGE_SLACK)
+        sub.next_poll = time.monotonic() + wait
+        if listening and not claim.read_count:
+            sub.idle_wait = min(sub.idle_wait * 2, max(opts.poll_interval, opts.max_poll_seconds))
+
+    def _queue_gone(self, sub: Subscription, exc: BaseException) -> object:
+        """A queue whose table is gone (its flow deleted): stop polling it; stop when none is left."""
+        logger.error(
+            "queue %s no longer exists (was flow %s deleted?): %s; %s",
+            sub.queue,
+            ", ".join(flow.slug for flow in sub.flows),
+            "stopping" if len(self.subscriptions) == 1 else "no longer polling it",
+            first_line(exc),
+            extra=self.observe.fields,
+        )
+        if len(self.subscriptions) == 1:
+            self.state.request_stop()
+            return STOP
+        self.subscriptions = [other for other in self.subscriptions if other is not sub]
+        return None
+
+    def _accept(self, engine: Engine, sub: Subscription, claim: Claim) -> bool:
+        """Log what a claim did not turn into tasks; False when the worker must stop (a replaced
+        flow, or unsupported work on a queue of its own)."""
+        if claim.stale:
+            logger.error(
+                "flow %s was replaced or deleted in the database after this worker compiled "
+                "it: claimed nothing and stopping; restart the worker with the code that defines "
+                "the current flow (or deploy a changed flow under a new slug: flow.copy(slug=...))",
+                ", ".join(claim.stale),
+                extra=self.observe.fields,
+            )
+            self.fatal = True
+            self.state.request_stop()
+            return False
+        if claim.fatal:
+            logger.error(
+                "unsupported work on queue=%s msg_ids=%s: claimed nothing, made the batch "
+                "visible and paused %s; stopping (inspect the messages, then %s)",
+                sub.queue,
+                ",".join(map(str, claim.fatal)),
+                sub.label,
+                sub.resume_command,
+                extra=self.observe.fields,
+            )
+            self.observe.paused("fatal", sub.queue)
+            self.fatal = True
+            self.state.request_stop()
+            return False
+        for outcome, meaning in SHARED_WARNINGS.items():
+            ids = claim.unclaimed.get(outcome, [])
+            if ids:
+                logger.warning(
+                    "%d message(s) %s queue=%s msg_ids=%s",
+                    len(ids),
+                    meaning,
+                    sub.queue,
+                    ",".join(map(str, ids)),
+                    extra=self.observe.fields,
+                )
+        if claim.unclaimed.get("unsupported"):
+            sub.unsupported.report(engine.conn, claim.unclaimed["unsupported"])
+        foreign = claim.unclaimed.get("foreign", [])
+        if foreign:
+            logger.warning(
+                "archived %d foreign message(s) queue=%s msg_ids=%s (not pgflow work: applications "
+                "must not send to queues pgflow owns)",
+                len(foreign),
+                sub.queue,
+                ",".join(map(str, foreign)),
+                extra=self.observe.fields,
+            )
+        if claim.read_count and logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "claimed %d of %d message(s) queue=%s msg_ids=%s",
+                len(claim.tasks),
+                claim.read_count,
+                sub.queue,
+                ",".join(str(task.message_id) for task in claim.tasks),
+                extra=self.observe.fields,
+            )
+        return True
 
     def _hold_deadline(self, engine: Engine) -> float:
         """When the longest-waiting held task will have waited ``HOLD_SECONDS``; the tasks that
@@ -570,27 +690,15 @@ class QueueWorker:
             "claimed %d task(s) of --max-tasks %s: stopping queue=%s once in-flight tasks finish",
             self.budget.claimed,
             self.budget.limit,
-            ",".join(peer.queue for peer in self.peers),
+            ",".join(self._queue_names()),
             extra=self.observe.fields,
         )
-        for peer in self.peers:
-            peer.state.request_stop()
+        self.state.request_stop()
         return True
 
     def _idle(self) -> bool:
         """No task held and every handed result recorded: nothing of ours can start new work."""
         return self.state.in_flight == 0 and (self.completer is None or self.completer.unrecorded == 0)
-
-    def share_limits(self, peers: list[QueueWorker]) -> None:
-        """Make ``peers`` (this process's claim loops, this one included) share one ``--max-tasks``
-        budget and one ``--until-empty`` decision."""
-        budget = TaskBudget(self.options.max_tasks)
-        until_empty = UntilEmpty()
-        for peer in peers:
-            peer.budget = budget
-            peer.until_empty = until_empty
-            peer.peers = peers
-            until_empty.join(peer, peer._idle)
 
     def _dispatch(self, task: ClaimedTask) -> None:
         assert self.pool is not None and self.runner is not None
@@ -603,22 +711,27 @@ class QueueWorker:
 
     # -- direct hand-off (the completer's target) ----------------------------------------------
 
-    @property
-    def hand_off_scope(self) -> HandOffScope:
-        return HandOffScope(self.queue, self.worker_id, self.registration.support, self.generations)
-
-    def reserve_hand_off(self, tasks: list[ClaimedTask]) -> int:
-        """Free slots held for the completion of ``tasks`` to fill: one per task whose step feeds a
-        step this worker runs (none for a last step, which has nothing to hand off), so the claim
-        loop keeps the others for its reads; within a claim's batch and ``--max-tasks``."""
-        feeding = sum(1 for task in tasks if (task.flow_slug, task.step_slug) in self._feeding)
-        if feeding == 0:
-            return 0
+    def reserve_hand_off(self, tasks: list[ClaimedTask]) -> tuple[int, HandOffScope | None]:
+        """Free slots held for the completion of ``tasks`` to fill, and the queue it may fill them
+        from: the one whose steps the most of ``tasks`` feed (a last step feeds none, and has nothing
+        to hand off), one slot per such task, so the claim loop keeps the others for its reads;
+        within a claim's batch and ``--max-tasks``."""
+        best: Subscription | None = None
+        feeding = 0
+        for sub in self.subscriptions:
+            if sub.paused is not None:
+                continue
+            fed = self._feeding.get(sub.queue, frozenset())
+            count = sum(1 for task in tasks if (task.flow_slug, task.step_slug) in fed)
+            if count > feeding:
+                best, feeding = sub, count
+        if best is None:
+            return 0, None
         wanted = self.state.reserve(min(feeding, self.state.batch_limit(self.options.batch_size)))
         granted = self.budget.reserve(wanted)
         if granted < wanted:
             self.state.take_reserved([], wanted - granted)
-        return granted
+        return granted, HandOffScope(best.queue, self.worker_id, best.support, self.generations)
 
     def take_hand_off(self, tasks: list[ClaimedTask], reserved: int, seconds: float) -> list[ClaimedTask]:
         """Run the tasks a completion claimed for this worker, as the loop runs claimed ones."""
@@ -633,7 +746,7 @@ class QueueWorker:
             logger.debug(
                 "handed off %d task(s) queue=%s msg_ids=%s",
                 len(tasks),
-                self.queue,
+                tasks[0].queue,
                 ",".join(str(task.message_id) for task in tasks),
                 extra=self.observe.fields,
             )
@@ -804,6 +917,23 @@ class QueueWorker:
                     return None
                 time.sleep(backoff.next())
         return None
+
+
+def _subscriptions(
+    work: Flow | Sequence[Flow] | Sequence[Subscription], options: WorkerOptions
+) -> list[Subscription]:
+    """What a worker built from flows serves: ``options.queue`` for them all (a shared queue), else
+    every queue of each (only ``options.step_slug``'s of a step-queued flow)."""
+    if isinstance(work, Flow):
+        work = [work]
+    if not work:
+        raise PreflightError("nothing to serve: no flow, task or queue was found")
+    if all(isinstance(item, Subscription) for item in work):
+        return [item for item in work if isinstance(item, Subscription)]
+    flows = [item for item in work if isinstance(item, Flow)]
+    if options.queue is not None:
+        return [shared_subscription(options.queue, flows)]
+    return subscriptions_for(flows, options.step_slug)
 
 
 def _priority(task: ClaimedTask) -> int:

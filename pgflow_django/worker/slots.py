@@ -33,6 +33,8 @@ SHORT_HANDLER_SECONDS = 0.005
 """Handlers faster than this (a claim's round trip on a busy server) leave threads idle between claims."""
 PACE_WEIGHT = 0.1
 """How much a faster handler moves the pace; a slower one sets it."""
+ALL_QUEUES = "*"
+"""A notification about every queue the worker polls."""
 
 
 class WorkerState:
@@ -56,7 +58,8 @@ class WorkerState:
         self._executing = 0
         self._reserved = 0
         """Slots a completion holds for the tasks it may hand this worker (see ``reserve``)."""
-        self._notified = False
+        self._notified: set[str] = set()
+        """The queue tables whose insert channel spoke since the loop last looked (``ALL_QUEUES``: any)."""
         self._slots_wanted = 0
         """Free slots the waiting loop needs before it is worth waking (0: nobody waits for slots)."""
         self.stopping = threading.Event()
@@ -185,16 +188,17 @@ class WorkerState:
 
     # -- wake-ups ------------------------------------------------------------------------------
 
-    def notify_messages(self) -> None:
-        """A new message may be waiting (LISTEN notification, or the listener just reconnected)."""
+    def notify_messages(self, queue_table: str = ALL_QUEUES) -> None:
+        """A new message may be waiting on ``queue_table`` (a LISTEN notification), or on any queue
+        (the listener just reconnected, or recovery made messages visible)."""
         with self._cond:
-            self._notified = True
+            self._notified.add(queue_table)
             self._cond.notify_all()
 
-    def take_notification(self) -> bool:
-        """Clear and return the notification flag, before a read, so a later insert sets it again."""
+    def take_notifications(self) -> set[str]:
+        """Clear and return the notified queue tables, before a read, so a later insert counts again."""
         with self._cond:
-            notified, self._notified = self._notified, False
+            notified, self._notified = self._notified, set()
             return notified
 
     def request_stop(self) -> None:
@@ -225,7 +229,7 @@ class WorkerState:
         return self.wait(timeout, lambda: self._free() >= wanted, slots=wanted)
 
     def wait_for_messages(self, timeout: float) -> bool:
-        return self.wait(timeout, lambda: self._notified)
+        return self.wait(timeout, lambda: bool(self._notified))
 
     def wait_for_drain(self, timeout: float) -> bool:
         """Used after stopping: returns True once no task is held (nor a slot reserved for a hand-off)."""

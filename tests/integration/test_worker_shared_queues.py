@@ -116,8 +116,8 @@ def test_an_incomplete_registry_leaves_the_other_versions_work_untouched(shared:
     ("args", "expected"),
     [
         (
-            ("--flow", "support_routed"),
-            "is routed to shared queues: run it with --queue Q --flow support_routed",
+            ("--flow", "support_routed", "--exclude-flow", "support_thread"),
+            "--exclude-flow narrows a worker serving every flow",
         ),
         (
             ("--flow", "support_routed", "--queue", "nope"),
@@ -128,7 +128,7 @@ def test_an_incomplete_registry_leaves_the_other_versions_work_untouched(shared:
             ("--flow", "support_thread", "--queue", "support_fast"),
             "is not routed to shared queues (flow mode)",
         ),
-        (("--flow", "support_routed", "--flow", "support_thread"), "several --flow need --queue"),
+        (("--flow", "support_routed", "--queue", "support_fast", "--exclude-queue", "x"), "serves one"),
         (
             ("--flow", "support_routed", "--queue", "support_fast", "--step", "route"),
             "a --queue or --tasks worker takes no --step",

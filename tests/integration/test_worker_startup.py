@@ -35,10 +35,10 @@ def test_unknown_flow(database_url: str) -> None:
     assert workers() == before
 
 
-def test_missing_flow_option(database_url: str) -> None:
-    result = run_manage(database_url, "pgflow_worker")
+def test_step_needs_its_flow(database_url: str) -> None:
+    result = run_manage(database_url, "pgflow_worker", "--step", "first")
     assert result.returncode != 0
-    assert "--flow" in result.stderr
+    assert "--step selects one step of one step-queued flow: pass exactly one --flow" in error_line(result)
 
 
 @pytest.mark.parametrize(

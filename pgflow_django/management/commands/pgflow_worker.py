@@ -1,4 +1,5 @@
-"""``manage.py pgflow_worker --flow F``: run the tasks of one flow until SIGTERM/SIGINT."""
+"""``manage.py pgflow_worker``: run the project's flows and tasks (or the ones selected) until
+SIGTERM/SIGINT, in one claim loop."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from pgflow_django.dsl import Flow
 from pgflow_django.management.cli import (
     PgflowCommand,
     non_negative_int,
@@ -23,6 +23,7 @@ from pgflow_django.worker.logs import LEVELS
 if TYPE_CHECKING:
     from pgflow_django.metrics import MetricsServer
     from pgflow_django.worker import QueueWorker
+    from pgflow_django.worker.subscription import Subscription
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -47,19 +48,22 @@ def non_negative_float(text: str) -> float:
 
 class Command(PgflowCommand):
     help = (
-        "Run a worker for one flow: check the database, compile or verify the flow (the pgflow_compile\n"
-        "code path), register in pgflow.workers, then claim and run its tasks until SIGTERM or SIGINT.\n"
-        "A plain flow has one queue for all its steps; a step-queued flow (with_step_queues) has one per\n"
-        "step, and each of its workers runs one step: --step is required for it and refused otherwise.\n"
-        "Routed flows (route_flow) send steps to shared queues: --queue Q with one --flow per routed flow\n"
-        "runs every step their persisted routes send to Q; work it does not support is left untouched.\n"
+        "Run a worker: check the database, compile or verify its flows (the pgflow_compile code path),\n"
+        "register in pgflow.workers, then claim and run their tasks until SIGTERM or SIGINT. With no\n"
+        "selection it serves every registered flow (each queue of it: a plain flow's, each step queue of\n"
+        "a step-queued flow, each shared queue of a routed flow) and the Django tasks of the\n"
+        "PgflowTaskBackends on its --database, all in one claim loop with one --concurrency budget.\n"
+        "--flow, --step, --queue and --tasks narrow it; --exclude-flow and --exclude-queue leave some out.\n"
+        "On a shared queue, work the worker does not support is left untouched for other workers.\n"
         "The first signal stops polling and lets in-flight tasks finish within --shutdown-timeout\n"
         "(the rest are released); a second one exits at once and leaves them to stalled-task recovery.\n"
-        "A worker holds at most --concurrency + 3 database connections per queue. Defaults come from\n"
-        "settings.PGFLOW (WORKER_* keys). It logs to stderr unless the project routes the pgflow_django\n"
-        "logger itself (LOGGING): --log-level, or -v 0 (warnings), 1 (info), 2 (debug)."
+        "A worker holds at most --concurrency + 3 database connections, however many queues it polls.\n"
+        "Defaults come from settings.PGFLOW (WORKER_* keys). It logs to stderr unless the project routes\n"
+        "the pgflow_django logger itself (LOGGING): --log-level, or -v 0 (warnings), 1 (info), 2 (debug)."
     )
     examples = """
+  manage.py pgflow_worker
+  manage.py pgflow_worker --exclude-flow nightly_report --concurrency 16
   manage.py pgflow_worker --flow process_order
   manage.py pgflow_worker --flow support_steps --step deliver --concurrency 4
   manage.py pgflow_worker --queue thread_processing \\
@@ -80,26 +84,33 @@ arguments; 128 + signal number after a second signal
         parser.add_argument(
             "--flow",
             action="append",
-            help="slug of the flow whose queue to work; repeat it with --queue for several routed flows",
+            help="serve only this flow, every queue of it (repeatable); with --queue Q, only the steps "
+            "its persisted routes send to Q",
+        )
+        parser.add_argument(
+            "--exclude-flow",
+            action="append",
+            default=[],
+            metavar="FLOW",
+            help="leave this registered flow out of a worker serving every flow (repeatable)",
         )
         parser.add_argument(
             "--tasks",
             action="store_true",
-            help="run Django tasks (TASKS backends of pgflow_django.tasks.PgflowTaskBackend) on --queue "
-            "(default: 'default', or the backends' only queue)",
+            help="serve only Django tasks (TASKS backends of pgflow_django.tasks.PgflowTaskBackend) on "
+            "--queue (default: 'default', or the backends' only queue)",
         )
         parser.add_argument(
             "--queue",
-            help="a shared queue of the routed flows given with --flow: the worker runs every step their "
-            "persisted routes send there; '*' serves every queue (of the task backends with --tasks, of "
-            "the routed flows' routes otherwise), one claim loop per queue",
+            help="serve only this queue: the steps of every served flow routed there (the tasks there, "
+            "with --tasks); '*' serves every queue (of the task backends with --tasks)",
         )
         parser.add_argument(
             "--exclude-queue",
             action="append",
             default=[],
             metavar="QUEUE",
-            help="with --queue '*': leave this queue out (repeatable)",
+            help="leave this queue out (repeatable); not with a single --queue Q",
         )
         parser.add_argument(
             "--max-tasks",
@@ -196,48 +207,43 @@ arguments; 128 + signal number after a second signal
         from pgflow_django.compiler import FlowMismatch
         from pgflow_django.schedules.sync import sync_schedules_at_start
         from pgflow_django.worker import PreflightError, QueueWorker, WorkerOptions
-        from pgflow_django.worker.group import WorkerGroup
         from pgflow_django.worker.logs import configure
 
         configure(options["verbosity"], options["log_level"])
         try:
             subscriptions = self._subscriptions(options)
-            workers: list[QueueWorker] = []
-            for queue, flows in subscriptions:
-                worker_options = WorkerOptions.from_settings(
-                    step_slug=options["step"],
-                    queue=queue,
-                    concurrency=options["concurrency"],
-                    batch_size=options["batch_size"],
-                    prefetch=options["prefetch"],
-                    poll_interval=options["poll_interval"],
-                    max_poll_seconds=options["max_poll_seconds"],
-                    shutdown_timeout=options["shutdown_timeout"],
-                    heartbeat_seconds=options["heartbeat_seconds"],
-                    stalled_check_seconds=options["stalled_check_seconds"],
-                    metrics_port=options["metrics_port"],
-                    metrics_host=options["metrics_host"],
-                    max_tasks=options["max_tasks"],
-                    until_empty=options["until_empty"] or None,
-                    scheduler=False if options["no_scheduler"] else None,
-                    using=self.using,
-                    listen_url=options["listen_url"],
-                )
-                worker = QueueWorker(flows, worker_options)
-                status = worker.prepare()
-                logger.info("%s %s", worker.subscription, status)
-                workers.append(worker)
+            worker_options = WorkerOptions.from_settings(
+                step_slug=options["step"],
+                queue=None,
+                concurrency=options["concurrency"],
+                batch_size=options["batch_size"],
+                prefetch=options["prefetch"],
+                poll_interval=options["poll_interval"],
+                max_poll_seconds=options["max_poll_seconds"],
+                shutdown_timeout=options["shutdown_timeout"],
+                heartbeat_seconds=options["heartbeat_seconds"],
+                stalled_check_seconds=options["stalled_check_seconds"],
+                metrics_port=options["metrics_port"],
+                metrics_host=options["metrics_host"],
+                max_tasks=options["max_tasks"],
+                until_empty=options["until_empty"] or None,
+                scheduler=False if options["no_scheduler"] else None,
+                using=self.using,
+                listen_url=options["listen_url"],
+            )
+            worker = QueueWorker(subscriptions, worker_options)
+            status = worker.prepare()
+            logger.info("%s %s", worker.subscription, status)
         except (PreflightError, FlowMismatch, ValueError) as exc:
             raise CommandError(str(exc)) from None
-        sync_schedules_at_start(workers[0].options.using)
-        server = self._exporter(workers)
-        runner: QueueWorker | WorkerGroup = workers[0] if len(workers) == 1 else WorkerGroup(workers)
+        sync_schedules_at_start(worker.options.using)
+        server = self._exporter(worker)
         try:
-            code = runner.run()
+            code = worker.run()
         finally:
             if server is not None:
                 server.stop()
-        if runner.abandoned_handlers:
+        if worker.abandoned_handlers:
             # Handler threads still running past the shutdown timeout cannot be joined; their tasks
             # were released, so leave without waiting for them.
             sys.stdout.flush()
@@ -246,16 +252,16 @@ arguments; 128 + signal number after a second signal
         if code:
             sys.exit(code)
 
-    def _exporter(self, workers: list[QueueWorker]) -> MetricsServer | None:
-        """The process's metrics port, when asked for: one for all its claim loops."""
+    def _exporter(self, worker: QueueWorker) -> MetricsServer | None:
+        """The process's metrics port, when asked for."""
         from pgflow_django.metrics import MetricsUnavailable
         from pgflow_django.worker.exporter import start_exporter
 
-        options = workers[0].options
+        options = worker.options
         if options.metrics_port is None:
             return None
         try:
-            return start_exporter(workers, options.metrics_port, options.metrics_host)
+            return start_exporter([worker], options.metrics_port, options.metrics_host)
         except MetricsUnavailable as exc:
             raise CommandError(str(exc)) from None
         except OSError as exc:
@@ -264,46 +270,83 @@ arguments; 128 + signal number after a second signal
                 "choose another --metrics-port"
             ) from None
 
-    def _subscriptions(self, options: dict[str, Any]) -> list[tuple[str | None, list[Flow]]]:
-        """(queue, flows) for each claim loop: one, or one per queue with ``--queue '*'``."""
-        from pgflow_django.dsl import RoutedFlow
+    def _subscriptions(self, options: dict[str, Any]) -> list[Subscription]:
+        """The queues this worker polls, each with the flows it runs there: everything the project
+        defines unless --flow, --tasks or --queue narrow it."""
         from pgflow_django.task_flows import ALL_QUEUES, task_flows, task_queues
         from pgflow_django.worker import PreflightError
         from pgflow_django.worker.preflight import resolve_flow
+        from pgflow_django.worker.subscription import shared_subscription, subscriptions_for, without_queues
 
-        queue = options["queue"]
-        if (queue is not None or options["tasks"]) and options["step"]:
+        queue, step, chosen = options["queue"], options["step"], options["flow"] or []
+        if (queue is not None or options["tasks"]) and step:
             raise PreflightError(
                 "--step selects a step-queued flow's step; a --queue or --tasks worker takes no --step"
             )
-        if bool(options["tasks"]) == bool(options["flow"]):
+        if step and len(chosen) != 1:
+            raise PreflightError("--step selects one step of one step-queued flow: pass exactly one --flow")
+        if options["tasks"] and chosen:
             raise PreflightError(
-                "pass --flow F (a flow's worker) or --tasks (a Django tasks worker), exactly one of them"
+                "pass --flow F (some flows) or --tasks (Django tasks), not both; with neither, the worker "
+                "serves every flow and task"
             )
-        if options["exclude_queue"] and queue != ALL_QUEUES:
-            raise PreflightError("--exclude-queue narrows --queue '*'; pass --queue '*' with it")
+        if options["exclude_flow"] and (chosen or options["tasks"]):
+            raise PreflightError("--exclude-flow narrows a worker serving every flow; drop --flow or --tasks")
+        excluded_queues = options["exclude_queue"]
+        if excluded_queues and queue not in (None, ALL_QUEUES):
+            raise PreflightError(
+                f"--exclude-queue narrows a worker serving several queues; --queue {queue} serves one"
+            )
         if options["tasks"]:
             if queue == ALL_QUEUES:
-                return list(task_queues(options["exclude_queue"], self.using))
-            chosen, flows = task_flows(queue, self.using)
-            return [(chosen, flows)]
-        flows = [resolve_flow(slug) for slug in options["flow"]]
-        if queue != ALL_QUEUES:
-            return [(queue, flows)]
-        routed = [flow for flow in flows if isinstance(flow, RoutedFlow)]
-        if len(routed) != len(flows):
-            plain = next(flow.slug for flow in flows if not isinstance(flow, RoutedFlow))
-            raise PreflightError(
-                f"--queue '*' serves the shared queues of routed flows; flow {plain!r} is not routed "
-                f"(run it with --flow {plain} alone)"
-            )
-        names = sorted({name for flow in routed for name in flow.queues})
-        unknown = sorted(set(options["exclude_queue"]) - set(names))
+                return [
+                    shared_subscription(name, flows)
+                    for name, flows in task_queues(excluded_queues, self.using)
+                ]
+            name, flows = task_flows(queue, self.using)
+            return [shared_subscription(name, flows)]
+        if chosen:
+            seen = [resolve_flow(slug) for slug in chosen]
+            if queue not in (None, ALL_QUEUES):
+                return [shared_subscription(queue, seen)]
+            if queue == ALL_QUEUES:
+                plain = next((flow.slug for flow in seen if flow.queue_mode != "routed"), None)
+                if plain is not None:
+                    raise PreflightError(
+                        f"--queue '*' serves the shared queues of routed flows; flow {plain!r} is not routed "
+                        f"(drop --queue to serve every queue of it)"
+                    )
+            subscriptions = subscriptions_for(seen, step)
+        else:
+            subscriptions = self._project(options["exclude_flow"], queue)
+        return without_queues(subscriptions, excluded_queues) if excluded_queues else subscriptions
+
+    def _project(self, excluded: list[str], queue: str | None) -> list[Subscription]:
+        """Every registered flow (minus ``excluded``) and every task of the PgflowTaskBackends on this
+        worker's database; only those on ``queue`` when one is named."""
+        from pgflow_django.registry import get_flows
+        from pgflow_django.task_flows import ALL_QUEUES, project_task_flows
+        from pgflow_django.worker import PreflightError
+        from pgflow_django.worker.subscription import subscriptions_for
+
+        flows = get_flows()
+        unknown = sorted(set(excluded) - set(flows))
         if unknown:
             raise PreflightError(
-                f"--exclude-queue {', '.join(unknown)}: not a queue of these flows ({', '.join(names)})"
+                f"--exclude-flow {', '.join(unknown)}: not a registered flow "
+                f"(registered: {', '.join(sorted(flows)) or 'none'})"
             )
-        chosen_names = [name for name in names if name not in options["exclude_queue"]]
-        if not chosen_names:
-            raise PreflightError("--exclude-queue leaves no queue to serve")
-        return [(name, [flow for flow in routed if name in flow.queues]) for name in chosen_names]
+        subscriptions = subscriptions_for(
+            [flow for slug, flow in flows.items() if slug not in excluded],
+            shared_flows=project_task_flows(self.using),
+        )
+        if queue not in (None, ALL_QUEUES):
+            subscriptions = [sub for sub in subscriptions if sub.queue == queue]
+            if not subscriptions:
+                raise PreflightError(f"no registered flow or task uses queue {queue!r}")
+        if not subscriptions:
+            raise PreflightError(
+                "nothing to serve: no registered flow (PGFLOW['FLOWS'] or an installed app's flows.py) and "
+                "no @task of a PgflowTaskBackend on this database"
+            )
+        return subscriptions

@@ -1,0 +1,125 @@
+"""What a worker serves: one subscription per queue it polls, and how a selection expands into them.
+
+A worker process runs one claim loop over all its subscriptions, so serving thirty flows costs the
+same threads and connections as serving one. A plain flow has one queue; a step-queued flow one per
+step; routed flows (and the tasks backend's task flows) share named queues, each polled once for
+every flow routed there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from pgflow_django.dsl import Flow, RoutedFlow
+from pgflow_django.worker.preflight import PreflightError, check_shared_subscription, resolve_subscription
+from pgflow_django.worker.unsupported import UnsupportedWork
+
+StepKey = tuple[str, str]
+"""(flow slug, step slug)."""
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One queue of a worker: the flows it runs there, and the claim loop's read state for it."""
+
+    queue: str
+    flows: list[Flow]
+    step_slug: str | None
+    """A step-queued flow's one step (its private queue); None otherwise."""
+    shared: bool
+    """A declared shared queue: tasks outside ``support`` are left for other workers."""
+    support: tuple[StepKey, ...]
+    """The (flow, step) pairs run here; a shared queue's come from the persisted routes at start."""
+    function_name: str
+    label: str
+    """How logs name what it runs (``flow=F step=S``, ``flows=A,B``)."""
+    resume_command: str
+    queue_table: str = ""
+    read_visibility: int = 5
+    unsupported: UnsupportedWork = field(init=False)
+    need_read: bool = True
+    """The last read was full (or none happened): read again without waiting."""
+    notified: bool = False
+    next_poll: float = 0.0
+    idle_wait: float = 0.0
+    paused: str | None = None
+    """Why the subscription is paused (it is not polled meanwhile), or None."""
+
+    def __post_init__(self) -> None:
+        self.unsupported = UnsupportedWork(self.queue)
+
+    @property
+    def flow(self) -> Flow:
+        return self.flows[0]
+
+
+def flow_subscription(flow: Flow, step_slug: str | None = None) -> Subscription:
+    """The queue of a plain flow, or of one step of a step-queued flow."""
+    queue = resolve_subscription(flow, step_slug)
+    steps = (step_slug,) if step_slug else tuple(flow.steps)
+    return Subscription(
+        queue=queue,
+        flows=[flow],
+        step_slug=step_slug,
+        shared=False,
+        support=tuple((flow.slug, step) for step in steps),
+        function_name=flow.slug if step_slug is None else f"{flow.slug}.{step_slug}",
+        label=f"flow={flow.slug}" + (f" step={step_slug}" if step_slug else ""),
+        resume_command=f"manage.py pgflow_resume {flow.slug}" + (f" --step {step_slug}" if step_slug else ""),
+    )
+
+
+def shared_subscription(queue: str, flows: Sequence[Flow]) -> Subscription:
+    """A shared queue, polled for every routed flow given (its support is read at start)."""
+    check_shared_subscription(list(flows), queue)
+    slugs = ",".join(flow.slug for flow in flows)
+    return Subscription(
+        queue=queue,
+        flows=list(flows),
+        step_slug=None,
+        shared=True,
+        support=(),
+        function_name=f"{queue}:{slugs}",
+        label=f"flows={slugs}",
+        resume_command="manage.py pgflow_resume FLOW [--step STEP] for each paused flow",
+    )
+
+
+def subscriptions_for(
+    flows: Iterable[Flow], step_slug: str | None = None, shared_flows: Iterable[tuple[str, Flow]] = ()
+) -> list[Subscription]:
+    """Every queue ``flows`` use: a plain flow's queue, each step queue of a step-queued flow (only
+    ``step_slug``'s when given), each shared queue of routed flows, with ``shared_flows`` (queue,
+    routed flow) pairs such as task flows added to their queues. One subscription per queue."""
+    plain: list[Subscription] = []
+    shared: dict[str, dict[str, Flow]] = {}
+    for flow in flows:
+        if isinstance(flow, RoutedFlow):
+            for queue in flow.queues:
+                shared.setdefault(queue, {}).setdefault(flow.slug, flow)
+        elif flow.queue_mode == "step" and not step_slug:
+            plain.extend(flow_subscription(flow, step) for step in flow.steps)
+        else:
+            plain.append(flow_subscription(flow, step_slug))
+    for queue, flow in shared_flows:
+        shared.setdefault(queue, {}).setdefault(flow.slug, flow)
+    taken = {subscription.queue for subscription in plain}
+    clash = sorted(taken & set(shared))
+    if clash:
+        raise PreflightError(f"queue {clash[0]!r} is both a flow's own queue and a shared queue; rename one")
+    return plain + [
+        shared_subscription(queue, list(found.values())) for queue, found in sorted(shared.items())
+    ]
+
+
+def without_queues(subscriptions: list[Subscription], excluded: Sequence[str]) -> list[Subscription]:
+    """``--exclude-queue``: leave those queues out; an unknown name is refused, listing the queues."""
+    names = sorted(subscription.queue for subscription in subscriptions)
+    unknown = sorted(set(excluded) - set(names))
+    if unknown:
+        raise PreflightError(f"--exclude-queue {', '.join(unknown)}: not a served queue ({', '.join(names)})")
+    kept = [subscription for subscription in subscriptions if subscription.queue not in excluded]
+    if not kept:
+        raise PreflightError("--exclude-queue leaves no queue to serve")
+    return kept

@@ -1,0 +1,219 @@
+"""One ``pgflow_worker`` process, started with no selection, serves the whole project: plain,
+step-queued and routed flows and the tasks backend's queues, in one claim loop with one registration
+and the same three engine connections whatever the number of queues; and a backlog on one queue
+delays another queue's work by at most one claim round."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pgflow_django import start_flow
+from pgflow_django.compiler import compile_flow
+from pgflow_django.registry import get_flow
+from testproject.example.support import open_thread, support_routed, support_thread_steps
+from testproject.example.tasks import add, send_welcome
+from tests.sql.support import q, val
+from tests.tasks_support import SETTINGS_MODULE, clean_task_flows, status
+from tests.workers import MANAGE, REPO, clean_example_flows, wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+FAST = ("--poll-interval", "0.2", "--heartbeat-seconds", "0.5")
+
+
+def start_worker(database_url: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(MANAGE), "pgflow_worker", *FAST, *args],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "DJANGO_SETTINGS_MODULE": SETTINGS_MODULE,
+            "PYTHONUNBUFFERED": "1",
+            "PGFLOW_LOG_LEVEL": "INFO",
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+
+
+def stop(process: subprocess.Popen[bytes], log: Path) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    assert process.wait(30) == 0, log.read_text()
+
+
+@pytest.fixture
+def cleaned(database_url: str) -> Iterator[str]:
+    from django.db import connection
+
+    from tests.integration.test_worker_shared_queues import _clean
+
+    def clean() -> None:
+        clean_task_flows()
+        _clean()
+        with connection.cursor() as cursor:
+            clean_example_flows(cursor)
+            cursor.execute("delete from pgflow.workers")
+
+    clean()
+    yield database_url
+    clean()
+
+
+def test_one_process_serves_every_flow_queue_mode_and_task(cleaned: str, tmp_path: Path) -> None:
+    for flow in (get_flow("example_chain"), support_thread_steps, support_routed):
+        compile_flow(flow)
+    chain = start_flow(get_flow("example_chain"), {"n": 1})
+    _, steps_run = open_thread("steps", ["please refund"], flow=support_thread_steps)
+    _, routed_run = open_thread("routed", ["please refund"], flow=support_routed)
+    total = add.enqueue(20, 22)
+    mail = send_welcome.enqueue("new@example.com")
+    runs = [chain, steps_run, routed_run]
+
+    log = tmp_path / "worker.log"
+    process = start_worker(cleaned, log)
+    try:
+        wait_until(
+            lambda: (
+                process.poll() is None
+                and val(
+                    "select count(*) from pgflow.runs where run_id = any(%s) and status = 'completed'", [runs]
+                )
+                == 3
+                and add.get_result(total.id).status == status.SUCCESSFUL
+                and send_welcome.get_result(mail.id).status == status.SUCCESSFUL
+            ),
+            90,
+            "every run and task to complete",
+        )
+        assert add.get_result(total.id).return_value == 42
+        workers = q("select worker_id, queue_name from pgflow.workers where stopped_at is null")
+        assert len(workers) == 1 and workers[0]["queue_name"] == "*", workers
+        served = {
+            (row["flow_slug"], row["step_slug"]): row["queue_name"]
+            for row in q("select flow_slug, step_slug, queue_name from pgflow.worker_support")
+        }
+        for step in support_thread_steps.steps:
+            assert served[(support_thread_steps.slug, step)] == support_thread_steps.queue_for(step)
+        assert served[("example_chain", "first")] == "example_chain"
+        queues = set(served.values())
+        assert {"default", "mail", "support_fast", "support_bulk"} <= queues and len(queues) > 20
+        engine_connections = val(
+            "select count(*) from pg_stat_activity where application_name like 'pgflow_worker %%'"
+            " and datname = current_database()"
+        )
+        assert engine_connections == 3, f"{len(queues)} queues on {engine_connections} engine connections"
+        uncovered = q(
+            "select s.flow_slug, s.step_slug from pgflow.steps as s"
+            " where s.flow_slug = any(%s) and not exists (select 1 from pgflow.worker_support as w"
+            " where w.flow_slug = s.flow_slug"
+            " and w.step_slug = s.step_slug and w.queue_name = s.queue_name)",
+            [["example_chain", support_thread_steps.slug, support_routed.slug]],
+        )
+        assert uncovered == []
+    finally:
+        stop(process, log)
+    text = log.read_text()
+    assert text.count(" started queue=* ") == 1, text
+
+
+def test_a_backlog_on_one_queue_delays_another_flow_by_one_claim_round(cleaned: str, tmp_path: Path) -> None:
+    """10,000 map tasks of example_sleepy wait on its queue; each run of example_chain started
+    meanwhile is claimed within one claim round of the worker hearing of it: at most the backlog's
+    claim already under way and one more. The worker's debug log orders the notifications and claims."""
+    sleepy, chain = get_flow("example_sleepy"), get_flow("example_chain")
+    for flow in (sleepy, chain):
+        compile_flow(flow)
+    backlog = start_flow(sleepy, [{"sleep": 0.002}] * 10_000)
+    log = tmp_path / "worker.log"
+    process = start_worker(
+        cleaned,
+        log,
+        *(
+            "--flow",
+            "example_sleepy",
+            "--flow",
+            "example_chain",
+            "--concurrency",
+            "4",
+            "--log-level",
+            "debug",
+        ),
+    )
+    try:
+        wait_until(
+            lambda: (
+                val(
+                    "select count(*) from pgflow.step_tasks where run_id = %s and status = 'completed'",
+                    [backlog],
+                )
+                >= 200
+            ),
+            60,
+            "the backlog to be under way",
+        )
+        for _ in range(5):
+            run = start_flow(chain, {"n": 1})
+            wait_until(
+                lambda run=run: val("select status from pgflow.runs where run_id = %s", [run]) == "completed",
+                30,
+                "the chain run to complete beside the backlog",
+            )
+        left = val(
+            "select count(*) from pgflow.step_tasks where run_id = %s and status = 'queued'", [backlog]
+        )
+        assert left > 0, "the backlog must still be waiting while the chain runs"
+    finally:
+        stop(process, log)
+    lines = log.read_text().splitlines()
+    delays: list[int] = []
+    counting: int | None = None
+    for line in lines:
+        if "insert notification of queue table q_example_chain" in line and counting is None:
+            counting = 0
+        elif counting is not None and "message(s) queue=example_sleepy " in line and " claimed " in line:
+            counting += 1
+        elif counting is not None and "message(s) queue=example_chain " in line and " claimed 1 " in line:
+            delays.append(counting)
+            counting = None
+    assert len(delays) == 5, "\n".join(lines[-40:])
+    assert max(delays) <= 2, f"backlog claims between each chain run's notification and its claim: {delays}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--exclude-flow", "nope"], "--exclude-flow nope: not a registered flow"),
+        (["--queue", "nope"], "no registered flow or task uses queue 'nope'"),
+        (["--exclude-queue", "nope"], "--exclude-queue nope: not a served queue"),
+        (["--step", "x"], "pass exactly one --flow"),
+    ],
+)
+def test_selection_mistakes_are_one_line(cleaned: str, tmp_path: Path, args: list[str], message: str) -> None:
+    log = tmp_path / "worker.log"
+    process = start_worker(cleaned, log, *args)
+    assert process.wait(60) == 1
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("CommandError: ") and message in lines[0], lines
+
+
+def test_exclude_flow_leaves_that_flow_to_other_workers(cleaned: str, tmp_path: Path) -> None:
+    chain, ledger_flow = get_flow("example_chain"), get_flow("example_ledger")
+    for flow in (chain, ledger_flow):
+        compile_flow(flow)
+    done = start_flow(chain, {"n": 1})
+    left = start_flow(ledger_flow, [{}])
+    log = tmp_path / "worker.log"
+    process = start_worker(cleaned, log, "--exclude-flow", "example_ledger", "--until-empty")
+    assert process.wait(90) == 0, log.read_text()
+    assert val("select status from pgflow.runs where run_id = %s", [done]) == "completed"
+    assert val("select status from pgflow.runs where run_id = %s", [left]) == "started"
+    assert val("select count(*) from pgflow.worker_support where flow_slug = 'example_ledger'") == 0
