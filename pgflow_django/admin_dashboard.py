@@ -99,12 +99,23 @@ def _workers(cursor: Any) -> Panel:
             row.queue_name,
             row.function_name,
             duration_text(max(row.heartbeat_age, 0.0)),
-            row.supports or "-",
+            _first_steps(row.supports) or "-",
         )
         for row in queries.fetch_all(cursor, queries.DASHBOARD_LIVE_WORKERS)
     ]
     headers = ("worker", "queue", "function", "heartbeat age", "runs steps")
     return Panel("workers", "Live workers", _table(headers, rows, "No live worker."))
+
+
+SHOWN_STEPS = 8
+"""Steps a worker's row names before "and N more": a worker serving the whole project runs dozens."""
+
+
+def _first_steps(supports: str) -> str:
+    steps = [step for step in supports.split(", ") if step]
+    if len(steps) <= SHOWN_STEPS:
+        return ", ".join(steps)
+    return f"{', '.join(steps[:SHOWN_STEPS])} and {len(steps) - SHOWN_STEPS} more"
 
 
 def _pauses(cursor: Any) -> Panel:

@@ -1836,7 +1836,8 @@ def database_metrics(queue_tables: Sequence[tuple[str, str]]) -> Query[MetricSam
           select s.flow_slug, s.step_slug, s.queue_name,
                  (select count(*) from pgflow.worker_support as ws join pgflow.workers as w
                       on w.worker_id = ws.worker_id
-                   where ws.flow_slug = s.flow_slug and ws.step_slug = s.step_slug and {live}) as live,
+                   where ws.flow_slug = s.flow_slug and ws.step_slug = s.step_slug
+                     and coalesce(ws.queue_name, w.queue_name) = s.queue_name and {live}) as live,
                  p.reason
             from pgflow.steps as s
             left join lateral pgflow.subscription_pause(s.flow_slug, s.step_slug) as p on true

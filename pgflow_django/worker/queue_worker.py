@@ -103,7 +103,9 @@ class QueueWorker:
         self.registration = WorkerRegistration(
             worker_id=self.worker_id,
             queue=self.queue,
-            function_name=";".join(sub.function_name for sub in self.subscriptions),
+            function_name=single.function_name
+            if single
+            else f"{len(self.flows)} flows on {len(self.subscriptions)} queues",
             support=(),
         )
         self.state = WorkerState(options.concurrency, options.prefetch)

@@ -1,8 +1,8 @@
 """Step workers as real subprocesses (issue 5, item 3): ``pgflow_worker --flow F --step S`` polls only
-its step's private queue. --step is required for a step-queued flow and refused for a plain one, each
-with one line listing the valid choices; a missing step worker leaves that step's tasks queued durably
-on its own queue until one starts; startup logs and worker_support rows name exactly the worker's
-(flow, step) and queue.
+its step's private queue (``--flow F`` alone polls every step's queue). --step is refused for a plain
+flow and an unknown step, each with one line listing the valid choices; a missing step worker leaves
+that step's tasks queued durably on its own queue until one starts; startup logs and worker_support
+rows name exactly the worker's (flow, step) and queue.
 
 The step-queued flow ``example_steps`` (classify -> enrich map -> deliver) lives in
 ``testproject/example/step_flows.py``; workers load it through ``tests/step_settings.py``.
@@ -48,7 +48,9 @@ def _clean() -> None:
             "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where flow_slug = %s",
             [STEP_FLOW],
         )
-        cursor.execute("delete from pgflow.workers where queue_name like %s", [f"{STEP_FLOW}%"])
+        cursor.execute(
+            "delete from pgflow.workers where queue_name like %s or queue_name = '*'", [f"{STEP_FLOW}%"]
+        )
 
 
 @pytest.fixture
@@ -76,15 +78,16 @@ def _workers_now() -> int:
 # -- refusals ----------------------------------------------------------------------------------------
 
 
-def test_step_queued_flow_without_step_is_refused_listing_the_steps(database_url: str) -> None:
-    before = _workers_now()
-    line = refusal(database_url, "--flow", STEP_FLOW)
-    assert "step-queued" in line and "--step" in line
-    assert "classify, enrich, deliver" in line
-    assert _workers_now() == before
-    assert val("select count(*) as n from pgflow.flows where flow_slug = %s", [STEP_FLOW]) == 0, (
-        "refused before compiling"
+def test_step_queued_flow_without_step_serves_every_step_queue(step_workers: StepSpawner) -> None:
+    worker = step_workers(STEP_FLOW, "--concurrency", "2")
+    assert " started queue=* " in worker.log()
+    run = wait_for_run(start_flow(STEP_FLOW, _run_input()), timeout=30)
+    assert run.status == "completed"
+    support = q(
+        "select step_slug, queue_name from pgflow.worker_support where worker_id = %s order by step_slug",
+        [worker.worker_id],
     )
+    assert support == [{"step_slug": step, "queue_name": QUEUES[step]} for step in sorted(STEPS)]
 
 
 def test_unknown_step_is_refused_listing_the_valid_choices(database_url: str) -> None:
