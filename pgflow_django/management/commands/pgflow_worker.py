@@ -74,6 +74,7 @@ class Command(PgflowCommand):
       --max-tasks 1000
   manage.py pgflow_worker --flow process_order --until-empty --log-level warning
   manage.py pgflow_worker --flow process_order --metrics-port 9108
+  manage.py pgflow_worker --reload
 
 exit codes: 0 stopped by a signal after draining, or after --max-tasks / --until-empty; 1 could not
 start (unknown flow, database not PostgreSQL or not migrated, changed flow definition); 2 bad
@@ -197,6 +198,12 @@ arguments; 128 + signal number after a second signal
             "alone, when PGFLOW POOLER is 'transaction')",
         )
         parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="for development: restart when the project's code changes (Django's autoreloader, as "
+            "runserver does), after in-flight tasks finish",
+        )
+        parser.add_argument(
             "--no-scheduler",
             action="store_true",
             help="do not fire due schedules (by default every worker fires them, one at a time; "
@@ -208,8 +215,11 @@ arguments; 128 + signal number after a second signal
         from pgflow_django.schedules.sync import sync_schedules_at_start
         from pgflow_django.worker import PreflightError, QueueWorker, WorkerOptions
         from pgflow_django.worker.logs import configure
+        from pgflow_django.worker.reload import RESTART_CODE, in_reloaded_child, restart_on_change, watch_code
 
         configure(options["verbosity"], options["log_level"])
+        if options["reload"] and not in_reloaded_child():
+            sys.exit(restart_on_change())
         try:
             subscriptions = self._subscriptions(options)
             worker_options = WorkerOptions.from_settings(
@@ -238,11 +248,22 @@ arguments; 128 + signal number after a second signal
             raise CommandError(str(exc)) from None
         sync_schedules_at_start(worker.options.using)
         server = self._exporter(worker)
+        changed: list[str] = []
+        if options["reload"]:
+
+            def restart(path: str) -> None:
+                logger.info("%s changed: restarting once in-flight tasks finish", path)
+                changed.append(path)
+                worker.state.request_stop()
+
+            watch_code(restart)
         try:
             code = worker.run()
         finally:
             if server is not None:
                 server.stop()
+        if changed and not worker.fatal:
+            code = RESTART_CODE
         if worker.abandoned_handlers:
             # Handler threads still running past the shutdown timeout cannot be joined; their tasks
             # were released, so leave without waiting for them.
