@@ -212,6 +212,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="of the worker phases, run only the observability cost drains",
     )
     parser.add_argument(
+        "--only-project",
+        action="store_true",
+        help="of the worker phases, run only the 1-step drain with --flow vs a worker serving every flow",
+    )
+    parser.add_argument(
         "--no-priorities", action="store_true", help="skip the priority cost drains (none vs mixed)"
     )
     parser.add_argument(
@@ -605,14 +610,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             bench.say("worker processes")
             with tempfile.TemporaryDirectory(prefix="pgflow-bench-") as logs, RssSampler() as sampler:
-                only_some = args.only_observability or args.only_priorities or args.only_history
+                only_some = (
+                    args.only_observability or args.only_priorities or args.only_history or args.only_project
+                )
                 if not only_some:
                     bench.measure_workers(sampler, Path(logs), sizes.plan(), profile=args.profile)
                     bench.say(f"1-step, 2 workers, options: {default_args or 'the worker defaults'}")
                     bench.measure_defaults_drain(sampler, Path(logs) / "defaults", shlex.split(default_args))
+                if not only_some or args.only_project:
                     bench.say("1-step, 1 worker: --flow vs serving every flow")
                     bench.measure_project_worker(sampler, Path(logs) / "project")
-                if not args.no_observability and not args.only_priorities and not args.only_history:
+                if (not args.no_observability and not only_some) or args.only_observability:
                     bench.say("observability cost: metrics and tracing off vs on, interleaved")
                     for figure in measure_observability(
                         url,
@@ -625,7 +633,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         timeout=sizes.timeout,
                     ):
                         bench.add(figure)
-                if not args.no_priorities and not args.only_observability and not args.only_history:
+                if (not args.no_priorities and not only_some) or args.only_priorities:
                     bench.say("priority cost: a backlog without and with mixed priorities, interleaved")
                     for figure in measure_priorities(
                         url,
@@ -638,7 +646,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         timeout=sizes.timeout,
                     ):
                         bench.add(figure)
-                if sizes.history and not args.only_observability and not args.only_priorities:
+                if sizes.history and (not only_some or args.only_history):
                     bench.say(
                         f"history: {sizes.history:,} finished runs, then start, drain and latency again"
                     )
