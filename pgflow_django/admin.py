@@ -256,7 +256,7 @@ def _retry(run_id: uuid.UUID) -> int:
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
-    list_display = ("short_run", "flow", "status", "priority_shown", "started", "finished", "duration")
+    list_display = ("short_run", "flow_name", "status", "priority_shown", "started", "finished", "duration")
     list_display_links = ("short_run",)
     list_filter = ("status", ("flow", FlowFilter))
     search_fields = ("run_id",)
@@ -278,6 +278,10 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
 
     short_run = admin_lists.id_column("run_id", "run")
     started = admin_lists.time_column("started", "started_at")
+
+    @admin.display(description="flow", ordering="flow")
+    def flow_name(self, obj: Run) -> str:
+        return admin_lists.flow_name(obj)
 
     @admin.display(description="priority", ordering="priority")
     def priority_shown(self, obj: Run) -> str:

@@ -31,6 +31,7 @@ from pgflow_django.admin_lists import short_id, when
 from pgflow_django.dag import duration_text
 from pgflow_django.diagrams import rates
 from pgflow_django.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
+from pgflow_django.task_names import flow_labels
 
 REFRESH_SECONDS = 15
 FLOW_CONTROL_ROWS = 50
@@ -56,7 +57,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], empty: str) ->
     return format_html("<table><thead><tr>{}</tr></thead><tbody>{}</tbody></table>", head, body)
 
 
-def _rates(cursor: Any, now: datetime) -> Panel:
+def _rates(cursor: Any, now: datetime, names: dict[str, str]) -> Panel:
     per_flow: dict[str, dict[datetime, tuple[int, int, int]]] = {}
     for row in queries.fetch_all(cursor, queries.DASHBOARD_RUN_RATES):
         minute = timezone.localtime(row.minute).replace(second=0, microsecond=0)
@@ -65,7 +66,10 @@ def _rates(cursor: Any, now: datetime) -> Panel:
     charts = format_html_join(
         "",
         '<div class="pgflow-rate-chart"><h3>{}</h3>{}</div>',
-        ((slug, mark_safe(rates.render(slug, minutes, local_now))) for slug, minutes in per_flow.items()),
+        (
+            (names.get(slug, slug), mark_safe(rates.render(slug, minutes, local_now)))
+            for slug, minutes in per_flow.items()
+        ),
     )
     legend = format_html_join(
         " ", '<span style="color:{}">\u25a0 {}</span>', ((colour, name) for name, colour in rates.SERIES)
@@ -118,21 +122,21 @@ def _first_steps(supports: str) -> str:
     return f"{', '.join(steps[:SHOWN_STEPS])} and {len(steps) - SHOWN_STEPS} more"
 
 
-def _pauses(cursor: Any) -> Panel:
+def _pauses(cursor: Any, names: dict[str, str]) -> Panel:
     rows = [
-        (p.flow_slug, p.step_slug or "(flow)", p.reason, p.detail or "-")
+        (names.get(p.flow_slug, p.flow_slug), p.step_slug or "(flow)", p.reason, p.detail or "-")
         for p in queries.fetch_all(cursor, queries.ALL_PAUSES)
     ]
     headers = ("flow", "step", "reason", "detail")
     return Panel("pauses", "Paused subscriptions", _table(headers, rows, "No paused subscription."))
 
 
-def _stalled(cursor: Any) -> Panel:
+def _stalled(cursor: Any, names: dict[str, str]) -> Panel:
     tasks_url = reverse("admin:pgflow_steptask_changelist")
     rows = [
         (
             short_id(row.run_id, reverse("admin:pgflow_run_change", args=[row.run_id])),
-            row.flow_slug,
+            names.get(row.flow_slug, row.flow_slug),
             format_html('<a href="{}?q={}">{}[{}]</a>', tasks_url, row.run_id, row.step_slug, row.task_index),
             short_id(row.last_worker_id),
             duration_text(row.claimed_for),
@@ -153,14 +157,16 @@ def _flow_control(cursor: Any) -> Panel:
 
 
 def panels(now: datetime) -> list[Panel]:
-    """Every panel, each from its own statement, on the admin's database."""
+    """Every panel, each from its own statement, on the admin's database. Django task flows are named
+    by their function path (``task_names``), not their hashed slugs."""
     with connections[read_database()].cursor() as cursor:
+        names = flow_labels(cursor)
         return [
-            _rates(cursor, now),
+            _rates(cursor, now, names),
             _queues(cursor),
             _workers(cursor),
-            _pauses(cursor),
-            _stalled(cursor),
+            _pauses(cursor, names),
+            _stalled(cursor, names),
             _flow_control(cursor),
         ]
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
+from django.db import connections
 from django.db.models import Exists, F, Field, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
@@ -18,6 +19,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from pgflow_django import task_names
 from pgflow_django.admin_database import read_database
 from pgflow_django.dag import elapsed
 from pgflow_django.models import Flow, Step, Worker
@@ -168,12 +170,24 @@ class WorkerStateFilter(_DefaultingFilter):
 
 class FlowFilter(admin.RelatedFieldListFilter):
     """The flow filter of runs and tasks, its choices read where the list is (Django's own filter
-    reads them from the default database, whichever database the list shows)."""
+    reads them from the default database, whichever database the list shows).
+
+    The project's flows come first, by slug; then Django tasks, by function path. A task flow whose
+    function no run names is left out: it has nothing to filter, and its hashed slug means nothing."""
 
     def field_choices(
         self, field: Field[Any, Any], request: HttpRequest, model_admin: Any
     ) -> list[tuple[str, str | _StrPromise]]:
-        slugs = (
-            Flow.objects.using(read_database(Flow)).order_by("flow_slug").values_list("flow_slug", flat=True)
-        )
-        return [(slug, slug) for slug in slugs]
+        database = read_database(Flow)
+        with connections[database].cursor() as cursor:
+            found = task_names.task_flows(cursor)
+        tasks = {flow.flow_slug for flow in found}
+        slugs = Flow.objects.using(database).order_by("flow_slug").values_list("flow_slug", flat=True)
+        labels = task_names.task_labels(found)
+        choices: list[tuple[str, str | _StrPromise]] = [(slug, slug) for slug in slugs if slug not in tasks]
+        return choices + sorted(labels.items(), key=lambda item: (item[1], item[0]))
+
+
+def flow_name(run: Any) -> str:
+    """A run's flow as the lists show it: a Django task's function path, else the flow slug."""
+    return task_names.run_flow_name(run.flow_id, run.input)

@@ -29,9 +29,12 @@ Ids:
   ``PGFLOW['POOLER'] = 'transaction'``, an alias pgflow uses asks psycopg for prepared statements
   (``OPTIONS['prepare_threshold']``), which break behind a transaction pooler;
 - ``pgflow.E041`` ``PGFLOW['ADMIN_DATABASE']`` is not a ``DATABASES`` alias;
-- ``pgflow.W001`` pgflow migrations not applied (database check; a warning, because deploy scripts often
-  run ``check --database default`` before ``migrate``; not raised while ``migrate`` itself runs the
-  checks).
+- ``pgflow.W001`` pgflow migrations not applied, counted, with the command that applies them (database
+  check; a warning, because deploy scripts often run ``check --database default`` before ``migrate``;
+  not raised while ``migrate`` itself runs the checks);
+- ``pgflow.I001`` what ``check --database`` found: the PostgreSQL and PGMQ versions and how far pgflow
+  is migrated (an info, shown by ``manage.py check`` itself, left out while ``migrate`` or the test
+  runner runs the checks).
 
 The flow checks collect the registrations themselves, so every problem is reported at once instead of
 the registry's first exception.
@@ -309,30 +312,46 @@ def _database_messages(alias: str) -> list[checks.CheckMessage]:
     if connection.vendor != "postgresql":
         return []  # pgflow.E020 when pgflow uses the alias; nothing to inspect either way
     try:
-        too_old = version_problem(alias, int(connection.pg_version))  # type: ignore[attr-defined]
+        server_version = int(connection.pg_version)  # type: ignore[attr-defined]
+        too_old = version_problem(alias, server_version)
         if too_old is not None:
             return [checks.Error(too_old, obj=alias, id="pgflow.E021")]
         pending = pending_migrations(alias)
         with connections[alias].cursor() as cursor:
             has_schema = bool(queries.value(cursor, queries.HAS_PGMQ_SCHEMA))
             missing = missing_functions(cursor) if has_schema else []
+            pgmq = _pgmq_text(cursor, has_schema)
     except DatabaseError as exc:
+        hint = "check DATABASES and that the server is reachable"
+        if 'database "' in str(exc) and "does not exist" in str(exc):
+            name = connection.settings_dict.get("NAME") or ""
+            hint = f"create the database first: createdb {name} (or CREATE DATABASE {name} in psql)"
         return [
             checks.Error(
                 f"database {alias!r}: cannot inspect PGMQ and pgflow migrations: {_one_line(exc)}",
-                hint="check DATABASES and that the server is reachable",
+                hint=hint,
                 obj=alias,
                 id="pgflow.E009",
             )
         ]
     messages: list[checks.CheckMessage] = []
     if pending and not _inside_migrate():
+        applies = pending[0] if len(pending) == 1 else f"{pending[0]} to {pending[-1]}"
         messages.append(
             checks.Warning(
-                f"database {alias!r}: {len(pending)} pgflow migration(s) not applied: {', '.join(pending)}",
-                hint=f"run `manage.py migrate pgflow --database {alias}`; workers refuse to start until then",
+                f"database {alias!r}: {len(pending)} pgflow migration(s) not applied ({applies})",
+                hint=f"run `manage.py migrate --database {alias}`; workers refuse to start until then",
                 obj=alias,
                 id="pgflow.W001",
+            )
+        )
+    if not _inside_migrate() and not _inside_test_run():
+        messages.append(
+            checks.Info(
+                f"database {alias!r}: PostgreSQL {_version_text(server_version)}, {pgmq}, "
+                + ("pgflow migrated" if not pending else f"pgflow {len(pending)} migration(s) behind"),
+                obj=alias,
+                id="pgflow.I001",
             )
         )
     if has_schema and missing:
@@ -356,6 +375,42 @@ def _database_messages(alias: str) -> list[checks.CheckMessage]:
             )
         )
     return messages
+
+
+def _version_text(server_version: int) -> str:
+    """``server_version_num`` as people write it: 150020 is 15.20."""
+    return f"{server_version // 10000}.{server_version % 10000}"
+
+
+def _pgmq_text(cursor: Any, has_schema: bool) -> str:
+    """Which PGMQ the database has, or what ``migrate`` will install."""
+    from pgflow_django.pgmq_install import bundled_version
+
+    cursor.execute(
+        "select (select extversion from pg_extension where extname = 'pgmq'),"
+        " (select default_version from pg_available_extensions where name = 'pgmq')"
+    )
+    installed, available = cursor.fetchone()
+    if installed:
+        return f"PGMQ {installed} (extension)"
+    if has_schema:
+        return "PGMQ (SQL-only install, no version recorded)"
+    offered = (
+        f"the server's pgmq extension {available}" if available else f"the bundled PGMQ {bundled_version()}"
+    )
+    return f"PGMQ not installed yet (`migrate` installs {offered})"
+
+
+def _inside_test_run() -> bool:
+    """True when Django's test runner runs the checks: its test databases need no report."""
+    from django.test.runner import DiscoverRunner
+
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), DiscoverRunner):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _one_line(exc: BaseException) -> str:

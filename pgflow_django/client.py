@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, DataError, IntegrityError, ProgrammingError, connections, transaction
 
-from pgflow_django import queries, run_keys, tracing
+from pgflow_django import queries, run_keys, task_names, tracing
 from pgflow_django.dbguard import raise_if_not_migrated, require_postgresql
 from pgflow_django.dsl import Flow, StepType, priority_problem
 from pgflow_django.encoding import (
@@ -558,9 +558,12 @@ def wait_for_run(
         time.sleep(min(poll, remaining))
 
 
-def flow_not_found(slug: str, compiled: Iterable[str] = ()) -> str:
+def flow_not_found(slug: str, compiled: Iterable[str] = (), task_flows: Iterable[str] = ()) -> str:
     """One line for a slug no compiled flow has: the known flows (registered in this project, plus
-    ``compiled`` ones the caller read from the database) and the closest match."""
+    ``compiled`` ones the caller read from the database) and the closest match.
+
+    The ``task_flows`` among them (the tasks backend's, one per task function and queue, with hashed
+    slugs) are left out, unless ``slug`` itself looks like one of theirs."""
     registered = _registered_slugs()
     if slug in registered:
         return (
@@ -568,7 +571,8 @@ def flow_not_found(slug: str, compiled: Iterable[str] = ()) -> str:
             f"`manage.py pgflow_compile {slug}` (a worker for it compiles it too), or in a test call "
             "pgflow_django.compile_flow(flow) first (run_flow compiles for you)"
         )
-    known = sorted({*registered, *compiled})
+    hidden = set() if task_names.asks_for_task_flows(slug) else set(task_flows)
+    known = sorted({*registered, *compiled} - hidden)
     listed, hint = known_and_closest(slug, known, most=_LISTED_FLOWS)
     return f"no flow {slug!r} (known flows: {listed}){hint}"
 
@@ -600,10 +604,12 @@ def _unknown_flow_as_not_found(slug: str, using: str) -> Iterator[None]:
         ):
             raise
         compiled: list[str] = []
+        tasks: list[str] = []
         if connections[using].get_autocommit():  # else the failed statement aborted the transaction
             with connections[using].cursor() as cursor:
                 compiled = [row.flow_slug for row in queries.fetch_all(cursor, queries.COMPILED_FLOWS)]
-        raise FlowNotFound(flow_not_found(slug, compiled)) from None
+                tasks = [flow.flow_slug for flow in task_names.task_flows(cursor)]
+        raise FlowNotFound(flow_not_found(slug, compiled, tasks)) from None
 
 
 def _flow_slug(flow_or_slug: Flow | str) -> str:

@@ -14,6 +14,8 @@ from django.db import models
 from django.db.models import F, Func, Q
 from django.db.models.functions import Lower
 
+from pgflow_django.task_names import run_flow_name
+
 _M = TypeVar("_M", bound=models.Model)
 
 
@@ -349,7 +351,8 @@ class Run(ReadOnlyModel):
         ]
 
     def __str__(self) -> str:
-        return f"{self.flow_id}/{self.run_id}"
+        """A Django task's run is named by its function path, not its flow's hashed slug."""
+        return f"{run_flow_name(self.flow_id, self.input)}/{self.run_id}"
 
 
 class StepState(ReadOnlyModel):

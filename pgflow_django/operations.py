@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from django.db import connections, transaction
 
-from pgflow_django import queries
+from pgflow_django import queries, task_names
 from pgflow_django.conf import live_worker_seconds
 from pgflow_django.queries import Pause
 from pgflow_django.slugs import validate_flow_slug
@@ -191,8 +191,13 @@ def compiled_flows(using: str = "default") -> list[str]:
 
 
 def not_found(slug: str, using: str) -> str:
-    """The one line naming a flow the database does not have, with the ones it has."""
+    """The one line naming a flow the database does not have, with the ones it has (Django task flows,
+    with their hashed slugs, only when ``slug`` looks like one of theirs)."""
     known = compiled_flows(using)
+    if not task_names.asks_for_task_flows(slug):
+        with connections[using].cursor() as cursor:
+            tasks = {flow.flow_slug for flow in task_names.task_flows(cursor)}
+        known = [name for name in known if name not in tasks]
     return f"no flow {slug!r} in the database (compiled flows: {', '.join(known) or 'none'})"
 
 

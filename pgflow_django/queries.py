@@ -954,6 +954,31 @@ COMPILED_FLOWS: Final = Query(
 COMPILED_FLOW_COUNT: Final = _value("compiled_flow_count", "select count(*) as value from pgflow.flows")
 
 
+class TaskFlowRow(NamedTuple):
+    flow_slug: str
+    queue_name: str
+    task_path: str | None
+    """The function a run of it names (``input ->> 'task'``; every run names the same one, which the
+    slug's hash fixes); None when it has no run."""
+
+
+TASK_FLOWS: Final = Query(
+    "task_flows",
+    """
+    select f.flow_slug, s.queue_name,
+           (select r.input ->> 'task' from pgflow.runs r
+             where r.flow_slug = f.flow_slug limit 1) as task_path
+      from pgflow.flows f
+      join pgflow.steps s on s.flow_slug = f.flow_slug and s.step_slug = %(step)s
+     where f.queue_mode = 'routed' and f.flow_slug ~ %(pattern)s
+     order by f.flow_slug
+    """,
+    TaskFlowRow,
+)
+"""The flows the tasks backend made (routed, a ``call`` step, a hashed slug), each with the function
+path one of its runs names: one probe of the index ``runs (flow_slug, status)`` per task flow."""
+
+
 class FlowUsage(NamedTuple):
     exists: bool
     runs: int

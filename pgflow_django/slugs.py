@@ -142,9 +142,22 @@ def step_queue_name(flow_slug: str, step_slug: str, step_index: int) -> str:
 def task_flow_slug(module_path: str, queue_name: str) -> str:
     """The concrete flow slug of a task function on a queue: readable, valid under the slug rules,
     at most 47 characters, and unique per (function, queue) through a hash suffix."""
+    digest = hashlib.sha256(f"{module_path}|{queue_name}".encode()).hexdigest()[:TASK_SLUG_DIGEST_CHARS]
+    return f"{_task_slug_head(module_path)}_{digest}"
+
+
+def is_task_flow_slug_of(flow_slug: str, module_path: str) -> bool:
+    """True when ``flow_slug`` is the flow of the task ``module_path`` on some queue: its readable head
+    and a hash suffix (the queue, which the hash hides, is not needed to tell)."""
+    head, _, digest = flow_slug.rpartition("_")
+    return head == _task_slug_head(module_path) and _TASK_DIGEST_RE.fullmatch(digest) is not None
+
+
+def _task_slug_head(module_path: str) -> str:
     readable = re.sub(r"[^a-z0-9]+", "_", module_path.lower()).strip("_") or "task"
     if readable[0].isdigit():
         readable = f"t_{readable}"
-    digest = hashlib.sha256(f"{module_path}|{queue_name}".encode()).hexdigest()[:TASK_SLUG_DIGEST_CHARS]
-    head = readable[: MAX_FLOW_SLUG_LENGTH - len(digest) - 1].rstrip("_")
-    return f"{head}_{digest}"
+    return readable[: MAX_FLOW_SLUG_LENGTH - TASK_SLUG_DIGEST_CHARS - 1].rstrip("_")
+
+
+_TASK_DIGEST_RE: Final = re.compile(rf"[0-9a-f]{{{TASK_SLUG_DIGEST_CHARS}}}")

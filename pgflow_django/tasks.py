@@ -115,11 +115,12 @@ class PgflowTask(tasks_api.Task):  # type: ignore[misc, name-defined]
 
 class TaskFailure(Exception):
     """A task function raised (or returned what cannot be stored): carries the class path and
-    traceback the engine records verbatim; an output that cannot be stored is not retried."""
+    traceback the engine records verbatim; an output that cannot be stored (``permanent``) is not
+    retried."""
 
-    def __init__(self, exc: BaseException) -> None:
+    def __init__(self, exc: BaseException, *, permanent: bool = False) -> None:
         self.exception_class_path = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        self.pgflow_permanent = isinstance(exc, OutputNotSerialisable)
+        self.pgflow_permanent = permanent or isinstance(exc, OutputNotSerialisable)
         text = clean_text("".join(traceback.format_exception(exc)))
         keep = MAX_TRACEBACK
         while True:
@@ -445,36 +446,54 @@ class _TaskHandler:
                 value = self.task.call(tasks_api.TaskContext(task_result=result), *args, **kwargs)
             else:
                 value = self.task.call(*args, **kwargs)
-            output = _task_output(value)
         except BaseException as exc:  # SystemExit, CancelledError...: the task's own, recorded as FAILED
-            failure = TaskFailure(exc)
-            object.__setattr__(result, "status", tasks_api.TaskResultStatus.FAILED)
-            object.__setattr__(result, "finished_at", timezone.now())
-            result.errors.append(
-                tasks_api.TaskError(
-                    exception_class_path=failure.exception_class_path, traceback=failure.traceback
-                )
-            )
-            tasks_api.task_finished.send(type(self.backend), task_result=result)
-            raise failure from exc
+            raise self._failed(result, TaskFailure(exc)) from exc
+        try:
+            output = _task_output(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise self._failed(result, TaskFailure(exc, permanent=True)) from exc
+        except BaseException as exc:  # raised by the value's own code (a Mapping's items()...)
+            raise self._failed(result, TaskFailure(exc)) from exc
         object.__setattr__(result, "status", tasks_api.TaskResultStatus.SUCCESSFUL)
         object.__setattr__(result, "finished_at", timezone.now())
         object.__setattr__(result, "_return_value", output)
         tasks_api.task_finished.send(type(self.backend), task_result=result)
         return output
 
+    def _failed(self, result: Any, failure: TaskFailure) -> TaskFailure:
+        """Record ``failure`` on ``result`` as FAILED and send task_finished; the caller raises it."""
+        object.__setattr__(result, "status", tasks_api.TaskResultStatus.FAILED)
+        object.__setattr__(result, "finished_at", timezone.now())
+        result.errors.append(
+            tasks_api.TaskError(
+                exception_class_path=failure.exception_class_path, traceback=failure.traceback
+            )
+        )
+        tasks_api.task_finished.send(type(self.backend), task_result=result)
+        return failure
+
 
 def _task_output(value: Any) -> Any:
     """The return value as Django's tasks framework stores it (``normalize_json``), refused here when
-    the engine cannot store it, before task_finished says SUCCESSFUL."""
+    the engine cannot store it, before task_finished says SUCCESSFUL.
+
+    Refused with the exception Django's ImmediateBackend records for it, so a result's ``errors``
+    read alike on both: ``normalize_json``'s own ``TypeError`` (a type it cannot normalise) or
+    ``ValueError`` (bytes that are not UTF-8), a ``RecursionError`` past Python's recursion limit, and
+    a ``ValueError`` for what it accepts but JSON cannot hold (NaN, infinities, the engine's bounds),
+    as ``json.dumps(allow_nan=False)`` raises one."""
     try:
         output = tasks_api.normalize_json(value)
     except RecursionError:
-        reason = "nested deeper than Python's recursion limit"
-        raise OutputNotSerialisable(f"output not encodable: {reason}") from None
-    except (TypeError, ValueError) as exc:
-        raise OutputNotSerialisable(f"output not encodable: {exc}") from None
-    encode_output(output)
+        raise RecursionError("output not encodable: nested deeper than Python's recursion limit") from None
+    except TypeError as exc:
+        raise TypeError(f"output not encodable: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"output not encodable: {exc}") from None
+    try:
+        encode_output(output)
+    except OutputNotSerialisable as exc:
+        raise ValueError(str(exc)) from None
     return output
 
 

@@ -44,6 +44,7 @@ TASK_MODULE_PREFIXES = (
     "tests_tasks_",
     "tests_integration_test_tasks_backend_",
     "tests_acceptance_test_tasks_worker_",
+    "tests_integration_test_task_names_",
 )
 """Slug prefixes of the task flows the tests create (``task_flow_slug`` of their module paths)."""
 

@@ -41,6 +41,7 @@ from pgflow_django.dbguard import require_postgresql
 from pgflow_django.dsl import FlowDefinitionError, priority_problem
 from pgflow_django.encoding import idempotency_key_problem
 from pgflow_django.operations import FlowNotFound
+from pgflow_django.pooler import prepared_statement_problem
 from pgflow_django.registry import FlowNotRegistered
 from pgflow_django.slugs import InvalidSlug
 
@@ -254,6 +255,9 @@ def one_line(exc: BaseException) -> str:
 
 def describe_database_error(exc: BaseException) -> str:
     """One line that says what went wrong with the database and, where known, what to do."""
+    pooled = prepared_statement_problem(exc)
+    if pooled is not None:
+        return pooled
     cause: BaseException = exc
     while not isinstance(cause, psycopg.Error) and isinstance(cause.__cause__, BaseException):
         cause = cause.__cause__

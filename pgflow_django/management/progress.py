@@ -11,6 +11,7 @@ from pgflow_django.client import RunView, StepStateView
 from pgflow_django.management.cli import printable, to_json
 from pgflow_django.management.layout import Column, FitTable
 from pgflow_django.recorded_errors import read_error
+from pgflow_django.task_names import run_flow_name
 
 STATUS_STYLES = {
     "created": "dim",
@@ -79,7 +80,7 @@ def steps_table(view: RunView, *, title: str | None = None) -> FitTable:
 def run_title(view: RunView) -> Text:
     title = Text()
     title.append(f"run {view.run_id} ", style="bold")
-    title.append(f"of {printable(view.flow_slug)}: ")
+    title.append(f"of {printable(run_flow_name(view.flow_slug, view.input))}: ")
     title.append_text(status_text(view.status))
     elapsed = _elapsed(view.started_at, view.completed_at or view.failed_at)
     if elapsed:

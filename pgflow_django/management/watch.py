@@ -20,6 +20,7 @@ from pgflow_django import queries
 from pgflow_django.management.cli import printable
 from pgflow_django.management.layout import Column, FitTable, Wrapped
 from pgflow_django.management.progress import STATUS_STYLES, format_seconds
+from pgflow_django.task_names import flow_labels
 
 
 @dataclass
@@ -39,6 +40,7 @@ class StepProgress:
 class ActiveRun:
     run_id: str
     flow_slug: str
+    """As people know the flow: a Django task's function path, else the slug."""
     started_at: datetime
     remaining_steps: int
     steps: list[StepProgress] = field(default_factory=list)
@@ -65,10 +67,11 @@ def take_snapshot(flow: str | None, limit: int, *, using: str = "default") -> Wa
     params: dict[str, Any] = {"flow": flow, "limit": limit}
     runs: dict[str, ActiveRun] = {}
     with connections[using].cursor() as cursor:
+        names = flow_labels(cursor)
         for row in queries.fetch_all(cursor, queries.ACTIVE_RUN_STEPS, params):
+            flow = names.get(row.flow_slug, row.flow_slug)
             run = runs.setdefault(
-                str(row.run_id),
-                ActiveRun(str(row.run_id), row.flow_slug, row.started_at, row.remaining_steps),
+                str(row.run_id), ActiveRun(str(row.run_id), flow, row.started_at, row.remaining_steps)
             )
             tasks, initial = row.tasks, row.initial_tasks
             total = max(tasks, initial) if initial is not None else (tasks or None)

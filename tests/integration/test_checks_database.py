@@ -6,10 +6,11 @@ migration record); the rollback at the end of the test restores it.
 
 from __future__ import annotations
 
+from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.checks import CheckMessage, run_checks
+from django.core.checks import INFO, WARNING, CheckMessage, run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.core.management.commands.migrate import Command as MigrateCommand
@@ -19,11 +20,21 @@ from pgflow_django.worker.preflight import pending_migrations
 
 
 def database_messages() -> list[CheckMessage]:
+    """The findings that ask for something (warnings and errors); ``pgflow.I001`` only reports."""
     return [
         message
         for message in run_checks(tags=["database"], databases=["default"])
-        if message.id.startswith("pgflow.")
+        if message.id.startswith("pgflow.") and message.level >= WARNING
     ]
+
+
+def report() -> CheckMessage:
+    (found,) = [
+        message
+        for message in run_checks(tags=["database"], databases=["default"])
+        if message.id == "pgflow.I001"
+    ]
+    return found
 
 
 def test_migrated_database_with_pgmq_passes() -> None:
@@ -42,7 +53,47 @@ def test_pending_migrations_warn() -> None:
     (message,) = database_messages()
     assert message.id == "pgflow.W001"
     assert forgotten in message.msg
-    assert message.hint and "manage.py migrate pgflow" in message.hint
+    assert message.hint and "manage.py migrate --database default" in message.hint
+
+
+def test_many_pending_migrations_are_counted_not_listed() -> None:
+    """A new database has every migration pending: the warning counts them and names the ends."""
+    with connection.cursor() as cursor:
+        cursor.execute("delete from django_migrations where app = 'pgflow'")
+    pending = pending_migrations()
+    (message,) = database_messages()
+    assert message.msg == (
+        f"database 'default': {len(pending)} pgflow migration(s) not applied ({pending[0]} to {pending[-1]})"
+    )
+    assert message.hint == "run `manage.py migrate --database default`; workers refuse to start until then"
+    assert f"pgflow {len(pending)} migration(s) behind" in report().msg
+
+
+def test_check_reports_the_postgresql_and_pgmq_it_found() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("select current_setting('server_version_num')::int")
+        (number,) = cursor.fetchone()
+        cursor.execute("select extversion from pg_extension where extname = 'pgmq'")
+        extension = cursor.fetchone()
+    found = report()
+    assert found.level == INFO
+    pgmq = f"PGMQ {extension[0]} (extension)" if extension else "PGMQ (SQL-only install, no version recorded)"
+    assert found.msg == (
+        f"database 'default': PostgreSQL {number // 10000}.{number % 10000}, {pgmq}, pgflow migrated"
+    )
+    out = StringIO()
+    call_command("check", "--database", "default", "--fail-level", "WARNING", stdout=out, stderr=out)
+    assert "(pgflow.I001) database 'default': PostgreSQL " in out.getvalue()
+
+
+def test_django_test_runner_checks_leave_the_report_out() -> None:
+    from django.test.runner import DiscoverRunner
+
+    class Runner(DiscoverRunner):
+        def found(self) -> list[str]:
+            return [message.id for message in run_checks(tags=["database"], databases=["default"])]
+
+    assert "pgflow.I001" not in Runner().found()
 
 
 def test_migrate_itself_does_not_warn_about_the_migrations_it_applies() -> None:

@@ -45,6 +45,7 @@ def test_demo_runs_the_batch_and_stops_its_workers(database_url: str) -> None:
     assert "tasks/s" in out
     assert "stopped 2 worker(s)" in out
     assert "pgflow-django demo" in out and "worker logs" in out
+    assert "[bold]" not in out and "[/" not in out, "Rich markup printed as text"
     wide = [line for line in out.splitlines() if len(line) > 80]
     assert wide == [], "the demo's output must fit 80 columns, also when piped"
 

@@ -608,10 +608,48 @@ def test_an_output_json_cannot_hold_fails_the_attempt_before_task_finished() -> 
         pytest.raises(TaskFailure) as info,
     ):
         handler({"args": [], "kwargs": {}}, SimpleNamespace(run_id=uuid.UUID(result.id)))
-    assert info.value.exception_class_path == "pgflow_django.encoding.OutputNotSerialisable"
+    assert info.value.exception_class_path == "builtins.ValueError"
+    assert info.value.pgflow_permanent, "no retry makes NaN storable"
     assert [item["status"] for item in started] == [status.RUNNING]
     assert [item["status"] for item in finished] == [status.FAILED]
     assert finished[0]["task_result"].errors[-1].exception_class_path == info.value.exception_class_path
+
+
+def an_object() -> object:
+    return object()
+
+
+def undecodable_bytes() -> bytes:
+    return b"\xff"
+
+
+@pytest.mark.parametrize(
+    ("function", "recorded"), [(an_object, "TypeError"), (undecodable_bytes, "ValueError")]
+)
+def test_a_return_value_the_framework_cannot_normalise_is_recorded_as_django_records_it(
+    function: Any, recorded: str
+) -> None:
+    """The exception class Django's ImmediateBackend records for the same return value, not the
+    engine's own class: code reading ``result.errors`` reads alike on both backends."""
+    from types import SimpleNamespace
+
+    from pgflow_django.tasks import TaskFailure, _TaskHandler
+
+    immediate = {"default": {"BACKEND": f"{tasks_api.package.__name__}.backends.immediate.ImmediateBackend"}}
+    with override_settings(TASKS=immediate):
+        by_django = task()(function).enqueue()
+    assert [error.exception_class_path for error in by_django.errors] == [f"builtins.{recorded}"]
+
+    ours = task()(function)
+    result = ours.enqueue()
+    with captured(tasks_api.task_finished) as finished, pytest.raises(TaskFailure) as info:
+        _TaskHandler(backend(), ours)(
+            {"args": [], "kwargs": {}}, SimpleNamespace(run_id=uuid.UUID(result.id))
+        )
+    assert info.value.exception_class_path == f"builtins.{recorded}"
+    assert info.value.pgflow_permanent, "no retry changes a return value"
+    assert finished[0]["task_result"].errors[-1].exception_class_path == f"builtins.{recorded}"
+    assert info.value.traceback.rstrip().splitlines()[-1].startswith(f"{recorded}: output not encodable: ")
 
 
 def test_the_examples_in_docs_django_tasks_md_hold() -> None:

@@ -10,6 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
+from django.db import connections
+from django.db.models.fields.json import KT
 from django.utils import timezone
 from rich.live import Live
 
@@ -39,6 +41,8 @@ from pgflow_django.management.progress import (
 from pgflow_django.management.watch import render, take_snapshot
 from pgflow_django.models import Flow, Run, StepTask
 from pgflow_django.slugs import InvalidSlug, validate_flow_slug
+from pgflow_django.suggest import known_and_closest
+from pgflow_django.task_names import run_flow_name, run_task_path, task_flows
 
 DEFAULT_LIMIT = 20
 DEFAULT_INTERVAL = 2.0
@@ -53,6 +57,8 @@ class Command(PgflowCommand):
     examples = """
   manage.py pgflow_runs                      the 20 newest runs
   manage.py pgflow_runs --flow process_order --status failed --limit 100
+  # a Django task's runs, by its function path (as the list shows them)
+  manage.py pgflow_runs --flow myapp.tasks.send_welcome
   # one run: steps, then its tasks with --tasks
   manage.py pgflow_runs 5f1c...-...
   # run, steps and tasks as JSON
@@ -71,7 +77,9 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
         parser.add_argument(
             "run_id", nargs="?", type=run_id, metavar="RUN_ID", help="show this run in detail"
         )
-        parser.add_argument("--flow", metavar="FLOW", help="only runs of this flow")
+        parser.add_argument(
+            "--flow", metavar="FLOW", help="only runs of this flow (a Django task: its function path)"
+        )
         parser.add_argument(
             "--status", choices=["started", "completed", "failed"], help="only runs in this status"
         )
@@ -99,34 +107,54 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
         )
 
     def run(self, *args: Any, **options: Any) -> None:
-        if options["flow"] is not None:
-            try:
-                validate_flow_slug(options["flow"], "--flow")
-            except InvalidSlug as exc:
-                raise CommandError(str(exc), returncode=USAGE_ERROR) from None
-            compiled = list(Flow.objects.using(self.using).values_list("flow_slug", flat=True))
-            if options["flow"] not in compiled:
-                message = flow_not_found(options["flow"], compiled)
-                raise CommandError(f"--flow: {message}", returncode=USAGE_ERROR)
+        flows = None if options["flow"] is None else self._flows(options["flow"])
         as_json = options["format"] == "json"
         key: uuid.UUID | None = options["run_id"]
         if options["watch"]:
-            self._watch(key, as_json, options)
+            if flows is not None and len(flows) > 1:
+                raise CommandError(
+                    f"--watch follows one flow; task {options['flow']} has one per queue: --flow "
+                    f"{' or --flow '.join(flows)}",
+                    returncode=USAGE_ERROR,
+                )
+            self._watch(key, as_json, {**options, "flow": flows[0] if flows else None})
             return
         if options["interval"] is not None or options["iterations"] is not None:
             raise CommandError("--interval and --iterations only apply with --watch")
         if key is None:
             if options["tasks"]:
                 raise CommandError("--tasks needs a RUN_ID")
-            self._list(
-                options["flow"], options["status"], options["limit"] or DEFAULT_LIMIT, as_json, options
-            )
+            self._list(flows, options["status"], options["limit"] or DEFAULT_LIMIT, as_json, options)
             return
         given = [name for name in ("flow", "status", "limit") if options[name] is not None]
         if given:
             flags = ", ".join(f"--{name}" for name in given)
             raise CommandError(f"{flags} only filter the list of runs; leave them out when showing run {key}")
         self._show(get_run(key, using=self.using), as_json, options)
+
+    def _flows(self, name: str) -> list[str]:
+        """The slugs ``--flow`` names: a compiled flow's, or every flow of a Django task given by its
+        function path (``myapp.tasks.send_welcome``, as the list shows it)."""
+        with connections[self.using].cursor() as cursor:
+            tasks = task_flows(cursor)
+        if "." in name:
+            found = [flow.flow_slug for flow in tasks if flow.task_path == name]
+            if found:
+                return found
+            known = sorted({flow.task_path for flow in tasks if flow.task_path})
+            listed, hint = known_and_closest(name, known, most=20)
+            raise CommandError(
+                f"--flow: no task {name!r} has runs (tasks: {listed}){hint}", returncode=USAGE_ERROR
+            )
+        try:
+            validate_flow_slug(name, "--flow")
+        except InvalidSlug as exc:
+            raise CommandError(str(exc), returncode=USAGE_ERROR) from None
+        compiled = list(Flow.objects.using(self.using).values_list("flow_slug", flat=True))
+        if name not in compiled:
+            message = flow_not_found(name, compiled, [flow.flow_slug for flow in tasks])
+            raise CommandError(f"--flow: {message}", returncode=USAGE_ERROR)
+        return [name]
 
     def _watch(self, key: uuid.UUID | None, as_json: bool, options: Any) -> None:
         if key is not None:
@@ -171,16 +199,19 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
         except KeyboardInterrupt:
             return  # Ctrl-C is how a watch ends: exit 0
 
-    def _list(self, flow: str | None, status: str | None, limit: int, as_json: bool, options: Any) -> None:
-        runs = Run.objects.using(self.using).all()
-        if flow:
-            runs = runs.filter(flow_id=flow)
+    def _list(
+        self, flows: list[str] | None, status: str | None, limit: int, as_json: bool, options: Any
+    ) -> None:
+        runs = Run.objects.using(self.using).annotate(task_path=KT("input__task"))
+        if flows:
+            runs = runs.filter(flow_id__in=flows)
         if status:
             runs = runs.filter(status=status)
         rows = list(
             runs.order_by("-started_at", "run_id").values(
                 "run_id",
                 "flow_id",
+                "task_path",
                 "status",
                 "priority",
                 "remaining_steps",
@@ -195,7 +226,7 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
             return
         console = self.console(no_color=options["no_color"])
         if not rows:
-            console.print("no runs" + (" matching the filters" if flow or status else ""))
+            console.print("no runs" + (" matching the filters" if flows or status else ""))
             return
         table = FitTable(
             Column("run id", title=True, no_wrap=True),
@@ -211,7 +242,7 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
             finished = row["completed_at"] or row["failed_at"]
             table.add_row(
                 str(row["run_id"]),
-                printable(row["flow_id"]),
+                printable(run_flow_name(row["flow_id"], row["task_path"])),
                 status_text(row["status"]),
                 run_priority(row["priority"]),
                 _when(row["started_at"]),
@@ -276,6 +307,7 @@ def _run_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "run_id": str(row["run_id"]),
         "flow_slug": row["flow_id"],
+        "task": run_task_path(row["flow_id"], row["task_path"]),
         "status": row["status"],
         "priority": row["priority"],
         "remaining_steps": row["remaining_steps"],

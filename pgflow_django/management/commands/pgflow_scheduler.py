@@ -51,6 +51,7 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
 
     def run(self, *args: Any, **options: Any) -> None:
         from pgflow_django.conf import get_settings
+        from pgflow_django.pooler import require_announced_pooler
         from pgflow_django.schedules.service import run_pass
         from pgflow_django.worker.connection import connect, connection_params
 
@@ -60,6 +61,7 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
         stop = threading.Event()
         if not options["once"]:
             self._stop_on_signals(stop)
+        require_announced_pooler(self.using)
         params = connection_params(self.using, get_settings().pooler)
         conn = connect(params, "scheduler")
         try:

@@ -212,6 +212,7 @@ arguments; 128 + signal number after a second signal
 
     def run(self, *args: Any, **options: Any) -> None:
         from pgflow_django.compiler import FlowMismatch
+        from pgflow_django.pooler import require_announced_pooler
         from pgflow_django.schedules.sync import sync_schedules_at_start
         from pgflow_django.worker import PreflightError, QueueWorker, WorkerOptions
         from pgflow_django.worker.logs import configure
@@ -220,6 +221,7 @@ arguments; 128 + signal number after a second signal
         configure(options["verbosity"], options["log_level"])
         if options["reload"] and not in_reloaded_child():
             sys.exit(restart_on_change())
+        require_announced_pooler(self.using)  # else prepared statements fail deep in the claim loop
         try:
             subscriptions = self._subscriptions(options)
             worker_options = WorkerOptions.from_settings(

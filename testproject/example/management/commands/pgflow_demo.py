@@ -31,6 +31,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from pgflow_django import compile_flow, start_flows
 from pgflow_django.management.cli import PgflowCommand, positive_float, positive_int
@@ -86,7 +87,7 @@ class Command(PgflowCommand):
     def run(self, *args: Any, **options: Any) -> None:
         console = self.console(no_color=options["no_color"])
         console.width = min(console.width, WIDTH)
-        console.rule("[bold]pgflow-django demo")
+        console.rule(Text("pgflow-django demo", style="bold"))  # the console reads no markup
         where = connection.settings_dict
         host = str(where["HOST"] or "")
         place = (
