@@ -22,7 +22,7 @@ from django.utils.html import escape
 from django.utils.http import urlencode
 
 from pgflow_django.admin_database import database_of
-from pgflow_django.diagrams import layered, timeline
+from pgflow_django.diagrams import layered, size_style, timeline
 from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask
 
 BOX_WIDTH = 168
@@ -34,6 +34,8 @@ MARGIN = 12
 LEGEND_ROW = 20
 COMPACT_WIDTH = 104
 COMPACT_LAYER_GAP = 24
+SMALLEST_FONT = 11
+"""Font size of the smallest text of a step's box (its status and task lines)."""
 FIT_WIDTH = 960
 """Width in px the picture gets in the admin's change form at a 1400 px window, sidebar open."""
 
@@ -137,7 +139,7 @@ def render_svg(nodes: Sequence[Node], legend: Sequence[tuple[str, str]] = (), ti
     height = picture.height + legend_height
     out: list[str] = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="pgflow-dag" width="100%" '
-        f'style="max-width:{width}px;display:block" viewBox="0 0 {width} {height}" '
+        f'style="{size_style(width, SMALLEST_FONT)}" viewBox="0 0 {width} {height}" '
         f'data-width="{width}" data-height="{height}" role="img" aria-label="{escape(title)}" '
         'font-family="sans-serif" font-size="12">',
         f"<title>{escape(title)}</title>",
@@ -169,7 +171,7 @@ def render_svg(nodes: Sequence[Node], legend: Sequence[tuple[str, str]] = (), ti
         )
         for index, line in enumerate(node.lines[:2]):
             out.append(
-                f'<text x="{x + 7}" y="{y + 33 + 14 * index}" font-size="11">'
+                f'<text x="{x + 7}" y="{y + 33 + 14 * index}" font-size="{SMALLEST_FONT}">'
                 f"{escape(_clip(line, chars + 4))}</text>"
             )
         out.append("</g>")
