@@ -4,9 +4,10 @@ The layout is :mod:`pgflow_django.diagrams.layered`: layers by dependency depth,
 long edges routed through lanes of their own so that no arrow passes behind a box. The picture is
 left to right when that fits the admin's content width at 1400 px with the sidebar open
 (``FIT_WIDTH``), otherwise top to bottom when that is narrower; the SVG scales down to its container
-(``width="100%"``, natural size as ``max-width``), so any flow is entirely visible. The flow picture
-colours each step by its queue route; the run picture by its status, with task counts and duration,
-and each step links to its tasks. Every text that reaches the SVG goes through ``escape``.
+(``width="100%"``, natural size as ``max-width``) but not below 9 px text (``diagrams.size_style``),
+past which it scrolls inside its box. The flow picture colours each step by its queue route; the run
+picture by its status, with task counts and duration, and each step links to its tasks. Every text
+that reaches the SVG goes through ``escape``.
 """
 
 from __future__ import annotations
