@@ -49,10 +49,13 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], empty: str) ->
     if not rows:
         return format_html('<p class="pgflow-empty">{}</p>', empty)
     head = format_html_join("", "<th>{}</th>", ((h,) for h in headers))
-    body = format_html_join(
+    body = format_html_join(  # each cell names its column, the label of a phone's stacked rows
         "",
         "<tr>{}</tr>",
-        ((format_html_join("", "<td>{}</td>", ((cell,) for cell in row)),) for row in rows),
+        (
+            (format_html_join("", '<td data-label="{}">{}</td>', zip(headers, row, strict=True)),)
+            for row in rows
+        ),
     )
     return format_html("<table><thead><tr>{}</tr></thead><tbody>{}</tbody></table>", head, body)
 

@@ -59,15 +59,15 @@ def when(moment: datetime | None) -> str:
 
 
 def clock(moment: datetime | None) -> SafeString | str:
-    """A time to the second, without the date when it is today; the full time on hover."""
+    """A time to the second, without the date when it is today; the full time on hover. A narrow
+    column puts the time under the date (``admin.css`` keeps each whole)."""
     if moment is None:
         return "-"
     local = timezone.localtime(moment)
+    shown = format_html("<span>{}</span>", f"{local:%H:%M:%S}")
     if local.date() != timezone.localdate():
-        return when(moment)
-    return format_html(
-        '<time datetime="{}" title="{}">{}</time>', local.isoformat(), when(moment), f"{local:%H:%M:%S}"
-    )
+        shown = format_html("<span>{}</span> {}", f"{local:%Y-%m-%d}", shown)
+    return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(), when(moment), shown)
 
 
 def took(start: datetime | None, end: datetime | None) -> str:
@@ -84,13 +84,15 @@ def id_column(field: str, description: str) -> Callable[[Any, Any], SafeString |
     return column
 
 
-def time_column(description: str, *fields: str, sortable: bool = True) -> Callable[[Any, Any], str]:
-    """A list column showing the first of ``fields`` that is set, to the second; sorted by the first
-    field when ``sortable``."""
+def time_column(
+    description: str, *fields: str, sortable: bool = True
+) -> Callable[[Any, Any], SafeString | str]:
+    """A list column showing the first of ``fields`` that is set, as :func:`clock`; sorted by the
+    first field when ``sortable``."""
 
     @admin.display(description=description, ordering=fields[0] if sortable else None)
-    def column(model_admin: Any, obj: Any) -> str:
-        return when(next((moment for moment in (getattr(obj, name) for name in fields) if moment), None))
+    def column(model_admin: Any, obj: Any) -> SafeString | str:
+        return clock(next((moment for moment in (getattr(obj, name) for name in fields) if moment), None))
 
     return column
 

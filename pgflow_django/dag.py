@@ -4,9 +4,10 @@ The layout is :mod:`pgflow_django.diagrams.layered`: layers by dependency depth,
 long edges routed through lanes of their own so that no arrow passes behind a box. The picture is
 left to right when that fits the admin's content width at 1400 px with the sidebar open
 (``FIT_WIDTH``), otherwise top to bottom when that is narrower; the SVG scales down to its container
-(``width="100%"``, natural size as ``max-width``), so any flow is entirely visible. The flow picture
-colours each step by its queue route; the run picture by its status, with task counts and duration,
-and each step links to its tasks. Every text that reaches the SVG goes through ``escape``.
+(``width="100%"``, natural size as ``max-width``) but not below 9 px text (``diagrams.size_style``),
+past which it scrolls inside its box. The flow picture colours each step by its queue route; the run
+picture by its status, with task counts and duration, and each step links to its tasks. Every text
+that reaches the SVG goes through ``escape``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from django.utils.html import escape
 from django.utils.http import urlencode
 
 from pgflow_django.admin_database import database_of
-from pgflow_django.diagrams import layered, timeline
+from pgflow_django.diagrams import layered, size_style, timeline
 from pgflow_django.models import Dep, Flow, Run, Step, StepState, StepTask
 
 BOX_WIDTH = 168
@@ -34,6 +35,8 @@ MARGIN = 12
 LEGEND_ROW = 20
 COMPACT_WIDTH = 104
 COMPACT_LAYER_GAP = 24
+SMALLEST_FONT = 11
+"""Font size of the smallest text of a step's box (its status and task lines)."""
 FIT_WIDTH = 960
 """Width in px the picture gets in the admin's change form at a 1400 px window, sidebar open."""
 
@@ -137,7 +140,7 @@ def render_svg(nodes: Sequence[Node], legend: Sequence[tuple[str, str]] = (), ti
     height = picture.height + legend_height
     out: list[str] = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="pgflow-dag" width="100%" '
-        f'style="max-width:{width}px;display:block" viewBox="0 0 {width} {height}" '
+        f'style="{size_style(width, SMALLEST_FONT)}" viewBox="0 0 {width} {height}" '
         f'data-width="{width}" data-height="{height}" role="img" aria-label="{escape(title)}" '
         'font-family="sans-serif" font-size="12">',
         f"<title>{escape(title)}</title>",
@@ -169,7 +172,7 @@ def render_svg(nodes: Sequence[Node], legend: Sequence[tuple[str, str]] = (), ti
         )
         for index, line in enumerate(node.lines[:2]):
             out.append(
-                f'<text x="{x + 7}" y="{y + 33 + 14 * index}" font-size="11">'
+                f'<text x="{x + 7}" y="{y + 33 + 14 * index}" font-size="{SMALLEST_FONT}">'
                 f"{escape(_clip(line, chars + 4))}</text>"
             )
         out.append("</g>")

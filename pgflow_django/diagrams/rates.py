@@ -11,12 +11,15 @@ from datetime import datetime, timedelta
 
 from django.utils.html import escape
 
+from pgflow_django.diagrams import size_style
+
 MINUTES = 60
 SLOT = 7
 HEIGHT = 56
-LEFT = 28
+LEFT = 34
 TOP = 6
-BOTTOM = 16
+BOTTOM = 18
+FONT_SIZE = 12
 SERIES: tuple[tuple[str, str], ...] = (
     ("started", "#60a5fa"),
     ("completed", "#22c55e"),
@@ -34,11 +37,11 @@ def render(flow_slug: str, per_minute: Mapping[datetime, Sequence[int]], now: da
     title = f"{flow_slug}: " + ", ".join(f"{n} {name}" for (name, _), n in zip(SERIES, total, strict=True))
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="pgflow-rates" data-flow="{escape(flow_slug)}" '
-        f'width="100%" style="max-width:{width}px;display:block" '
+        f'width="100%" style="{size_style(width, FONT_SIZE)}" '
         f'viewBox="0 0 {width} {TOP + HEIGHT + BOTTOM}" '
-        f'role="img" aria-label="{escape(title)}" font-family="sans-serif" font-size="10">',
+        f'role="img" aria-label="{escape(title)}" font-family="sans-serif" font-size="{FONT_SIZE}">',
         f"<title>{escape(title)}</title>",
-        f'<text x="{LEFT - 4}" y="{TOP + 8}" text-anchor="end" fill="#4b5563">{peak}</text>',
+        f'<text x="{LEFT - 4}" y="{TOP + 9}" text-anchor="end" fill="#4b5563">{peak}</text>',
         f'<text x="{LEFT - 4}" y="{TOP + HEIGHT}" text-anchor="end" fill="#4b5563">0</text>',
         f'<line x1="{LEFT}" y1="{TOP + HEIGHT}" x2="{width - 4}" y2="{TOP + HEIGHT}" stroke="#9ca3af"/>',
     ]
@@ -56,7 +59,7 @@ def render(flow_slug: str, per_minute: Mapping[datetime, Sequence[int]], now: da
     for index in (0, 30, MINUTES - 1):
         label = "now" if index == MINUTES - 1 else f"-{MINUTES - 1 - index}m"
         out.append(
-            f'<text x="{LEFT + index * SLOT}" y="{TOP + HEIGHT + 12}" fill="#4b5563" '
+            f'<text x="{LEFT + index * SLOT}" y="{TOP + HEIGHT + 14}" fill="#4b5563" '
             f'text-anchor="{"end" if index == MINUTES - 1 else "start"}">{label}</text>'
         )
     out.append("</svg>")

@@ -22,6 +22,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.html import escape
 
 from pgflow_django.admin_database import database_of
+from pgflow_django.diagrams import size_style
 from pgflow_django.models import Run, Step, StepState, StepTask
 from pgflow_django.recorded_errors import read_error
 
@@ -30,6 +31,7 @@ ROW_HEIGHT = 24
 BAR_HEIGHT = 14
 AXIS_HEIGHT = 26
 MARGIN = 12
+FONT_SIZE = 11
 TICKS = 6
 WAITING_COLOUR = "#e5e7eb"
 FAILURE_COLOUR = "#dc2626"
@@ -88,8 +90,8 @@ def render(
     height = AXIS_HEIGHT + ROW_HEIGHT * max(len(rows), 1) + MARGIN
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="pgflow-timeline" width="100%" '
-        f'style="max-width:{width}px;display:block" viewBox="0 0 {width} {height}" '
-        f'role="img" aria-label="{escape(title)}" font-family="sans-serif" font-size="11">',
+        f'style="{size_style(width, FONT_SIZE)}" viewBox="0 0 {width} {height}" '
+        f'role="img" aria-label="{escape(title)}" font-family="sans-serif" font-size="{FONT_SIZE}">',
         f"<title>{escape(title)}</title>",
     ]
     for tick in range(TICKS + 1):

@@ -57,7 +57,8 @@ def test_dashboard_panels_show_rates_queues_workers_pauses_and_stalled_tasks(adm
     assert boom[0].count('class="pgflow-rate-failed"') == 1
 
     queues = re.search(r'id="panel-queues".*?</section>', html, re.S)
-    assert queues and "<td>cmd_greet</td>" in queues[0] and "<td>cmd_boom</td>" in queues[0]
+    assert queues and '<td data-label="queue">cmd_greet</td>' in queues[0]
+    assert '<td data-label="queue">cmd_boom</td>' in queues[0], "a cell names its column for a phone"
     workers = re.search(r'id="panel-workers".*?</section>', html, re.S)
     assert workers and str(live) in workers[0] and str(stopped) not in workers[0]
     pauses = re.search(r'id="panel-pauses".*?</section>', html, re.S)

@@ -65,8 +65,8 @@ def test_run_list_shows_short_ids_seconds_and_durations(admin_client: Client) ->
     assert (
         f'title="{run_id}"><span class="pgflow-id-rest">{str(run_id)[:-8]}</span>{str(run_id)[-8:]}<' in html
     )
-    started = re.search(r'<td class="field-started">([^<]*)</td>', html)
-    assert started and SECONDS.fullmatch(started[1])
+    started = re.search(r'<td class="field-started"><time datetime="[^"]+" title="([^"]+)"><span>', html)
+    assert started and SECONDS.fullmatch(started[1]), "today's start shows its time, the date on hover"
     duration = re.search(r'<td class="field-duration">([^<]*)</td>', html)
     assert duration and re.fullmatch(r"\d+\.\d+s", duration[1]), duration
 
