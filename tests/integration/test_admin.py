@@ -137,6 +137,7 @@ def _register(worker_id: uuid.UUID, queue: str, function_name: str, support: lis
                 "name": function_name,
                 "flows": [flow for flow, _ in support],
                 "steps": [step for _, step in support],
+                "queues": [queue] * len(support),
             },
         )
 

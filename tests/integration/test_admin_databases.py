@@ -93,6 +93,7 @@ def both(second_database: str) -> dict[str, Any]:
                 "name": "cmd_boom",
                 "flows": ["cmd_boom"],
                 "steps": ["explode"],
+                "queues": ["cmd_boom"],
             },
         )
         cursor.execute("select pgflow.pause_subscription('cmd_boom', '', 'operator', 'by test')")
