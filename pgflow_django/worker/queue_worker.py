@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -123,9 +124,9 @@ class QueueWorker:
         self._registered = False
         self.fatal = False
         """Set when a claim met unsupported work or a replaced flow: the process exits non-zero."""
-        self._feeding: dict[str, frozenset[StepKey]] = {}
-        """For each queue: the (flow, step) pairs a step run there depends on (their completions hand
-        off to it)."""
+        self._fed_by: dict[StepKey, list[Subscription]] = {}
+        """For each (flow, step): the queues where a step that depends on it runs (its completions
+        hand off there)."""
         self._rotation = 0
         """Which subscription claims first in the next round: each round starts one further."""
         self.budget = TaskBudget(options.max_tasks)
@@ -209,6 +210,7 @@ class QueueWorker:
             longest = engine.claim_visibility(sub.support)
             sub.read_visibility = max(self.options.read_visibility_seconds, longest or 0)
         sub.queue_table = engine.queue_table(sub.queue)
+        sub.generations = {flow.slug: self.generations[flow.slug] for flow in sub.flows}
         sub.idle_wait = self.options.poll_interval
         if sub.queue not in write_access:
             logger.warning(
@@ -290,15 +292,19 @@ class QueueWorker:
         assert self.engine is not None, "call prepare() first"
         opts = self.options
         for sub in self.subscriptions:
-            supported = set(sub.support)
-            self._feeding[sub.queue] = frozenset(
+            sub.steps = supported = frozenset(sub.support)
+            feeding = {
                 (flow.slug, dep)
                 for flow in sub.flows
                 for step in flow.steps.values()
                 if (flow.slug, step.slug) in supported
                 for dep in step.deps
-            )
+            }
+            for key in feeding:
+                self._fed_by.setdefault(key, []).append(sub)
         self.state.steps = frozenset(self.registration.support)
+        if len(self.subscriptions) > 1:
+            self.state.groups = tuple(sub.steps for sub in self.subscriptions)
         self.engine.register(self.registration)
         self._registered = True
         self.completer = Completer(
@@ -418,12 +424,16 @@ class QueueWorker:
                     self.state.wait_for_messages(min(next_poll, maintenance_at) - time.monotonic())
                     continue
 
-                limit = self.state.batch_limit(opts.batch_size)
-                wanted = min(limit, opts.concurrency)
+                if all(self.state.free_slots_for(sub.steps) <= 0 for sub in due):
+                    # only extra slots are free, and no due queue is known short enough to hold them
+                    self.state.wait_for_thread(maintenance_at - time.monotonic())
+                    continue
+                wanted = min(self.state.batch_limit(opts.batch_size), opts.concurrency)
                 if free < wanted and any(sub.need_read for sub in due):
                     self.state.wait_for_slots(wanted, CLAIM_COALESCE_SECONDS)
                 for position, sub in enumerate(due):
-                    free = self.state.free_slots()
+                    free = self.state.free_slots_for(sub.steps)
+                    limit = self.state.batch_limit(opts.batch_size, sub.steps)
                     outcome = (
                         SPENT
                         if free <= 0
@@ -515,7 +525,7 @@ class QueueWorker:
                 qty,
                 sub.step_slug,
                 sub.support if sub.shared else None,
-                self.generations,
+                sub.generations,
             )
             claimed = len(claim.tasks)
             self.observe.claimed(
@@ -718,18 +728,17 @@ class QueueWorker:
         from: the one whose steps the most of ``tasks`` feed (a last step feeds none, and has nothing
         to hand off), one slot per such task, so the claim loop keeps the others for its reads;
         within a claim's batch and ``--max-tasks``."""
-        best: Subscription | None = None
-        feeding = 0
-        for sub in self.subscriptions:
-            if sub.paused is not None:
-                continue
-            fed = self._feeding.get(sub.queue, frozenset())
-            count = sum(1 for task in tasks if (task.flow_slug, task.step_slug) in fed)
-            if count > feeding:
-                best, feeding = sub, count
-        if best is None:
+        fed: Counter[Subscription] = Counter()
+        for key, count in Counter((task.flow_slug, task.step_slug) for task in tasks).items():
+            for sub in self._fed_by.get(key, ()):
+                if sub.paused is None:
+                    fed[sub] += count
+        if not fed:
             return 0, None
-        wanted = self.state.reserve(min(feeding, self.state.batch_limit(self.options.batch_size)))
+        best, feeding = fed.most_common(1)[0]
+        wanted = self.state.reserve(
+            min(feeding, self.state.batch_limit(self.options.batch_size, best.steps)), best.steps
+        )
         granted = self.budget.reserve(wanted)
         if granted < wanted:
             self.state.take_reserved([], wanted - granted)

@@ -45,6 +45,9 @@ class WorkerState:
         self.steps = frozenset(steps)
         """The (flow, step) pairs whose tasks a claim or a hand-off may give this worker: all of them
         must be known short before it holds more than a task per thread (none given: it never does)."""
+        self.groups: tuple[frozenset[StepKey], ...] = ()
+        """The steps of each queue the worker polls, when it polls several: a claim on a queue whose
+        steps are all known short may hold extra tasks; a claim on another takes free threads only."""
         self._pace: dict[StepKey, float] = {}
         """Recent handler duration in seconds of each step that has finished a task here."""
         self._extra = 0
@@ -86,20 +89,32 @@ class WorkerState:
     def _free(self) -> int:
         return self.capacity + self._extra - len(self._in_flight) - self._reserved
 
-    def batch_limit(self, batch_size: int) -> int:
-        """Messages a claim may read: ``batch_size``, or every held slot while handlers are short."""
-        return max(batch_size, self.capacity + self._extra) if self._extra else batch_size
+    def free_slots_for(self, steps: frozenset[StepKey]) -> int:
+        """Free slots a claim of tasks of ``steps`` may fill: extra ones only while they are all short."""
+        with self._cond:
+            free = self._free()
+            return free if self._short(steps) else free - self._extra
+
+    def batch_limit(self, batch_size: int, steps: frozenset[StepKey] | None = None) -> int:
+        """Messages a claim may read: ``batch_size``, or every held slot while handlers are short (all
+        of ``steps``, when given)."""
+        if self._extra and (steps is None or self._short(steps)):
+            return max(batch_size, self.capacity + self._extra)
+        return batch_size
 
     def _paced(self, step: StepKey, seconds: float) -> None:
         pace = self._pace.get(step)
         self._pace[step] = (
             seconds if pace is None or seconds > pace else pace + PACE_WEIGHT * (seconds - pace)
         )
-        self._extra = max(0, self.prefetch - self.capacity) if self._all_short() else 0
+        self._extra = max(0, self.prefetch - self.capacity) if self._some_queue_short() else 0
 
-    def _all_short(self) -> bool:
-        return bool(self.steps) and all(
-            self._pace.get(step, SHORT_HANDLER_SECONDS) < SHORT_HANDLER_SECONDS for step in self.steps
+    def _some_queue_short(self) -> bool:
+        return any(self._short(group) for group in (self.groups or (self.steps,)))
+
+    def _short(self, steps: frozenset[StepKey]) -> bool:
+        return bool(steps) and all(
+            self._pace.get(step, SHORT_HANDLER_SECONDS) < SHORT_HANDLER_SECONDS for step in steps
         )
 
     def slow_down(self, steps: Iterable[StepKey], seconds: float) -> None:
@@ -109,13 +124,17 @@ class WorkerState:
             for step in steps:
                 self._paced(step, max(seconds, self._pace.get(step, 0.0)))
 
-    def reserve(self, wanted: int) -> int:
-        """Hold up to ``wanted`` free slots for a completion's hand-off (0 once stopping), so the
-        claim loop does not fill them meanwhile; ``take_reserved`` gives back what was not used."""
+    def reserve(self, wanted: int, steps: frozenset[StepKey] | None = None) -> int:
+        """Hold up to ``wanted`` free slots for a completion's hand-off of tasks of ``steps`` (0 once
+        stopping), so the claim loop does not fill them meanwhile; ``take_reserved`` gives back what
+        was not used."""
         with self._cond:
             if self.stopping.is_set():
                 return 0
-            granted = max(0, min(wanted, self._free()))
+            free = self._free()
+            if steps is not None and not self._short(steps):
+                free -= self._extra
+            granted = max(0, min(wanted, free))
             self._reserved += granted
             return granted
 
@@ -224,6 +243,10 @@ class WorkerState:
 
     def wait_for_slot(self, timeout: float) -> bool:
         return self.wait(timeout, lambda: self._free() > 0, slots=1)
+
+    def wait_for_thread(self, timeout: float) -> bool:
+        """Until a slot is free beyond the extra ones (a thread would take a task at once)."""
+        return self.wait(timeout, lambda: self._free() - self._extra > 0, slots=self._extra + 1)
 
     def wait_for_slots(self, wanted: int, timeout: float) -> bool:
         return self.wait(timeout, lambda: self._free() >= wanted, slots=wanted)

@@ -36,6 +36,8 @@ class Subscription:
     """How logs name what it runs (``flow=F step=S``, ``flows=A,B``)."""
     resume_command: str
     queue_table: str = ""
+    generations: dict[str, int] = field(default_factory=dict)
+    """The generation of each of its flows the worker compiled against: a claim checks only these."""
     read_visibility: int = 5
     unsupported: UnsupportedWork = field(init=False)
     need_read: bool = True
@@ -45,6 +47,8 @@ class Subscription:
     idle_wait: float = 0.0
     paused: str | None = None
     """Why the subscription is paused (it is not polled meanwhile), or None."""
+    steps: frozenset[StepKey] = frozenset()
+    """``support`` as a set, once it is final (the worker's start)."""
 
     def __post_init__(self) -> None:
         self.unsupported = UnsupportedWork(self.queue)

@@ -260,7 +260,7 @@ def test_runs_list_shows_every_column_whole(
     found = measure(admin_browser, f"{live_server.url}/admin/pgflow/run/", width, "runs")
     assert_readable(found, "the runs list")
     columns = {column["field"]: column for column in found["columns"]}
-    assert {"short_run", "flow", "status", "started", "finished", "duration"} <= set(columns), columns
+    assert {"short_run", "flow_name", "status", "started", "finished", "duration"} <= set(columns), columns
     assert all(column["cells"] == 19 for column in columns.values()), "every run is listed"
     cut = {column["field"]: column["problems"][:3] for column in found["columns"] if column["problems"]}
     assert cut == {}, "a column is cut or needs a scroll"

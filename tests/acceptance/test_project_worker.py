@@ -17,7 +17,7 @@ import pytest
 
 from pgflow_django import start_flow
 from pgflow_django.compiler import compile_flow
-from pgflow_django.registry import get_flow
+from pgflow_django.registry import get_flow, get_flows
 from testproject.example.support import open_thread, support_routed, support_thread_steps
 from testproject.example.tasks import add, send_welcome
 from tests.sql.support import q, val
@@ -62,6 +62,10 @@ def cleaned(database_url: str) -> Iterator[str]:
         _clean()
         with connection.cursor() as cursor:
             clean_example_flows(cursor)
+            cursor.execute(
+                "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where flow_slug = any(%s)",
+                [[flow.slug for flow in get_flows().values()]],
+            )
             cursor.execute("delete from pgflow.workers")
 
     clean()
