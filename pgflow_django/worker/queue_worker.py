@@ -9,6 +9,7 @@ worker polls: they share the loop, the slots and the threads.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import time
 import uuid
@@ -353,6 +354,9 @@ class QueueWorker:
         if len(self.subscriptions) > 1:
             for sub in self.subscriptions:
                 logger.info("serving queue=%s %s", sub.queue, sub.label, extra=self.observe.fields)
+        # What start-up loaded (the project's modules, flows, settings) lives as long as the process:
+        # leave it out of the collector's full passes, whose cost grows with everything tracked.
+        gc.freeze()
 
     def run(self) -> int:
         """Start, loop until stopped, shut down; returns the process exit code."""
@@ -431,14 +435,17 @@ class QueueWorker:
                 wanted = min(self.state.batch_limit(opts.batch_size), opts.concurrency)
                 if free < wanted and any(sub.need_read for sub in due):
                     self.state.wait_for_slots(wanted, CLAIM_COALESCE_SECONDS)
-                for position, sub in enumerate(due):
+                claimers = sum(1 for sub in due if not self._probe(sub, due))
+                for sub in due:
                     free = self.state.free_slots_for(sub.steps)
-                    limit = self.state.batch_limit(opts.batch_size, sub.steps)
-                    outcome = (
-                        SPENT
-                        if free <= 0
-                        else self._claim_queue(engine, sub, min(limit, max(1, free // (len(due) - position))))
-                    )
+                    if self._probe(sub, due):
+                        wanted = 1
+                    else:
+                        wanted = min(
+                            self.state.batch_limit(opts.batch_size, sub.steps), max(1, free // claimers)
+                        )
+                        claimers -= 1
+                    outcome = SPENT if free <= 0 else self._claim_queue(engine, sub, wanted)
                     if outcome is STOP:
                         return
                     if outcome is SPENT:  # the rest stay due, and this one goes first next round
@@ -463,7 +470,7 @@ class QueueWorker:
                     )
                 self.state.stopping.wait(delay)
                 for sub in self.subscriptions:
-                    sub.need_read = True
+                    sub.next_poll = 0.0
 
     def _heartbeat(self, engine: Engine) -> bool:
         """Refresh the registration, follow pauses and cancellations; False when the worker must stop
@@ -487,6 +494,13 @@ class QueueWorker:
         self._tell_cancelled(engine)
         return True
 
+    @staticmethod
+    def _probe(sub: Subscription, due: list[Subscription]) -> bool:
+        """A queue due only for its fallback poll, beside others: read one message to see whether it
+        has any (a full read makes it due for a full share next round), leaving the free slots to the
+        queues known to have work."""
+        return len(due) > 1 and not (sub.need_read or sub.notified)
+
     def _due(self, notified: set[str]) -> list[Subscription]:
         """The queues to read this round, in this round's order: notified, last read full, or their
         fallback poll is up (with ``--until-empty`` and nothing held: all of them, to decide)."""
@@ -498,8 +512,10 @@ class QueueWorker:
         deciding = self.options.until_empty and self._idle()
         due = []
         for sub in self.subscriptions[start:] + self.subscriptions[:start]:
-            if everything or sub.queue_table in notified:
+            if sub.queue_table in notified:
                 sub.notified = True
+            elif everything:  # a reconnect or a recovery pass: look at each queue, as a poll does
+                sub.next_poll = now
             if sub.paused is None and (deciding or sub.need_read or sub.notified or now >= sub.next_poll):
                 due.append(sub)
         return due

@@ -104,10 +104,13 @@ class WorkerState:
 
     def _paced(self, step: StepKey, seconds: float) -> None:
         pace = self._pace.get(step)
-        self._pace[step] = (
-            seconds if pace is None or seconds > pace else pace + PACE_WEIGHT * (seconds - pace)
-        )
-        self._extra = max(0, self.prefetch - self.capacity) if self._some_queue_short() else 0
+        paced = seconds if pace is None or seconds > pace else pace + PACE_WEIGHT * (seconds - pace)
+        self._pace[step] = paced
+        if self.prefetch <= self.capacity:
+            return  # no extra slot to grant, whatever the pace
+        if pace is None or (pace < SHORT_HANDLER_SECONDS) != (paced < SHORT_HANDLER_SECONDS):
+            # a step became known, short or slow: only then can the extra slots change
+            self._extra = max(0, self.prefetch - self.capacity) if self._some_queue_short() else 0
 
     def _some_queue_short(self) -> bool:
         return any(self._short(group) for group in (self.groups or (self.steps,)))

@@ -40,8 +40,8 @@ class Subscription:
     """The generation of each of its flows the worker compiled against: a claim checks only these."""
     read_visibility: int = 5
     unsupported: UnsupportedWork = field(init=False)
-    need_read: bool = True
-    """The last read was full (or none happened): read again without waiting."""
+    need_read: bool = False
+    """The last read was full: read again without waiting, for a full share of the free slots."""
     notified: bool = False
     next_poll: float = 0.0
     idle_wait: float = 0.0
