@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.db import DatabaseError, connections, models, transaction
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -531,7 +531,7 @@ class StepTaskAdmin(ReadOnlyAdminMixin, _StepTaskAdmin):
 class WorkerAdmin(ReadOnlyAdminMixin, _WorkerAdmin):
     list_display = (
         "short_worker",
-        "queue_name",
+        "queues",
         "function_name",
         "heartbeat_age",
         "paused",
@@ -542,9 +542,35 @@ class WorkerAdmin(ReadOnlyAdminMixin, _WorkerAdmin):
     list_filter = (admin_lists.WorkerStateFilter, "queue_name", "function_name")
     search_fields = ("queue_name", "function_name")
     ordering = ("-last_heartbeat_at",)
-    readonly_fields = ("heartbeat_age", "paused")
+    readonly_fields = ("heartbeat_age", "paused", "serves")
 
     short_worker = admin_lists.id_column("worker_id", "worker")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
+        found: QuerySet[Worker] = super().get_queryset(request)
+        return found.annotate(queue_count=Count("supports__queue_name", distinct=True))
+
+    @admin.display(description="queue", ordering="queue_name")
+    def queues(self, obj: Worker) -> str:
+        """A worker serving several queues registers ``*``: say how many instead."""
+        if obj.queue_name != queries.SEVERAL_QUEUES:
+            return obj.queue_name
+        return f"{getattr(obj, 'queue_count', 0)} queues"
+
+    @admin.display(description="serves")
+    def serves(self, obj: Worker) -> SafeString:
+        """Each queue it polls with the steps it runs there (its support set)."""
+        by_queue: dict[str, list[str]] = {}
+        for support in obj.supports.order_by("queue_name", "flow_slug", "step_slug"):
+            by_queue.setdefault(support.queue_name or obj.queue_name, []).append(
+                f"{support.flow_slug}.{support.step_slug}"
+            )
+        return format_html_join(
+            "",
+            "<div><strong>{}</strong>: {}</div>",
+            ((queue, ", ".join(steps)) for queue, steps in by_queue.items()),
+        ) or mark_safe("-")
+
     started = admin_lists.time_column("started", "started_at")
     stopped = admin_lists.time_column("stopped", "stopped_at", "deprecated_at")
 

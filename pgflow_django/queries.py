@@ -241,6 +241,9 @@ LISTEN: Final = _value("listen", "listen {channel}")
 
 # -- worker registration and heartbeats ------------------------------------------------------------------
 
+SEVERAL_QUEUES: Final = "*"
+"""``pgflow.workers.queue_name`` of a worker that polls several queues (``worker_support`` names each)."""
+
 HEARTBEAT: Final = _value(
     "heartbeat",
     """
@@ -1942,7 +1945,12 @@ class LiveWorkerRow(NamedTuple):
 DASHBOARD_LIVE_WORKERS: Final = Query(
     "dashboard_live_workers",
     """
-    select w.worker_id, w.queue_name, w.function_name,
+    select w.worker_id,
+           case when w.queue_name = '*'
+                then (select count(distinct s.queue_name) from pgflow.worker_support as s
+                       where s.worker_id = w.worker_id) || ' queues'
+                else w.queue_name end as queue_name,
+           w.function_name,
            extract(epoch from now() - w.last_heartbeat_at)::float8 as heartbeat_age,
            coalesce((select string_agg(s.flow_slug || coalesce('.' || nullif(s.step_slug, ''), ''), ', '
                                        order by s.flow_slug, s.step_slug)
@@ -1954,7 +1962,8 @@ DASHBOARD_LIVE_WORKERS: Final = Query(
     """,
     LiveWorkerRow,
 )
-"""Workers that have not stopped, with the steps each one runs (its support set)."""
+"""Workers that have not stopped, with the steps each one runs (its support set); a worker polling
+several queues shows how many."""
 
 
 class StalledTaskRow(NamedTuple):

@@ -21,6 +21,7 @@ import psycopg
 
 from pgflow_django import tracing
 from pgflow_django.dsl import Flow
+from pgflow_django.queries import SEVERAL_QUEUES
 from pgflow_django.schedules.service import PASS_INTERVAL as SCHEDULER_PASS_INTERVAL
 from pgflow_django.schedules.service import run_pass as run_scheduler_pass
 from pgflow_django.worker.backoff import Backoff
@@ -66,8 +67,6 @@ HOLD_SECONDS = 0.5
 """The longest a claimed task waits for a handler thread: then it goes back to the queue for any
 worker, with its attempt returned. Well inside the 2 s a claim's lease adds to the step's timeout, so
 a handler always starts with its whole timeout ahead of it."""
-SEVERAL_QUEUES: Final = "*"
-"""The registered queue of a worker that polls several (``pgflow.worker_support`` names each)."""
 STOP: Final = object()
 """A claim's verdict: the worker stops (a signal-free drain)."""
 SPENT: Final = object()

@@ -209,3 +209,29 @@ def test_rerun_action_starts_a_linked_run_and_is_logged(
     assert not Run.objects.filter(rerun_of_id=runs["started"]).exists()
     entry = LogEntry.objects.get(object_id=str(runs["completed"]))
     assert str(new.run_id) in entry.get_change_message()
+
+
+def test_a_worker_serving_several_queues_shows_them(admin_client: Client, runs: dict[str, uuid.UUID]) -> None:
+    """A project worker registers queue ``*``: the lists say how many queues, its page which steps
+    it runs on each, and the dashboard names at most 8 steps per worker."""
+    worker_id = uuid.uuid4()
+    steps = [(f"flow_{index}", "step", f"queue_{index % 3}") for index in range(10)]
+    with connection.cursor() as cursor:
+        queries.value(
+            cursor,
+            queries.HEARTBEAT,
+            {
+                "id": worker_id,
+                "queue": "*",
+                "name": "10 flows on 3 queues",
+                "flows": [flow for flow, _, _ in steps],
+                "steps": [step for _, step, _ in steps],
+                "queues": [queue for _, _, queue in steps],
+            },
+        )
+    listing = page(admin_client, "/admin/pgflow/worker/")
+    assert ">3 queues<" in listing
+    detail = page(admin_client, reverse("admin:pgflow_worker_change", args=[worker_id]))
+    assert "<strong>queue_0</strong>: flow_0.step, flow_3.step, flow_6.step, flow_9.step" in detail
+    dashboard = page(admin_client, "/admin/pgflow/run/dashboard/")
+    assert "3 queues" in dashboard and "and 2 more" in dashboard
