@@ -17,6 +17,8 @@ import pytest
 
 from pgflow_django import start_flow
 from pgflow_django.compiler import compile_flow
+from pgflow_django.coverage import coverage
+from pgflow_django.health import problems
 from pgflow_django.registry import get_flow, get_flows
 from testproject.example.support import open_thread, support_routed, support_thread_steps
 from testproject.example.tasks import add, send_welcome
@@ -124,6 +126,10 @@ def test_one_process_serves_every_flow_queue_mode_and_task(cleaned: str, tmp_pat
             [["example_chain", support_thread_steps.slug, support_routed.slug]],
         )
         assert uncovered == []
+        served_flows = {"example_chain", support_thread_steps.slug, support_routed.slug}
+        routes = [row for row in coverage() if row.flow_slug in served_flows and row.in_route]
+        assert len(routes) >= 6 and all(row.covered for row in routes), routes
+        assert problems(flows=sorted(served_flows)) == []
     finally:
         stop(process, log)
     text = log.read_text()
