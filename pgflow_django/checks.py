@@ -405,12 +405,7 @@ def _inside_test_run() -> bool:
     """True when Django's test runner runs the checks: its test databases need no report."""
     from django.test.runner import DiscoverRunner
 
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if isinstance(frame.f_locals.get("self"), DiscoverRunner):
-            return True
-        frame = frame.f_back
-    return False
+    return _called_by(DiscoverRunner)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -421,9 +416,15 @@ def _inside_migrate() -> bool:
     """True when ``migrate`` runs these checks before migrating: its pending migrations are the point."""
     from django.core.management.commands.migrate import Command as Migrate
 
-    frame: FrameType | None = sys._getframe(1)
+    return _called_by(Migrate)
+
+
+def _called_by(kind: type) -> bool:
+    """True when a method of a ``kind`` instance is on the call stack (Django tells checks nothing of
+    who runs them)."""
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
-        if isinstance(frame.f_locals.get("self"), Migrate):
+        if isinstance(frame.f_locals.get("self"), kind):
             return True
         frame = frame.f_back
     return False

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parent.parent
@@ -117,6 +117,27 @@ class WorkerProcess:
                 self.process.kill()
                 self.process.wait(10)
         self._log.close()
+
+
+def spawn_worker_process(
+    database_url: str, *args: str, settings: str, stderr: int | IO[bytes] = subprocess.PIPE, text: bool = True
+) -> subprocess.Popen[Any]:
+    """A ``pgflow_worker`` subprocess with ``settings``, logging at INFO to ``stderr``."""
+    return subprocess.Popen(
+        [sys.executable, str(MANAGE), "pgflow_worker", *args],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "DJANGO_SETTINGS_MODULE": settings,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONWARNINGS": "ignore",
+            "PGFLOW_LOG_LEVEL": "INFO",
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        text=text,
+    )
 
 
 def run_manage(

@@ -5,10 +5,8 @@ delays another queue's work by at most one claim round."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ from testproject.example.support import open_thread, support_routed, support_thr
 from testproject.example.tasks import add, send_welcome
 from tests.sql.support import q, val
 from tests.tasks_support import SETTINGS_MODULE, clean_task_flows, status
-from tests.workers import MANAGE, REPO, clean_example_flows, wait_until
+from tests.workers import clean_example_flows, spawn_worker_process, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -32,18 +30,8 @@ FAST = ("--poll-interval", "0.2", "--heartbeat-seconds", "0.5")
 
 
 def start_worker(database_url: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, str(MANAGE), "pgflow_worker", *FAST, *args],
-        cwd=REPO,
-        env={
-            **os.environ,
-            "DATABASE_URL": database_url,
-            "DJANGO_SETTINGS_MODULE": SETTINGS_MODULE,
-            "PYTHONUNBUFFERED": "1",
-            "PGFLOW_LOG_LEVEL": "INFO",
-        },
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("wb"),
+    return spawn_worker_process(
+        database_url, *FAST, *args, settings=SETTINGS_MODULE, stderr=log.open("wb"), text=False
     )
 
 

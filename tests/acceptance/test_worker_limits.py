@@ -5,10 +5,8 @@ with the completion)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -20,7 +18,7 @@ from testproject.example.support import open_thread, support_routed, support_rou
 from testproject.example.tasks import add, send_welcome
 from tests.sql.support import q, val
 from tests.tasks_support import SETTINGS_MODULE, clean_task_flows, status
-from tests.workers import MANAGE, REPO
+from tests.workers import spawn_worker_process
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -28,21 +26,7 @@ FAST = ("--poll-interval", "0.2", "--heartbeat-seconds", "0.5")
 
 
 def worker(database_url: str, *args: str, settings: str = "testproject.settings") -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(MANAGE), "pgflow_worker", *FAST, *args],
-        cwd=REPO,
-        env={
-            **os.environ,
-            "DATABASE_URL": database_url,
-            "DJANGO_SETTINGS_MODULE": settings,
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONWARNINGS": "ignore",
-            "PGFLOW_LOG_LEVEL": "INFO",
-        },
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return spawn_worker_process(database_url, *FAST, *args, settings=settings)
 
 
 def finish(process: subprocess.Popen[str], timeout: float = 90) -> tuple[int, str]:
