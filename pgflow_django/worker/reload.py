@@ -30,7 +30,11 @@ def in_reloaded_child() -> bool:
 
 
 def restart_on_change() -> int:
-    """The parent: run the command again in a child until it exits other than for a code change."""
+    """The parent: run the command again in a child until it exits other than for a code change.
+    It holds no database connection meanwhile (the command's checks may have opened one)."""
+    from django.db import connections
+
+    connections.close_all()
     environment = {**os.environ, autoreload.DJANGO_AUTORELOAD_ENV: "true"}
     arguments = [str(argument) for argument in autoreload.get_child_arguments()]
     while True:
@@ -68,3 +72,4 @@ def watch_code(stop: Callable[[str], None]) -> None:
     autoreload.file_changed.connect(changed, weak=False)
     autoreload.autoreload_started.send(sender=reloader)
     threading.Thread(target=reloader.run_loop, name="pgflow-reloader", daemon=True).start()
+    logger.info("watching the code with %s: a change restarts the worker (--reload)", type(reloader).__name__)
