@@ -161,6 +161,6 @@ def test_worker_refusals_fit_one_line(database_url: str) -> None:
     both = run_manage(database_url, "pgflow_worker", "--tasks", "--flow", "example_chain", env=env)
     assert both.returncode != 0
     assert both.stderr.strip().splitlines() == [
-        "CommandError: pass --flow F (a flow's worker) or --tasks (a Django tasks worker), "
-        "exactly one of them"
+        "CommandError: pass --flow F (some flows) or --tasks (Django tasks), not both; with neither, "
+        "the worker serves every flow and task"
     ]
