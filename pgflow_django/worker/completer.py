@@ -296,7 +296,7 @@ class Completer(threading.Thread):
             logger.info("task will be retried %s", item.task.describe(), extra=extra)
             # A retry delays an existing message, which notifies no one: wake the loop so its next
             # read learns when the message becomes visible and schedules a timed read.
-            self.state.notify_messages()
+            self.state.notify_messages(item.task.queue or item.task.flow_slug.lower())
         elif outcome == "stale":
             logger.info(
                 "late failure ignored (the claim is no longer current) %s", item.task.describe(), extra=extra

@@ -72,6 +72,17 @@ class UntilEmpty:
             self._idle_checks[id(loop)] = idle
             self._marks.pop(id(loop), None)
 
+    def leave(self, loop: object) -> None:
+        """``loop`` no longer reads (its queue paused or gone): the decision goes on without it."""
+        with self._lock:
+            self._idle_checks.pop(id(loop), None)
+            self._marks.pop(id(loop), None)
+
+    def looked(self, loop: object) -> bool:
+        """``loop``'s last read found nothing since the last claim anywhere."""
+        with self._lock:
+            return self._marks.get(id(loop)) == self._claims
+
     def snapshot(self) -> int | None:
         """Before a read: the claim count if no loop holds or owes work (None: a read proves nothing)."""
         with self._lock:

@@ -15,7 +15,7 @@ import psycopg
 from pgflow_django import queries
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.connection import connect, first_line
-from pgflow_django.worker.slots import WorkerState
+from pgflow_django.worker.slots import ALL_QUEUES, WorkerState
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -25,20 +25,16 @@ def insert_channel(queue_table: str) -> str:
     return f"pgmq.{queue_table}.INSERT"
 
 
-def channel_table(channel: str) -> str:
-    """The queue table an insert channel names (``insert_channel`` reversed)."""
-    return channel.removeprefix("pgmq.").removesuffix(".INSERT")
-
-
 class Listener(threading.Thread):
     """Owns the third dedicated connection, whatever the number of queues; reconnects with back-off
     and wakes the loop for every queue after each (re)connect, since notifications sent while it was
     away are lost."""
 
-    def __init__(self, params: dict[str, Any], channels: list[str], state: WorkerState) -> None:
+    def __init__(self, params: dict[str, Any], channels: dict[str, str], state: WorkerState) -> None:
         super().__init__(name="pgflow-listener", daemon=True)
         self.params = params
         self.channels = channels
+        """Each insert channel, and the queue whose inserts it announces."""
         self.state = state
         self.listening = threading.Event()
         """Set while LISTEN is active: the supervisor may then back off its fallback polling."""
@@ -61,10 +57,10 @@ class Listener(threading.Thread):
                 self.state.notify_messages()
                 while not self._stop_event.is_set():
                     for notification in conn.notifies(timeout=0.5):
-                        table = channel_table(notification.channel)
+                        queue = self.channels.get(notification.channel, ALL_QUEUES)
                         if logger.isEnabledFor(logging.DEBUG):
-                            logger.debug("insert notification of queue table %s", table)
-                        self.state.notify_messages(table)
+                            logger.debug("insert notification of queue=%s", queue)
+                        self.state.notify_messages(queue)
                         if self._stop_event.is_set():
                             break
             except psycopg.Error as exc:

@@ -69,8 +69,13 @@ worker, with its attempt returned. Well inside the 2 s a claim's lease adds to t
 a handler always starts with its whole timeout ahead of it."""
 STOP: Final = object()
 """A claim's verdict: the worker stops (a signal-free drain)."""
-SPENT: Final = object()
-"""A claim's verdict: no slot or ``--max-tasks`` share left for this round."""
+BUDGET_HELD: Final = object()
+"""A claim's verdict: a hand-off holds the rest of ``--max-tasks`` for now."""
+BUDGET_WAIT_SECONDS = 0.05
+"""How soon a claim looks again when a hand-off holds the rest of ``--max-tasks``."""
+QUEUE_RETRY_SECONDS = 0.2
+QUEUE_RETRY_CAP_SECONDS = 30.0
+"""The back-off of one queue whose claims fail (doubling from the first to the cap)."""
 RECOVERY_WORDS = {
     "requeued": "task(s) requeued",
     "permanently_stalled": "task(s) failed as permanently stalled",
@@ -259,6 +264,7 @@ class QueueWorker:
                     )
                     sub.paused = None
                     sub.need_read = True
+                    self.until_empty.join(sub, self._idle)
                 continue
             what = held.what
             if first is None:
@@ -272,6 +278,8 @@ class QueueWorker:
                     sub.resume_command,
                     extra=self.observe.fields,
                 )
+            if sub.paused is None:
+                self.until_empty.leave(sub)  # nothing of it is runnable for this worker meanwhile
             sub.paused = held.reason
         if all(sub.paused is not None for sub in self.subscriptions):
             return first
@@ -304,7 +312,7 @@ class QueueWorker:
                 self._fed_by.setdefault(key, []).append(sub)
         self.state.steps = frozenset(self.registration.support)
         if len(self.subscriptions) > 1:
-            self.state.groups = tuple(sub.steps for sub in self.subscriptions)
+            self.state.set_groups(tuple(sub.steps for sub in self.subscriptions))
         self.engine.register(self.registration)
         self._registered = True
         self.completer = Completer(
@@ -319,7 +327,7 @@ class QueueWorker:
         self.completer.start()
         self.listener = Listener(
             self._listen_params or {},
-            [insert_channel(sub.queue_table) for sub in self.subscriptions],
+            {insert_channel(sub.queue_table): sub.queue for sub in self.subscriptions},
             self.state,
         )
         if self._listen_params is None:
@@ -434,23 +442,11 @@ class QueueWorker:
                 wanted = min(self.state.batch_limit(opts.batch_size), opts.concurrency)
                 if free < wanted and any(sub.need_read for sub in due):
                     self.state.wait_for_slots(wanted, CLAIM_COALESCE_SECONDS)
-                claimers = sum(1 for sub in due if not self._probe(sub, due))
-                for sub in due:
-                    free = self.state.free_slots_for(sub.steps)
-                    if self._probe(sub, due):
-                        wanted = 1
-                    else:
-                        wanted = min(
-                            self.state.batch_limit(opts.batch_size, sub.steps), max(1, free // claimers)
-                        )
-                        claimers -= 1
-                    outcome = SPENT if free <= 0 else self._claim_queue(engine, sub, wanted)
-                    if outcome is STOP:
-                        return
-                    if outcome is SPENT:  # the rest stay due, and this one goes first next round
-                        if sub in self.subscriptions:
-                            self._rotation = self.subscriptions.index(sub)
-                        break
+                verdict = self._claim_round(engine, due)
+                if verdict is STOP:
+                    return
+                if verdict is BUDGET_HELD:  # a hand-off holds the rest of --max-tasks for a moment
+                    self.state.wait_for_messages(BUDGET_WAIT_SECONDS)
                 backoff.reset()
             except Exception as exc:
                 self.observe.loop_failed()
@@ -493,6 +489,57 @@ class QueueWorker:
         self._tell_cancelled(engine)
         return True
 
+    def _claim_round(self, engine: Engine, due: list[Subscription]) -> object:
+        """Claim on each due queue in turn, sharing the free slots among those known to have work; a
+        queue with no slot it may fill is skipped and goes first next round. A queue whose claim
+        fails with an error of its own (not the database's) waits alone and the others go on."""
+        claimers = sum(1 for sub in due if not self._probe(sub, due))
+        first_skipped: Subscription | None = None
+        verdict: object = None
+        for sub in due:
+            probe = self._probe(sub, due)
+            free = self.state.free_slots_for(sub.steps)
+            share = max(1, free // max(1, claimers))
+            if not probe:
+                claimers -= 1
+            if free <= 0:
+                first_skipped = first_skipped or sub
+                continue
+            wanted = 1 if probe else min(self.state.batch_limit(self.options.batch_size, sub.steps), share)
+            try:
+                verdict = self._claim_queue(engine, sub, wanted)
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                self._queue_failed(engine, sub, exc)
+                continue
+            if verdict is STOP:
+                return STOP
+            if verdict is BUDGET_HELD:
+                first_skipped = first_skipped or sub
+                break
+        nxt = first_skipped or due[0]
+        if nxt in self.subscriptions:
+            index = self.subscriptions.index(nxt)
+            self._rotation = index if first_skipped is not None else index + 1
+        return verdict
+
+    def _queue_failed(self, engine: Engine, sub: Subscription, exc: BaseException) -> None:
+        """A claim on ``sub`` raised an error of the statement itself: that queue is read again after
+        a back-off of its own (0.2 s doubling up to 30 s), the others are not held up."""
+        engine.recover(exc)
+        sub.failures += 1
+        delay = min(QUEUE_RETRY_CAP_SECONDS, QUEUE_RETRY_SECONDS * 2 ** (sub.failures - 1))
+        sub.need_read = sub.notified = False
+        sub.next_poll = time.monotonic() + delay
+        logger.error(
+            "queue=%s: claim failed; reading it again in %.1fs (the other queues go on)",
+            sub.queue,
+            delay,
+            exc_info=exc,
+            extra=self.observe.fields,
+        )
+
     @staticmethod
     def _probe(sub: Subscription, due: list[Subscription]) -> bool:
         """A queue due only for its fallback poll, beside others: read one message to see whether it
@@ -505,27 +552,26 @@ class QueueWorker:
         fallback poll is up (with ``--until-empty`` and nothing held: all of them, to decide)."""
         now = time.monotonic()
         everything = ALL_QUEUES in notified
-        count = len(self.subscriptions)
-        start = self._rotation % count
-        self._rotation = start + 1
+        start = self._rotation % len(self.subscriptions)
         deciding = self.options.until_empty and self._idle()
         due = []
         for sub in self.subscriptions[start:] + self.subscriptions[:start]:
-            if sub.queue_table in notified:
+            if sub.queue in notified:
                 sub.notified = True
             elif everything:  # a reconnect or a recovery pass: look at each queue, as a poll does
                 sub.next_poll = now
-            if sub.paused is None and (deciding or sub.need_read or sub.notified or now >= sub.next_poll):
+            undecided = deciding and not self.until_empty.looked(sub)
+            if sub.paused is None and (undecided or sub.need_read or sub.notified or now >= sub.next_poll):
                 due.append(sub)
         return due
 
     def _claim_queue(self, engine: Engine, sub: Subscription, wanted: int) -> object:
         """Read and claim up to ``wanted`` tasks on one queue and dispatch them; ``STOP`` when the
-        worker must stop, ``SPENT`` when ``--max-tasks`` leaves nothing for this round."""
+        worker must stop, ``BUDGET_HELD`` when a hand-off holds what ``--max-tasks`` leaves."""
         opts = self.options
         qty = self.budget.reserve(wanted)
         if qty == 0:
-            return STOP if self._stop_when_spent() else SPENT
+            return STOP if self._stop_when_spent() else BUDGET_HELD
         sub.notified = False
         snapshot = self.until_empty.snapshot() if opts.until_empty else None
         claimed = 0
@@ -552,6 +598,7 @@ class QueueWorker:
         finally:
             self.budget.settle(qty, claimed)
             self.until_empty.claimed(claimed)
+        sub.failures = 0
         if not self._accept(engine, sub, claim):
             return STOP
         for task in claim.tasks:
@@ -606,8 +653,16 @@ class QueueWorker:
         if len(self.subscriptions) == 1:
             self.state.request_stop()
             return STOP
-        self.subscriptions = [other for other in self.subscriptions if other is not sub]
+        self._drop(sub)
         return None
+
+    def _drop(self, sub: Subscription) -> None:
+        """Stop serving ``sub`` for good: no more reads, hand-offs or ``--until-empty`` votes."""
+        self.subscriptions = [other for other in self.subscriptions if other is not sub]
+        self.until_empty.leave(sub)
+        for key, subs in self._fed_by.items():
+            self._fed_by[key] = [other for other in subs if other is not sub]
+        self.state.set_groups(tuple(other.steps for other in self.subscriptions))
 
     def _accept(self, engine: Engine, sub: Subscription, claim: Claim) -> bool:
         """Log what a claim did not turn into tasks; False when the worker must stop (a replaced

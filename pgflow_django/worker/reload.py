@@ -2,8 +2,9 @@
 
 It uses Django's autoreloader, as ``runserver`` does, with one difference: a change stops the worker
 gracefully (in-flight tasks finish or are given back) before the new process starts, so no claim is
-left to stalled-task recovery. The parent process only restarts the child: it leaves Ctrl-C to the
-child (both get it from the terminal) and passes a SIGTERM on.
+left to stalled-task recovery. The parent process only restarts the child, which runs in a process
+group of its own: the parent passes each SIGINT (Ctrl-C) and SIGTERM on once, and after one it starts
+no new child.
 """
 
 from __future__ import annotations
@@ -37,23 +38,25 @@ def restart_on_change() -> int:
     connections.close_all()
     environment = {**os.environ, autoreload.DJANGO_AUTORELOAD_ENV: "true"}
     arguments = [str(argument) for argument in autoreload.get_child_arguments()]
+    stopped: list[int] = []
     while True:
-        child = subprocess.Popen(arguments, env=environment, close_fds=False)
-        previous = _pass_signals_to(child)
+        child = subprocess.Popen(arguments, env=environment, close_fds=False, process_group=0)
+        previous = _pass_signals_to(child, stopped)
         try:
             code = child.wait()
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-        if code != RESTART_CODE:
-            return code
+        if code != RESTART_CODE or stopped:
+            return 0 if code == RESTART_CODE else code
 
 
-def _pass_signals_to(child: subprocess.Popen[bytes]) -> dict[int, Any]:
-    """SIGINT reaches the child from the terminal already; SIGTERM is sent on to it."""
+def _pass_signals_to(child: subprocess.Popen[bytes], stopped: list[int]) -> dict[int, Any]:
+    """The child is in a group of its own, out of the terminal's reach: send each signal on once."""
 
     def forward(signum: int, frame: FrameType | None) -> None:
-        if signum == signal.SIGTERM and child.poll() is None:
+        stopped.append(signum)
+        if child.poll() is None:
             child.send_signal(signum)
 
     return {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}

@@ -62,7 +62,7 @@ class WorkerState:
         self._reserved = 0
         """Slots a completion holds for the tasks it may hand this worker (see ``reserve``)."""
         self._notified: set[str] = set()
-        """The queue tables whose insert channel spoke since the loop last looked (``ALL_QUEUES``: any)."""
+        """The queues whose insert channel spoke since the loop last looked (``ALL_QUEUES``: any)."""
         self._slots_wanted = 0
         """Free slots the waiting loop needs before it is worth waking (0: nobody waits for slots)."""
         self.stopping = threading.Event()
@@ -109,8 +109,20 @@ class WorkerState:
         if self.prefetch <= self.capacity:
             return  # no extra slot to grant, whatever the pace
         if pace is None or (pace < SHORT_HANDLER_SECONDS) != (paced < SHORT_HANDLER_SECONDS):
-            # a step became known, short or slow: only then can the extra slots change
-            self._extra = max(0, self.prefetch - self.capacity) if self._some_queue_short() else 0
+            self._regrant()  # a step became known, short or slow: only then can the extra slots change
+
+    def _regrant(self) -> None:
+        """Grant the extra slots again from the paces; a loop waiting for slots sees the change."""
+        extra = max(0, self.prefetch - self.capacity) if self._some_queue_short() else 0
+        if extra != self._extra:
+            self._extra = extra
+            self._cond.notify_all()
+
+    def set_groups(self, groups: tuple[frozenset[StepKey], ...]) -> None:
+        """The steps of each queue the worker polls (a queue was added or dropped)."""
+        with self._cond:
+            self.groups = groups
+            self._regrant()
 
     def _some_queue_short(self) -> bool:
         return any(self._short(group) for group in (self.groups or (self.steps,)))
@@ -210,15 +222,15 @@ class WorkerState:
 
     # -- wake-ups ------------------------------------------------------------------------------
 
-    def notify_messages(self, queue_table: str = ALL_QUEUES) -> None:
-        """A new message may be waiting on ``queue_table`` (a LISTEN notification), or on any queue
-        (the listener just reconnected, or recovery made messages visible)."""
+    def notify_messages(self, queue: str = ALL_QUEUES) -> None:
+        """A new message may be waiting on ``queue`` (a LISTEN notification, a retry), or on any
+        queue (the listener just reconnected, or recovery made messages visible)."""
         with self._cond:
-            self._notified.add(queue_table)
+            self._notified.add(queue)
             self._cond.notify_all()
 
     def take_notifications(self) -> set[str]:
-        """Clear and return the notified queue tables, before a read, so a later insert counts again."""
+        """Clear and return the notified queues, before a read, so a later insert counts again."""
         with self._cond:
             notified, self._notified = self._notified, set()
             return notified
@@ -230,7 +242,8 @@ class WorkerState:
 
     def wait(self, timeout: float, until: Callable[[], bool], slots: int = 0) -> bool:
         """Sleep up to ``timeout`` s, or until stopping or ``until()`` holds (checked under the lock);
-        ``slots``: the free slots ``until`` waits for, so that releases wake us only once there."""
+        ``slots``: the free slots ``until`` waits for, so that releases wake us only once there (a
+        change of the extra slots wakes us too)."""
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
             self._slots_wanted = slots

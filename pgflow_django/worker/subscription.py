@@ -47,6 +47,8 @@ class Subscription:
     idle_wait: float = 0.0
     paused: str | None = None
     """Why the subscription is paused (it is not polled meanwhile), or None."""
+    failures: int = 0
+    """Claims in a row that failed with an error of their own (the queue's back-off)."""
     steps: frozenset[StepKey] = frozenset()
     """``support`` as a set, once it is final (the worker's start)."""
 
@@ -100,6 +102,8 @@ def subscriptions_for(
     shared: dict[str, dict[str, Flow]] = {}
     for flow in flows:
         if isinstance(flow, RoutedFlow):
+            if step_slug:
+                resolve_subscription(flow, step_slug)  # refuses --step for a routed flow, naming its queues
             for queue in flow.queues:
                 shared.setdefault(queue, {}).setdefault(flow.slug, flow)
         elif flow.queue_mode == "step" and not step_slug:

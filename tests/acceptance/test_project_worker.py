@@ -176,7 +176,7 @@ def test_a_backlog_on_one_queue_delays_another_flow_by_one_claim_round(cleaned: 
     delays: list[int] = []
     counting: int | None = None
     for line in lines:
-        if "insert notification of queue table q_example_chain" in line and counting is None:
+        if "insert notification of queue=example_chain" in line and counting is None:
             counting = 0
         elif counting is not None and "message(s) queue=example_sleepy " in line and " claimed " in line:
             counting += 1
@@ -194,6 +194,9 @@ def test_a_backlog_on_one_queue_delays_another_flow_by_one_claim_round(cleaned: 
         (["--queue", "nope"], "no registered flow or task uses queue 'nope'"),
         (["--exclude-queue", "nope"], "--exclude-queue nope: not a served queue"),
         (["--step", "x"], "pass exactly one --flow"),
+        (["--flow", "support_routed", "--step", "route"], "is routed to shared queues"),
+        (["--tasks", "--exclude-queue", "mail"], "pass it with --exclude-queue"),
+        (["--flow", "example_chain", "--flow", "example_chain"], "--flow example_chain is given twice"),
     ],
 )
 def test_selection_mistakes_are_one_line(cleaned: str, tmp_path: Path, args: list[str], message: str) -> None:
@@ -250,4 +253,27 @@ def test_a_paused_flow_stops_only_its_own_queue_until_resumed(cleaned: str, tmp_
         assert "queue=example_ledger was resumed: polling it again" in log.read_text()
     finally:
         stop(process, log)
+        operations.resume("example_ledger")
+
+
+def test_until_empty_ends_beside_a_paused_flow(cleaned: str, tmp_path: Path) -> None:
+    """A paused flow's queue has nothing runnable for this worker: --until-empty decides without it."""
+    from pgflow_django import operations
+
+    chain, ledger_flow = get_flow("example_chain"), get_flow("example_ledger")
+    for flow in (chain, ledger_flow):
+        compile_flow(flow)
+    operations.pause("example_ledger")
+    try:
+        done = start_flow(chain, {"n": 1})
+        held = start_flow(ledger_flow, [{}])
+        log = tmp_path / "worker.log"
+        process = start_worker(
+            cleaned, log, "--flow", "example_chain", "--flow", "example_ledger", "--until-empty"
+        )
+        assert process.wait(60) == 0, log.read_text()
+        assert val("select status from pgflow.runs where run_id = %s", [done]) == "completed"
+        assert val("select attempts_count from pgflow.step_tasks where run_id = %s", [held]) == 0
+        assert "nothing runnable on queue(s)" in log.read_text()
+    finally:
         operations.resume("example_ledger")

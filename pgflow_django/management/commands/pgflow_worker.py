@@ -320,6 +320,13 @@ arguments; 128 + signal number after a second signal
             raise PreflightError(
                 f"--exclude-queue narrows a worker serving several queues; --queue {queue} serves one"
             )
+        if excluded_queues and options["tasks"] and queue is None:
+            raise PreflightError(
+                "--tasks serves one queue unless --queue '*' is given: pass it with --exclude-queue"
+            )
+        twice = sorted({slug for slug in chosen if chosen.count(slug) > 1})
+        if twice:
+            raise PreflightError(f"--flow {twice[0]} is given twice; list each flow once")
         if options["tasks"]:
             if queue == ALL_QUEUES:
                 return [
