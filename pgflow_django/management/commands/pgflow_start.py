@@ -101,6 +101,7 @@ readable JSON); 3 --timeout passed before the run finished (it keeps running); 1
         if options["timeout"] is not None and not options["wait"]:
             raise CommandError("--timeout only applies with --wait")
         flow_input = load_json_argument(options["input"])
+        refuse_task_path(options["flow"])
         flow: Flow | str = get_flows().get(options["flow"]) or options["flow"]
         started = start_flow(
             flow,
@@ -200,3 +201,23 @@ def _no_worker_line(view: RunView, task_path: str | None, using: str) -> str | N
 
 def _live(view: RunView) -> Group:
     return Group(run_title(view), steps_table(view))
+
+
+def refuse_task_path(name: str) -> None:
+    """A ``@task`` function's dotted path is not a flow: say how to enqueue it instead."""
+    from django.core.exceptions import ImproperlyConfigured
+    from django.utils.module_loading import import_string
+
+    if "." not in name:
+        return
+    try:
+        from pgflow_django.tasks import tasks_api
+
+        found = import_string(name)
+    except (ImportError, ImproperlyConfigured):
+        return
+    if isinstance(found, tasks_api.Task):
+        raise CommandError(
+            f"{name} is a @task, not a flow: enqueue it from Python ({name}.enqueue(...)); "
+            "pgflow_start starts flows"
+        )
