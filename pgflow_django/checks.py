@@ -386,11 +386,8 @@ def _pgmq_text(cursor: Any, has_schema: bool) -> str:
     """Which PGMQ the database has, or what ``migrate`` will install."""
     from pgflow_django.pgmq_install import bundled_version
 
-    cursor.execute(
-        "select (select extversion from pg_extension where extname = 'pgmq'),"
-        " (select default_version from pg_available_extensions where name = 'pgmq')"
-    )
-    installed, available = cursor.fetchone()
+    versions = queries.fetch_one(cursor, queries.PGMQ_VERSIONS)
+    installed, available = (None, None) if versions is None else versions
     if installed:
         return f"PGMQ {installed} (extension)"
     if has_schema:

@@ -16,6 +16,8 @@ from typing import Any, Final
 import psycopg
 from django.core.exceptions import ImproperlyConfigured
 
+from pgflow_django import queries
+
 SETTING: Final = 'PGFLOW["POOLER"] = "transaction"'
 PREPARED_STATEMENT_STATES: Final = frozenset({"26000", "42P05"})
 """invalid_sql_statement_name, duplicate_prepared_statement: psycopg's own prepared statements met
@@ -79,6 +81,5 @@ def unannounced_pooler(params: dict[str, Any], alias: str) -> str | None:
 
 
 def _server_pid(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("select pg_backend_pid()").fetchone()
-    assert row is not None
-    return int(row[0])
+    with conn.cursor() as cursor:
+        return int(queries.value(cursor, queries.BACKEND_PID))

@@ -825,6 +825,24 @@ HAS_WORKERS_TABLE: Final = _value(
 HAS_PGMQ_SCHEMA: Final = _value(
     "has_pgmq_schema", "select exists (select 1 from pg_namespace where nspname = 'pgmq') as value"
 )
+
+
+class PgmqVersions(NamedTuple):
+    installed: str | None
+    available: str | None
+
+
+PGMQ_VERSIONS: Final = Query(
+    "pgmq_versions",
+    "select (select extversion from pg_extension where extname = 'pgmq') as installed,"
+    " (select default_version from pg_available_extensions where name = 'pgmq') as available",
+    PgmqVersions,
+)
+"""The pgmq extension's installed version and the server's default one (None: not there)."""
+
+BACKEND_PID: Final = _value("backend_pid", "select pg_backend_pid() as value")
+"""The server process of this session (two sessions on one pooled server connection share it)."""
+
 READ_ONLY_TRANSACTION: Final = _value("read_only_transaction", "set transaction read only")
 """Make the current transaction read-only (``pgflow_audit`` reads, never writes)."""
 

@@ -69,5 +69,5 @@ def test_kubernetes_grace_period_exceeds_the_shutdown_timeout() -> None:
     shutdown = int(re.search(r'"--shutdown-timeout", "(\d+)"', text).group(1))  # type: ignore[union-attr]
     assert grace > shutdown
     stop = int(re.search(r"TimeoutStopSec=(\d+)", text).group(1))  # type: ignore[union-attr]
-    unit_shutdown = int(re.search(r"--flow %i .*--shutdown-timeout (\d+)", text).group(1))  # type: ignore[union-attr]
+    unit_shutdown = int(re.search(r"ExecStart=.*pgflow_worker .*--shutdown-timeout (\d+)", text).group(1))  # type: ignore[union-attr]
     assert stop > unit_shutdown
