@@ -180,7 +180,7 @@ def wait_recovery_passes(worker: WorkerProcess, passes: int = 2, timeout: float 
     """Wait until ``worker`` (started with ``--log-level debug``) finishes ``passes`` more stalled-task
     recovery passes than it had when called: with two, one pass surely started after the caller's
     change, so "recovery left it alone" is asserted after recovery looked, never before."""
-    from pgflow_django.worker.queue_worker import RECOVERY_PASS_DONE
+    from pgflow_django.worker.chores.recovery import RECOVERY_PASS_DONE
 
     before = worker.log().count(RECOVERY_PASS_DONE)
     wait_until(

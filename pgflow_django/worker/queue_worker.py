@@ -1,4 +1,5 @@
-"""The worker process: start-up checks, the claim loop, maintenance, and a graceful stop.
+"""The worker process: start-up checks, the claim loop, and a graceful stop (its chores on their own
+timers, the heartbeat, recovery, upkeep and the scheduler pass, live in ``worker.chores``).
 
 Threads: the main thread claims (engine connection), one listener thread (LISTEN connection), one
 completer thread (completion connection), and ``concurrency`` handler threads, each with at most one
@@ -22,9 +23,12 @@ import psycopg
 from pgflow_django import tracing
 from pgflow_django.dsl import Flow
 from pgflow_django.queries import SEVERAL_QUEUES
-from pgflow_django.schedules.service import PASS_INTERVAL as SCHEDULER_PASS_INTERVAL
-from pgflow_django.schedules.service import run_pass as run_scheduler_pass
 from pgflow_django.worker.backoff import Backoff
+from pgflow_django.worker.chores import Chore, next_due, run_due
+from pgflow_django.worker.chores.heartbeat import Heartbeat
+from pgflow_django.worker.chores.recovery import StalledRecovery
+from pgflow_django.worker.chores.scheduler import SchedulerPass
+from pgflow_django.worker.chores.upkeep import HistoryUpkeep
 from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.connection import (
     Claim,
@@ -76,13 +80,6 @@ BUDGET_WAIT_SECONDS = 0.05
 QUEUE_RETRY_SECONDS = 0.2
 QUEUE_RETRY_CAP_SECONDS = 30.0
 """The back-off of one queue whose claims fail (doubling from the first to the cap)."""
-RECOVERY_WORDS = {
-    "requeued": "task(s) requeued",
-    "permanently_stalled": "task(s) failed as permanently stalled",
-}
-"""How the stalled-recovery log line names each outcome of ``pgflow.requeue_stalled_tasks``."""
-RECOVERY_PASS_DONE = "stalled-task recovery pass finished"
-"""Logged at debug level after each pass this worker ran, so a test can wait for passes to happen."""
 SHARED_WARNINGS = {
     "unmatched": "match no task: left in the queue untouched (applications must not send to queues "
     "pgflow manages)",
@@ -192,7 +189,7 @@ class QueueWorker:
             support=tuple(pair for sub in self.subscriptions for pair in sub.support),
             support_queues=tuple(sub.queue for sub in self.subscriptions for _ in sub.support),
         )
-        every_pause = self._check_pauses(engine)
+        every_pause = self.check_pauses(engine)
         if every_pause is not None:
             what, reason, detail, sub = every_pause
             raise PreflightError(
@@ -239,7 +236,7 @@ class QueueWorker:
                 extra=self.observe.fields,
             )
 
-    def _check_pauses(self, engine: Engine) -> tuple[str, str, str | None, Subscription] | None:
+    def check_pauses(self, engine: Engine) -> tuple[str, str, str | None, Subscription] | None:
         """Mark each subscription a pause holds (it is not polled) and clear the resumed ones, saying
         so once each; returns the first pause (what, reason, detail, its subscription) when every
         subscription is paused, since the worker then has nothing left to poll."""
@@ -399,28 +396,13 @@ class QueueWorker:
         opts = self.options
         engine = self.engine
         backoff = Backoff()
-        now = time.monotonic()
-        next_heartbeat = now + opts.heartbeat_seconds
-        next_stalled = now
-        next_schedules = now if opts.scheduler else float("inf")
+        chores = self._chores()
         while not self.state.stopping.is_set():
             self.observe.beat()
             try:
-                now = time.monotonic()
-                if now >= next_heartbeat:
-                    if not self._heartbeat(engine):
-                        break
-                    next_heartbeat = now + opts.heartbeat_seconds
-                if now >= next_stalled:
-                    self._requeue_stalled(engine)
-                    self._create_history_partitions(engine)
-                    next_stalled = now + opts.stalled_check_seconds
-                if now >= next_schedules:
-                    run_scheduler_pass(engine.conn)
-                    next_schedules = now + SCHEDULER_PASS_INTERVAL
-                maintenance_at = min(
-                    next_heartbeat, next_stalled, next_schedules, self._hold_deadline(engine)
-                )
+                if not run_due(chores, engine, time.monotonic()):
+                    break
+                maintenance_at = min(next_due(chores), self._hold_deadline(engine))
 
                 free = self.state.free_slots()
                 if free <= 0:
@@ -467,27 +449,17 @@ class QueueWorker:
                 for sub in self.subscriptions:
                     sub.next_poll = 0.0
 
-    def _heartbeat(self, engine: Engine) -> bool:
-        """Refresh the registration, follow pauses and cancellations; False when the worker must stop
-        (deprecated by an operator, or every queue it serves paused)."""
-        if engine.heartbeat(self.registration):
-            logger.warning("worker %s was deprecated: stopping", self.worker_id, extra=self.observe.fields)
-            self.state.request_stop()
-            return False
-        every_pause = self._check_pauses(engine)
-        if every_pause is not None:
-            logger.warning(
-                "%s was paused (%s): stopping queue=%s",
-                every_pause[0],
-                every_pause[1],
-                self.queue,
-                extra=self.observe.fields,
-            )
-            self.observe.paused(str(every_pause[1]))
-            self.state.request_stop()
-            return False
-        self._tell_cancelled(engine)
-        return True
+    def _chores(self) -> list[Chore]:
+        """The services the loop runs between claims, each on its own timer."""
+        opts = self.options
+        chores: list[Chore] = [
+            Heartbeat(self, opts.heartbeat_seconds),
+            StalledRecovery(self.state, self.observe, opts.stalled_check_seconds),
+            HistoryUpkeep(self.observe, opts.stalled_check_seconds),
+        ]
+        if opts.scheduler:
+            chores.append(SchedulerPass())
+        return chores
 
     def _claim_round(self, engine: Engine, due: list[Subscription]) -> object:
         """Claim on each due queue in turn, sharing the free slots among those known to have work; a
@@ -840,7 +812,7 @@ class QueueWorker:
                 left.append(task)
         return left
 
-    def _tell_cancelled(self, engine: Engine) -> None:
+    def tell_cancelled(self, engine: Engine) -> None:
         """Set the cancellation of each in-flight task whose run was cancelled, for its handler's ``ctx``."""
         told = self.state.cancel(engine.cancelled_tasks(self.state.held_tasks()))
         if told:
@@ -850,50 +822,6 @@ class QueueWorker:
                 self.queue,
                 extra=self.observe.fields,
             )
-
-    def _busy(self, chore: str) -> None:
-        """A maintenance chore met its lock timeout: other work holds what it needs; the next pass retries."""
-        logger.info(
-            "%s: the rows it needs are busy; trying again in %.0fs",
-            chore,
-            self.options.stalled_check_seconds,
-            extra=self.observe.fields,
-        )
-
-    def _create_history_partitions(self, engine: Engine) -> None:
-        try:
-            created = engine.create_history_partitions()
-        except psycopg.errors.LockNotAvailable:
-            self._busy("history partitions")
-            return
-        if created:
-            logger.info(
-                "history partitions: created %d interval(s) ahead", created, extra=self.observe.fields
-            )
-
-    def _requeue_stalled(self, engine: Engine) -> None:
-        try:
-            rows = engine.requeue_stalled()
-        except psycopg.errors.LockNotAvailable:
-            self._busy("stalled-task recovery")
-            return
-        if rows is None:
-            logger.debug("stalled-task recovery is running in another worker", extra=self.observe.fields)
-            return
-        counts = {row.outcome: int(row.task_count) for row in rows if row.task_count}
-        logger.debug("%s (%d task(s) changed)", RECOVERY_PASS_DONE, sum(counts.values()))
-        self.observe.recovered(counts)
-        if counts:
-            logger.warning(
-                "stalled-task recovery (tasks whose worker stopped answering): %s",
-                ", ".join(
-                    f"{count} {RECOVERY_WORDS.get(outcome, outcome)}" for outcome, count in counts.items()
-                ),
-                extra=self.observe.fields,
-            )
-        if counts.get("requeued"):
-            # Requeued messages became visible without an insert: read now rather than at the next poll.
-            self.state.notify_messages()
 
     # -- stopping ------------------------------------------------------------------------------
 
