@@ -1,4 +1,4 @@
-"""The ``pgflow_worker`` process: claims tasks of one flow's queue and runs their handlers.
+"""The ``pgflow_worker`` process: claims the tasks of the queues it serves and runs their handlers.
 
 See ``queue_worker`` for the thread and connection layout (at most ``concurrency + 3`` connections).
 """
