@@ -307,9 +307,7 @@ class QueueWorker:
             }
             for key in feeding:
                 self._fed_by.setdefault(key, []).append(sub)
-        self.state.steps = frozenset(self.registration.support)
-        if len(self.subscriptions) > 1:
-            self.state.set_groups(tuple(sub.steps for sub in self.subscriptions))
+        self.state.set_groups(tuple(sub.steps for sub in self.subscriptions))
         self.engine.register(self.registration)
         self._registered = True
         self.completer = Completer(

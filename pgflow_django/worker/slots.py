@@ -46,8 +46,8 @@ class WorkerState:
         """The (flow, step) pairs whose tasks a claim or a hand-off may give this worker: all of them
         must be known short before it holds more than a task per thread (none given: it never does)."""
         self.groups: tuple[frozenset[StepKey], ...] = ()
-        """The steps of each queue the worker polls, when it polls several: a claim on a queue whose
-        steps are all known short may hold extra tasks; a claim on another takes free threads only."""
+        """The steps of each queue the worker polls (none given: ``steps`` is the one queue's): a claim
+        on a queue whose steps are all known short may hold extra tasks; another takes free threads."""
         self._pace: dict[StepKey, float] = {}
         """Recent handler duration in seconds of each step that has finished a task here."""
         self._extra = 0
