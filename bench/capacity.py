@@ -142,7 +142,7 @@ def setup_django(url: str) -> None:
     django.setup()
     call_command("migrate", verbosity=0)
     from bench.flows import chain, five, one, touch, touch_steps
-    from pgflow_django.compiler import compile_flow
+    from pgflow_django.flows.compiler import compile_flow
 
     for flow in (one, chain, five, touch, touch_steps):
         compile_flow(flow)

@@ -92,7 +92,7 @@ def compile_and_delete(index: int) -> tuple[float, float]:
     from django.db import connection
 
     from pgflow_django import Flow
-    from pgflow_django.compiler import compile_flow
+    from pgflow_django.flows.compiler import compile_flow
 
     extra = Flow(f"bench_scale_extra_{index}")
 

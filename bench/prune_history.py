@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from bench.db import connect, recreate_database, server_url, with_database
-from pgflow_django.pgmq_install import ensure_pgmq
+from pgflow_django.db.pgmq_install import ensure_pgmq
 from pgflow_django.sql import schema_sql
 
 FLOW = "history"

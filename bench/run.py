@@ -257,7 +257,7 @@ def setup_django(url: str) -> bool:
     django.setup()
     call_command("migrate", verbosity=0)
     from bench.flows import chain, fanout, one, starve, starve_steps
-    from pgflow_django.compiler import compile_flow
+    from pgflow_django.flows.compiler import compile_flow
 
     for flow in (one, chain, fanout, starve, starve_steps):
         compile_flow(flow)

@@ -166,8 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     url = with_database(server, args.database)
     recreate_database(server, args.database)
     setup_django(url)
-    from pgflow_django.compiler import compile_flow
-    from pgflow_django.registry import get_flow
+    from pgflow_django.flows.compiler import compile_flow
+    from pgflow_django.flows.registry import get_flow
 
     for flows, _ in DEPLOYMENTS.values():
         for slug in flows:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pgflow_django.dsl import (
+from pgflow_django.flows.context import TaskContext
+from pgflow_django.flows.dsl import (
     Flow,
     FlowDefinitionError,
     FlowOptions,
@@ -21,12 +22,14 @@ from pgflow_django.dsl import (
     route_flow,
     with_step_queues,
 )
-from pgflow_django.flow_control import Concurrency, RateLimit
+from pgflow_django.flows.flow_control import Concurrency, RateLimit
+from pgflow_django.flows.slugs import InvalidSlug
 from pgflow_django.lazy import load_lazily
-from pgflow_django.slugs import InvalidSlug
 
 if TYPE_CHECKING:
-    from pgflow_django.client import (
+    from pgflow_django.db.dbguard import NotMigrated
+    from pgflow_django.flows.compiler import CompileResult, FlowMismatch, compile_flow
+    from pgflow_django.runs.client import (
         CancelResult,
         RunIdInUse,
         RunNotFound,
@@ -38,27 +41,25 @@ if TYPE_CHECKING:
         start_flows,
         wait_for_run,
     )
-    from pgflow_django.compiler import CompileResult, FlowMismatch, compile_flow
-    from pgflow_django.dbguard import NotMigrated
-    from pgflow_django.operations import FlowNotFound
+    from pgflow_django.runs.operations import FlowNotFound
     from pgflow_django.schedules import schedule
 
 _LAZY = {
-    "start_flow": "pgflow_django.client",
-    "start_flows": "pgflow_django.client",
-    "get_run": "pgflow_django.client",
-    "wait_for_run": "pgflow_django.client",
-    "cancel_run": "pgflow_django.client",
-    "CancelResult": "pgflow_django.client",
-    "RunView": "pgflow_django.client",
-    "StepStateView": "pgflow_django.client",
-    "RunIdInUse": "pgflow_django.client",
-    "RunNotFound": "pgflow_django.client",
-    "compile_flow": "pgflow_django.compiler",
-    "CompileResult": "pgflow_django.compiler",
-    "FlowMismatch": "pgflow_django.compiler",
-    "FlowNotFound": "pgflow_django.operations",
-    "NotMigrated": "pgflow_django.dbguard",
+    "start_flow": "pgflow_django.runs.client",
+    "start_flows": "pgflow_django.runs.client",
+    "get_run": "pgflow_django.runs.client",
+    "wait_for_run": "pgflow_django.runs.client",
+    "cancel_run": "pgflow_django.runs.client",
+    "CancelResult": "pgflow_django.runs.client",
+    "RunView": "pgflow_django.runs.client",
+    "StepStateView": "pgflow_django.runs.client",
+    "RunIdInUse": "pgflow_django.runs.client",
+    "RunNotFound": "pgflow_django.runs.client",
+    "compile_flow": "pgflow_django.flows.compiler",
+    "CompileResult": "pgflow_django.flows.compiler",
+    "FlowMismatch": "pgflow_django.flows.compiler",
+    "FlowNotFound": "pgflow_django.runs.operations",
+    "NotMigrated": "pgflow_django.db.dbguard",
     "schedule": "pgflow_django.schedules",
 }
 
@@ -84,6 +85,7 @@ __all__ = [
     "StepOptions",
     "StepQueuedFlow",
     "StepStateView",
+    "TaskContext",
     "cancel_run",
     "compile_flow",
     "get_run",

@@ -11,7 +11,8 @@ class PgflowConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from pgflow_django import checks, lock_watcher  # noqa: F401  (checks registers the system checks)
+        from pgflow_django import checks  # noqa: F401  (checks registers the system checks)
+        from pgflow_django.db import lock_watcher
         from pgflow_django.schedules.pg_cron import sync_after_migrate
 
         pre_migrate.connect(refuse_unsupported_database, sender=self, dispatch_uid="pgflow-database-guard")
@@ -28,7 +29,7 @@ def refuse_unsupported_database(sender: AppConfig, using: str, plan: Any = None,
     from django.core.management.base import CommandError
     from django.db import router
 
-    from pgflow_django.dbguard import UnsupportedDatabase, require_postgresql
+    from pgflow_django.db.dbguard import UnsupportedDatabase, require_postgresql
 
     ours = any(migration.app_label == sender.label and not backwards for migration, backwards in plan or ())
     if not ours or not router.allow_migrate(using, sender.label):

@@ -53,11 +53,11 @@ from django.core import checks
 from django.db import DatabaseError, connections
 
 from pgflow_django import queries
-from pgflow_django.dbguard import vendor_problem, version_problem
-from pgflow_django.dsl import Flow
+from pgflow_django.db.dbguard import vendor_problem, version_problem
+from pgflow_django.flows.dsl import Flow
+from pgflow_django.flows.slugs import MAX_FLOW_SLUG_LENGTH, RULE, default_queue_name, slug_problem
 from pgflow_django.schedules import checks as _schedule_checks  # noqa: F401  (registers them)
 from pgflow_django.schedules.cron import InvalidSchedule
-from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, RULE, default_queue_name, slug_problem
 
 INSTALL_LINE = 'INSTALLED_APPS += ["pgactivity", "pglock", "pgmigrate", "pgflow_django"]'
 """The one install line of the README, the quickstart and docs/django-tasks.md."""
@@ -77,7 +77,7 @@ class Registration:
 
 def collect_registrations() -> list[Registration]:
     """Every (flow, where it was registered), in the registry's order, duplicates included."""
-    from pgflow_django.registry import registered
+    from pgflow_django.flows.registry import registered
 
     return [Registration(flow, source) for flow, source in registered()]
 
@@ -265,7 +265,7 @@ def check_pooler(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> lis
 def _companion_messages() -> list[checks.CheckMessage]:
     from django.conf import settings
 
-    from pgflow_django.upgrade import _milliseconds
+    from pgflow_django.db.upgrade import _milliseconds
 
     messages: list[checks.CheckMessage] = []
     if apps.is_installed("pgmigrate"):
@@ -305,7 +305,7 @@ def check_database(
 
 
 def _database_messages(alias: str) -> list[checks.CheckMessage]:
-    from pgflow_django.pgmq_install import MIN_PGMQ_VERSION, missing_functions
+    from pgflow_django.db.pgmq_install import MIN_PGMQ_VERSION, missing_functions
     from pgflow_django.worker.preflight import pending_migrations
 
     connection = connections[alias]
@@ -384,7 +384,7 @@ def _version_text(server_version: int) -> str:
 
 def _pgmq_text(cursor: Any, has_schema: bool) -> str:
     """Which PGMQ the database has, or what ``migrate`` will install."""
-    from pgflow_django.pgmq_install import bundled_version
+    from pgflow_django.db.pgmq_install import bundled_version
 
     versions = queries.fetch_one(cursor, queries.PGMQ_VERSIONS)
     installed, available = (None, None) if versions is None else versions

@@ -14,7 +14,7 @@ from django.db import models
 from django.db.models import F, Func, Q
 from django.db.models.functions import Lower
 
-from pgflow_django.task_names import run_flow_name
+from pgflow_django.flows.task_names import run_flow_name
 
 _M = TypeVar("_M", bound=models.Model)
 

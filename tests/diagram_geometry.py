@@ -56,7 +56,8 @@ def edges_behind_boxes(rects: Sequence[Rect], edges: Iterable[tuple[str, str, Se
 
 
 def parse_svg(svg: str) -> tuple[list[Rect], list[tuple[str, str, list[Point]]]]:
-    """The step boxes and edge polylines of an SVG drawn by :func:`pgflow_django.dag.render_svg`."""
+    """The step boxes and edge polylines of an SVG drawn by
+    :func:`pgflow_django.admin.diagrams.dag.render_svg`."""
     rects = [
         Rect(m[1], float(m[2]), float(m[3]), float(m[4]), float(m[5]))
         for m in re.finditer(

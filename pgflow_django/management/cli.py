@@ -36,14 +36,14 @@ from django.db import Error as DjangoDatabaseError
 from rich.console import Console
 from rich.markup import escape
 
-from pgflow_django.client import InvalidInput, RunIdInUse, RunNotFound
-from pgflow_django.dbguard import require_postgresql
-from pgflow_django.dsl import FlowDefinitionError, priority_problem
-from pgflow_django.encoding import idempotency_key_problem
-from pgflow_django.operations import FlowNotFound
-from pgflow_django.pooler import prepared_statement_problem
-from pgflow_django.registry import FlowNotRegistered
-from pgflow_django.slugs import InvalidSlug
+from pgflow_django.db.dbguard import require_postgresql
+from pgflow_django.db.pooler import prepared_statement_problem
+from pgflow_django.flows.dsl import FlowDefinitionError, priority_problem
+from pgflow_django.flows.registry import FlowNotRegistered
+from pgflow_django.flows.slugs import InvalidSlug
+from pgflow_django.runs.client import InvalidInput, RunIdInUse, RunNotFound
+from pgflow_django.runs.encoding import idempotency_key_problem
+from pgflow_django.runs.operations import FlowNotFound
 
 USAGE_ERROR: Final = 2
 """Exit code for bad arguments, as argparse uses."""

@@ -7,11 +7,11 @@ from typing import Any
 
 from rich.text import Text
 
-from pgflow_django.client import RunView, StepStateView
+from pgflow_django.flows.task_names import run_flow_name
 from pgflow_django.management.cli import printable, to_json
 from pgflow_django.management.layout import Column, FitTable
-from pgflow_django.recorded_errors import read_error
-from pgflow_django.task_names import run_flow_name
+from pgflow_django.runs.client import RunView, StepStateView
+from pgflow_django.runs.recorded_errors import read_error
 
 STATUS_STYLES = {
     "created": "dim",

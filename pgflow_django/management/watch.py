@@ -17,10 +17,10 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from pgflow_django import queries
+from pgflow_django.flows.task_names import flow_labels
 from pgflow_django.management.cli import printable
 from pgflow_django.management.layout import Column, FitTable, Wrapped
 from pgflow_django.management.progress import STATUS_STYLES, format_seconds
-from pgflow_django.task_names import flow_labels
 
 
 @dataclass

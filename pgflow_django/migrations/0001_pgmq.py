@@ -6,7 +6,7 @@ from django.db import migrations
 
 
 def install(apps: Any, schema_editor: Any) -> None:
-    from pgflow_django.pgmq_install import ensure_pgmq
+    from pgflow_django.db.pgmq_install import ensure_pgmq
 
     with schema_editor.connection.cursor() as cursor:
         ensure_pgmq(cursor)

@@ -13,7 +13,7 @@ from pgflow_django.sql.runsql import RunSqlFile
 
 
 def preflight(apps: Any, schema_editor: Any) -> None:
-    from pgflow_django.upgrade import preflight as run_preflight
+    from pgflow_django.db.upgrade import preflight as run_preflight
 
     with schema_editor.connection.cursor() as cursor:
         run_preflight(cursor)

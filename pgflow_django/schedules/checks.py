@@ -21,7 +21,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 
 from pgflow_django import queries
-from pgflow_django.registry import TaskModuleError
+from pgflow_django.flows.registry import TaskModuleError
 from pgflow_django.schedules.cron import HOST_ZONES, InvalidSchedule, check_cron, check_timezone
 from pgflow_django.schedules.definition import ScheduleSpec
 
@@ -68,7 +68,7 @@ def _where(exc: BaseException) -> str:
 
 @checks.register("pgflow")
 def check_schedules(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from pgflow_django.registry import get_flows
+    from pgflow_django.flows.registry import get_flows
 
     specs, failure = _declared()
     if specs is None:

@@ -45,7 +45,7 @@ def schedule(target: Any, *, cron: str, **options: Unpack[ScheduleOptions]) -> S
 
 def declared_schedules() -> list[ScheduleSpec]:
     """Every schedule declared by the project's flow and task modules (imported here first)."""
-    from pgflow_django.registry import get_flows
+    from pgflow_django.flows.registry import get_flows
 
     get_flows()
     _import_task_modules()
@@ -64,7 +64,7 @@ def _import_task_modules() -> None:
     from django.core.exceptions import ImproperlyConfigured
 
     try:
-        from pgflow_django.tasks import pgflow_backends
+        from pgflow_django.tasks.backend import pgflow_backends
     except ImproperlyConfigured:  # no tasks framework installed: no task schedules
         return
     for backend in pgflow_backends():

@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias, TypedDict, get_args
 
-from pgflow_django.dsl import Flow
+from pgflow_django.flows.dsl import Flow
+from pgflow_django.flows.slugs import validate_flow_slug
 from pgflow_django.schedules.callables import resolve_callable
 from pgflow_django.schedules.cron import InvalidSchedule, check_cron, check_timezone
-from pgflow_django.slugs import validate_flow_slug
 
 CatchUp: TypeAlias = Literal["all", "latest", "none"]
 CATCH_UP_POLICIES: Final = get_args(CatchUp)
@@ -187,7 +187,8 @@ def _target(target: Any) -> tuple[Flow | None, str, TaskTarget | None]:
     if isinstance(target, str):
         return None, validate_flow_slug(target), None
     if hasattr(target, "func") and hasattr(target, "get_backend"):
-        from pgflow_django.tasks import PgflowTaskBackend, module_path
+        from pgflow_django.tasks.backend import PgflowTaskBackend
+        from pgflow_django.tasks.task import module_path
 
         backend = target.get_backend()
         if not isinstance(backend, PgflowTaskBackend):
@@ -216,7 +217,7 @@ def _whole(prefix: str, what: str, value: object, low: int, high: int) -> None:
 
 
 def _encoded(prefix: str, flow_or_slug: Flow | str, value: Any) -> str:
-    from pgflow_django.client import InvalidInput, encode_run_input
+    from pgflow_django.runs.client import InvalidInput, encode_run_input
 
     try:
         return encode_run_input(flow_or_slug, value, f"{prefix}: input")

@@ -97,7 +97,7 @@ def _callable_inputs(
 def evaluate_input(path: str, template: Any, tick: datetime) -> Any:
     """Call a schedule's input callable for ``tick``; for a task schedule (``template`` is the task's
     call payload) its result becomes the keyword arguments. The result is checked as a run input."""
-    from pgflow_django.client import encode_run_input
+    from pgflow_django.runs.client import encode_run_input
 
     value = resolve_callable(path)(tick)
     if isinstance(template, dict) and set(template) == {"task", "args", "kwargs"}:

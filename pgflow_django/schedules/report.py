@@ -13,7 +13,7 @@ from django.db import connections
 
 from pgflow_django import queries
 from pgflow_django.conf import get_settings
-from pgflow_django.coverage import any_live_worker, flow_service, worker_commands
+from pgflow_django.runs.coverage import any_live_worker, flow_service, worker_commands
 from pgflow_django.schedules.store import ScheduleNotFound, ScheduleView, get_schedule
 from pgflow_django.suggest import known_and_closest
 
@@ -122,8 +122,8 @@ def task_path_of(schedule_input: Any) -> str | None:
 
 def worker_gaps(schedules: Iterable[tuple[str, str, Any]], *, using: str = "default") -> dict[str, WorkerGap]:
     """For each active schedule given as ``(name, flow_slug, stored input)`` whose flow has a step no
-    live worker runs, why (by ``pgflow_django.coverage``'s rule of a live worker); two statements
-    however many schedules, a third when one has such a step."""
+    live worker runs, why (by ``pgflow_django.runs.coverage``'s rule of a live worker); two
+    statements however many schedules, a third when one has such a step."""
     wanted = list(schedules)
     services = flow_service({flow for _, flow, _ in wanted}, using=using)
     gaps: dict[str, WorkerGap] = {}

@@ -17,7 +17,7 @@ from typing import Any, Final, Unpack
 from django.db import connections, transaction
 
 from pgflow_django import queries
-from pgflow_django.dbguard import require_postgresql
+from pgflow_django.db.dbguard import require_postgresql
 from pgflow_django.schedules.callables import resolve_callable
 from pgflow_django.schedules.clock import database_now
 from pgflow_django.schedules.cron import InvalidSchedule, stored_zone

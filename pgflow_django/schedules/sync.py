@@ -39,7 +39,7 @@ class SyncResult:
 
 def sync_declared_schedules(specs: list[ScheduleSpec] | None = None, *, using: str = "default") -> SyncResult:
     """Sync ``specs`` (default: every declared schedule) as the complete set declared in code."""
-    from pgflow_django.compiler import compile_flow
+    from pgflow_django.flows.compiler import compile_flow
 
     declared = declared_schedules() if specs is None else specs
     result = SyncResult()

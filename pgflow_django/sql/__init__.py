@@ -1,5 +1,5 @@
 """SQL shipped as package files: the current schema (one object per file), frozen migration deltas and the
-upgrade preflight's audits (read by ``pgflow_django.upgrade``, never run as a migration step)."""
+upgrade preflight's audits (read by ``pgflow_django.db.upgrade``, never run as a migration step)."""
 
 from __future__ import annotations
 

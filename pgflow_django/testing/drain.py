@@ -18,8 +18,8 @@ from typing import Any
 from django.db import connections
 
 from pgflow_django import queries
-from pgflow_django.dsl import Flow, RoutedFlow
-from pgflow_django.slugs import default_queue_name
+from pgflow_django.flows.dsl import Flow, RoutedFlow
+from pgflow_django.flows.slugs import default_queue_name
 from pgflow_django.testing import clock, overrides
 from pgflow_django.testing.flows import known_flows, resolve_flow
 from pgflow_django.testing.inprocess import (
@@ -419,8 +419,8 @@ def run_flow(
     """Compile the flow if needed, start a run and drive it to its end in this thread, on the
     caller's connection (inside ``TestCase`` everything rolls back). Delays are skipped. Other
     runnable tasks of the same flow run too. Returns the run with its steps and tasks."""
-    from pgflow_django.client import start_flow
-    from pgflow_django.compiler import compile_flow
+    from pgflow_django.flows.compiler import compile_flow
+    from pgflow_django.runs.client import start_flow
 
     flow = resolve_flow(flow_or_slug)
     compile_flow(flow, using=using)

@@ -6,13 +6,13 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from pgflow_django.dsl import Flow
+from pgflow_django.flows.dsl import Flow
 
 
 def known_flows() -> dict[str, Flow]:
     """Every flow this process can run: ``PGFLOW["FLOWS"]``, the apps' ``flows`` modules, and the task
     flows of each ``PgflowTaskBackend`` (those its workers discover and those enqueued here)."""
-    from pgflow_django.registry import get_flows
+    from pgflow_django.flows.registry import get_flows
 
     flows = dict(get_flows())
     for backend in _task_backends():
@@ -26,7 +26,7 @@ def known_flows() -> dict[str, Flow]:
 
 def _task_backends() -> list[Any]:
     try:
-        from pgflow_django.tasks import pgflow_backends
+        from pgflow_django.tasks.backend import pgflow_backends
     except (ImportError, ImproperlyConfigured):  # no Django tasks framework installed
         return []
     return list(pgflow_backends())
@@ -34,6 +34,6 @@ def _task_backends() -> list[Any]:
 
 def resolve_flow(flow_or_slug: Flow | str) -> Flow:
     """The flow itself, or the known flow with this slug; the error lists the known slugs."""
-    from pgflow_django.registry import get_flow
+    from pgflow_django.flows.registry import get_flow
 
     return flow_or_slug if isinstance(flow_or_slug, Flow) else get_flow(flow_or_slug, known_flows())

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from contextlib import ContextDecorator
 from typing import Any
 
-from pgflow_django.dsl import Flow, StepDefinition, StepRef, _accepts_context
+from pgflow_django.flows.dsl import Flow, StepDefinition, StepRef, _accepts_context
 
 _lock = threading.Lock()
 _handlers: dict[tuple[str, str], list[Callable[..., Any]]] = {}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pgflow_django.dsl import Flow, StepRef
+    from pgflow_django.flows.dsl import Flow, StepRef
     from pgflow_django.testing import DrainSummary, FailNext, Run, Waiting, override_handler
     from pgflow_django.testing.worker_process import WorkerProcess
 
@@ -56,7 +56,7 @@ class PgflowHelpers:
         return waiting(using=self.using)
 
     def start_flow(self, flow: Flow | str, input: Any, **options: Any) -> Any:
-        from pgflow_django.client import start_flow
+        from pgflow_django.runs.client import start_flow
 
         return start_flow(flow, input, using=self.using, **options)
 

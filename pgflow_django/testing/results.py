@@ -11,7 +11,7 @@ from typing import Any
 from django.db import connections
 
 from pgflow_django import queries
-from pgflow_django.client import RunView, get_run
+from pgflow_django.runs.client import RunView, get_run
 
 
 @dataclass(frozen=True)

@@ -21,46 +21,12 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from pgflow_django import queries
-from pgflow_django.encoding import NotDecodable, clean_text, decode_json
+from pgflow_django.db.connect import connection_params
+from pgflow_django.runs.encoding import NotDecodable, clean_text, decode_json
 
 logger = logging.getLogger("pgflow_django.worker")
 
 R = TypeVar("R")
-
-DJANGO_ONLY_OPTIONS = frozenset(
-    {"isolation_level", "server_side_binding", "assume_role", "pool", "cursor_factory", "context"}
-)
-"""Keys of ``DATABASES[...]["OPTIONS"]`` that Django consumes itself and libpq would reject."""
-
-
-def connection_params(using: str = "default", pooler: str | None = None) -> dict[str, Any]:
-    """psycopg connection keywords built from Django's ``settings_dict`` for ``using``.
-
-    Behind a transaction pooler (``pooler="transaction"``) psycopg prepares nothing: a statement it
-    prepared after ``prepare_threshold`` runs would live on one server connection, and PgBouncer hands
-    the next transaction to any of them. Direct connections keep psycopg's default, which spares the
-    claim loop re-planning its statements.
-    """
-    from django.db import connections
-
-    if using not in connections.settings:
-        raise ValueError(
-            f"unknown database alias {using!r}; DATABASES has: {', '.join(sorted(connections.settings))}"
-        )
-    settings_dict = connections[using].settings_dict
-    params: dict[str, Any] = {
-        key: value
-        for key, value in (settings_dict.get("OPTIONS") or {}).items()
-        if key not in DJANGO_ONLY_OPTIONS
-    }
-    if settings_dict.get("NAME"):
-        params["dbname"] = settings_dict["NAME"]
-    for key, name in (("USER", "user"), ("PASSWORD", "password"), ("HOST", "host"), ("PORT", "port")):
-        if settings_dict.get(key):
-            params[name] = str(settings_dict[key])
-    if pooler == "transaction":
-        params["prepare_threshold"] = None
-    return params
 
 
 def listen_params(

@@ -6,7 +6,7 @@ import logging
 import time
 
 from pgflow_django.conf import LIVE_HEARTBEATS
-from pgflow_django.metrics import MetricsServer, Probe, WorkerMetrics
+from pgflow_django.observability.metrics import MetricsServer, Probe, WorkerMetrics
 from pgflow_django.worker.queue_worker import QueueWorker
 
 logger = logging.getLogger("pgflow_django.worker")

@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
-from pgflow_django import signals, tracing
+from pgflow_django import signals
+from pgflow_django.observability import tracing
 from pgflow_django.worker.connection import ClaimedTask
 
 if TYPE_CHECKING:
-    from pgflow_django.metrics import WorkerMetrics
+    from pgflow_django.observability.metrics import WorkerMetrics
     from pgflow_django.queries import Transition
 
 logger = logging.getLogger("pgflow_django.worker")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import DatabaseError, connections
 
 from pgflow_django import queries
-from pgflow_django.dsl import Flow, RoutedFlow
+from pgflow_django.flows.dsl import Flow, RoutedFlow
 from pgflow_django.worker.connection import first_line
 
 PROTOCOL_VERSION = 4
@@ -37,7 +37,7 @@ class PreflightError(Exception):
 
 
 def resolve_flow(slug: str) -> Flow:
-    from pgflow_django.registry import FlowNotRegistered, get_flow
+    from pgflow_django.flows.registry import FlowNotRegistered, get_flow
 
     try:
         return get_flow(slug)

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 
-from pgflow_django import tracing
-from pgflow_django.dsl import Flow
+from pgflow_django.db.connect import connection_params
+from pgflow_django.flows.dsl import Flow
+from pgflow_django.observability import tracing
 from pgflow_django.queries import SEVERAL_QUEUES
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.chores import Chore, next_due, run_due
@@ -36,7 +37,6 @@ from pgflow_django.worker.connection import (
     Engine,
     HandOffScope,
     WorkerRegistration,
-    connection_params,
     first_line,
     is_transient,
     listen_params,
@@ -58,7 +58,7 @@ from pgflow_django.worker.subscription import (
 )
 
 if TYPE_CHECKING:
-    from pgflow_django.metrics import WorkerMetrics
+    from pgflow_django.observability.metrics import WorkerMetrics
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -164,7 +164,7 @@ class QueueWorker:
         """
         from django.db import connections
 
-        from pgflow_django.compiler import compile_flow
+        from pgflow_django.flows.compiler import compile_flow
 
         check_database(self.options.using)
         results = [compile_flow(flow, using=self.options.using) for flow in self.flows]

@@ -23,12 +23,12 @@ from django.db import (
 )
 
 from pgflow_django import queries
-from pgflow_django.dsl import Flow, Retry, StepDefinition
-from pgflow_django.encoding import OutputNotSerialisable, encode_output
-from pgflow_django.recorded_errors import error_text
+from pgflow_django.flows.context import TaskContext
+from pgflow_django.flows.dsl import Flow, Retry, StepDefinition
+from pgflow_django.runs.encoding import OutputNotSerialisable, encode_output
+from pgflow_django.runs.recorded_errors import error_text
 from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.connection import ClaimedTask, completion_args, first_line, transition_args
-from pgflow_django.worker.context import TaskContext
 from pgflow_django.worker.logs import EXPECTED_FAILURE
 from pgflow_django.worker.observe import NO_OBSERVER, Observer
 from pgflow_django.worker.slots import WorkerState

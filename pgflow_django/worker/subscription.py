@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pgflow_django.dsl import Flow, RoutedFlow
+from pgflow_django.flows.dsl import Flow, RoutedFlow
 from pgflow_django.worker.preflight import PreflightError, check_shared_subscription, resolve_subscription
 from pgflow_django.worker.unsupported import UnsupportedWork
 

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from pgflow_django import queries
-from pgflow_django.slugs import task_flow_slug
+from pgflow_django.flows.slugs import task_flow_slug
 
 logger = logging.getLogger("pgflow_django.worker")
 

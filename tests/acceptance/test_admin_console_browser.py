@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from pgflow_django import Flow, start_flow
-from pgflow_django.compiler import compile_flow
-from pgflow_django.dag import SMALLEST_FONT
-from pgflow_django.diagrams import SMALLEST_TEXT
+from pgflow_django.admin.diagrams import SMALLEST_TEXT
+from pgflow_django.admin.diagrams.dag import SMALLEST_FONT
+from pgflow_django.flows.compiler import compile_flow
 from tests.acceptance.test_admin_browser import ARTIFACTS, CHROMEDRIVER, CHROMIUM
 from tests.acceptance.test_admin_browser import browser as browser  # the Chromium fixture
 from tests.diagram_geometry import Rect, edges_behind_boxes, layered_dag

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pgflow_django import Concurrency, Flow, start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from tests.acceptance.test_admin_browser import ARTIFACTS, CHROMEDRIVER, CHROMIUM
 from tests.acceptance.test_admin_browser import browser as browser  # the Chromium fixture
 from tests.sql import support

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from pgflow_django import start_flow
-from pgflow_django.encoding import MAX_JSON_DEPTH
+from pgflow_django.runs.encoding import MAX_JSON_DEPTH
 from tests import ledger
 from tests.acceptance.faults import FAST, Rig, alive
 

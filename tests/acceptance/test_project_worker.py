@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from pgflow_django import start_flow
-from pgflow_django.compiler import compile_flow
-from pgflow_django.coverage import coverage
-from pgflow_django.health import problems
-from pgflow_django.registry import get_flow, get_flows
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.flows.registry import get_flow, get_flows
+from pgflow_django.management.health import problems
+from pgflow_django.runs.coverage import coverage
 from testproject.example.support import open_thread, support_routed, support_thread_steps
 from testproject.example.tasks import add, send_welcome
 from tests.sql.support import q, val
@@ -222,7 +222,7 @@ def test_exclude_flow_leaves_that_flow_to_other_workers(cleaned: str, tmp_path: 
 
 
 def test_a_paused_flow_stops_only_its_own_queue_until_resumed(cleaned: str, tmp_path: Path) -> None:
-    from pgflow_django import operations
+    from pgflow_django.runs import operations
 
     chain, ledger_flow = get_flow("example_chain"), get_flow("example_ledger")
     for flow in (chain, ledger_flow):
@@ -258,7 +258,7 @@ def test_a_paused_flow_stops_only_its_own_queue_until_resumed(cleaned: str, tmp_
 
 def test_until_empty_ends_beside_a_paused_flow(cleaned: str, tmp_path: Path) -> None:
     """A paused flow's queue has nothing runnable for this worker: --until-empty decides without it."""
-    from pgflow_django import operations
+    from pgflow_django.runs import operations
 
     chain, ledger_flow = get_flow("example_chain"), get_flow("example_ledger")
     for flow in (chain, ledger_flow):

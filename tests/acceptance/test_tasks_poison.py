@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pgflow_django.encoding import MAX_JSON_DEPTH
+from pgflow_django.runs.encoding import MAX_JSON_DEPTH
 from testproject.example.models import LedgerEntry
 from tests.tasks_support import TaskWorkerSpawner, clean_task_flows, status, tasks_api
 from tests.tasks_worker import SIGNAL_LEDGER, nested_result, raises

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from pgflow_django import start_flow, start_flows
-from pgflow_django.compiler import compile_flow
-from pgflow_django.registry import get_flow
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.flows.registry import get_flow
 from testproject.example.support import open_thread, support_routed, support_routed_v2
 from testproject.example.tasks import add, send_welcome
 from tests.sql.support import q, val

@@ -17,8 +17,8 @@ import pytest
 from django.db import connection
 
 from pgflow_django import start_flow
-from pgflow_django.compiler import compile_flow
-from pgflow_django.registry import get_flow
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.flows.registry import get_flow
 from testproject.example import flows as example_flows
 from tests.sql.support import val
 from tests.workers import MANAGE, REPO, clean_example_flows, wait_until

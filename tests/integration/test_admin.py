@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from pgflow_django import queries, start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.models import Run
 from tests.integration import commands_flows
 from tests.sql import support

@@ -11,7 +11,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from pgflow_django import start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from tests.integration import commands_flows
 from tests.integration.test_admin import page
 from tests.sql import support

@@ -22,7 +22,7 @@ from psycopg import sql
 
 from pgflow_django import queries, start_flow
 from pgflow_django.checks import check_pooler
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.schedules import create_schedule
 from tests import workers
 from tests.integration import commands_flows

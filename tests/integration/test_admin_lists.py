@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from pgflow_django import Flow, route_flow, start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.tasks import task_flow_slug
 from tests.integration import commands_flows
 from tests.integration.test_admin import TASKS_URL, page

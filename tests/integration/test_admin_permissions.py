@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from pgflow_django import start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.models import Run
 from tests.integration import commands_flows
 from tests.sql import support

@@ -12,7 +12,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.schedules import create_schedule, get_schedule, pause_schedule
 from tests.integration import commands_flows
 from tests.sql import support

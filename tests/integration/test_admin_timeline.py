@@ -9,8 +9,8 @@ from django.test import Client
 from django.urls import reverse
 
 from pgflow_django import Flow, start_flow
-from pgflow_django.compiler import compile_flow
-from pgflow_django.diagrams import timeline
+from pgflow_django.admin.diagrams import timeline
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.models import Run
 from tests.integration.test_admin import page
 from tests.sql import support

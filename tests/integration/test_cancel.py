@@ -12,7 +12,7 @@ from django.db import transaction
 
 import pgflow_django
 from pgflow_django import CancelResult, RunNotFound, cancel_run, start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from tests.integration import commands_flows
 from tests.integration.commands_support import call, drop_command_flows, manage, stderr_lines
 from tests.sql import support

@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from pgflow_django import get_run, start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.models import StepState, StepStatus
 from tests.integration import commands_flows
 from tests.integration.commands_support import call

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.db import connection
 
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.schedules import create_schedule, edit_schedule, pause_schedule, schedule
 from pgflow_django.schedules.declare import forget_declarations
 from pgflow_django.schedules.planner import plan_schedules

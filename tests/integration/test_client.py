@@ -23,7 +23,7 @@ from pgflow_django import (
     start_flows,
     wait_for_run,
 )
-from pgflow_django.client import InvalidInput
+from pgflow_django.runs.client import InvalidInput
 from tests.integration.commands_flows import REGISTERED
 from tests.sql.support import claim, complete, fail, live_ids, run_step, val
 

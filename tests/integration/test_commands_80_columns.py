@@ -21,8 +21,8 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from pgflow_django import Concurrency, Flow, RateLimit, start_flow, with_step_queues
-from pgflow_django.compiler import compile_flow
-from pgflow_django.operations import pause
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.runs.operations import pause
 from pgflow_django.schedules import create_schedule, pause_schedule, trigger_now
 from tests import workers
 from tests.integration.commands_support import SETTINGS_ENV, call

@@ -15,8 +15,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from pgflow_django.compiler import compile_flow
-from pgflow_django.upgrade import load_audit_checks
+from pgflow_django.db.upgrade import load_audit_checks
+from pgflow_django.flows.compiler import compile_flow
 from tests.integration import commands_flows
 from tests.integration.commands_support import drop_command_flows, manage, stderr_lines
 from tests.support.db import scalar

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-import pgflow_django.compiler
+import pgflow_django.flows.compiler
 from pgflow_django import start_flow
 from tests.integration.commands_flows import MODULE, REGISTERED
 from tests.integration.commands_support import (
@@ -52,7 +52,7 @@ def test_without_arguments_compiles_every_registered_flow() -> None:
 def test_goes_through_compile_flow(monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker's code path: the real function runs; the spy only records the calls."""
     seen: list[str] = []
-    real = pgflow_django.compiler.compile_flow
+    real = pgflow_django.flows.compiler.compile_flow
 
     def spy(flow: Any, **kwargs: Any) -> Any:
         seen.append(flow.slug)

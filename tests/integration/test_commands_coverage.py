@@ -1,4 +1,5 @@
-"""``pgflow_coverage`` and ``pgflow_django.coverage``: persisted routes and live tasks vs live workers.
+"""``pgflow_coverage`` and ``pgflow_django.runs.coverage``: persisted routes and live
+tasks vs live workers.
 
 Workers are simulated by inserting ``pgflow.workers`` and ``pgflow.worker_support`` rows (live, stale,
 stopped, deprecated, wrong step, wrong queue); one test runs a real worker process instead.
@@ -20,9 +21,9 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from pgflow_django import Flow, start_flow, with_step_queues
-from pgflow_django.compiler import compile_flow
-from pgflow_django.coverage import RouteCoverage, coverage, coverage_sql
-from pgflow_django.operations import pause
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.runs.coverage import RouteCoverage, coverage, coverage_sql
+from pgflow_django.runs.operations import pause
 from tests.integration.commands_support import manage, stderr_lines
 from tests.sql.support import q, val
 from tests.support.db import tuples

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from pgflow_django import Flow, route_flow, start_flow
-from pgflow_django.compiler import compile_flow
-from pgflow_django.coverage import RouteCoverage, coverage
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.runs.coverage import RouteCoverage, coverage
 from tests.integration.test_commands_coverage import add_worker, run_command, table
 from tests.sql.support import q
 

@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 
 from pgflow_django import start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.management.cli import to_json
 from pgflow_django.tasks import TaskFailure
 from tests.integration import commands_flows

@@ -12,8 +12,9 @@ from datetime import timedelta
 import pytest
 from django.core.management.base import CommandError
 
-from pgflow_django import operations, start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django import start_flow
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.runs import operations
 from tests.integration import commands_flows
 from tests.integration.commands_support import (
     call,

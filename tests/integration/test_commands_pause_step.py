@@ -9,7 +9,7 @@ import pytest
 from django.core.management.base import CommandError
 from django.db import connection
 
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from testproject.example.support import support_thread_steps
 from tests.integration.commands_support import call
 from tests.sql.support import q, val

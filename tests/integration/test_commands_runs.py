@@ -10,7 +10,7 @@ import pytest
 from django.core.management.base import CommandError
 
 from pgflow_django import start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from tests.integration import commands_flows
 from tests.integration.commands_support import call, manage, stderr_lines
 from tests.sql import support

@@ -13,7 +13,7 @@ import pytest
 from django.core.management.base import CommandError
 
 from pgflow_django import start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.management.commands import pgflow_runs
 from tests import workers
 from tests.integration import commands_flows

@@ -16,7 +16,7 @@ from django.db import connection
 from django.utils import timezone
 from rich.console import Console
 
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.management.commands import pgflow_schedules
 from pgflow_django.schedules import create_schedule, get_schedule, pause_schedule
 from pgflow_django.schedules.planner import plan_schedules

@@ -12,7 +12,7 @@ import pytest
 from django.core.management.base import CommandError
 
 from pgflow_django import Flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from tests import workers
 from tests.integration import commands_flows
 from tests.integration.commands_support import (

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from pgflow_django import CompileResult, Flow, FlowMismatch, compile_flow, start_flow
-from pgflow_django.compiler import compile_flows
+from pgflow_django.flows.compiler import compile_flows
 from tests.sql.support import q, q1, queue_exists, val
 
 

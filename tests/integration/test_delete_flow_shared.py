@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pgflow_django import Flow, route_flow, start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from tests.integration.commands_support import call
 from tests.sql.support import q, val
 

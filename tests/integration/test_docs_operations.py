@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from pgflow_django import start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from tests.integration import commands_flows
 from tests.sql import support
 from tests.support.db import tuples

@@ -19,8 +19,8 @@ from django.db import connection
 from django.test import Client
 
 from pgflow_django import Concurrency, Flow, FlowDefinitionError, RateLimit, start_flow, start_flows
-from pgflow_django.compiler import compile_flow
-from pgflow_django.run_keys import KeyFailed
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.runs.run_keys import KeyFailed
 from pgflow_django.testing import Run, run_flow
 from tests.integration.test_admin import page
 from tests.sql.limit_claim.support import outcomes

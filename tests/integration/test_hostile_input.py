@@ -13,8 +13,8 @@ from django.core.management.base import CommandError
 from django.db import connection, transaction
 
 from pgflow_django import Flow
-from pgflow_django.dsl import FlowDefinitionError
-from pgflow_django.slugs import InvalidSlug
+from pgflow_django.flows.dsl import FlowDefinitionError
+from pgflow_django.flows.slugs import InvalidSlug
 from tests.hostile import HOSTILE, ids, pwned_exists
 from tests.integration.commands_support import call, manage, stderr_lines
 from tests.sql.support import pgmq_relations, table_counts

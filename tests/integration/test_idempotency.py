@@ -15,9 +15,9 @@ import pytest
 from django.db import connections, transaction
 
 from pgflow_django import RunIdInUse, cancel_run, start_flow, start_flows
-from pgflow_django.client import idempotency_run_id
-from pgflow_django.compiler import compile_flow
-from pgflow_django.operations import prune
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.runs.client import idempotency_run_id
+from pgflow_django.runs.operations import prune
 from pgflow_django.signals import run_started
 from tests.integration import commands_flows
 from tests.integration.commands_support import drop_command_flows

@@ -13,9 +13,9 @@ import pytest
 from django.db import connection
 
 from pgflow_django import Flow, get_run, start_flow, start_flows
-from pgflow_django.client import InvalidInput
-from pgflow_django.compiler import compile_flow
-from pgflow_django.encoding import MAX_INT_DIGITS, MAX_JSON_DEPTH
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.runs.client import InvalidInput
+from pgflow_django.runs.encoding import MAX_INT_DIGITS, MAX_JSON_DEPTH
 
 pytestmark = pytest.mark.django_db
 

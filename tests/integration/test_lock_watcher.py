@@ -19,7 +19,7 @@ import pytest
 from django.db import connection
 from pglock import core
 
-from pgflow_django import lock_watcher
+from pgflow_django.db import lock_watcher
 from tests.support.scratch import server_params
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -3,8 +3,8 @@
 A schedule whose flow no live worker runs shows ``no live worker`` in ``pgflow_schedules`` and the
 admin, ``check --database`` warns (``pgflow.W031``), and ``pgflow_start --wait`` names the worker to
 start once the run has waited a few seconds on tasks no live worker would claim. A live worker is
-``pgflow_django.coverage``'s: not stopped, not deprecated, a heartbeat within 3 periods, polling the
-step's queue and registered for that (flow, step). Workers are ``pgflow.workers`` rows here, as
+``pgflow_django.runs.coverage``'s: not stopped, not deprecated, a heartbeat within 3 periods,
+polling the step's queue and registered for that (flow, step). Workers are ``pgflow.workers`` rows here, as
 ``pgflow_worker`` writes them; one test runs ``manage.py pgflow_start --wait`` for real.
 """
 
@@ -24,7 +24,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from pgflow_django import with_step_queues
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.management.commands import pgflow_start
 from pgflow_django.schedules import create_schedule, pause_schedule
 from tests import workers

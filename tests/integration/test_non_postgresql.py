@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from pgflow_django.dbguard import MIN_SERVER_VERSION, require_postgresql, version_problem
+from pgflow_django.db.dbguard import MIN_SERVER_VERSION, require_postgresql, version_problem
 from pgflow_django.management import commands
 from pgflow_django.management.cli import PgflowCommand
 from tests.first_hour import fresh_database, manage

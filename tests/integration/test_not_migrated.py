@@ -16,14 +16,14 @@ from django.db import ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from pgflow_django import start_flow
-from pgflow_django.dbguard import NotMigrated, not_migrated
+from pgflow_django.db.dbguard import NotMigrated, not_migrated
 from tests.first_hour import fresh_database, manage
 
 API_SCRIPT = """
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from pgflow_django import cancel_run, compile_flow, get_run, start_flow, start_flows, wait_for_run
-from pgflow_django.client import retry_run
+from pgflow_django.runs.client import retry_run
 from testproject.example.flows import chain
 from testproject.example.tasks import add
 

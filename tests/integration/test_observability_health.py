@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from pgflow_django import Flow, compile_flow, start_flows
-from pgflow_django.health import problems
-from pgflow_django.metrics import DATABASE_GAUGES
-from pgflow_django.operations import pause
-from pgflow_django.worker.connection import Engine, WorkerRegistration, connection_params
+from pgflow_django.db.connect import connection_params
+from pgflow_django.management.health import problems
+from pgflow_django.observability.metrics import DATABASE_GAUGES
+from pgflow_django.runs.operations import pause
+from pgflow_django.worker.connection import Engine, WorkerRegistration
 from tests.sql.support import q
 from tests.workers import run_manage
 

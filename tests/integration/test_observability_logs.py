@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pgflow_django import Flow, compile_flow, start_flow, wait_for_run
-from pgflow_django.worker.context import TaskContext
+from pgflow_django.flows.context import TaskContext
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.queue_worker import QueueWorker
 from tests.sql.support import q, val

@@ -1,5 +1,6 @@
 """Prometheus metrics: a real worker process scraped over HTTP on 127.0.0.1, and the database-wide
-gauges of ``pgflow_django.metrics.view`` and ``pgflow_metrics``, parsed with ``prometheus_client``."""
+gauges of ``pgflow_django.observability.metrics.view`` and ``pgflow_metrics``, parsed with
+``prometheus_client``."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from django.core.management import call_command
 from django.test import Client, RequestFactory
 from prometheus_client.parser import text_string_to_metric_families
 
-from pgflow_django import Flow, compile_flow, metrics, start_flow, start_flows, wait_for_run
-from pgflow_django.operations import pause
+from pgflow_django import Flow, compile_flow, start_flow, start_flows, wait_for_run
+from pgflow_django.observability import metrics
+from pgflow_django.runs.operations import pause
 from tests.sql.support import q
 from tests.workers import WorkerProcess, wait_until
 

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.dispatch import Signal
 
 from pgflow_django import Flow, compile_flow, signals, start_flow, start_flows, wait_for_run
-from pgflow_django.worker.context import TaskContext
+from pgflow_django.flows.context import TaskContext
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.queue_worker import QueueWorker
 from tests.sql.support import q

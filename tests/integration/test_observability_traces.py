@@ -16,8 +16,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from pgflow_django import compile_flow, start_flow, start_flows, tracing, wait_for_run
-from pgflow_django.registry import get_flow
+from pgflow_django import compile_flow, start_flow, start_flows, wait_for_run
+from pgflow_django.flows.registry import get_flow
+from pgflow_django.observability import tracing
 from tests.sql.support import val
 from tests.workers import Spawner, WorkerProcess
 

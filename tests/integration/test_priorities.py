@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from pgflow_django import Flow, start_flow, start_flows
-from pgflow_django.compiler import compile_flow
-from pgflow_django.dsl import FlowDefinitionError
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.flows.dsl import FlowDefinitionError
 from tests.sql.support import q, q1
 
 pytestmark = pytest.mark.django_db

@@ -20,7 +20,7 @@ from django.db import connection
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pgflow_django.slugs import InvalidSlug, default_queue_name, validate_flow_slug
+from pgflow_django.flows.slugs import InvalidSlug, default_queue_name, validate_flow_slug
 
 # The interesting alphabet first (what PGMQ and identifiers care about), then any text PostgreSQL stores.
 near = st.sampled_from("abcxyzAZ0189_-$;'\" .\n\tİ\u0131\u212aé🙂")

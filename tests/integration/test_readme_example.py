@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pgflow_django import Flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.testing import drain
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -15,8 +15,9 @@ import pytest
 from django.db import OperationalError, connection, connections
 
 from pgflow_django import Flow, compile_flow, queries, start_flows
-from pgflow_django.operations import RequeueResult, requeue_stalled
-from pgflow_django.worker.connection import ClaimedTask, Engine, connection_params
+from pgflow_django.db.connect import connection_params
+from pgflow_django.runs.operations import RequeueResult, requeue_stalled
+from pgflow_django.worker.connection import ClaimedTask, Engine
 from tests.sql.support import q
 
 pytestmark = pytest.mark.django_db(transaction=True)

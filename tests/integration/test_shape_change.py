@@ -77,10 +77,10 @@ def test_replace_if_idle_replaces_an_idle_flow_with_a_warning(caplog: pytest.Log
     start_flow("shape_shop", {})
     start_flow("shape_shop", {})
     finish_all()
-    with caplog.at_level(logging.WARNING, logger="pgflow_django.compiler"):
+    with caplog.at_level(logging.WARNING, logger="pgflow_django.flows.compiler"):
         result = compile_flow(shop(extra=True))
     assert (result.status, result.runs, result.unfinished_runs) == ("recompiled", 2, 0)
-    [record] = [r for r in caplog.records if r.name == "pgflow_django.compiler"]
+    [record] = [r for r in caplog.records if r.name == "pgflow_django.flows.compiler"]
     assert record.levelno == logging.WARNING
     assert record.getMessage() == (
         "replaced flow shape_shop (on_change=replace-if-idle): deleted 2 run(s) (0 unfinished) and compiled "

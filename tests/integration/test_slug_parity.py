@@ -7,7 +7,7 @@ from django.db import DatabaseError, connection, transaction
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, InvalidSlug, is_valid_slug, validate_flow_slug
+from pgflow_django.flows.slugs import MAX_FLOW_SLUG_LENGTH, InvalidSlug, is_valid_slug, validate_flow_slug
 
 # PostgreSQL text cannot hold NUL or lone surrogates; every other code point is fair game.
 any_char = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")

@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from pgflow_django import FlowNotFound, start_flow
-from pgflow_django.compiler import compile_flow
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.tasks import module_path
 from tests.integration import commands_flows
 from tests.integration.commands_support import call, drop_command_flows

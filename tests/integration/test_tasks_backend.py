@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgflow_django import Flow, compile_flow, start_flow
-from pgflow_django.slugs import MAX_FLOW_SLUG_LENGTH, validate_flow_slug
+from pgflow_django.flows.slugs import MAX_FLOW_SLUG_LENGTH, validate_flow_slug
 from pgflow_django.tasks import PgflowTaskBackend, task_flow_slug
 from testproject.example.tasks import add, always_fails, send_welcome
 from tests.sql.support import q, q1, val
@@ -98,7 +98,7 @@ def test_a_task_on_another_queue_gets_its_own_flow_and_result() -> None:
 
 
 def test_arguments_json_cannot_hold_are_refused_before_anything_is_written() -> None:
-    from pgflow_django.client import InvalidInput
+    from pgflow_django.runs.client import InvalidInput
 
     count = "select count(*) from pgflow.runs where flow_slug = %s"
     slug = task_flow_slug("testproject.example.tasks.add", "default")
@@ -220,7 +220,7 @@ def test_enqueue_returns_ready_even_when_a_worker_claims_the_task_at_once(
 ) -> None:
     """In autocommit a worker can claim the task between the start and the read-back; the result
     ``enqueue`` returns is the one of the enqueue (READY, as Django's database backends return it)."""
-    from pgflow_django import client
+    from pgflow_django.runs import client
 
     real_start = client.start_flow_reporting
     claimed: list[int] = []
@@ -564,8 +564,8 @@ def test_results_report_the_queue_their_flow_runs_on() -> None:
 
 
 def test_task_flows_chooses_the_queue_or_says_why_it_cannot() -> None:
-    from pgflow_django.task_flows import task_flows
     from pgflow_django.worker.preflight import PreflightError
+    from pgflow_django.worker.task_flows import task_flows
 
     queue, flows = task_flows(None)  # QUEUES default and mail: 'default'
     assert queue == "default"
@@ -597,11 +597,12 @@ def test_an_output_json_cannot_hold_fails_the_attempt_before_task_finished() -> 
     task_finished reports FAILED (not SUCCESSFUL for a result that will never be)."""
     from types import SimpleNamespace
 
-    from pgflow_django.tasks import TaskFailure, _TaskHandler
+    from pgflow_django.tasks.handler import TaskHandler
+    from pgflow_django.tasks.results import TaskFailure
 
     nan_task = task()(not_a_number)
     result = nan_task.enqueue()
-    handler = _TaskHandler(backend(), nan_task)
+    handler = TaskHandler(backend(), nan_task)
     with (
         captured(tasks_api.task_started) as started,
         captured(tasks_api.task_finished) as finished,
@@ -633,7 +634,8 @@ def test_a_return_value_the_framework_cannot_normalise_is_recorded_as_django_rec
     engine's own class: code reading ``result.errors`` reads alike on both backends."""
     from types import SimpleNamespace
 
-    from pgflow_django.tasks import TaskFailure, _TaskHandler
+    from pgflow_django.tasks.handler import TaskHandler
+    from pgflow_django.tasks.results import TaskFailure
 
     immediate = {"default": {"BACKEND": f"{tasks_api.package.__name__}.backends.immediate.ImmediateBackend"}}
     with override_settings(TASKS=immediate):
@@ -643,9 +645,7 @@ def test_a_return_value_the_framework_cannot_normalise_is_recorded_as_django_rec
     ours = task()(function)
     result = ours.enqueue()
     with captured(tasks_api.task_finished) as finished, pytest.raises(TaskFailure) as info:
-        _TaskHandler(backend(), ours)(
-            {"args": [], "kwargs": {}}, SimpleNamespace(run_id=uuid.UUID(result.id))
-        )
+        TaskHandler(backend(), ours)({"args": [], "kwargs": {}}, SimpleNamespace(run_id=uuid.UUID(result.id)))
     assert info.value.exception_class_path == f"builtins.{recorded}"
     assert info.value.pgflow_permanent, "no retry changes a return value"
     assert finished[0]["task_result"].errors[-1].exception_class_path == f"builtins.{recorded}"

@@ -9,8 +9,9 @@ from typing import Any, get_args
 import pytest
 from django.db import connection, models
 
-from pgflow_django import client, dsl
 from pgflow_django import models as pgflow_models
+from pgflow_django.flows import dsl
+from pgflow_django.runs import client
 
 LITERALS = [
     (client.RunStatus, pgflow_models.RunStatus),

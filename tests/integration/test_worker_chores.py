@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from pgflow_django import Flow, operations, start_flows
+from pgflow_django import Flow, start_flows
+from pgflow_django.db.connect import connection_params
+from pgflow_django.runs import operations
 from pgflow_django.worker.chores import Chore, next_due, run_due
 from pgflow_django.worker.chores.heartbeat import Heartbeat
 from pgflow_django.worker.chores.recovery import StalledRecovery
 from pgflow_django.worker.chores.upkeep import HistoryUpkeep
-from pgflow_django.worker.connection import Engine, connection_params
+from pgflow_django.worker.connection import Engine
 from pgflow_django.worker.observe import Observer
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.queue_worker import QueueWorker

@@ -18,8 +18,8 @@ from collections.abc import Callable
 import pytest
 
 from pgflow_django import start_flow, wait_for_run
-from pgflow_django.compiler import compile_flow
-from pgflow_django.registry import get_flow
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.flows.registry import get_flow
 from tests.sql.support import jb, q, val
 from tests.workers import WorkerProcess, run_manage, wait_until
 

@@ -12,8 +12,9 @@ import pytest
 from django.db import connection
 
 from pgflow_django import Flow, compile_flow, start_flows
+from pgflow_django.db.connect import connection_params
 from pgflow_django.worker.completer import Completer, Completion
-from pgflow_django.worker.connection import ClaimedTask, Engine, connection_params
+from pgflow_django.worker.connection import ClaimedTask, Engine
 from pgflow_django.worker.slots import WorkerState
 from tests.sql.support import q
 

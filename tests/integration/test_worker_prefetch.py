@@ -18,7 +18,7 @@ import pytest
 from django.db import transaction
 
 from pgflow_django import Flow, compile_flow, start_flow, start_flows, wait_for_run
-from pgflow_django.worker.context import TaskContext
+from pgflow_django.flows.context import TaskContext
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.queue_worker import HOLD_SECONDS, QueueWorker
 from tests.support.db import tuples, value

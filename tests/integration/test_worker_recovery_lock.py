@@ -14,7 +14,8 @@ import pytest
 from django.db import connection
 
 from pgflow_django import Flow, compile_flow, start_flows
-from pgflow_django.worker.connection import Engine, connection_params
+from pgflow_django.db.connect import connection_params
+from pgflow_django.worker.connection import Engine
 from tests.sql.support import q
 
 pytestmark = pytest.mark.django_db(transaction=True)

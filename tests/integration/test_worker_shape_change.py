@@ -81,8 +81,8 @@ def test_replace_if_idle_lets_a_worker_replace_an_idle_flow_with_a_warning(
     monkeypatch.setenv("PGFLOW_ON_SHAPE_CHANGE", "replace-if-idle")
     worker = spawn_worker("example_chain", *FAST)
     assert (
-        "WARNING pgflow_django.compiler: replaced flow example_chain (on_change=replace-if-idle): deleted 1 "
-        "run(s) (0 unfinished) and compiled it again: - step extra" in worker.log()
+        "WARNING pgflow_django.flows.compiler: replaced flow example_chain (on_change=replace-if-idle): "
+        "deleted 1 run(s) (0 unfinished) and compiled it again: - step extra" in worker.log()
     )
     assert chain_runs() == 0
     assert val("select count(*) from pgflow.steps where flow_slug = 'example_chain'") == 3

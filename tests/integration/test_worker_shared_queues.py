@@ -88,7 +88,7 @@ def test_an_incomplete_registry_leaves_the_other_versions_work_untouched(shared:
     """Workers know only v1: v2's tasks on the same queues are neither claimed nor archived, v1 runs on."""
     fast = shared("support_routed", "--queue", "support_fast")
     shared("support_routed", "--queue", "support_bulk")
-    from pgflow_django.compiler import compile_flow
+    from pgflow_django.flows.compiler import compile_flow
 
     compile_flow(support_routed_v2)
     orphan = start_flow(support_routed_v2, {"thread_id": 0, "messages": []})

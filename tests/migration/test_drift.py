@@ -2,7 +2,7 @@
 
 The test database is migrated by pytest-django; a scratch database on the same server gets PGMQ the
 way migration 0001 installs it and then the schema files, and the two catalogs of schema ``pgflow``
-are compared through ``pgflow_django.catalog``. A schema file edited without a matching migration
+are compared through ``pgflow_django.db.catalog``. A schema file edited without a matching migration
 delta (or the reverse) shows up here as a line of the diff.
 """
 
@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.operations.special import RunSQL
 
-from pgflow_django.catalog import Snapshot, diff, snapshot
+from pgflow_django.db.catalog import Snapshot, diff, snapshot
 from pgflow_django.sql import MIGRATIONS_DIR, schema_sql
 from pgflow_django.sql.runsql import RunSqlFile
 from tests.support.scratch import scratch_database, server_params

@@ -24,7 +24,7 @@ from django.core.management import call_command
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.operations.special import RunSQL
 
-from pgflow_django.catalog import Snapshot, diff, snapshot
+from pgflow_django.db.catalog import Snapshot, diff, snapshot
 from pgflow_django.sql import SQL_ROOT
 from tests.support.scratch import scratch_database, server_params
 

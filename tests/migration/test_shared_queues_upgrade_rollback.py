@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from pgflow_django.db.upgrade import preflight
 from pgflow_django.sql import migration_sql
-from pgflow_django.upgrade import preflight
 from tests.migration import upgrade_support as fx
 from tests.sql.shared_queues.support import compile_routed
 from tests.sql.support import db_error, make_flow, q, shape_step, step, val

@@ -19,8 +19,8 @@ import pytest
 from django.db import connection
 from psycopg import errors
 
-from pgflow_django import upgrade
-from pgflow_django.upgrade import UpgradeBlocked, format_report, load_audit_checks, preflight, run_audit
+from pgflow_django.db import upgrade
+from pgflow_django.db.upgrade import UpgradeBlocked, format_report, load_audit_checks, preflight, run_audit
 from tests.migration import upgrade_support as fx
 
 pytestmark = pytest.mark.django_db

@@ -20,7 +20,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
 from psycopg import errors
 
-from pgflow_django.upgrade import UpgradeBlocked
+from pgflow_django.db.upgrade import UpgradeBlocked
 from tests import workers
 from tests.migration import upgrade_support as fx
 

@@ -22,9 +22,9 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from pgflow_django.pgmq_install import bundled_sql, bundled_version
+from pgflow_django.db.pgmq_install import bundled_sql, bundled_version
+from pgflow_django.db.upgrade import UpgradeBlocked, preflight
 from pgflow_django.sql import migration_sql, schema_sql
-from pgflow_django.upgrade import UpgradeBlocked, preflight
 from tests.migration import upgrade_support as fx
 from tests.sql.queue_access.support import check_static_matches_dynamic
 from tests.support import scratch

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_django.catalog import snapshot
+from pgflow_django.db.catalog import snapshot
 from pgflow_django.sql import migration_sql
 from tests.support import db, scratch
 from tests.support.scratch import server_params as server_params

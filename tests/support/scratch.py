@@ -12,7 +12,7 @@ import psycopg
 from django.db import connection
 from psycopg import sql
 
-from pgflow_django.pgmq_install import ensure_pgmq
+from pgflow_django.db.pgmq_install import ensure_pgmq
 
 
 def server_params() -> dict[str, Any]:

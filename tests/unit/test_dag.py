@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pgflow_django import dag
-from pgflow_django.dag import Node
-from pgflow_django.diagrams import layered
+from pgflow_django.admin.diagrams import dag, layered
+from pgflow_django.admin.diagrams.dag import Node
 from tests.diagram_geometry import Rect, edges_behind_boxes, layered_dag, parse_svg, segment_hits_rect
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pgflow_django import Flow, FlowDefinitionError, InvalidSlug, Retry, StepDefinition
-from pgflow_django.dsl import FlowOptions, StepOptions
+from pgflow_django.flows.dsl import FlowOptions, StepOptions
 
 
 def build_orders(slug: str = "process_order") -> Flow:

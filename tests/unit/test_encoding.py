@@ -1,4 +1,5 @@
-"""The one JSON rule and the text rule (``pgflow_django.encoding``): what is accepted, escaped, refused."""
+"""The one JSON rule and the text rule (``pgflow_django.runs.encoding``): what is accepted,
+escaped, refused."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pgflow_django.encoding import (
+from pgflow_django.runs.encoding import (
     MAX_INT_DIGITS,
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,

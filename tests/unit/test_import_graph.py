@@ -1,9 +1,11 @@
-"""The modules of pgflow_django import each other without a cycle.
+"""The modules of pgflow_django, and its packages, import each other without a cycle.
 
-Every import counts, the ones inside functions too (a lazy import only hides a loop until the day
-someone moves it to the top), except those under ``if TYPE_CHECKING:``. Importing ``a.b.c`` runs the
-``__init__`` of ``a.b`` first, so an import also reaches the packages above its target (those above
-the importing module itself are already initialised). Django migrations are not part of the graph.
+Every import counts: the ones inside functions (a lazy import only hides a loop until the day someone
+moves it to the top) and those under ``if TYPE_CHECKING:`` (a type-only import is still a dependency a
+reader follows). Importing ``a.b.c`` runs the ``__init__`` of ``a.b`` first, so an import also reaches
+the packages above its target (those above the importing module itself are already initialised).
+At package level each top-level package (``worker``, ``runs``, ...) or top-level module is one node.
+Django migrations are not part of the graph.
 """
 
 from __future__ import annotations
@@ -29,24 +31,12 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _type_checking_nodes(tree: ast.Module) -> set[int]:
-    hidden: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for statement in node.body:
-                hidden.update(id(child) for child in ast.walk(statement))
-    return hidden
-
-
 def _targets(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The pgflow_django modules that importing ``name`` runs, its own packages excluded."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    hidden = _type_checking_nodes(tree)
     direct: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in hidden:
-            continue
         if isinstance(node, ast.Import):
             direct.update(alias.name for alias in node.names if alias.name in modules)
         elif isinstance(node, ast.ImportFrom):
@@ -71,6 +61,21 @@ def _targets(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 def import_graph() -> dict[str, set[str]]:
     modules = _modules()
     return {name: _targets(name, path, modules) for name, path in modules.items()}
+
+
+def unit_of(module: str) -> str:
+    """The package-level node of a module: its top-level package or module under pgflow_django."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        unit = unit_of(name)
+        packages.setdefault(unit, set()).update(
+            unit_of(target) for target in targets if unit_of(target) not in {unit, "pgflow_django"}
+        )
+    return packages
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -111,7 +116,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_pgflow_django_imports_have_no_cycle() -> None:
     graph = import_graph()
     assert "pgflow_django.worker.runner" in graph and "pgflow_django.tasks" in graph
-    assert "pgflow_django.encoding" in graph["pgflow_django.tasks"]
+    assert "pgflow_django.runs.encoding" in graph["pgflow_django.tasks"]
     assert cycles(graph) == []
 
 

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from pgflow_django import Flow
-from pgflow_django.metrics import MetricsServer, WorkerMetrics
+from pgflow_django.observability.metrics import MetricsServer, WorkerMetrics
 from pgflow_django.worker.exporter import probe
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.queue_worker import QueueWorker

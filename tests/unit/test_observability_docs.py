@@ -9,7 +9,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pgflow_django import metrics, signals
+from pgflow_django import signals
+from pgflow_django.observability import metrics
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
 

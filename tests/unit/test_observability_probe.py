@@ -9,7 +9,7 @@ import urllib.request
 from typing import Any
 
 from pgflow_django import Flow
-from pgflow_django.metrics import MetricsServer, WorkerMetrics
+from pgflow_django.observability.metrics import MetricsServer, WorkerMetrics
 from pgflow_django.worker.exporter import probe
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.queue_worker import QueueWorker

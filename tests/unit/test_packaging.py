@@ -14,7 +14,7 @@ import yaml
 from packaging.version import Version
 from trove_classifiers import classifiers as known_classifiers
 
-from pgflow_django.pgmq_install import MIN_PGMQ_VERSION, bundled_version
+from pgflow_django.db.pgmq_install import MIN_PGMQ_VERSION, bundled_version
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

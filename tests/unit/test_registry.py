@@ -5,7 +5,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from pgflow_django.registry import FlowNotRegistered, get_flow, get_flows
+from pgflow_django.flows.registry import FlowNotRegistered, get_flow, get_flows
 from tests.unit import registry_flows
 
 MODULE = "tests.unit.registry_flows"

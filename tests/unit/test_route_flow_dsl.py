@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pgflow_django import Flow, FlowDefinitionError, RoutedFlow, route_flow, with_step_queues
-from pgflow_django.slugs import shared_queue_problem
+from pgflow_django.flows.slugs import shared_queue_problem
 
 FAST, BULK = "thread_processing", "slack_delivery"
 

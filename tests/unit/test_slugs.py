@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgflow_django.slugs import (
+from pgflow_django.flows.slugs import (
     MAX_FLOW_SLUG_LENGTH,
     MAX_SLUG_LENGTH,
     InvalidSlug,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pgflow_django import Flow, FlowDefinitionError, StepQueuedFlow, with_step_queues
-from pgflow_django.slugs import InvalidSlug, is_valid_queue_name, step_queue_name
+from pgflow_django.flows.slugs import InvalidSlug, is_valid_queue_name, step_queue_name
 
 
 def build_support(slug: str = "support") -> Flow:

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pgflow_django.recorded_errors import MAX_ERROR_LENGTH, error_text
-from pgflow_django.tasks import ERROR_PREFIX, TaskFailure
+from pgflow_django.runs.recorded_errors import ERROR_PREFIX, MAX_ERROR_LENGTH, error_text
+from pgflow_django.tasks.results import TaskFailure
 
 
 def _raised(message: str) -> BaseException:

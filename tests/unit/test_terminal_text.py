@@ -24,7 +24,7 @@ from pgflow_django.management.cli import (
     printable,
 )
 from pgflow_django.management.watch import ActiveRun, QueueDepth, StepProgress, WatchFrame, render
-from pgflow_django.recorded_errors import read_error
+from pgflow_django.runs.recorded_errors import read_error
 from pgflow_django.tasks import TaskFailure
 
 

@@ -12,12 +12,12 @@ import uuid
 
 import pytest
 
-from pgflow_django.encoding import OutputNotSerialisable, encode_output
-from pgflow_django.recorded_errors import error_text
+from pgflow_django.flows.context import TaskContext
+from pgflow_django.runs.encoding import OutputNotSerialisable, encode_output
+from pgflow_django.runs.recorded_errors import error_text
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.connection import ClaimedTask, Engine, completion_item
-from pgflow_django.worker.context import TaskContext
 from pgflow_django.worker.listener import insert_channel
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.pool import HandlerPool, PoolClosed

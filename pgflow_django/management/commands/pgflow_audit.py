@@ -13,8 +13,8 @@ from django.db import connections, transaction
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pgflow_django import queries
+from pgflow_django.db.upgrade import AuditCheck, Finding, current_audit_checks, format_report, run_audit
 from pgflow_django.management.cli import PgflowCommand, add_format_argument
-from pgflow_django.upgrade import AuditCheck, Finding, current_audit_checks, format_report, run_audit
 
 
 class Command(PgflowCommand):

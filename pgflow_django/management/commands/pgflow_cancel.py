@@ -6,8 +6,8 @@ from typing import Any, Final
 
 from django.core.management.base import CommandError, CommandParser
 
-from pgflow_django.client import cancel_run
 from pgflow_django.management.cli import USAGE_ERROR, PgflowCommand, run_id
+from pgflow_django.runs.client import cancel_run
 
 ALREADY_FINISHED: Final = 3
 """Exit code when the run had already finished: nothing changed (a script can tell it from a cancel)."""

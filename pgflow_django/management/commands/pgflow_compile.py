@@ -15,10 +15,10 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 from rich.progress import Progress
 
-from pgflow_django.compiler import CompileResult, FlowMismatch, compile_flow, runs_phrase
-from pgflow_django.dsl import Flow
+from pgflow_django.flows.compiler import CompileResult, FlowMismatch, compile_flow, runs_phrase
+from pgflow_django.flows.dsl import Flow
+from pgflow_django.flows.registry import get_flow, get_flows
 from pgflow_django.management.cli import PgflowCommand, add_format_argument
-from pgflow_django.registry import get_flow, get_flows
 
 
 @dataclass(frozen=True)

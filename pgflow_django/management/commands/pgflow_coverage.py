@@ -8,7 +8,10 @@ from typing import Any, Final
 from django.core.management.base import CommandError, CommandParser
 from rich.console import Console
 
-from pgflow_django.coverage import (
+from pgflow_django.management.cli import PgflowCommand, add_format_argument, positive_float
+from pgflow_django.management.layout import Column, FitTable
+from pgflow_django.management.progress import NOTE_WIDTH
+from pgflow_django.runs.coverage import (
     LIVE_HEARTBEATS,
     RouteCoverage,
     compiled_flow_count,
@@ -16,9 +19,6 @@ from pgflow_django.coverage import (
     coverage_sql,
     live_worker_seconds,
 )
-from pgflow_django.management.cli import PgflowCommand, add_format_argument, positive_float
-from pgflow_django.management.layout import Column, FitTable
-from pgflow_django.management.progress import NOTE_WIDTH
 
 UNCOVERED: Final = 3
 """Exit code when at least one (flow, step, queue) has no live worker."""

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from pgflow_django.management.cli import PgflowCommand
-from pgflow_django.operations import FlowSummary, delete_flow, describe_flow
+from pgflow_django.runs.operations import FlowSummary, delete_flow, describe_flow
 
 
 class Command(PgflowCommand):

@@ -36,7 +36,7 @@ exit codes: 0 healthy; 1 at least one problem (each on its own line); 2 bad argu
         )
 
     def run(self, *args: Any, **options: Any) -> None:
-        from pgflow_django.health import problems
+        from pgflow_django.management.health import problems
 
         found = problems(options["flow"], options["max_queue_age"], using=self.using)
         if not found:

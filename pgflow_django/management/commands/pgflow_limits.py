@@ -8,8 +8,8 @@ from django.core.management.base import CommandParser
 from django.db import connections
 
 from pgflow_django import queries
-from pgflow_django.flow_control import describe
-from pgflow_django.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
+from pgflow_django.flows.flow_control import describe
+from pgflow_django.flows.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
 from pgflow_django.management.cli import PgflowCommand, add_format_argument, positive_int, printable
 from pgflow_django.management.layout import Column, FitTable
 

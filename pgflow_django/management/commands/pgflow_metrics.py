@@ -29,7 +29,7 @@ exit codes: 0 written; 1 database error or prometheus-client missing; 2 bad argu
     def run(self, *args: Any, **options: Any) -> None:
         from django.db import DatabaseError
 
-        from pgflow_django.metrics import MetricsUnavailable, database_registry, database_text
+        from pgflow_django.observability.metrics import MetricsUnavailable, database_registry, database_text
         from pgflow_django.worker.connection import first_line
 
         try:

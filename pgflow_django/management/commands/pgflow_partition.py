@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from pgflow_django.management.cli import PgflowCommand, positive_int
-from pgflow_django.operations import (
+from pgflow_django.runs.operations import (
     default_partition_runs,
     history_partitioning,
     partition_archives,

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from pgflow_django.management.cli import PgflowCommand, add_format_argument, printable
-from pgflow_django.operations import pause, pauses
+from pgflow_django.runs.operations import pause, pauses
 
 
 class Command(PgflowCommand):

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from pgflow_django.management.cli import PgflowCommand, add_format_argument, add_retention_argument
-from pgflow_django.operations import prune_shared_archive
+from pgflow_django.runs.operations import prune_shared_archive
 
 
 class Command(PgflowCommand):

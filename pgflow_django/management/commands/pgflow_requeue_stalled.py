@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from pgflow_django.management.cli import PgflowCommand, add_format_argument
-from pgflow_django.operations import requeue_stalled
+from pgflow_django.runs.operations import requeue_stalled
 
 
 class Command(PgflowCommand):

@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from pgflow_django.flows.slugs import InvalidSlug, validate_flow_slug, validate_slug
 from pgflow_django.management.cli import PgflowCommand, add_format_argument
-from pgflow_django.operations import resume
-from pgflow_django.slugs import InvalidSlug, validate_flow_slug, validate_slug
+from pgflow_django.runs.operations import resume
 
 
 class Command(PgflowCommand):

@@ -15,8 +15,9 @@ from django.db.models.fields.json import KT
 from django.utils import timezone
 from rich.live import Live
 
-from pgflow_django.admin_lists import run_priority
-from pgflow_django.client import RunView, flow_not_found, get_run
+from pgflow_django.admin.lists import run_priority
+from pgflow_django.flows.slugs import InvalidSlug, validate_flow_slug
+from pgflow_django.flows.task_names import run_flow_name, run_task_path, task_flows
 from pgflow_django.management.cli import (
     USAGE_ERROR,
     PgflowCommand,
@@ -40,9 +41,8 @@ from pgflow_django.management.progress import (
 )
 from pgflow_django.management.watch import render, take_snapshot
 from pgflow_django.models import Flow, Run, StepTask
-from pgflow_django.slugs import InvalidSlug, validate_flow_slug
+from pgflow_django.runs.client import RunView, flow_not_found, get_run
 from pgflow_django.suggest import known_and_closest
-from pgflow_django.task_names import run_flow_name, run_task_path, task_flows
 
 DEFAULT_LIMIT = 20
 DEFAULT_INTERVAL = 2.0

@@ -51,9 +51,10 @@ exit codes: 0 stopped or done; 1 error; 2 bad arguments
 
     def run(self, *args: Any, **options: Any) -> None:
         from pgflow_django.conf import get_settings
-        from pgflow_django.pooler import require_announced_pooler
+        from pgflow_django.db.connect import connection_params
+        from pgflow_django.db.pooler import require_announced_pooler
         from pgflow_django.schedules.service import run_pass
-        from pgflow_django.worker.connection import connect, connection_params
+        from pgflow_django.worker.connection import connect
 
         now: datetime | None = options["now"]
         if now is not None and not options["once"]:

@@ -11,9 +11,8 @@ from django.core.management.base import CommandError, CommandParser
 from rich.console import Group
 from rich.live import Live
 
-from pgflow_django.client import RunView, get_run, start_flow
-from pgflow_django.coverage import run_unserved_steps, worker_commands
-from pgflow_django.dsl import Flow
+from pgflow_django.flows.dsl import Flow
+from pgflow_django.flows.registry import get_flows
 from pgflow_django.management.cli import (
     PgflowCommand,
     add_format_argument,
@@ -33,7 +32,8 @@ from pgflow_django.management.progress import (
     run_title,
     steps_table,
 )
-from pgflow_django.registry import get_flows
+from pgflow_django.runs.client import RunView, get_run, start_flow
+from pgflow_django.runs.coverage import run_unserved_steps, worker_commands
 from pgflow_django.schedules.report import task_path_of
 
 TIMED_OUT = 3
@@ -211,7 +211,7 @@ def refuse_task_path(name: str) -> None:
     if "." not in name:
         return
     try:
-        from pgflow_django.tasks import tasks_api
+        from pgflow_django.tasks.framework import tasks_api
 
         found = import_string(name)
     except (ImportError, ImproperlyConfigured):

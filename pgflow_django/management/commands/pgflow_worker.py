@@ -21,7 +21,7 @@ from pgflow_django.management.cli import (
 from pgflow_django.worker.logs import LEVELS
 
 if TYPE_CHECKING:
-    from pgflow_django.metrics import MetricsServer
+    from pgflow_django.observability.metrics import MetricsServer
     from pgflow_django.worker import QueueWorker
     from pgflow_django.worker.subscription import Subscription
 
@@ -211,8 +211,8 @@ arguments; 128 + signal number after a second signal
         )
 
     def run(self, *args: Any, **options: Any) -> None:
-        from pgflow_django.compiler import FlowMismatch
-        from pgflow_django.pooler import require_announced_pooler
+        from pgflow_django.db.pooler import require_announced_pooler
+        from pgflow_django.flows.compiler import FlowMismatch
         from pgflow_django.schedules.sync import sync_schedules_at_start
         from pgflow_django.worker import PreflightError, QueueWorker, WorkerOptions
         from pgflow_django.worker.logs import configure
@@ -277,7 +277,7 @@ arguments; 128 + signal number after a second signal
 
     def _exporter(self, worker: QueueWorker) -> MetricsServer | None:
         """The process's metrics port, when asked for."""
-        from pgflow_django.metrics import MetricsUnavailable
+        from pgflow_django.observability.metrics import MetricsUnavailable
         from pgflow_django.worker.exporter import start_exporter
 
         options = worker.options
@@ -296,10 +296,10 @@ arguments; 128 + signal number after a second signal
     def _subscriptions(self, options: dict[str, Any]) -> list[Subscription]:
         """The queues this worker polls, each with the flows it runs there: everything the project
         defines unless --flow, --tasks or --queue narrow it."""
-        from pgflow_django.task_flows import ALL_QUEUES, task_flows, task_queues
         from pgflow_django.worker import PreflightError
         from pgflow_django.worker.preflight import resolve_flow
         from pgflow_django.worker.subscription import shared_subscription, subscriptions_for, without_queues
+        from pgflow_django.worker.task_flows import ALL_QUEUES, task_flows, task_queues
 
         queue, step, chosen = options["queue"], options["step"], options["flow"] or []
         if (queue is not None or options["tasks"]) and step:
@@ -354,10 +354,10 @@ arguments; 128 + signal number after a second signal
     def _project(self, excluded: list[str], queue: str | None) -> list[Subscription]:
         """Every registered flow (minus ``excluded``) and every task of the PgflowTaskBackends on this
         worker's database; only those on ``queue`` when one is named."""
-        from pgflow_django.registry import get_flows
-        from pgflow_django.task_flows import ALL_QUEUES, project_task_flows
+        from pgflow_django.flows.registry import get_flows
         from pgflow_django.worker import PreflightError
         from pgflow_django.worker.subscription import subscriptions_for
+        from pgflow_django.worker.task_flows import ALL_QUEUES, project_task_flows
 
         flows = get_flows()
         unknown = sorted(set(excluded) - set(flows))

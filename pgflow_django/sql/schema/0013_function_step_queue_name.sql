@@ -2,7 +2,7 @@
 -- step_slug) when it fits PGMQ's 47 characters, else lower(flow_slug || '__' || step_index) (the
 -- zero-based definition index). Slugs never contain '__' nor start with a digit, so generated names
 -- never collide with a flow's default queue nor with one another. Raises, naming both candidates,
--- when neither fits. Python's pgflow_django.slugs.step_queue_name mirrors it for immediate feedback;
+-- when neither fits. Python's pgflow_django.flows.slugs.step_queue_name mirrors it for immediate feedback;
 -- this function is authoritative.
 create or replace function pgflow.step_queue_name(flow_slug text, step_slug text, step_index integer)
 returns text

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgflow_django import Flow, Retry, route_flow, with_step_queues
-from pgflow_django.worker.context import TaskContext
+from pgflow_django.flows.context import TaskContext
 
 retried = Flow("testing_retried", max_attempts=3, base_delay=0, timeout=10)
 

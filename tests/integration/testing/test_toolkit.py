@@ -12,6 +12,7 @@ from django.db import connection
 from django.test import TestCase
 
 from pgflow_django import Flow, Retry, compile_flow, route_flow, start_flow, with_step_queues
+from pgflow_django.db.connect import connection_params
 from pgflow_django.testing import (
     IN_PROCESS_WORKER_ID,
     DrainStuck,
@@ -21,7 +22,6 @@ from pgflow_django.testing import (
     override_handler,
     run_flow,
 )
-from pgflow_django.worker.connection import connection_params
 from testproject.example import flows as example
 from testproject.example.models import LedgerEntry
 

@@ -1,7 +1,8 @@
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from pgflow_django.client import new_run_id
+from pgflow_django.runs.client import new_run_id
+
 from tests.sql.support import q, val
 
 

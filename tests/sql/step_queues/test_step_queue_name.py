@@ -1,6 +1,6 @@
 """``pgflow.step_queue_name(flow, step, index)``: readable ``lower(flow__step)`` when it fits 47
 characters, else ``lower(flow__index)``, else an error naming both candidates. SQL is authoritative;
-``pgflow_django.slugs.step_queue_name`` mirrors it, and a property test keeps the two in agreement."""
+``pgflow_django.flows.slugs.step_queue_name`` mirrors it, and a property test keeps the two in agreement."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from django.db import connection
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from pgflow_django.flows.slugs import InvalidSlug, is_valid_slug, step_queue_name
 
-from pgflow_django.slugs import InvalidSlug, is_valid_slug, step_queue_name
 from tests.sql.support import db_error, val
 
 

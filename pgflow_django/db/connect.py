@@ -1,0 +1,41 @@
+"""psycopg connection keywords for a Django database alias: the worker's, the scheduler's and the
+pooler check's own connections are opened from the same ``DATABASES`` entry Django uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+DJANGO_ONLY_OPTIONS = frozenset(
+    {"isolation_level", "server_side_binding", "assume_role", "pool", "cursor_factory", "context"}
+)
+"""Keys of ``DATABASES[...]["OPTIONS"]`` that Django consumes itself and libpq would reject."""
+
+
+def connection_params(using: str = "default", pooler: str | None = None) -> dict[str, Any]:
+    """psycopg connection keywords built from Django's ``settings_dict`` for ``using``.
+
+    Behind a transaction pooler (``pooler="transaction"``) psycopg prepares nothing: a statement it
+    prepared after ``prepare_threshold`` runs would live on one server connection, and PgBouncer hands
+    the next transaction to any of them. Direct connections keep psycopg's default, which spares the
+    claim loop re-planning its statements.
+    """
+    from django.db import connections
+
+    if using not in connections.settings:
+        raise ValueError(
+            f"unknown database alias {using!r}; DATABASES has: {', '.join(sorted(connections.settings))}"
+        )
+    settings_dict = connections[using].settings_dict
+    params: dict[str, Any] = {
+        key: value
+        for key, value in (settings_dict.get("OPTIONS") or {}).items()
+        if key not in DJANGO_ONLY_OPTIONS
+    }
+    if settings_dict.get("NAME"):
+        params["dbname"] = settings_dict["NAME"]
+    for key, name in (("USER", "user"), ("PASSWORD", "password"), ("HOST", "host"), ("PORT", "port")):
+        if settings_dict.get(key):
+            params[name] = str(settings_dict[key])
+    if pooler == "transaction":
+        params["prepare_threshold"] = None
+    return params

@@ -1,0 +1,167 @@
+"""Compile or verify a flow against the database: the one path used by worker startup and ``pgflow_compile``.
+
+All the comparing happens in SQL (``pgflow.ensure_flow_compiled``) under a per-flow advisory lock, so two
+workers starting at once cannot both compile, and a changed definition is reported, never half-applied.
+A changed flow is replaced only when asked: ``on_change="replace"`` (``pgflow_compile F --replace``,
+after showing the runs it deletes), or ``PGFLOW["ON_SHAPE_CHANGE"] = "replace-if-idle"`` for a flow
+with no unfinished run. Nothing is ever inferred from ``settings.DEBUG``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias, cast
+
+from django.db import ProgrammingError, connections
+
+from pgflow_django import queries
+from pgflow_django.conf import get_settings
+from pgflow_django.db.dbguard import raise_if_not_migrated
+from pgflow_django.flows.dsl import Flow
+
+logger = logging.getLogger("pgflow_django.flows.compiler")
+
+CompileStatus: TypeAlias = Literal["compiled", "verified", "recompiled", "mismatch"]
+OnChange: TypeAlias = Literal["refuse", "replace-if-idle", "replace"]
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """What ``ensure_flow_compiled`` did: created the flow, found it identical, or replaced it.
+
+    ``generation`` is the number the database gave this compilation (a worker's claim compares it);
+    after a replacement, ``runs`` and ``unfinished_runs`` count what was deleted.
+    """
+
+    flow_slug: str
+    status: CompileStatus
+    differences: tuple[str, ...] = ()
+    options_updated: tuple[str, ...] = ()
+    generation: int = 0
+    runs: int = 0
+    unfinished_runs: int = 0
+
+
+def runs_phrase(runs: int, unfinished: int) -> str:
+    """``deletes 7 runs (1 unfinished)``: what replacing a flow costs, shown before it happens."""
+    return f"deletes {runs} run{'' if runs == 1 else 's'} ({unfinished} unfinished)"
+
+
+class FlowMismatch(Exception):
+    """The database holds a different definition under this slug, and it was not replaced.
+
+    ``kinds`` says what differs: ``shape`` (the DAG), ``routing`` (queue mode and step queues), or both.
+    ``runs``/``unfinished_runs`` count what a replacement would delete; ``refused`` says why a
+    requested replacement did not happen (``unfinished``, ``confirmation``), None when none was asked.
+    """
+
+    def __init__(
+        self,
+        flow_slug: str,
+        differences: Iterable[str],
+        kinds: Iterable[str] = ("shape",),
+        *,
+        runs: int = 0,
+        unfinished_runs: int = 0,
+        refused: str | None = None,
+    ) -> None:
+        self.flow_slug = flow_slug
+        self.differences = tuple(differences)
+        self.kinds = tuple(kinds)
+        self.runs = runs
+        self.unfinished_runs = unfinished_runs
+        self.refused = refused
+        what = " and ".join(
+            {"shape": "shape", "routing": "routing (queue mode and step queues)"}.get(kind, kind)
+            for kind in self.kinds
+        )
+        cost = runs_phrase(runs, unfinished_runs)
+        why = {
+            "unfinished": f"PGFLOW['ON_SHAPE_CHANGE'] = 'replace-if-idle' left it alone: "
+            f"{unfinished_runs} of its runs are unfinished; ",
+            "confirmation": f"runs were started since the count was confirmed (it now {cost}), "
+            "nothing was deleted; ",
+        }.get(refused or "", "")
+        listed = "; ".join(self.differences) or "see pgflow.flow_shape"
+        super().__init__(
+            f"flow {flow_slug!r} differs from its compiled definition in the database "
+            f"({what or 'definition'} differs: {listed}); {why}"
+            f"deploy the changed flow under a new slug (flow.copy(slug='{flow_slug}_v2')), or replace it "
+            f"with manage.py pgflow_compile {flow_slug} --replace ({cost})"
+        )
+
+
+def compile_flow(
+    flow: Flow,
+    *,
+    on_change: OnChange | None = None,
+    confirmed_runs: int | None = None,
+    using: str = "default",
+) -> CompileResult:
+    """Compile ``flow`` if new, verify it (updating runtime options) if known; raise ``FlowMismatch``.
+
+    ``on_change`` None follows ``PGFLOW["ON_SHAPE_CHANGE"]`` (default ``"refuse"``). ``"replace"``
+    deletes the flow with its runs and compiles it again; with ``confirmed_runs`` (the run count a
+    person confirmed) it refuses instead when the flow has more runs by then.
+    """
+    try:
+        return _compile_flow(flow, on_change, confirmed_runs, using)
+    except ProgrammingError as exc:
+        raise_if_not_migrated(exc, using)
+        raise
+
+
+def _compile_flow(
+    flow: Flow, on_change: OnChange | None, confirmed_runs: int | None, using: str
+) -> CompileResult:
+    policy: OnChange = get_settings().on_shape_change if on_change is None else on_change
+    with connections[using].cursor() as cursor:
+        answer: dict[str, Any] = json.loads(
+            queries.value(
+                cursor,
+                queries.ENSURE_FLOW_COMPILED,
+                [flow.slug, json.dumps(flow.shape()), policy, confirmed_runs],
+            )
+        )
+    result = CompileResult(
+        flow_slug=flow.slug,
+        status=cast(CompileStatus, answer["status"]),
+        differences=tuple(answer.get("differences") or ()),
+        options_updated=tuple(answer.get("options_updated") or ()),
+        generation=int(answer.get("generation") or 0),
+        runs=int(answer.get("runs") or 0),
+        unfinished_runs=int(answer.get("unfinished_runs") or 0),
+    )
+    if result.status == "mismatch":
+        raise FlowMismatch(
+            flow.slug,
+            result.differences,
+            answer.get("mismatch") or ("shape",),
+            runs=result.runs,
+            unfinished_runs=result.unfinished_runs,
+            refused=answer.get("refused"),
+        )
+    with connections[using].cursor() as cursor:
+        queries.value(
+            cursor, queries.SET_FLOW_LIMITS, [flow.slug, json.dumps([lim.row() for lim in flow.limits])]
+        )
+    if result.status == "recompiled":
+        logger.warning(
+            "replaced flow %s (on_change=%s): deleted %d run(s) (%d unfinished) and compiled it again: %s",
+            flow.slug,
+            policy,
+            result.runs,
+            result.unfinished_runs,
+            "; ".join(result.differences),
+        )
+    return result
+
+
+def compile_flows(
+    flows: Iterable[Flow], *, on_change: OnChange | None = None, using: str = "default"
+) -> list[CompileResult]:
+    """Compile several flows in order; the first mismatch stops and raises."""
+    return [compile_flow(flow, on_change=on_change, using=using) for flow in flows]

@@ -1,0 +1,667 @@
+"""Start and observe runs on Django's own database connection.
+
+Using Django's connection (not a private one) is the point: ``start_flow`` inside ``transaction.atomic()``
+commits or rolls back with the caller's writes, so a run never starts for an order that was not saved.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal, TypeAlias, cast
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, DataError, IntegrityError, ProgrammingError, connections, transaction
+
+from pgflow_django import queries
+from pgflow_django.db.dbguard import raise_if_not_migrated, require_postgresql
+from pgflow_django.flows import task_names
+from pgflow_django.flows.dsl import Flow, StepType, priority_problem
+from pgflow_django.flows.slugs import validate_flow_slug
+from pgflow_django.observability import tracing
+from pgflow_django.runs import run_keys
+from pgflow_django.runs.encoding import (
+    MAX_INT_DIGITS,
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    NotEncodable,
+    check_storable_text,
+    encode_json,
+    idempotency_key_problem,
+)
+from pgflow_django.runs.operations import FlowNotFound
+from pgflow_django.signals import send_run_started
+from pgflow_django.suggest import known_and_closest
+
+RunStatus: TypeAlias = Literal["started", "completed", "failed"]
+StepStatus: TypeAlias = Literal["created", "started", "completed", "failed", "skipped", "cancelled"]
+TERMINAL_RUN_STATUSES: Final = frozenset({"completed", "failed"})
+
+_NO_DATA_FOUND: Final = "P0002"
+"""The SQLSTATE ``pgflow.cancel_run`` raises for an unknown run."""
+_LISTED_FLOWS: Final = 20
+"""At most this many flow slugs in a not-found message."""
+
+
+class InvalidInput(ValueError):
+    """A run input the database cannot store as jsonb (or that the flow's first step cannot take)."""
+
+
+class RunNotFound(LookupError):
+    """No run has this id (yet: it may belong to a transaction that has not committed)."""
+
+
+class RunIdInUse(ValueError):
+    """A chosen run id already names a run of another flow or with another input."""
+
+
+IDEMPOTENCY_NAMESPACE: Final = uuid.UUID("5b0f3a57-1c2d-4e8a-9f61-7d0c2e4b9a13")
+"""The UUIDv5 namespace of idempotency keys: a key's run id is ``uuid5(namespace, flow + NUL + key)``."""
+
+
+def new_run_id(at: datetime | None = None) -> uuid.UUID:
+    """A new run id: a UUIDv7 (48 bits of Unix milliseconds, of now or ``at``, then random bits), the
+    layout of the ids ``pgflow.uuid_v7()`` makes, so run ids sort by start time and a partitioned
+    history finds a run's partition from its id."""
+    millis = time.time_ns() // 1_000_000 if at is None else int(at.timestamp() * 1000)
+    value = millis << 80 | int.from_bytes(os.urandom(10), "big")
+    return uuid.UUID(int=value & ~(0xF << 76) & ~(0x3 << 62) | 0x7 << 76 | 0x2 << 62)
+
+
+def is_run_id_conflict(constraint_name: str | None) -> bool:
+    """Whether a unique violation is a taken run id: the primary key of runs, or of one of its
+    partitions on a partitioned history (runs_default_pkey, runs_p20260101_pkey)."""
+    return (
+        constraint_name is not None
+        and constraint_name.startswith("runs_")
+        and constraint_name.endswith("pkey")
+    )
+
+
+def idempotency_run_id(flow_slug: str, key: str) -> uuid.UUID:
+    """The run id an idempotency key stands for: one key of one flow is one run id, so the runs
+    table's primary key is what makes concurrent starts with one key agree on one run."""
+    problem = idempotency_key_problem(key)
+    if problem is not None:
+        raise ValueError(f"idempotency_key {problem}")
+    return uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{flow_slug}\x00{key}")
+
+
+@dataclass(frozen=True)
+class StepStateView:
+    """One step of one run, as ``pgflow.step_states`` records it."""
+
+    step_slug: str
+    step_type: StepType
+    step_index: int
+    status: StepStatus
+    output: Any
+    error_message: str | None
+    skip_reason: str | None
+    remaining_tasks: int | None
+    initial_tasks: int | None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    failed_at: datetime | None
+    skipped_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A run and its step states, read in one statement (one consistent snapshot)."""
+
+    run_id: uuid.UUID
+    flow_slug: str
+    status: RunStatus
+    input: Any
+    output: Any
+    error_message: str | None
+    remaining_steps: int
+    started_at: datetime
+    completed_at: datetime | None
+    failed_at: datetime | None
+    steps: tuple[StepStateView, ...]
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_RUN_STATUSES
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """Outputs of the completed steps, by slug."""
+        return {state.step_slug: state.output for state in self.steps if state.status == "completed"}
+
+    def step(self, slug: str) -> StepStateView:
+        for state in self.steps:
+            if state.step_slug == slug:
+                return state
+        known = ", ".join(state.step_slug for state in self.steps) or "none"
+        raise KeyError(f"run {self.run_id} of flow {self.flow_slug!r} has no step {slug!r} (steps: {known})")
+
+
+def start_flow(
+    flow_or_slug: Flow | str,
+    input: Any,
+    *,
+    run_id: uuid.UUID | str | None = None,
+    delay: timedelta | int | None = None,
+    idempotency_key: str | None = None,
+    priority: int | None = None,
+    using: str = "default",
+) -> uuid.UUID:
+    """Start one run and return its id; inside ``transaction.atomic()`` it commits with the caller.
+
+    ``delay`` (seconds, or a timedelta rounded up to whole seconds) keeps the run's first tasks
+    invisible to workers until then. ``idempotency_key`` returns the run an earlier start of this
+    flow with that key made, while that run exists, instead of starting another; a ``run_id`` already
+    in use returns its run when the flow and input are the same, else raises ``RunIdInUse``.
+    ``priority`` (-100..100; None: the steps' and the flow's defaults) orders its tasks' claims:
+    among visible tasks of one queue, higher priority first, FIFO within a priority.
+
+    On a database without pgflow's schema it raises ``NotMigrated`` (an ``ImproperlyConfigured``),
+    one line naming ``manage.py migrate``, and ``INSTALLED_APPS`` when ``pgflow_django`` is not in it."""
+    return start_flow_reporting(
+        flow_or_slug,
+        input,
+        run_id=run_id,
+        delay=delay,
+        idempotency_key=idempotency_key,
+        priority=priority,
+        using=using,
+    )[0]
+
+
+def start_flow_reporting(
+    flow_or_slug: Flow | str,
+    input: Any,
+    *,
+    run_id: uuid.UUID | str | None = None,
+    delay: timedelta | int | None = None,
+    idempotency_key: str | None = None,
+    priority: int | None = None,
+    using: str = "default",
+) -> tuple[uuid.UUID, bool]:
+    """``start_flow``, also saying whether this call started the run (False: an idempotency key's or
+    a chosen run id's existing run was returned)."""
+    require_postgresql(using)
+    try:
+        return _start_flow(flow_or_slug, input, run_id, delay, idempotency_key, priority, using)
+    except ProgrammingError as exc:
+        raise_if_not_migrated(exc, using)
+        raise
+
+
+def _start_flow(
+    flow_or_slug: Flow | str,
+    input: Any,
+    run_id: uuid.UUID | str | None,
+    delay: timedelta | int | None,
+    idempotency_key: str | None,
+    priority: int | None,
+    using: str,
+) -> tuple[uuid.UUID, bool]:
+    slug = _flow_slug(flow_or_slug)
+    body = encode_run_input(flow_or_slug, input, f"input of flow {slug!r}")
+    chosen_priority = _priority(priority, "start_flow")
+    keys = run_keys.stored_keys(flow_or_slug, [input])
+    if idempotency_key is not None:
+        if run_id is not None:
+            raise ValueError("start_flow takes run_id or idempotency_key, not both")
+        chosen = idempotency_run_id(slug, idempotency_key)
+        return _start_chosen(slug, body, chosen, delay, chosen_priority, using, keyed=True, keys=keys)
+    if run_id is not None:
+        return _start_chosen(
+            slug, body, _as_uuid(run_id), delay, chosen_priority, using, keyed=False, keys=keys
+        )
+    trace_context = tracing.current_context()
+    with _traced(trace_context, using, keys), connections[using].cursor() as cursor:
+        with _unknown_flow_as_not_found(slug, using):
+            started = queries.value(
+                cursor, queries.START_FLOW, [slug, body, None, _delay_seconds(delay), chosen_priority]
+            )
+        new_id = _as_uuid(started)
+        run_keys.record(cursor, [new_id], keys)
+        if trace_context is not None:
+            tracing.record_on_runs(cursor, [new_id], trace_context)
+    send_run_started(slug, [new_id], using)
+    return new_id, True
+
+
+def _priority(value: object, caller: str) -> int | None:
+    """A start's priority, or None for the defaults; anything else is one line naming the fix."""
+    if value is None:
+        return None
+    problem = priority_problem(value)
+    if problem is not None:
+        raise ValueError(f"{caller}: priority {problem}")
+    return cast(int, value)
+
+
+def _start_chosen(
+    slug: str,
+    body: str,
+    chosen: uuid.UUID,
+    delay: timedelta | int | None,
+    priority: int | None,
+    using: str,
+    *,
+    keyed: bool,
+    keys: list[list[run_keys.RunKey]],
+) -> tuple[uuid.UUID, bool]:
+    """Start a run under a chosen id in a savepoint; when the id is taken (a concurrent start of the
+    same id waits for the other's commit first), return the run it names if it is the same start."""
+    seconds = _delay_seconds(delay)
+    trace_context = tracing.current_context()
+    for _ in range(2):  # the run found taken may be deleted before it is read: then start it again
+        try:
+            with transaction.atomic(using=using), connections[using].cursor() as cursor:
+                with _unknown_flow_as_not_found(slug, using):
+                    queries.value(cursor, queries.START_FLOW, [slug, body, chosen, seconds, priority])
+                run_keys.record(cursor, [chosen], keys)
+                if trace_context is not None:
+                    tracing.record_on_runs(cursor, [chosen], trace_context)
+        except IntegrityError as exc:
+            if not is_run_id_conflict(getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)):
+                raise
+            with connections[using].cursor() as cursor:
+                existing = queries.fetch_one(cursor, queries.EXISTING_RUN, [body, chosen])
+            if existing is None:
+                continue
+            if existing.flow_slug != slug or not (keyed or existing.same_input):
+                what = (
+                    f"of flow {existing.flow_slug!r}" if existing.flow_slug != slug else "with another input"
+                )
+                raise RunIdInUse(f"run id {chosen} already names a run {what}: choose a new run_id") from None
+            return chosen, False
+        else:
+            send_run_started(slug, [chosen], using)
+            return chosen, True
+    raise RunIdInUse(f"run id {chosen} was taken and deleted while starting: start it again")
+
+
+KEYED_START_ATTEMPTS: Final = 3
+"""A keyed batch whose keys another start takes meanwhile reads them again, this many times at most."""
+
+
+def _start_keyed(
+    slug: str,
+    bodies: list[str],
+    ids: list[uuid.UUID],
+    priority: int | None,
+    using: str,
+    keys: list[list[run_keys.RunKey]],
+) -> list[uuid.UUID]:
+    """Start the runs of the keys that have none, in one savepointed call; a key repeated in the batch
+    is one run (its first input). A concurrent start of one of the keys makes the call fail on the
+    primary key once the other commits: the keys are read again and the rest started."""
+    first_bodies: dict[uuid.UUID, str] = {}
+    first_keys: dict[uuid.UUID, list[run_keys.RunKey]] = {}
+    for run_id, body, run_key in zip(ids, bodies, keys, strict=True):
+        first_bodies.setdefault(run_id, body)
+        first_keys.setdefault(run_id, run_key)
+    trace_context = tracing.current_context()
+    for _ in range(KEYED_START_ATTEMPTS):
+        with connections[using].cursor() as cursor:
+            taken = queries.fetch_all(cursor, queries.TAKEN_RUN_IDS, [list(first_bodies)])
+        foreign = [row for row in taken if row.flow_slug != slug]
+        if foreign:
+            raise RunIdInUse(
+                f"run id {foreign[0].run_id} already names a run of flow {foreign[0].flow_slug!r}"
+            )
+        started = {row.run_id for row in taken}
+        todo = [run_id for run_id in first_bodies if run_id not in started]
+        if not todo:
+            return ids
+        try:
+            with transaction.atomic(using=using), connections[using].cursor() as cursor:
+                with _unknown_flow_as_not_found(slug, using):
+                    body = f"[{','.join(first_bodies[run_id] for run_id in todo)}]"
+                    queries.value(cursor, queries.START_FLOWS, [slug, body, todo, priority])
+                run_keys.record(cursor, todo, [first_keys[run_id] for run_id in todo])
+                if trace_context is not None:
+                    tracing.record_on_runs(cursor, todo, trace_context)
+        except IntegrityError as exc:
+            if not is_run_id_conflict(getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)):
+                raise
+            continue
+        send_run_started(slug, todo, using)
+        return ids
+    raise RunIdInUse(
+        f"the keys of this start_flows call kept being taken by other starts of {slug!r}: call again"
+    )
+
+
+def _traced(trace_context: str | None, using: str, keys: list[list[run_keys.RunKey]]) -> Any:
+    """A traced start records its context, and a start with callable limit keys its keys, in the
+    starting transaction, so no worker claims the run before they are there; other starts add nothing."""
+    if trace_context is None and not any(keys):
+        return nullcontext()
+    return transaction.atomic(using=using)
+
+
+def _delay_seconds(delay: timedelta | int | None) -> int | None:
+    if delay is None:
+        return None
+    seconds = math.ceil(delay.total_seconds()) if isinstance(delay, timedelta) else delay
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= 2**31 - 1:
+        raise ValueError(f"delay must be whole seconds from 0 to {2**31 - 1} (or a timedelta), got {delay!r}")
+    return max(seconds, 0)
+
+
+def start_flows(
+    flow_or_slug: Flow | str,
+    inputs: Iterable[Any],
+    *,
+    run_ids: Sequence[uuid.UUID | str] | None = None,
+    idempotency_keys: Sequence[str] | None = None,
+    priority: int | None = None,
+    using: str = "default",
+) -> list[uuid.UUID]:
+    """Start one run per input in a single database call; returns the run ids in input order.
+
+    ``idempotency_keys`` (one per input) start only the keys with no run yet and return the existing
+    runs of the others, as ``start_flow(..., idempotency_key=)`` does for one. ``priority`` is every
+    run's, as for ``start_flow``; so is ``NotMigrated`` on a database without pgflow's schema."""
+    require_postgresql(using)
+    try:
+        return _start_flows(flow_or_slug, inputs, run_ids, idempotency_keys, priority, using)
+    except ProgrammingError as exc:
+        raise_if_not_migrated(exc, using)
+        raise
+
+
+def _start_flows(
+    flow_or_slug: Flow | str,
+    inputs: Iterable[Any],
+    run_ids: Sequence[uuid.UUID | str] | None,
+    idempotency_keys: Sequence[str] | None,
+    priority: int | None,
+    using: str,
+) -> list[uuid.UUID]:
+    slug = _flow_slug(flow_or_slug)
+    chosen_priority = _priority(priority, "start_flows")
+    values = list(inputs)
+    bodies = [
+        encode_run_input(flow_or_slug, item, f"input #{index} of flow {slug!r}")
+        for index, item in enumerate(values)
+    ]
+    keys = run_keys.stored_keys(flow_or_slug, values)
+    if idempotency_keys is not None:
+        if run_ids is not None:
+            raise ValueError("start_flows takes run_ids or idempotency_keys, not both")
+        if len(idempotency_keys) != len(bodies):
+            raise ValueError(
+                f"start_flows got {len(bodies)} inputs but {len(idempotency_keys)} idempotency_keys; "
+                "pass one key per input"
+            )
+        for index, key in enumerate(idempotency_keys):
+            problem = idempotency_key_problem(key)
+            if problem is not None:
+                raise ValueError(f"idempotency_keys[{index}] {problem}")
+        keyed_ids = [idempotency_run_id(slug, key) for key in idempotency_keys]
+        return _start_keyed(slug, bodies, keyed_ids, chosen_priority, using, keys)
+    if run_ids is None:
+        ids = [new_run_id() for _ in bodies]
+    elif len(run_ids) != len(bodies):
+        raise ValueError(
+            f"start_flows got {len(bodies)} inputs but {len(run_ids)} run_ids; pass one id per input"
+        )
+    else:
+        ids = [_as_uuid(value) for value in run_ids]
+    if not bodies:
+        return []
+    trace_context = tracing.current_context()
+    with _traced(trace_context, using, keys), connections[using].cursor() as cursor:
+        with _unknown_flow_as_not_found(slug, using):
+            queries.value(cursor, queries.START_FLOWS, [slug, f"[{','.join(bodies)}]", ids, chosen_priority])
+        run_keys.record(cursor, ids, keys)
+        if trace_context is not None:
+            tracing.record_on_runs(cursor, ids, trace_context)
+    send_run_started(slug, ids, using)
+    return ids
+
+
+def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
+    """The run with its step states (in step order) and outputs; ``RunNotFound`` for an unknown id."""
+    require_postgresql(using)
+    key = _as_uuid(run_id)
+    try:
+        with connections[using].cursor() as cursor:
+            rows = queries.fetch_all(cursor, queries.GET_RUN, [key])
+    except ProgrammingError as exc:
+        raise_if_not_migrated(exc, using)
+        raise
+    if not rows:
+        raise _run_not_found(key)
+    first = rows[0]
+    steps = tuple(
+        StepStateView(
+            step_slug=row.step_slug,
+            step_type=cast(StepType, row.step_type),
+            step_index=cast(int, row.step_index),
+            status=cast(StepStatus, row.step_status),
+            output=_loads(row.step_output),
+            error_message=row.step_error_message,
+            skip_reason=row.skip_reason,
+            remaining_tasks=row.remaining_tasks,
+            initial_tasks=row.initial_tasks,
+            created_at=cast(datetime, row.step_created_at),
+            started_at=row.step_started_at,
+            completed_at=row.step_completed_at,
+            failed_at=row.step_failed_at,
+            skipped_at=row.step_skipped_at,
+        )
+        for row in rows
+        if row.step_slug is not None
+    )
+    return RunView(
+        run_id=_as_uuid(first.run_id),
+        flow_slug=first.flow_slug,
+        status=cast(RunStatus, first.status),
+        input=_loads(first.input),
+        output=_loads(first.output),
+        error_message=first.error_message,
+        remaining_steps=first.remaining_steps,
+        started_at=first.started_at,
+        completed_at=first.completed_at,
+        failed_at=first.failed_at,
+        steps=steps,
+    )
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What ``cancel_run`` did to one run."""
+
+    run_id: uuid.UUID
+    cancelled: bool
+    """False when the run had already finished: nothing changed."""
+    status: RunStatus
+    """The run's status after the call: ``failed`` once cancelled, else the status it finished with."""
+
+
+def cancel_run(run_id: uuid.UUID | str, *, reason: str | None = None, using: str = "default") -> CancelResult:
+    """Cancel a started run (``pgflow.cancel_run``): it ends failed with the error ``cancelled`` (or
+    ``cancelled: <reason>``), its unfinished tasks are cancelled and their messages archived, so no
+    worker claims or completes anything of it afterwards; a handler already running finishes, but its
+    completion is ignored. A finished run is left as it is (``cancelled`` False); ``RunNotFound`` for
+    an unknown id. Joins the caller's transaction when there is one (the cancel commits with it)."""
+    key = _as_uuid(run_id)
+    if reason is not None:
+        check_storable_text(reason, "reason")
+    try:
+        with transaction.atomic(using=using), connections[using].cursor() as cursor:
+            outcome = str(queries.value(cursor, queries.CANCEL_RUN, [key, reason]))
+    except DatabaseError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == _NO_DATA_FOUND:
+            raise _run_not_found(key) from None
+        raise_if_not_migrated(exc, using)
+        raise
+    if outcome == "cancelled":
+        return CancelResult(run_id=key, cancelled=True, status="failed")
+    return CancelResult(run_id=key, cancelled=False, status=cast(RunStatus, outcome))
+
+
+class RetryRefused(RuntimeError):
+    """``pgflow.retry_run`` refused the run (it is not failed, or it failed outside its tasks); the
+    message says why and what to do."""
+
+
+_NOT_RETRYABLE = "55000"
+
+
+def retry_run(run_id: uuid.UUID | str, *, using: str = "default") -> int:
+    """Continue a failed or cancelled run from where it failed (``pgflow.retry_run``): completed work
+    is kept, failed and cancelled tasks are queued again, their attempt numbers continuing (a task
+    that had used all its attempts gets one more). Returns how many
+    tasks were queued; ``RunNotFound`` for an unknown id, ``RetryRefused`` when the run cannot be
+    retried now (nothing changed then)."""
+    key = _as_uuid(run_id)
+    try:
+        with transaction.atomic(using=using), connections[using].cursor() as cursor:
+            return int(queries.value(cursor, queries.RETRY_RUN, [key]))
+    except DatabaseError as exc:
+        cause = exc.__cause__
+        state = getattr(cause, "sqlstate", None)
+        if state == _NO_DATA_FOUND:
+            raise _run_not_found(key) from None
+        if state == _NOT_RETRYABLE:
+            primary = getattr(getattr(cause, "diag", None), "message_primary", None)
+            raise RetryRefused(str(primary or exc)) from None
+        raise_if_not_migrated(exc, using)
+        raise
+
+
+def wait_for_run(
+    run_id: uuid.UUID | str, timeout: float = 60.0, poll: float = 0.2, *, using: str = "default"
+) -> RunView:
+    """Poll until the run is completed or failed; ``TimeoutError`` after ``timeout`` seconds."""
+    if timeout < 0 or poll <= 0:
+        raise ValueError(f"wait_for_run needs timeout >= 0 and poll > 0, got timeout={timeout}, poll={poll}")
+    deadline = time.monotonic() + timeout
+    while True:
+        view = get_run(run_id, using=using)
+        if view.is_terminal:
+            return view
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            pending = [state.step_slug for state in view.steps if state.status in ("created", "started")]
+            raise TimeoutError(
+                f"run {view.run_id} of flow {view.flow_slug!r} is still {view.status} after {timeout}s "
+                f"(unfinished steps: {', '.join(pending) or 'none'}); is a worker running for this flow?"
+            )
+        time.sleep(min(poll, remaining))
+
+
+def flow_not_found(slug: str, compiled: Iterable[str] = (), task_flows: Iterable[str] = ()) -> str:
+    """One line for a slug no compiled flow has: the known flows (registered in this project, plus
+    ``compiled`` ones the caller read from the database) and the closest match.
+
+    The ``task_flows`` among them (the tasks backend's, one per task function and queue, with hashed
+    slugs) are left out, unless ``slug`` itself looks like one of theirs."""
+    registered = _registered_slugs()
+    if slug in registered:
+        return (
+            f"flow {slug!r} is registered but not compiled in this database: run "
+            f"`manage.py pgflow_compile {slug}` (a worker for it compiles it too), or in a test call "
+            "pgflow_django.compile_flow(flow) first (run_flow compiles for you)"
+        )
+    hidden = set() if task_names.asks_for_task_flows(slug) else set(task_flows)
+    known = sorted({*registered, *compiled} - hidden)
+    listed, hint = known_and_closest(slug, known, most=_LISTED_FLOWS)
+    return f"no flow {slug!r} (known flows: {listed}){hint}"
+
+
+def _registered_slugs() -> list[str]:
+    from pgflow_django.flows.registry import get_flows
+
+    try:
+        return list(get_flows())
+    except (ImproperlyConfigured, ImportError):
+        return []  # a broken registry is reported by `manage.py check`, not by this message
+
+
+@contextmanager
+def _unknown_flow_as_not_found(slug: str, using: str) -> Iterator[None]:
+    """The SQL API's "flow does not exist" (SQLSTATE 22023) becomes ``FlowNotFound``, one line.
+
+    The compiled flows are listed too when the connection is in autocommit (a command, a script):
+    inside the caller's transaction the failed statement has aborted it, so only the registered
+    ones are."""
+    try:
+        yield
+    except DataError as exc:
+        cause = exc.__cause__
+        primary = getattr(getattr(cause, "diag", None), "message_primary", None) or ""
+        if (
+            not primary.startswith(f"flow '{slug}' does not exist")
+            or getattr(cause, "sqlstate", None) != "22023"
+        ):
+            raise
+        compiled: list[str] = []
+        tasks: list[str] = []
+        if connections[using].get_autocommit():  # else the failed statement aborted the transaction
+            with connections[using].cursor() as cursor:
+                compiled = [row.flow_slug for row in queries.fetch_all(cursor, queries.COMPILED_FLOWS)]
+                tasks = [flow.flow_slug for flow in task_names.task_flows(cursor)]
+        raise FlowNotFound(flow_not_found(slug, compiled, tasks)) from None
+
+
+def _flow_slug(flow_or_slug: Flow | str) -> str:
+    if isinstance(flow_or_slug, Flow):
+        return flow_or_slug.slug
+    return validate_flow_slug(flow_or_slug)
+
+
+def encode_run_input(flow_or_slug: Flow | str, value: Any, what: str) -> str:
+    """Serialise before any SQL runs, so bad input is one clear error and nothing is written; the
+    same JSON rule and bounds as handler outputs (``pgflow_django.runs.encoding``)."""
+    try:
+        text = encode_json(value, escape_text=False)
+    except NotEncodable as exc:
+        if exc.kind == "text":
+            raise InvalidInput(f"{what} {exc.reason}; remove it") from None
+        if exc.kind == "bound":
+            raise InvalidInput(
+                f"{what} cannot be stored: {exc.reason} (the engine's limits: {MAX_JSON_DEPTH} nested "
+                f"levels, {MAX_JSON_BYTES} bytes, integers of {MAX_INT_DIGITS} digits)"
+            ) from None
+        raise InvalidInput(
+            f"{what} is {exc.reason.replace(': ', ' (', 1)}); pass dicts, lists, strings, finite "
+            "numbers, booleans, None, or datetimes, decimals and UUIDs (stored as strings)"
+        ) from None
+    if isinstance(flow_or_slug, Flow) and not isinstance(value, list | tuple):
+        root_maps = [step.slug for step in flow_or_slug.steps.values() if step.is_map and step.is_root]
+        if root_maps:
+            raise InvalidInput(
+                f"{what} must be a JSON array, because root map step {root_maps[0]!r} runs one task per "
+                f"element; got {type(value).__name__}"
+            )
+    return text
+
+
+def _run_not_found(key: uuid.UUID) -> RunNotFound:
+    return RunNotFound(
+        f"no run {key}: check the id, or commit the transaction that started it (it may also be pruned)"
+    )
+
+
+def _as_uuid(value: object) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise ValueError(f"run id {value!r} is not a UUID; pass a uuid.UUID or its string form") from None
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
