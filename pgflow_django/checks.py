@@ -52,8 +52,9 @@ from django.apps import apps
 from django.core import checks
 from django.db import DatabaseError, connections
 
-from pgflow_django import queries
+from pgflow_django.db import queries as db_queries
 from pgflow_django.db.dbguard import vendor_problem, version_problem
+from pgflow_django.db.query import fetch_one, fetch_value
 from pgflow_django.flows.dsl import Flow
 from pgflow_django.flows.slugs import MAX_FLOW_SLUG_LENGTH, RULE, default_queue_name, slug_problem
 from pgflow_django.schedules import checks as _schedule_checks  # noqa: F401  (registers them)
@@ -318,7 +319,7 @@ def _database_messages(alias: str) -> list[checks.CheckMessage]:
             return [checks.Error(too_old, obj=alias, id="pgflow.E021")]
         pending = pending_migrations(alias)
         with connections[alias].cursor() as cursor:
-            has_schema = bool(queries.value(cursor, queries.HAS_PGMQ_SCHEMA))
+            has_schema = bool(fetch_value(cursor, db_queries.HAS_PGMQ_SCHEMA))
             missing = missing_functions(cursor) if has_schema else []
             pgmq = _pgmq_text(cursor, has_schema)
     except DatabaseError as exc:
@@ -386,7 +387,7 @@ def _pgmq_text(cursor: Any, has_schema: bool) -> str:
     """Which PGMQ the database has, or what ``migrate`` will install."""
     from pgflow_django.db.pgmq_install import bundled_version
 
-    versions = queries.fetch_one(cursor, queries.PGMQ_VERSIONS)
+    versions = fetch_one(cursor, db_queries.PGMQ_VERSIONS)
     installed, available = (None, None) if versions is None else versions
     if installed:
         return f"PGMQ {installed} (extension)"

@@ -25,11 +25,13 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from pgflow_django import queries
+from pgflow_django.admin import queries
 from pgflow_django.admin.database import read_database
 from pgflow_django.admin.diagrams import rates
 from pgflow_django.admin.diagrams.dag import duration_text
 from pgflow_django.admin.lists import short_id, when
+from pgflow_django.db import queries as db_queries
+from pgflow_django.db.query import fetch_all
 from pgflow_django.flows.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
 from pgflow_django.flows.task_names import flow_labels
 
@@ -62,7 +64,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], empty: str) ->
 
 def _rates(cursor: Any, now: datetime, names: dict[str, str]) -> Panel:
     per_flow: dict[str, dict[datetime, tuple[int, int, int]]] = {}
-    for row in queries.fetch_all(cursor, queries.DASHBOARD_RUN_RATES):
+    for row in fetch_all(cursor, queries.DASHBOARD_RUN_RATES):
         minute = timezone.localtime(row.minute).replace(second=0, microsecond=0)
         per_flow.setdefault(row.flow_slug, {})[minute] = (row.started, row.completed, row.failed)
     local_now = timezone.localtime(now)
@@ -93,7 +95,7 @@ def _queues(cursor: Any) -> Panel:
             "-" if row.visible is None else row.visible,
             "-" if row.oldest_msg_age_sec is None else duration_text(row.oldest_msg_age_sec),
         )
-        for row in queries.fetch_all(cursor, queries.FLOW_QUEUE_DEPTHS, {"flow": None})
+        for row in fetch_all(cursor, db_queries.FLOW_QUEUE_DEPTHS, {"flow": None})
     ]
     headers = ("queue", "messages", "visible", "oldest message")
     return Panel("queues", "Queues", _table(headers, rows, "No flow queues."))
@@ -108,7 +110,7 @@ def _workers(cursor: Any) -> Panel:
             duration_text(max(row.heartbeat_age, 0.0)),
             _first_steps(row.supports) or "-",
         )
-        for row in queries.fetch_all(cursor, queries.DASHBOARD_LIVE_WORKERS)
+        for row in fetch_all(cursor, queries.DASHBOARD_LIVE_WORKERS)
     ]
     headers = ("worker", "queue", "function", "heartbeat age", "runs steps")
     return Panel("workers", "Live workers", _table(headers, rows, "No live worker."))
@@ -128,7 +130,7 @@ def _first_steps(supports: str) -> str:
 def _pauses(cursor: Any, names: dict[str, str]) -> Panel:
     rows = [
         (names.get(p.flow_slug, p.flow_slug), p.step_slug or "(flow)", p.reason, p.detail or "-")
-        for p in queries.fetch_all(cursor, queries.ALL_PAUSES)
+        for p in fetch_all(cursor, db_queries.ALL_PAUSES)
     ]
     headers = ("flow", "step", "reason", "detail")
     return Panel("pauses", "Paused subscriptions", _table(headers, rows, "No paused subscription."))
@@ -144,7 +146,7 @@ def _stalled(cursor: Any, names: dict[str, str]) -> Panel:
             short_id(row.last_worker_id),
             duration_text(row.claimed_for),
         )
-        for row in queries.fetch_all(cursor, queries.DASHBOARD_STALLED_TASKS)
+        for row in fetch_all(cursor, queries.DASHBOARD_STALLED_TASKS)
     ]
     headers = ("run", "flow", "task", "worker", "claimed for")
     return Panel("stalled", "Stalled tasks", _table(headers, rows, "No stalled task."))
@@ -153,7 +155,7 @@ def _stalled(cursor: Any, names: dict[str, str]) -> Panel:
 def _flow_control(cursor: Any) -> Panel:
     rows = [
         flow_control_cells(row)
-        for row in queries.fetch_all(cursor, queries.FLOW_CONTROL, {"flow": None, "limit": FLOW_CONTROL_ROWS})
+        for row in fetch_all(cursor, db_queries.FLOW_CONTROL, {"flow": None, "limit": FLOW_CONTROL_ROWS})
     ]
     body = _table(FLOW_CONTROL_HEADERS, rows, "No concurrency key or rate limit.")
     return Panel("flow-control", "Concurrency keys and rate limits", body)

@@ -27,14 +27,16 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from pgflow_django import queries
 from pgflow_django.admin import dashboard as admin_dashboard
 from pgflow_django.admin import lists as admin_lists
+from pgflow_django.admin import queries
 from pgflow_django.admin.database import AdminDatabaseMixin, database_of, read_database, write_database
 from pgflow_django.admin.diagrams import dag
 from pgflow_django.admin.lists import FlowFilter, clock, short_id, took, when
 from pgflow_django.admin.permissions import NoEditsMixin
 from pgflow_django.admin.schedules import ScheduleAdmin
+from pgflow_django.db import queries as db_queries
+from pgflow_django.db.query import fetch_all, fetch_value
 from pgflow_django.flows.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
 from pgflow_django.models import Dep, Flow, Run, Schedule, Step, StepState, StepTask, Worker
 from pgflow_django.runs import operations
@@ -238,7 +240,7 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
     def flow_control(self, obj: Flow) -> SafeString | str:
         """Its concurrency keys and rate limits, with the started and deferred tasks of each key."""
         with connections[database_of(obj)].cursor() as cursor:
-            found = queries.fetch_all(cursor, queries.FLOW_CONTROL, {"flow": obj.flow_slug, "limit": 200})
+            found = fetch_all(cursor, db_queries.FLOW_CONTROL, {"flow": obj.flow_slug, "limit": 200})
         if not found:
             return "no concurrency key or rate limit"
         rows = [flow_control_cells(row)[1:] for row in found]
@@ -248,7 +250,7 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
 def _rerun(run_id: uuid.UUID) -> Any:
     database = write_database()
     with transaction.atomic(using=database), connections[database].cursor() as cursor:
-        return queries.value(cursor, queries.RERUN, [run_id])
+        return fetch_value(cursor, queries.RERUN, [run_id])
 
 
 def _cancel(run_id: uuid.UUID) -> CancelResult:
@@ -558,7 +560,7 @@ class WorkerAdmin(ReadOnlyAdminMixin, _WorkerAdmin):
     @admin.display(description="queue", ordering="queue_name")
     def queues(self, obj: Worker) -> str:
         """A worker serving several queues registers ``*``: say how many instead."""
-        if obj.queue_name != queries.SEVERAL_QUEUES:
+        if obj.queue_name != db_queries.SEVERAL_QUEUES:
             return obj.queue_name
         return f"{getattr(obj, 'queue_count', 0)} queues"
 
@@ -589,7 +591,7 @@ class WorkerAdmin(ReadOnlyAdminMixin, _WorkerAdmin):
         """The pauses holding the worker's subscriptions (its support set: a plain flow's steps, one
         step of a step-queued flow, a shared queue's routed steps), as the worker itself sees them."""
         with connections[database_of(obj)].cursor() as cursor:
-            pauses = queries.fetch_all(cursor, queries.WORKER_PAUSES, {"id": obj.worker_id})
+            pauses = fetch_all(cursor, queries.WORKER_PAUSES, {"id": obj.worker_id})
         return ", ".join(f"{p.flow_slug} {p.step_slug or '(flow)'}: {p.reason}" for p in pauses) or "-"
 
 

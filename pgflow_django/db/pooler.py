@@ -16,7 +16,8 @@ from typing import Any, Final
 import psycopg
 from django.core.exceptions import ImproperlyConfigured
 
-from pgflow_django import queries
+from pgflow_django.db import queries
+from pgflow_django.db.query import fetch_value
 
 SETTING: Final = 'PGFLOW["POOLER"] = "transaction"'
 PREPARED_STATEMENT_STATES: Final = frozenset({"26000", "42P05"})
@@ -82,4 +83,4 @@ def unannounced_pooler(params: dict[str, Any], alias: str) -> str | None:
 
 def _server_pid(conn: psycopg.Connection[Any]) -> int:
     with conn.cursor() as cursor:
-        return int(queries.value(cursor, queries.BACKEND_PID))
+        return int(fetch_value(cursor, queries.BACKEND_PID))

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
-from pgflow_django import queries
+from pgflow_django.db import queries
 from pgflow_django.db.catalog import Cursor
+from pgflow_django.db.query import fetch_value
 from pgflow_django.sql import AUDITS_DIR
 
 AUDIT_FILE: Final = "0003_queue_identity_audit.sql"
@@ -135,7 +136,7 @@ def current_audit_checks(cursor: Cursor) -> list[AuditCheck]:
     """The audit's checks, with the refined ones in place of the originals once the database has the
     queue modes of migration 0005 (before it, every flow is plain and the originals are exact)."""
     checks = load_audit_checks()
-    if not queries.value(cursor, queries.HAS_QUEUE_MODES):
+    if not fetch_value(cursor, queries.HAS_QUEUE_MODES):
         return checks
     refined = {check.name: check for check in load_audit_checks(source=REFINED_AUDIT_FILE)}
     return [refined.get(check.name, check) for check in checks]
@@ -179,12 +180,12 @@ def preflight(cursor: Cursor, *, lock_timeout: Any = _UNSET) -> list[Finding]:
     """
     milliseconds = _milliseconds(_configured_lock_timeout() if lock_timeout is _UNSET else lock_timeout)
     if milliseconds is not None:
-        queries.value(cursor, queries.SET_LOCK_TIMEOUT, [f"{milliseconds}ms"])
-    queries.value(cursor, queries.MIGRATE_LOCK, [MIGRATE_LOCK])
-    if not queries.value(cursor, queries.HOLDS_MIGRATE_LOCK, [MIGRATE_LOCK]):
+        fetch_value(cursor, queries.SET_LOCK_TIMEOUT, [f"{milliseconds}ms"])
+    fetch_value(cursor, queries.MIGRATE_LOCK, [MIGRATE_LOCK])
+    if not fetch_value(cursor, queries.HOLDS_MIGRATE_LOCK, [MIGRATE_LOCK]):
         raise RuntimeError("the pgflow upgrade preflight must run inside the migration's transaction")
-    queries.value(cursor, queries.LOCK_UPGRADE_TABLES)
-    queries.value(cursor, queries.LOCK_PGMQ_META)
+    fetch_value(cursor, queries.LOCK_UPGRADE_TABLES)
+    fetch_value(cursor, queries.LOCK_PGMQ_META)
     findings = run_audit(cursor)
     if any(not finding.ok for finding in findings):
         heading = "pgflow migration 0003 stopped before changing anything: the audit found problems."

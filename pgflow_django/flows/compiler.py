@@ -17,9 +17,10 @@ from typing import Any, Literal, TypeAlias, cast
 
 from django.db import ProgrammingError, connections
 
-from pgflow_django import queries
 from pgflow_django.conf import get_settings
 from pgflow_django.db.dbguard import raise_if_not_migrated
+from pgflow_django.db.query import fetch_value
+from pgflow_django.flows import queries
 from pgflow_django.flows.dsl import Flow
 
 logger = logging.getLogger("pgflow_django.flows.compiler")
@@ -120,7 +121,7 @@ def _compile_flow(
     policy: OnChange = get_settings().on_shape_change if on_change is None else on_change
     with connections[using].cursor() as cursor:
         answer: dict[str, Any] = json.loads(
-            queries.value(
+            fetch_value(
                 cursor,
                 queries.ENSURE_FLOW_COMPILED,
                 [flow.slug, json.dumps(flow.shape()), policy, confirmed_runs],
@@ -145,7 +146,7 @@ def _compile_flow(
             refused=answer.get("refused"),
         )
     with connections[using].cursor() as cursor:
-        queries.value(
+        fetch_value(
             cursor, queries.SET_FLOW_LIMITS, [flow.slug, json.dumps([lim.row() for lim in flow.limits])]
         )
     if result.status == "recompiled":

@@ -67,10 +67,11 @@ class TaskContext:
         if self._flow_input is _UNSET:
             from django.db import connections
 
-            from pgflow_django import queries
+            from pgflow_django.db.query import fetch_one
+            from pgflow_django.flows import queries
 
             with connections[self.using].cursor() as cursor:
-                row = queries.fetch_one(cursor, queries.RUN_INPUT, [self.run_id])
+                row = fetch_one(cursor, queries.RUN_INPUT, [self.run_id])
             if row is None:
                 raise LookupError(f"run {self.run_id} no longer exists")
             self._flow_input = json.loads(row.value)

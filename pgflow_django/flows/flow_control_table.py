@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from pgflow_django.flows.flow_control import describe
 
 if TYPE_CHECKING:
-    from pgflow_django.queries import FlowControlRow
+    from pgflow_django.db.queries import FlowControlRow
 
 FLOW_CONTROL_HEADERS = ("flow", "step", "limit", "key", "started", "deferred", "tokens")
 """Columns of a flow-control table (the dashboard's panel and a flow's page)."""

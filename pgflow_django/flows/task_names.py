@@ -17,7 +17,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_all
+from pgflow_django.flows import queries
 from pgflow_django.flows.slugs import (
     TASK_FLOW_SLUG_REGEX,
     TASK_STEP_SLUG,
@@ -39,9 +40,7 @@ class TaskFlow:
 
 def task_flows(cursor: Any) -> list[TaskFlow]:
     """Every task flow compiled in the cursor's database, by slug."""
-    rows = queries.fetch_all(
-        cursor, queries.TASK_FLOWS, {"step": TASK_STEP_SLUG, "pattern": TASK_FLOW_SLUG_REGEX}
-    )
+    rows = fetch_all(cursor, queries.TASK_FLOWS, {"step": TASK_STEP_SLUG, "pattern": TASK_FLOW_SLUG_REGEX})
     return [
         TaskFlow(
             row.flow_slug,

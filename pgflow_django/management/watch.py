@@ -16,8 +16,10 @@ from django.utils import timezone
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from pgflow_django import queries
+from pgflow_django.db import queries as db_queries
+from pgflow_django.db.query import fetch_all
 from pgflow_django.flows.task_names import flow_labels
+from pgflow_django.management import queries
 from pgflow_django.management.cli import printable
 from pgflow_django.management.layout import Column, FitTable, Wrapped
 from pgflow_django.management.progress import STATUS_STYLES, format_seconds
@@ -68,7 +70,7 @@ def take_snapshot(flow: str | None, limit: int, *, using: str = "default") -> Wa
     runs: dict[str, ActiveRun] = {}
     with connections[using].cursor() as cursor:
         names = flow_labels(cursor)
-        for row in queries.fetch_all(cursor, queries.ACTIVE_RUN_STEPS, params):
+        for row in fetch_all(cursor, queries.ACTIVE_RUN_STEPS, params):
             flow = names.get(row.flow_slug, row.flow_slug)
             run = runs.setdefault(
                 str(row.run_id), ActiveRun(str(row.run_id), flow, row.started_at, row.remaining_steps)
@@ -78,7 +80,7 @@ def take_snapshot(flow: str | None, limit: int, *, using: str = "default") -> Wa
             run.steps.append(StepProgress(row.step_slug, row.status, row.completed_tasks, total))
         queues = [
             QueueDepth(row.queue_name, row.queue_length, row.visible, row.oldest_msg_age_sec)
-            for row in queries.fetch_all(cursor, queries.FLOW_QUEUE_DEPTHS, params)
+            for row in fetch_all(cursor, db_queries.FLOW_QUEUE_DEPTHS, params)
         ]
     return WatchFrame(timezone.now(), list(runs.values()), queues)
 

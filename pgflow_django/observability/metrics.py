@@ -214,7 +214,7 @@ DATABASE_GAUGES: Final = {
         ("flow", "step", "reason"),
     ),
 }
-"""Each sample name of ``queries.database_metrics``: the gauge it fills, its help and its labels."""
+"""Each sample name of ``db_queries.database_metrics``: the gauge it fills, its help and its labels."""
 
 _LABEL_FIELDS: Final = {
     "queue": "queue_name",
@@ -229,18 +229,18 @@ def database_samples(using: str = "default") -> list[Any]:
     """The database-wide samples, from one statement under a statement timeout."""
     from django.db import connections, transaction
 
-    from pgflow_django import queries
     from pgflow_django.conf import live_worker_seconds
+    from pgflow_django.db import queries as db_queries
+    from pgflow_django.db.query import fetch_all, fetch_value
+    from pgflow_django.observability import queries
 
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        queries.value(cursor, queries.SET_LOCAL_STATEMENT_TIMEOUT, [str(STATEMENT_TIMEOUT_MS)])
+        fetch_value(cursor, queries.SET_LOCAL_STATEMENT_TIMEOUT, [str(STATEMENT_TIMEOUT_MS)])
         tables = [
             (row.queue_name, row.table)
-            for row in queries.fetch_all(cursor, queries.FLOW_QUEUE_TABLES, {"flows": None})
+            for row in fetch_all(cursor, db_queries.FLOW_QUEUE_TABLES, {"flows": None})
         ]
-        return queries.fetch_all(
-            cursor, queries.database_metrics(tables), {"live_seconds": live_worker_seconds()}
-        )
+        return fetch_all(cursor, db_queries.database_metrics(tables), {"live_seconds": live_worker_seconds()})
 
 
 class DatabaseCollector:

@@ -48,9 +48,10 @@ def current_context() -> str | None:
 
 def record_on_runs(cursor: Any, run_ids: Sequence[uuid.UUID], context: str) -> None:
     """Store ``context`` on runs just started, in the caller's transaction."""
-    from pgflow_django import queries
+    from pgflow_django.db.query import fetch_value
+    from pgflow_django.observability import queries
 
-    queries.value(cursor, queries.SET_TRACE_CONTEXT, [context, list(run_ids)])
+    fetch_value(cursor, queries.SET_TRACE_CONTEXT, [context, list(run_ids)])
 
 
 def recording() -> bool:

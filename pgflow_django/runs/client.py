@@ -20,13 +20,13 @@ from typing import Any, Final, Literal, TypeAlias, cast
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, DataError, IntegrityError, ProgrammingError, connections, transaction
 
-from pgflow_django import queries
 from pgflow_django.db.dbguard import raise_if_not_migrated, require_postgresql
+from pgflow_django.db.query import fetch_all, fetch_one, fetch_value
 from pgflow_django.flows import task_names
 from pgflow_django.flows.dsl import Flow, StepType, priority_problem
 from pgflow_django.flows.slugs import validate_flow_slug
 from pgflow_django.observability import tracing
-from pgflow_django.runs import run_keys
+from pgflow_django.runs import queries, run_keys
 from pgflow_django.runs.encoding import (
     MAX_INT_DIGITS,
     MAX_JSON_BYTES,
@@ -224,7 +224,7 @@ def _start_flow(
     trace_context = tracing.current_context()
     with _traced(trace_context, using, keys), connections[using].cursor() as cursor:
         with _unknown_flow_as_not_found(slug, using):
-            started = queries.value(
+            started = fetch_value(
                 cursor, queries.START_FLOW, [slug, body, None, _delay_seconds(delay), chosen_priority]
             )
         new_id = _as_uuid(started)
@@ -264,7 +264,7 @@ def _start_chosen(
         try:
             with transaction.atomic(using=using), connections[using].cursor() as cursor:
                 with _unknown_flow_as_not_found(slug, using):
-                    queries.value(cursor, queries.START_FLOW, [slug, body, chosen, seconds, priority])
+                    fetch_value(cursor, queries.START_FLOW, [slug, body, chosen, seconds, priority])
                 run_keys.record(cursor, [chosen], keys)
                 if trace_context is not None:
                     tracing.record_on_runs(cursor, [chosen], trace_context)
@@ -272,7 +272,7 @@ def _start_chosen(
             if not is_run_id_conflict(getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)):
                 raise
             with connections[using].cursor() as cursor:
-                existing = queries.fetch_one(cursor, queries.EXISTING_RUN, [body, chosen])
+                existing = fetch_one(cursor, queries.EXISTING_RUN, [body, chosen])
             if existing is None:
                 continue
             if existing.flow_slug != slug or not (keyed or existing.same_input):
@@ -310,7 +310,7 @@ def _start_keyed(
     trace_context = tracing.current_context()
     for _ in range(KEYED_START_ATTEMPTS):
         with connections[using].cursor() as cursor:
-            taken = queries.fetch_all(cursor, queries.TAKEN_RUN_IDS, [list(first_bodies)])
+            taken = fetch_all(cursor, queries.TAKEN_RUN_IDS, [list(first_bodies)])
         foreign = [row for row in taken if row.flow_slug != slug]
         if foreign:
             raise RunIdInUse(
@@ -324,7 +324,7 @@ def _start_keyed(
             with transaction.atomic(using=using), connections[using].cursor() as cursor:
                 with _unknown_flow_as_not_found(slug, using):
                     body = f"[{','.join(first_bodies[run_id] for run_id in todo)}]"
-                    queries.value(cursor, queries.START_FLOWS, [slug, body, todo, priority])
+                    fetch_value(cursor, queries.START_FLOWS, [slug, body, todo, priority])
                 run_keys.record(cursor, todo, [first_keys[run_id] for run_id in todo])
                 if trace_context is not None:
                     tracing.record_on_runs(cursor, todo, trace_context)
@@ -421,7 +421,7 @@ def _start_flows(
     trace_context = tracing.current_context()
     with _traced(trace_context, using, keys), connections[using].cursor() as cursor:
         with _unknown_flow_as_not_found(slug, using):
-            queries.value(cursor, queries.START_FLOWS, [slug, f"[{','.join(bodies)}]", ids, chosen_priority])
+            fetch_value(cursor, queries.START_FLOWS, [slug, f"[{','.join(bodies)}]", ids, chosen_priority])
         run_keys.record(cursor, ids, keys)
         if trace_context is not None:
             tracing.record_on_runs(cursor, ids, trace_context)
@@ -435,7 +435,7 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
     key = _as_uuid(run_id)
     try:
         with connections[using].cursor() as cursor:
-            rows = queries.fetch_all(cursor, queries.GET_RUN, [key])
+            rows = fetch_all(cursor, queries.GET_RUN, [key])
     except ProgrammingError as exc:
         raise_if_not_migrated(exc, using)
         raise
@@ -499,7 +499,7 @@ def cancel_run(run_id: uuid.UUID | str, *, reason: str | None = None, using: str
         check_storable_text(reason, "reason")
     try:
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
-            outcome = str(queries.value(cursor, queries.CANCEL_RUN, [key, reason]))
+            outcome = str(fetch_value(cursor, queries.CANCEL_RUN, [key, reason]))
     except DatabaseError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == _NO_DATA_FOUND:
             raise _run_not_found(key) from None
@@ -527,7 +527,7 @@ def retry_run(run_id: uuid.UUID | str, *, using: str = "default") -> int:
     key = _as_uuid(run_id)
     try:
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
-            return int(queries.value(cursor, queries.RETRY_RUN, [key]))
+            return int(fetch_value(cursor, queries.RETRY_RUN, [key]))
     except DatabaseError as exc:
         cause = exc.__cause__
         state = getattr(cause, "sqlstate", None)
@@ -610,7 +610,7 @@ def _unknown_flow_as_not_found(slug: str, using: str) -> Iterator[None]:
         tasks: list[str] = []
         if connections[using].get_autocommit():  # else the failed statement aborted the transaction
             with connections[using].cursor() as cursor:
-                compiled = [row.flow_slug for row in queries.fetch_all(cursor, queries.COMPILED_FLOWS)]
+                compiled = [row.flow_slug for row in fetch_all(cursor, queries.COMPILED_FLOWS)]
                 tasks = [flow.flow_slug for flow in task_names.task_flows(cursor)]
         raise FlowNotFound(flow_not_found(slug, compiled, tasks)) from None
 

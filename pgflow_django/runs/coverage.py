@@ -31,11 +31,12 @@ from typing import Any, Final
 from django.db import connections
 from psycopg import sql
 
-from pgflow_django import queries
 from pgflow_django.conf import LIVE_HEARTBEATS, live_worker_seconds
+from pgflow_django.db.query import fetch_all, fetch_value, read_rows
 from pgflow_django.flows.slugs import task_flow_slug, validate_flow_slug
-from pgflow_django.queries import RouteCoverage, StepServiceRow
+from pgflow_django.runs import queries
 from pgflow_django.runs.operations import FlowNotFound, compiled_flows, not_found
+from pgflow_django.runs.queries import RouteCoverage, StepServiceRow
 
 __all__ = [
     "COVERAGE_SQL",
@@ -87,12 +88,12 @@ def coverage(
     query = coverage_sql(using=using, flow=flow, live_seconds=live_seconds)
     with connections[using].cursor() as cursor:
         cursor.execute(query)
-        return queries.read_rows(queries.COVERAGE, cursor.description, cursor.fetchall())
+        return read_rows(queries.COVERAGE, cursor.description, cursor.fetchall())
 
 
 def compiled_flow_count(using: str = "default") -> int:
     with connections[using].cursor() as cursor:
-        return int(queries.value(cursor, queries.COMPILED_FLOW_COUNT))
+        return int(fetch_value(cursor, queries.COMPILED_FLOW_COUNT))
 
 
 def _check_flow_exists(flow: str, using: str) -> None:
@@ -143,7 +144,7 @@ def flow_service(
     if wanted:
         with connections[using].cursor() as cursor:
             params = {"flows": wanted, "live_seconds": seconds}
-            for row in queries.fetch_all(cursor, queries.FLOW_SERVICE, params):
+            for row in fetch_all(cursor, queries.FLOW_SERVICE, params):
                 steps[row.flow_slug].append(row)
     return {slug: FlowService(slug, tuple(rows)) for slug, rows in steps.items()}
 
@@ -156,14 +157,14 @@ def run_unserved_steps(
     seconds = live_worker_seconds() if live_seconds is None else float(live_seconds)
     with connections[using].cursor() as cursor:
         params = {"run_id": str(run_id), "live_seconds": seconds}
-        return queries.fetch_all(cursor, queries.RUN_UNSERVED_STEPS, params)
+        return fetch_all(cursor, queries.RUN_UNSERVED_STEPS, params)
 
 
 def any_live_worker(*, using: str = "default", live_seconds: float | None = None) -> bool:
     """Whether any worker is live, whatever it runs (each fires schedules, unless ``--no-scheduler``)."""
     seconds = live_worker_seconds() if live_seconds is None else float(live_seconds)
     with connections[using].cursor() as cursor:
-        return bool(queries.value(cursor, queries.LIVE_WORKER_COUNT, {"live_seconds": seconds}))
+        return bool(fetch_value(cursor, queries.LIVE_WORKER_COUNT, {"live_seconds": seconds}))
 
 
 def worker_commands(steps: Iterable[StepServiceRow], *, task_path: str | None = None) -> list[str]:

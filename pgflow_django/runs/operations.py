@@ -12,11 +12,13 @@ from datetime import timedelta
 
 from django.db import connections, transaction
 
-from pgflow_django import queries
 from pgflow_django.conf import live_worker_seconds
+from pgflow_django.db import queries as db_queries
+from pgflow_django.db.queries import Pause
+from pgflow_django.db.query import fetch_all, fetch_one, fetch_value
 from pgflow_django.flows import task_names
 from pgflow_django.flows.slugs import validate_flow_slug
-from pgflow_django.queries import Pause
+from pgflow_django.runs import queries
 
 __all__ = [
     "FlowNotFound",
@@ -89,7 +91,7 @@ def requeue_stalled(*, using: str = "default") -> RequeueResult:
     The workers' own path: it waits for a pass another caller is running to end, then runs under the
     same advisory lock and lock timeout (a row that stays busy raises rather than holding up others)."""
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        recovered = queries.requeue_stalled(cursor, wait=True) or []
+        recovered = db_queries.requeue_stalled(cursor, wait=True) or []
     counts = {row.outcome: int(row.task_count) for row in recovered}
     return RequeueResult(
         requeued=counts.get("requeued", 0), permanently_stalled=counts.get("permanently_stalled", 0)
@@ -102,9 +104,7 @@ def prune(older_than: timedelta, *, using: str = "default") -> PruneResult:
     if older_than < timedelta(0):
         raise ValueError(f"older_than must not be negative, got {older_than}")
     with connections[using].cursor() as cursor:
-        counts: dict[str, int] = json.loads(
-            queries.value(cursor, queries.PRUNE, [older_than.total_seconds()])
-        )
+        counts: dict[str, int] = json.loads(fetch_value(cursor, queries.PRUNE, [older_than.total_seconds()]))
     return PruneResult(
         runs=int(counts.get("runs", 0)),
         step_states=int(counts.get("step_states", 0)),
@@ -120,8 +120,8 @@ def partition_history(interval_days: int, ahead: int, *, apply: bool, using: str
     ``interval_days``, ``ahead`` future ones kept ready), in order; run in one transaction only when
     ``apply``. Raises ``DatabaseError`` (one line) when the history is already partitioned."""
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        queries.value(cursor, queries.SET_LOCK_TIMEOUT, [queries.PARTITION_LOCK_TIMEOUT])
-        rows = queries.fetch_all(cursor, queries.PARTITION_HISTORY, [interval_days, ahead, apply])
+        fetch_value(cursor, db_queries.SET_LOCK_TIMEOUT, [queries.PARTITION_LOCK_TIMEOUT])
+        rows = fetch_all(cursor, queries.PARTITION_HISTORY, [interval_days, ahead, apply])
     return [str(row.value) for row in rows]
 
 
@@ -130,21 +130,21 @@ def partition_archives(*, apply: bool, using: str = "default") -> list[str]:
     before they could be, in order; run in one transaction only when ``apply``. Raises
     ``DatabaseError`` (one line) when the history is not partitioned or the archives already are."""
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        queries.value(cursor, queries.SET_LOCK_TIMEOUT, [queries.PARTITION_LOCK_TIMEOUT])
-        rows = queries.fetch_all(cursor, queries.PARTITION_ARCHIVES, [apply])
+        fetch_value(cursor, db_queries.SET_LOCK_TIMEOUT, [queries.PARTITION_LOCK_TIMEOUT])
+        rows = fetch_all(cursor, queries.PARTITION_ARCHIVES, [apply])
     return [str(row.value) for row in rows]
 
 
 def history_partitioning(*, using: str = "default") -> queries.HistoryPartitioning | None:
     """A partitioned install's settings and partition count; None when the history is not partitioned."""
     with connections[using].cursor() as cursor:
-        return queries.fetch_one(cursor, queries.HISTORY_PARTITIONING)
+        return fetch_one(cursor, queries.HISTORY_PARTITIONING)
 
 
 def default_partition_runs(*, using: str = "default") -> int:
     """How many runs a partitioned history's default partition holds (counted: a full read of it)."""
     with connections[using].cursor() as cursor:
-        return int(queries.value(cursor, queries.DEFAULT_PARTITION_RUNS))
+        return int(fetch_value(cursor, queries.DEFAULT_PARTITION_RUNS))
 
 
 def prune_shared_archive(queue: str, older_than: timedelta, *, using: str = "default") -> int:
@@ -153,16 +153,14 @@ def prune_shared_archive(queue: str, older_than: timedelta, *, using: str = "def
     if older_than < timedelta(0):
         raise ValueError(f"older_than must not be negative, got {older_than}")
     with connections[using].cursor() as cursor:
-        return int(queries.value(cursor, queries.PRUNE_SHARED_ARCHIVE, [queue, older_than.total_seconds()]))
+        return int(fetch_value(cursor, queries.PRUNE_SHARED_ARCHIVE, [queue, older_than.total_seconds()]))
 
 
 def describe_flow(slug: str, *, using: str = "default") -> FlowSummary:
     """Counts shown before a deletion is confirmed; ``FlowNotFound`` when the flow is not compiled."""
     validate_flow_slug(slug)
     with connections[using].cursor() as cursor:
-        usage = queries.fetch_one(
-            cursor, queries.FLOW_USAGE, {"slug": slug, "live_seconds": live_worker_seconds()}
-        )
+        usage = fetch_one(cursor, queries.FLOW_USAGE, {"slug": slug, "live_seconds": live_worker_seconds()})
     assert usage is not None
     if not usage.exists:
         raise FlowNotFound(not_found(slug, using))
@@ -181,14 +179,14 @@ def delete_flow(slug: str, *, using: str = "default") -> FlowSummary:
     with transaction.atomic(using=using):
         summary = describe_flow(slug, using=using)
         with connections[using].cursor() as cursor:
-            queries.value(cursor, queries.DELETE_FLOW, [slug])
+            fetch_value(cursor, queries.DELETE_FLOW, [slug])
     return summary
 
 
 def compiled_flows(using: str = "default") -> list[str]:
     """The slugs of every flow compiled in the database, in order."""
     with connections[using].cursor() as cursor:
-        return [row.flow_slug for row in queries.fetch_all(cursor, queries.COMPILED_FLOWS)]
+        return [row.flow_slug for row in fetch_all(cursor, queries.COMPILED_FLOWS)]
 
 
 def not_found(slug: str, using: str) -> str:
@@ -206,7 +204,7 @@ def pause(flow_slug: str, step_slug: str = "", *, detail: str | None = None, usi
     """Set an operator pause: the subscription's workers stop at their next heartbeat and new ones
     refuse to start until :func:`resume`. A fatal pause already there is kept (its detail matters)."""
     with connections[using].cursor() as cursor:
-        paused = queries.fetch_one(cursor, queries.PAUSE_SUBSCRIPTION, [flow_slug, step_slug, detail])
+        paused = fetch_one(cursor, queries.PAUSE_SUBSCRIPTION, [flow_slug, step_slug, detail])
     assert paused is not None
     return paused
 
@@ -214,12 +212,12 @@ def pause(flow_slug: str, step_slug: str = "", *, detail: str | None = None, usi
 def resume(flow_slug: str, step_slug: str = "", *, using: str = "default") -> Pause | None:
     """Clear a subscription's pause (fatal or operator); returns the pause that was cleared, if any."""
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        cleared = queries.fetch_one(cursor, queries.LOCK_PAUSE, [flow_slug, step_slug])
-        queries.value(cursor, queries.RESUME_SUBSCRIPTION, [flow_slug, step_slug])
+        cleared = fetch_one(cursor, queries.LOCK_PAUSE, [flow_slug, step_slug])
+        fetch_value(cursor, queries.RESUME_SUBSCRIPTION, [flow_slug, step_slug])
     return cleared
 
 
 def pauses(*, using: str = "default") -> list[Pause]:
     """Every paused subscription, oldest first."""
     with connections[using].cursor() as cursor:
-        return queries.fetch_all(cursor, queries.ALL_PAUSES)
+        return fetch_all(cursor, db_queries.ALL_PAUSES)

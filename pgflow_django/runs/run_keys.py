@@ -13,8 +13,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_value
 from pgflow_django.flows.dsl import Flow
+from pgflow_django.runs import queries
 from pgflow_django.runs.encoding import clean_text
 
 
@@ -66,7 +67,7 @@ def record(cursor: Any, run_ids: Sequence[uuid.UUID], keys: Sequence[Sequence[Ru
     """Store each run's keys, in the caller's transaction (the one that starts the runs)."""
     rows = [key._replace(run_id=run_id) for run_id, run in zip(run_ids, keys, strict=True) for key in run]
     if rows:
-        queries.value(
+        fetch_value(
             cursor,
             queries.RECORD_RUN_KEYS,
             [

@@ -20,8 +20,9 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_all, fetch_value
 from pgflow_django.flows.registry import TaskModuleError
+from pgflow_django.schedules import queries
 from pgflow_django.schedules.cron import HOST_ZONES, InvalidSchedule, check_cron, check_timezone
 from pgflow_django.schedules.definition import ScheduleSpec
 
@@ -102,9 +103,9 @@ def check_stored_schedules(
 def _stored(alias: str) -> list[checks.CheckMessage]:
     try:
         with connections[alias].cursor() as cursor:
-            if not queries.value(cursor, queries.HAS_SCHEDULES_TABLE):
+            if not fetch_value(cursor, queries.HAS_SCHEDULES_TABLE):
                 return []  # not migrated: pgflow.W001
-            rows = queries.fetch_all(cursor, queries.STORED_SCHEDULE_CHECKS)
+            rows = fetch_all(cursor, queries.STORED_SCHEDULE_CHECKS)
     except DatabaseError:
         return []  # pgflow.E009 reports a database that cannot be inspected
     specs, _ = _declared()

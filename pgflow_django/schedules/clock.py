@@ -16,7 +16,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_value
+from pgflow_django.schedules import queries
 
 logger = logging.getLogger("pgflow_django.schedules")
 
@@ -31,7 +32,7 @@ def database_now(cursor: Any) -> datetime:
     """The database server's current time (``clock_timestamp()``, in UTC) on ``cursor``, Django's or
     psycopg's; warns once per process when this host's clock is off by more than ``SKEW_WARNING``."""
     started = time.monotonic()
-    moment: datetime = queries.value(cursor, queries.DATABASE_NOW).astimezone(UTC)
+    moment: datetime = fetch_value(cursor, queries.DATABASE_NOW).astimezone(UTC)
     host = datetime.now(UTC)
     trip = timedelta(seconds=time.monotonic() - started)
     _check_skew(host - trip / 2, moment, trip)

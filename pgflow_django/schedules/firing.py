@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_all, fetch_value
+from pgflow_django.schedules import queries
 from pgflow_django.schedules.callables import resolve_callable
 from pgflow_django.schedules.clock import database_now
 from pgflow_django.schedules.cron import stored_zone
@@ -60,13 +61,11 @@ def fire_due(
     """Fire every tick due at ``now`` (default: the database's clock) on ``cursor`` (Django's or
     psycopg's), which must be inside a transaction the caller commits; the firing lock is held until
     then."""
-    if not queries.value(cursor, queries.TRY_FIRE_LOCK, [FIRE_LOCK_KEY]):
+    if not fetch_value(cursor, queries.TRY_FIRE_LOCK, [FIRE_LOCK_KEY]):
         return FireResult(locked=False)
     moment = (now or database_now(cursor)).astimezone(UTC)
     inputs, held = _callable_inputs(cursor, moment, max_schedules, grace)
-    rows = queries.fetch_all(
-        cursor, queries.FIRE_DUE_SCHEDULES, [moment, max_schedules, json.dumps(inputs), grace]
-    )
+    rows = fetch_all(cursor, queries.FIRE_DUE_SCHEDULES, [moment, max_schedules, json.dumps(inputs), grace])
     fired = [FiredTick(row.schedule_name, row.tick, _uuid(row.run_id)) for row in rows]
     return FireResult(locked=True, fired=fired, held=held)
 
@@ -74,7 +73,7 @@ def fire_due(
 def _callable_inputs(
     cursor: Any, moment: datetime, max_schedules: int, grace: timedelta
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    due = queries.fetch_all(cursor, queries.DUE_CALLABLE_TICKS, [moment, max_schedules, moment, grace])
+    due = fetch_all(cursor, queries.DUE_CALLABLE_TICKS, [moment, max_schedules, moment, grace])
     inputs: list[dict[str, Any]] = []
     failed: dict[str, str] = {}
     for row in due:
@@ -90,7 +89,7 @@ def _callable_inputs(
             continue
         inputs.append({"schedule": name, "tick": row.tick.isoformat(), "input": value})
     if failed:
-        queries.value(cursor, queries.RECORD_SCHEDULE_ERRORS, [json.dumps(failed)])
+        fetch_value(cursor, queries.RECORD_SCHEDULE_ERRORS, [json.dumps(failed)])
     return [item for item in inputs if item["schedule"] not in failed], sorted(failed)
 
 

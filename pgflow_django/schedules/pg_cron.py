@@ -20,7 +20,8 @@ from typing import Final, Literal, TypeAlias
 
 from django.db import connections, transaction
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_all, fetch_one, fetch_value
+from pgflow_django.schedules import queries
 
 JOB_NAME: Final = "pgflow_fire_due_schedules"
 COMMAND: Final = "select count(*) from pgflow.fire_due_schedules()"
@@ -52,15 +53,15 @@ def sync_pg_cron_job(*, wanted: bool | None = None, using: str = "default") -> J
         wanted = get_settings().scheduler == "pg_cron"
     connection = connections[using]
     with transaction.atomic(using=using), connection.cursor() as cursor:
-        queries.value(cursor, queries.PG_CRON_JOB_LOCK, [LOCK_KEY])
-        state = queries.fetch_one(cursor, queries.PG_CRON_STATE)
+        fetch_value(cursor, queries.PG_CRON_JOB_LOCK, [LOCK_KEY])
+        state = fetch_one(cursor, queries.PG_CRON_STATE)
         assert state is not None
         extversion = state.extversion
         if extversion is None:
             if wanted:
                 raise PgCronUnavailable(_install_line(connection.settings_dict["NAME"]))
             return "absent"
-        if not queries.value(cursor, queries.PG_CRON_USABLE):
+        if not fetch_value(cursor, queries.PG_CRON_USABLE):
             if wanted:
                 raise PgCronUnavailable(
                     "PGFLOW['SCHEDULER'] = 'pg_cron' but this database user may not use pg_cron: as a "
@@ -68,20 +69,20 @@ def sync_pg_cron_job(*, wanted: bool | None = None, using: str = "default") -> J
                     "PGFLOW['SCHEDULER'] = 'workers'"
                 )
             return "absent"  # a role that cannot see cron.job has no job there to remove
-        jobs = queries.fetch_all(cursor, queries.PG_CRON_JOBS, [JOB_NAME])
+        jobs = fetch_all(cursor, queries.PG_CRON_JOBS, [JOB_NAME])
         if not (wanted and state.migrated):
             for job in jobs:
-                queries.value(cursor, queries.PG_CRON_UNSCHEDULE, [job.jobid])
+                fetch_value(cursor, queries.PG_CRON_UNSCHEDULE, [job.jobid])
             return "removed" if jobs else "absent"
         schedule = job_schedule(extversion)
         if [(job.schedule, job.command, job.active) for job in jobs] == [(schedule, COMMAND, True)]:
             return "unchanged"
         for job in jobs[1:]:
-            queries.value(cursor, queries.PG_CRON_UNSCHEDULE, [job.jobid])
+            fetch_value(cursor, queries.PG_CRON_UNSCHEDULE, [job.jobid])
         if jobs:
-            queries.value(cursor, queries.PG_CRON_ALTER_JOB, [jobs[0].jobid, schedule, COMMAND])
+            fetch_value(cursor, queries.PG_CRON_ALTER_JOB, [jobs[0].jobid, schedule, COMMAND])
         else:
-            queries.value(cursor, queries.PG_CRON_SCHEDULE, [JOB_NAME, schedule, COMMAND])
+            fetch_value(cursor, queries.PG_CRON_SCHEDULE, [JOB_NAME, schedule, COMMAND])
         return "updated" if jobs else "registered"
 
 

@@ -29,7 +29,8 @@ from typing import Any, Final
 
 from cronsim import CronSimError
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_all
+from pgflow_django.schedules import queries
 from pgflow_django.schedules.clock import database_now
 from pgflow_django.schedules.cron import InvalidSchedule, ticks_after, ticks_before
 
@@ -75,7 +76,7 @@ def plan_schedules(
     left out of the result: its reason is stored and logged, and the others are planned."""
     moment = (now or database_now(cursor)).astimezone(UTC)
     listed = list(names) if names is not None else None
-    candidates = queries.fetch_all(
+    candidates = fetch_all(
         cursor,
         queries.SCHEDULES_TO_PLAN,
         {"low_water": LOW_WATER, "names": listed, "limit": limit, "now": moment, "retry": PLAN_RETRY},
@@ -105,9 +106,7 @@ def plan_schedules(
             plans.append(plan)
     if not plans:
         return []
-    return [
-        row.schedule_name for row in queries.fetch_all(cursor, queries.PLAN_SCHEDULES, [json.dumps(plans)])
-    ]
+    return [row.schedule_name for row in fetch_all(cursor, queries.PLAN_SCHEDULES, [json.dumps(plans)])]
 
 
 def _plan(row: queries.PlanCandidate, moment: datetime) -> dict[str, Any] | None:

@@ -11,9 +11,11 @@ from typing import Any, Final, Protocol
 
 from django.db import connections
 
-from pgflow_django import queries
 from pgflow_django.conf import get_settings
+from pgflow_django.db import queries as db_queries
+from pgflow_django.db.query import fetch_all
 from pgflow_django.runs.coverage import any_live_worker, flow_service, worker_commands
+from pgflow_django.schedules import queries
 from pgflow_django.schedules.store import ScheduleNotFound, ScheduleView, get_schedule
 from pgflow_django.suggest import known_and_closest
 
@@ -44,7 +46,7 @@ def run_statuses(run_ids: Iterable[uuid.UUID | None], *, using: str = "default")
     if not wanted:
         return {}
     with connections[using].cursor() as cursor:
-        return {row.run_id: row.status for row in queries.fetch_all(cursor, queries.RUN_STATUSES, [wanted])}
+        return {row.run_id: row.status for row in fetch_all(cursor, db_queries.RUN_STATUSES, [wanted])}
 
 
 def last_run_status(view: ScheduleView, statuses: dict[uuid.UUID, str]) -> str | None:
@@ -61,7 +63,7 @@ def next_fire_times(
     if not upcoming:
         return []
     with connections[using].cursor() as cursor:
-        rows = queries.fetch_all(cursor, queries.SCHEDULE_FIRE_TIMES, [name, jitter, list(upcoming), limit])
+        rows = fetch_all(cursor, queries.SCHEDULE_FIRE_TIMES, [name, jitter, list(upcoming), limit])
         return [row.fire_at for row in rows]
 
 
@@ -158,7 +160,7 @@ def worker_gaps(schedules: Iterable[tuple[str, str, Any]], *, using: str = "defa
 def schedule_not_found(name: str, *, using: str = "default") -> str:
     """One line for a name no schedule has: the known names and the closest match."""
     with connections[using].cursor() as cursor:
-        known = [row.schedule_name for row in queries.fetch_all(cursor, queries.SCHEDULE_NAMES)]
+        known = [row.schedule_name for row in fetch_all(cursor, queries.SCHEDULE_NAMES)]
     listed, hint = known_and_closest(name, known, most=_LISTED)
     return f"no schedule named {name!r} (known schedules: {listed}){hint}"
 

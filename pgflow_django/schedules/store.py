@@ -16,8 +16,9 @@ from typing import Any, Final, Unpack
 
 from django.db import connections, transaction
 
-from pgflow_django import queries
 from pgflow_django.db.dbguard import require_postgresql
+from pgflow_django.db.query import fetch_all, fetch_one, fetch_value
+from pgflow_django.schedules import queries
 from pgflow_django.schedules.callables import resolve_callable
 from pgflow_django.schedules.clock import database_now
 from pgflow_django.schedules.cron import InvalidSchedule, stored_zone
@@ -51,7 +52,7 @@ def create_schedule(
     spec = build_spec(target, cron=cron, **options)
     require_postgresql(using)
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        if queries.value(cursor, queries.CREATE_SCHEDULE, spec.parameters()) is None:
+        if fetch_value(cursor, queries.CREATE_SCHEDULE, spec.parameters()) is None:
             raise ScheduleExists(f"a schedule named {spec.name!r} exists; pick another name or edit it")
         plan_schedules(cursor, names=[spec.name])
     return get_schedule(spec.name, using=using)
@@ -95,7 +96,7 @@ def edit_schedule(
             enabled=current.enabled if enabled is _UNSET else enabled,
             task_path=task_path,
         )
-        queries.value(cursor, queries.EDIT_SCHEDULE, spec.parameters())
+        fetch_value(cursor, queries.EDIT_SCHEDULE, spec.parameters())
         plan_schedules(cursor, names=[name])
     return get_schedule(name, using=using)
 
@@ -105,7 +106,7 @@ def pause_schedule(name: str, *, detail: str | None = None, using: str = "defaul
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
         current = _locked(cursor, name)
         if current.paused_reason is None:
-            queries.value(cursor, queries.PAUSE_SCHEDULE, [detail, name])
+            fetch_value(cursor, queries.PAUSE_SCHEDULE, [detail, name])
     return get_schedule(name, using=using)
 
 
@@ -120,7 +121,7 @@ def resume_schedule(name: str, *, now: datetime | None = None, using: str = "def
                 f"schedule {name!r} was removed from code: declare it again with schedule(...), or delete it"
             )
         if current.paused_reason is not None:
-            queries.value(cursor, queries.RESUME_SCHEDULE, {"now": moment, "name": name})
+            fetch_value(cursor, queries.RESUME_SCHEDULE, {"now": moment, "name": name})
             plan_schedules(cursor, now=moment, names=[name])
     return get_schedule(name, using=using)
 
@@ -135,8 +136,8 @@ def delete_schedule(name: str, *, using: str = "default") -> int:
                 f"schedule {name!r} is declared in code: remove its schedule(...) declaration first "
                 "(the next sync disables it), then delete it"
             )
-        ticks = int(queries.value(cursor, queries.SCHEDULE_TICK_COUNT, [name]))
-        queries.value(cursor, queries.DELETE_SCHEDULE, [name])
+        ticks = int(fetch_value(cursor, queries.SCHEDULE_TICK_COUNT, [name]))
+        fetch_value(cursor, queries.DELETE_SCHEDULE, [name])
     return ticks
 
 
@@ -156,7 +157,7 @@ def trigger_now(name: str, *, input: Any = _UNSET, using: str = "default") -> uu
             value = evaluate_input(
                 current.input_callable, current.input, moment.astimezone(stored_zone(current.timezone))
             )
-        run_id = queries.value(
+        run_id = fetch_value(
             cursor,
             queries.TRIGGER_SCHEDULE,
             [name, moment, None if value is None else json.dumps(value)],
@@ -168,7 +169,7 @@ def get_schedule(name: str, *, using: str = "default") -> ScheduleView:
     """One schedule by name; raises ScheduleNotFound."""
     require_postgresql(using)
     with connections[using].cursor() as cursor:
-        row = queries.fetch_one(cursor, queries.GET_SCHEDULE, [name])
+        row = fetch_one(cursor, queries.GET_SCHEDULE, [name])
     if row is None:
         raise ScheduleNotFound(f"no schedule named {name!r}")
     return row
@@ -178,19 +179,19 @@ def list_schedules(*, using: str = "default") -> list[ScheduleView]:
     """Every schedule, by name."""
     require_postgresql(using)
     with connections[using].cursor() as cursor:
-        return queries.fetch_all(cursor, queries.ALL_SCHEDULES)
+        return fetch_all(cursor, queries.ALL_SCHEDULES)
 
 
 def recent_ticks(name: str, *, limit: int = 20, using: str = "default") -> list[TickView]:
     """The schedule's latest fired ticks, newest first."""
     require_postgresql(using)
     with connections[using].cursor() as cursor:
-        rows = queries.fetch_all(cursor, queries.RECENT_TICKS, [name, limit])
+        rows = fetch_all(cursor, queries.RECENT_TICKS, [name, limit])
     return rows
 
 
 def _locked(cursor: Any, name: str) -> ScheduleView:
-    row = queries.fetch_one(cursor, queries.LOCK_SCHEDULE, [name])
+    row = fetch_one(cursor, queries.LOCK_SCHEDULE, [name])
     if row is None:
         raise ScheduleNotFound(f"no schedule named {name!r}")
     return row

@@ -17,7 +17,8 @@ from typing import Final
 
 from django.db import connections, transaction
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_all, fetch_one, fetch_value
+from pgflow_django.schedules import queries
 from pgflow_django.schedules.cron import InvalidSchedule
 from pgflow_django.schedules.declare import declared_schedules
 from pgflow_django.schedules.definition import ScheduleSpec
@@ -44,17 +45,17 @@ def sync_declared_schedules(specs: list[ScheduleSpec] | None = None, *, using: s
     declared = declared_schedules() if specs is None else specs
     result = SyncResult()
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        queries.value(cursor, queries.SYNC_SCHEDULES_LOCK, [SYNC_LOCK_KEY])
+        fetch_value(cursor, queries.SYNC_SCHEDULES_LOCK, [SYNC_LOCK_KEY])
         for spec in declared:
             if spec.task is not None and spec.flow is not None:
                 compile_flow(spec.flow, using=using)
-            current = queries.fetch_one(cursor, queries.LOCK_STORED_TIMING, [spec.name])
+            current = fetch_one(cursor, queries.LOCK_STORED_TIMING, [spec.name])
             if current is not None and current.origin != "code":
                 raise InvalidSchedule(
                     f"schedule {spec.name!r} is declared in code but a runtime schedule has that name; "
                     "rename the declaration (name=...) or delete the runtime schedule"
                 )
-            row = queries.fetch_one(
+            row = fetch_one(
                 cursor,
                 queries.SYNC_DECLARED_SCHEDULE,
                 {**spec.parameters(), "replan": _replans(spec, current)},
@@ -63,9 +64,7 @@ def sync_declared_schedules(specs: list[ScheduleSpec] | None = None, *, using: s
                 result.unchanged.append(spec.name)
             else:
                 (result.created if row.inserted else result.updated).append(spec.name)
-        removed = queries.fetch_all(
-            cursor, queries.MARK_REMOVED_FROM_CODE, [[spec.name for spec in declared]]
-        )
+        removed = fetch_all(cursor, queries.MARK_REMOVED_FROM_CODE, [[spec.name for spec in declared]])
         result.removed.extend(sorted(row.schedule_name for row in removed))
         plan_schedules(cursor, names=[spec.name for spec in declared])
     return result

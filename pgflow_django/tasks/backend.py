@@ -24,12 +24,13 @@ from django.db import ProgrammingError, connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string, module_has_submodule
 
-from pgflow_django import queries
 from pgflow_django.db.dbguard import raise_if_not_migrated, require_postgresql
+from pgflow_django.db.query import fetch_one
 from pgflow_django.flows.dsl import Flow, RoutedFlow, priority_problem, route_flow
 from pgflow_django.flows.registry import import_task_module
 from pgflow_django.flows.slugs import shared_queue_problem, task_flow_slug
 from pgflow_django.runs.encoding import idempotency_key_problem
+from pgflow_django.tasks import queries
 from pgflow_django.tasks.framework import tasks_api
 from pgflow_django.tasks.handler import TaskHandler
 from pgflow_django.tasks.results import error_of_attempt
@@ -160,7 +161,7 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc]
         require_postgresql(self.using)
         try:
             with connections[self.using].cursor() as cursor:
-                row = queries.fetch_one(cursor, queries.TASK_RESULT, [STEP_SLUG, run_id])
+                row = fetch_one(cursor, queries.TASK_RESULT, [STEP_SLUG, run_id])
         except ProgrammingError as exc:
             raise_if_not_migrated(exc, self.using)
             raise

@@ -15,7 +15,9 @@ from typing import Any
 
 from django.db import connections
 
-from pgflow_django import queries
+from pgflow_django.db import queries as db_queries
+from pgflow_django.db.query import Query, fetch_all
+from pgflow_django.testing import queries
 
 
 @dataclass(frozen=True)
@@ -36,10 +38,8 @@ def waiting(flow_slugs: Sequence[str] | None = None, *, using: str = "default") 
     found: list[Waiting] = []
     with _cursor(using) as cursor:
         flows = {"flows": None if flow_slugs is None else list(flow_slugs)}
-        for queued in queries.fetch_all(cursor, queries.QUEUED_MESSAGES, flows):
-            hidden = queries.fetch_all(
-                cursor, queries.HIDDEN_MESSAGES, [queued.message_ids], table=queued.table
-            )
+        for queued in fetch_all(cursor, queries.QUEUED_MESSAGES, flows):
+            hidden = fetch_all(cursor, queries.HIDDEN_MESSAGES, [queued.message_ids], table=queued.table)
             found.extend(Waiting(queued.queue_name, int(row.msg_id), float(row.seconds)) for row in hidden)
     return sorted(found, key=lambda item: item.seconds)
 
@@ -57,13 +57,13 @@ def advance(seconds: float, *, flows: Sequence[Any] | None = None, using: str = 
 def queue_tables(flow_slugs: Sequence[str] | None, *, using: str = "default") -> list[tuple[str, str]]:
     """(queue, PGMQ table) of every queue the flows' steps use."""
     with _cursor(using) as cursor:
-        rows = queries.fetch_all(
-            cursor, queries.FLOW_QUEUE_TABLES, {"flows": None if flow_slugs is None else list(flow_slugs)}
+        rows = fetch_all(
+            cursor, db_queries.FLOW_QUEUE_TABLES, {"flows": None if flow_slugs is None else list(flow_slugs)}
         )
     return [(row.queue_name, row.table) for row in rows]
 
 
-Fetch = Callable[[queries.Query[queries.TimeShift], dict[str, Any]], list[queries.TimeShift]]
+Fetch = Callable[[Query[queries.TimeShift], dict[str, Any]], list[queries.TimeShift]]
 """Runs the time shift and returns its rows (a drain passes its engine's ``fetch``, so the next claim
 can travel with it)."""
 
@@ -81,9 +81,9 @@ def skip_to_next(
 
 
 def _on_django(using: str) -> Fetch:
-    def fetch(query: queries.Query[queries.TimeShift], params: dict[str, Any]) -> list[queries.TimeShift]:
+    def fetch(query: Query[queries.TimeShift], params: dict[str, Any]) -> list[queries.TimeShift]:
         with _cursor(using) as cursor:
-            return queries.fetch_all(cursor, query, params)
+            return fetch_all(cursor, query, params)
 
     return fetch
 

@@ -17,10 +17,11 @@ from typing import Any
 
 from django.db import connections
 
-from pgflow_django import queries
+from pgflow_django.db import queries as db_queries
+from pgflow_django.db.query import fetch_all
 from pgflow_django.flows.dsl import Flow, RoutedFlow
 from pgflow_django.flows.slugs import default_queue_name
-from pgflow_django.testing import clock, overrides
+from pgflow_django.testing import clock, overrides, queries
 from pgflow_django.testing.flows import known_flows, resolve_flow
 from pgflow_django.testing.inprocess import (
     BATCH_SIZE,
@@ -197,7 +198,7 @@ def _scope(flows: Iterable[Flow | str] | None, using: str) -> tuple[list[Flow], 
         resolved = [resolve_flow(flow) for flow in flows]
         return resolved, [flow.slug for flow in resolved]
     with connections[using].cursor() as cursor:
-        active = [row.flow_slug for row in queries.fetch_all(cursor, queries.FLOWS_WITH_STARTED_RUNS)]
+        active = [row.flow_slug for row in fetch_all(cursor, queries.FLOWS_WITH_STARTED_RUNS)]
     if not active:
         return [], None
     available = known_flows()
@@ -354,7 +355,7 @@ def _statuses(run_ids: set[uuid.UUID], using: str) -> dict[uuid.UUID, str]:
     if not run_ids:
         return {}
     with connections[using].cursor() as cursor:
-        rows = queries.fetch_all(cursor, queries.RUN_STATUSES, [list(run_ids)])
+        rows = fetch_all(cursor, db_queries.RUN_STATUSES, [list(run_ids)])
     return {uuid.UUID(str(row.run_id)): row.status for row in rows}
 
 

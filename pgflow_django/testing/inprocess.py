@@ -23,7 +23,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import JsonbLoader
 
-from pgflow_django import queries
+from pgflow_django.db.query import Query, read_rows
+from pgflow_django.testing import queries
 from pgflow_django.worker.completer import Completer, Completion, Failure
 from pgflow_django.worker.connection import Claim, Engine
 from pgflow_django.worker.runner import Runner
@@ -43,7 +44,7 @@ _RELEASE = queries.RELEASE_SAVEPOINT.text
 _ROLLBACK = queries.ROLLBACK_TO_SAVEPOINT.text
 
 
-Statement = tuple[queries.Query[Any], Any]
+Statement = tuple[Query[Any], Any]
 """A named statement of the toolkit's own and its parameters."""
 
 
@@ -59,7 +60,7 @@ def together(using: str, statements: Sequence[Statement]) -> list[list[Any]]:
             for cursor, (query, params) in zip(cursors, statements, strict=True):
                 cursor.execute(query.statement(), params)
         return [
-            queries.read_rows(query, cursor.description, cursor.fetchall() if cursor.description else [])
+            read_rows(query, cursor.description, cursor.fetchall() if cursor.description else [])
             for cursor, (query, _) in zip(cursors, statements, strict=True)
         ]
     finally:
@@ -152,7 +153,7 @@ class InProcessEngine(Engine):
                 conn.execute(_RELEASE)
             raise
 
-    def fetch(self, query: queries.Query[R], params: Any = None) -> list[R]:
+    def fetch(self, query: Query[R], params: Any = None) -> list[R]:
         """Run a statement of the toolkit's own (a time skip) as the engine runs a completion: in a
         savepoint, with a claim composed ahead travelling with it; its named rows."""
         return self._fetch(query, params)

@@ -10,8 +10,9 @@ from typing import Any
 
 from django.db import connections
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_all
 from pgflow_django.runs.client import RunView, get_run
+from pgflow_django.testing import queries
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def load_run(run_id: uuid.UUID | str, *, using: str = "default") -> Run:
     """The run with its step states and tasks, on the caller's connection; ``RunNotFound`` if none."""
     view = get_run(run_id, using=using)
     with connections[using].cursor() as cursor:
-        rows = queries.fetch_all(cursor, queries.RUN_TASKS, [view.run_id])
+        rows = fetch_all(cursor, queries.RUN_TASKS, [view.run_id])
     order = {state.step_slug: state.step_index for state in view.steps}
     tasks = sorted(
         (

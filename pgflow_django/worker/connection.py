@@ -20,9 +20,11 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
-from pgflow_django import queries
+from pgflow_django.db import queries as db_queries
 from pgflow_django.db.connect import connection_params
+from pgflow_django.db.query import Query, Value, fetch_value
 from pgflow_django.runs.encoding import NotDecodable, clean_text, decode_json
+from pgflow_django.worker import queries
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -192,11 +194,11 @@ class Engine:
             cursor.execute(query, params)
             return cursor.fetchall() if cursor.description is not None else []
 
-    def _fetch(self, query: queries.Query[R], params: Any = None, **identifiers: str) -> list[R]:
+    def _fetch(self, query: Query[R], params: Any = None, **identifiers: str) -> list[R]:
         rows = self._rows(query.statement(**identifiers), params)
         return [query.row(**row) for row in rows]
 
-    def _value(self, query: queries.Query[queries.Value], params: Any = None) -> Any:
+    def _value(self, query: Query[Value], params: Any = None) -> Any:
         rows = self._fetch(query, params)
         return rows[0].value if rows else None
 
@@ -295,7 +297,7 @@ class Engine:
         pause = pauses[0]
         return pause.what, pause.reason, pause.detail
 
-    def pauses(self, support: tuple[tuple[str, str], ...]) -> list[queries.Pause]:
+    def pauses(self, support: tuple[tuple[str, str], ...]) -> list[db_queries.Pause]:
         """Every pause holding one of the (flow, step) subscriptions, fatal ones first, then the oldest."""
         return self._fetch(queries.SUBSCRIPTIONS_PAUSE, _pairs(support))
 
@@ -335,14 +337,14 @@ class Engine:
     def mark_stopped(self, worker_id: uuid.UUID) -> None:
         self._fetch(queries.MARK_STOPPED, [worker_id])
 
-    def requeue_stalled(self) -> list[queries.RecoveryCount] | None:
+    def requeue_stalled(self) -> list[db_queries.RecoveryCount] | None:
         """Run stalled-task recovery unless another caller is running it (then None).
 
         Raises ``psycopg.errors.LockNotAvailable`` when rows it needs stay busy past
-        ``queries.STALLED_LOCK_TIMEOUT``; nothing is changed then, and the next pass tries again."""
+        ``db_queries.STALLED_LOCK_TIMEOUT``; nothing is changed then, and the next pass tries again."""
         conn = self.conn
         with conn.transaction(), conn.cursor() as cursor:
-            return queries.requeue_stalled(cursor, wait=False)
+            return db_queries.requeue_stalled(cursor, wait=False)
 
     def create_history_partitions(self) -> int:
         """Create the missing future partitions of a partitioned history (0 on a plain install, when
@@ -350,8 +352,8 @@ class Engine:
         tables stay busy past ``queries.HISTORY_PARTITIONS_LOCK_TIMEOUT`` (nothing changed)."""
         conn = self.conn
         with conn.transaction(), conn.cursor() as cursor:
-            queries.value(cursor, queries.SET_LOCK_TIMEOUT, [queries.HISTORY_PARTITIONS_LOCK_TIMEOUT])
-            return int(queries.value(cursor, queries.CREATE_HISTORY_PARTITIONS))
+            fetch_value(cursor, db_queries.SET_LOCK_TIMEOUT, [queries.HISTORY_PARTITIONS_LOCK_TIMEOUT])
+            return int(fetch_value(cursor, queries.CREATE_HISTORY_PARTITIONS))
 
     def release(self, tasks: Sequence[ClaimedTask]) -> int:
         """Give claims back: each task still held (with an attempt left) is queued again and its

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from pgflow_django import queries
+from pgflow_django.worker import queries
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.connection import connect, first_line
 from pgflow_django.worker.slots import ALL_QUEUES, WorkerState

@@ -20,7 +20,7 @@ from pgflow_django.worker.connection import ClaimedTask
 
 if TYPE_CHECKING:
     from pgflow_django.observability.metrics import WorkerMetrics
-    from pgflow_django.queries import Transition
+    from pgflow_django.worker.queries import Transition
 
 logger = logging.getLogger("pgflow_django.worker")
 

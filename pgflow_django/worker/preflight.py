@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from django.db import DatabaseError, connections
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_all, fetch_value
 from pgflow_django.flows.dsl import Flow, RoutedFlow
+from pgflow_django.worker import queries
 from pgflow_django.worker.connection import first_line
 
 PROTOCOL_VERSION = 4
@@ -99,13 +100,13 @@ def check_database(using: str = "default") -> None:
         with connections[using].cursor() as cursor:
             missing = [
                 row.signature
-                for row in queries.fetch_all(cursor, queries.MISSING_FUNCTIONS, [list(REQUIRED_FUNCTIONS)])
+                for row in fetch_all(cursor, queries.MISSING_FUNCTIONS, [list(REQUIRED_FUNCTIONS)])
             ]
             protocol = None
             if "pgflow.protocol_version()" not in missing:
-                version = queries.value(cursor, queries.PROTOCOL_VERSION)
+                version = fetch_value(cursor, queries.PROTOCOL_VERSION)
                 protocol = None if version is None else int(version)
-            has_workers = bool(queries.value(cursor, queries.HAS_WORKERS_TABLE))
+            has_workers = bool(fetch_value(cursor, queries.HAS_WORKERS_TABLE))
     except DatabaseError as exc:
         raise PreflightError(f"cannot reach the database {using!r}: {first_line(exc)}") from None
     if missing or not has_workers:

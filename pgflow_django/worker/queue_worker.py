@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, Final
 import psycopg
 
 from pgflow_django.db.connect import connection_params
+from pgflow_django.db.queries import SEVERAL_QUEUES
 from pgflow_django.flows.dsl import Flow
 from pgflow_django.observability import tracing
-from pgflow_django.queries import SEVERAL_QUEUES
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.chores import Chore, next_due, run_due
 from pgflow_django.worker.chores.heartbeat import Heartbeat

@@ -22,11 +22,12 @@ from django.db import (
     transaction,
 )
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_all, fetch_value
 from pgflow_django.flows.context import TaskContext
 from pgflow_django.flows.dsl import Flow, Retry, StepDefinition
 from pgflow_django.runs.encoding import OutputNotSerialisable, encode_output
 from pgflow_django.runs.recorded_errors import error_text
+from pgflow_django.worker import queries
 from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.connection import ClaimedTask, completion_args, first_line, transition_args
 from pgflow_django.worker.logs import EXPECTED_FAILURE
@@ -193,7 +194,7 @@ class Runner:
     def _transitions(self, tasks: Sequence[ClaimedTask]) -> list[queries.Transition]:
         """What an atomic handler's committed completion changed, read on its own Django connection."""
         with connections[self.using].cursor() as cursor:
-            return queries.fetch_all(cursor, queries.TRANSITIONS, transition_args(tasks))
+            return fetch_all(cursor, queries.TRANSITIONS, transition_args(tasks))
 
     def _run_atomic(self, task: ClaimedTask, step: StepDefinition) -> None:
         self._fresh_connections()
@@ -205,7 +206,7 @@ class Runner:
                 with connections[self.using].cursor() as cursor:
                     try:
                         with transaction.atomic(using=self.using):
-                            recorded = queries.value(
+                            recorded = fetch_value(
                                 cursor, queries.COMPLETE_TASK, completion_args(task, output_json)
                             )
                     except DataError as exc:

@@ -13,8 +13,9 @@ from typing import Any
 
 import psycopg
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_all
 from pgflow_django.flows.slugs import task_flow_slug
+from pgflow_django.worker import queries
 
 logger = logging.getLogger("pgflow_django.worker")
 
@@ -28,7 +29,7 @@ class UnsupportedWork:
 
     def report(self, conn: psycopg.Connection[Any], message_ids: list[int]) -> None:
         with conn.cursor() as cursor:
-            groups = queries.fetch_all(cursor, queries.UNSUPPORTED_WORK, [self.queue, message_ids])
+            groups = fetch_all(cursor, queries.UNSUPPORTED_WORK, [self.queue, message_ids])
         for group in groups:
             key = (group.flow_slug, group.step_slug)
             task_path = group.task_path

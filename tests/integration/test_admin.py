@@ -11,9 +11,11 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from pgflow_django import queries, start_flow
+from pgflow_django import start_flow
+from pgflow_django.db.query import fetch_value
 from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.models import Run
+from pgflow_django.worker import queries as worker_queries
 from tests.integration import commands_flows
 from tests.sql import support
 
@@ -128,9 +130,9 @@ def test_workers_list_shows_heartbeat_age_and_pause(admin_client: Client, runs: 
 def _register(worker_id: uuid.UUID, queue: str, function_name: str, support: list[tuple[str, str]]) -> None:
     """A worker row and its support set, written by the worker's own heartbeat statement."""
     with connection.cursor() as cursor:
-        queries.value(
+        fetch_value(
             cursor,
-            queries.HEARTBEAT,
+            worker_queries.HEARTBEAT,
             {
                 "id": worker_id,
                 "queue": queue,
@@ -217,9 +219,9 @@ def test_a_worker_serving_several_queues_shows_them(admin_client: Client, runs: 
     worker_id = uuid.uuid4()
     steps = [(f"flow_{index}", "step", f"queue_{index % 3}") for index in range(10)]
     with connection.cursor() as cursor:
-        queries.value(
+        fetch_value(
             cursor,
-            queries.HEARTBEAT,
+            worker_queries.HEARTBEAT,
             {
                 "id": worker_id,
                 "queue": "*",

@@ -20,10 +20,12 @@ from django.test import Client, override_settings
 from django.urls import reverse
 from psycopg import sql
 
-from pgflow_django import queries, start_flow
+from pgflow_django import start_flow
 from pgflow_django.checks import check_pooler
+from pgflow_django.db.query import fetch_value
 from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.schedules import create_schedule
+from pgflow_django.worker import queries as worker_queries
 from tests import workers
 from tests.integration import commands_flows
 
@@ -84,9 +86,9 @@ def both(second_database: str) -> dict[str, Any]:
     boom = start_flow("cmd_boom", {}, using=SECOND)
     worker = uuid.uuid4()
     with connections[SECOND].cursor() as cursor:
-        queries.value(
+        fetch_value(
             cursor,
-            queries.HEARTBEAT,
+            worker_queries.HEARTBEAT,
             {
                 "id": worker,
                 "queue": "cmd_boom",

@@ -14,7 +14,8 @@ import psycopg
 import pytest
 from django.db import OperationalError, connection, connections
 
-from pgflow_django import Flow, compile_flow, queries, start_flows
+from pgflow_django import Flow, compile_flow, start_flows
+from pgflow_django.db import queries as db_queries
 from pgflow_django.db.connect import connection_params
 from pgflow_django.runs.operations import RequeueResult, requeue_stalled
 from pgflow_django.worker.connection import ClaimedTask, Engine
@@ -74,7 +75,7 @@ def test_the_command_waits_for_a_pass_in_progress_and_then_runs_once(engine: Eng
     task, _ = _stalled_task(engine)
     results: list[RequeueResult] = []
     with psycopg.connect(**connection_params(), autocommit=False) as worker_pass:
-        worker_pass.execute(queries.TRY_STALLED_LOCK.text, [queries.STALLED_LOCK_KEY])
+        worker_pass.execute(db_queries.TRY_STALLED_LOCK.text, [db_queries.STALLED_LOCK_KEY])
 
         def command() -> None:
             try:

@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from pgflow_django.runs.client import new_run_id
 
+from pgflow_django.runs.client import new_run_id
 from tests.support.db import db_error as db_error
 from tests.support.db import jsonb as jb
 from tests.support.db import one as q1

@@ -116,22 +116,32 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_pgflow_django_imports_have_no_cycle() -> None:
     graph = import_graph()
     assert "pgflow_django.worker.runner" in graph and "pgflow_django.tasks" in graph
-    assert "pgflow_django.runs.encoding" in graph["pgflow_django.tasks"]
+    assert "pgflow_django.runs.encoding" in graph["pgflow_django.tasks.results"]
     assert cycles(graph) == []
+
+
+def test_pgflow_django_packages_import_each_other_one_way() -> None:
+    packages = package_graph(import_graph())
+    assert "pgflow_django.flows" in packages["pgflow_django.worker"]
+    assert cycles(packages) == []
+
+
+def test_a_type_only_import_counts() -> None:
+    graph = import_graph()
+    assert "pgflow_django.tasks.backend" in graph["pgflow_django.tasks"]  # only under TYPE_CHECKING there
 
 
 def test_the_graph_sees_a_loop_through_a_package_and_a_lazy_import() -> None:
     graph = import_graph()
-    graph["pgflow_django.worker.unsupported"] = graph["pgflow_django.worker.unsupported"] | {
-        "pgflow_django.tasks"
-    }
-    assert "pgflow_django.worker" in graph["pgflow_django.tasks"]
-    assert any({"pgflow_django.tasks", "pgflow_django.worker"} <= set(loop) for loop in cycles(graph))
+    graph["pgflow_django.tasks.results"] = graph["pgflow_django.tasks.results"] | {"pgflow_django.worker"}
+    assert "pgflow_django.tasks" in graph["pgflow_django.worker.task_flows"]
+    assert any({"pgflow_django.tasks.results", "pgflow_django.worker"} <= set(loop) for loop in cycles(graph))
+    assert any("pgflow_django.worker" in loop for loop in cycles(package_graph(graph)))
 
 
-def test_the_tasks_backend_and_the_worker_meet_only_one_way() -> None:
-    graph = import_graph()
-    worker = {
-        name for name in graph if name == "pgflow_django.worker" or name.startswith("pgflow_django.worker.")
-    }
-    assert not any("pgflow_django.tasks" in graph[name] for name in worker)
+def test_the_statement_layer_sits_under_every_package() -> None:
+    packages = package_graph(import_graph())
+    assert packages["pgflow_django.db"] <= {"pgflow_django.conf", "pgflow_django.sql"}
+    assert not any(
+        "pgflow_django.worker" in packages[name] for name in ("pgflow_django.tasks", "pgflow_django.runs")
+    )

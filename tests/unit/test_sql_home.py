@@ -1,20 +1,32 @@
-"""The SQL the Python side sends lives in ``pgflow_django.queries``: no other module passes statement
-text to a cursor, and every statement there reads its rows into a named row type."""
+"""Each package keeps the statements it sends in its own ``queries`` module, on the one core of
+``pgflow_django.db.query``: no other module passes statement text to a cursor, every statement reads
+its rows into a named row type, a statement stays shared (``pgflow_django.db.queries``) only while two
+or more packages send it, and the core knows no domain type."""
 
 from __future__ import annotations
 
 import ast
+import re
+from importlib import import_module
 from pathlib import Path
 
-from pgflow_django import queries
+from pgflow_django.db import query as core
+from pgflow_django.db.query import Query
+from pgflow_django.worker import queries as worker_queries
 
-PACKAGE = Path(queries.__file__).resolve().parent
+PACKAGE = Path(core.__file__).resolve().parent.parent
 MIGRATION_TIME = {
-    "queries.py",
-    "catalog.py",  # catalog snapshots compared by the migration tests
-    "pgmq_install.py",  # installs PGMQ from a migration
+    "db/catalog.py",  # catalog snapshots compared by the migration tests
+    "db/pgmq_install.py",  # installs PGMQ from a migration
 }
-"""Modules that may hold statement text: the home itself and migration-time SQL."""
+"""Modules that may hold statement text besides the queries modules: migration-time SQL."""
+SHARED_ALLOWANCE = 10
+"""Statements of ``db.queries`` allowed a single sending package (the database checks' own)."""
+
+
+def _queries_modules() -> dict[str, Path]:
+    """``package -> path`` of every ``<package>/queries.py``."""
+    return {path.parent.name: path for path in sorted(PACKAGE.glob("*/queries.py"))}
 
 
 def _statement_text(node: ast.expr) -> bool:
@@ -34,7 +46,11 @@ def _sql_outside_home() -> list[str]:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE)
-        if str(relative) in MIGRATION_TIME or relative.parts[0] in {"migrations", "sql"}:
+        if (
+            path.name == "queries.py"
+            or str(relative) in MIGRATION_TIME
+            or relative.parts[0] in {"migrations", "sql"}
+        ):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (
@@ -48,20 +64,79 @@ def _sql_outside_home() -> list[str]:
     return found
 
 
-def test_no_module_outside_queries_sends_statement_text() -> None:
+def _statements() -> dict[str, dict[str, Query[object]]]:
+    """``package -> {constant name: Query}`` of every queries module."""
+    found: dict[str, dict[str, Query[object]]] = {}
+    for package in _queries_modules():
+        module = import_module(f"pgflow_django.{package}.queries")
+        found[package] = {name: value for name, value in vars(module).items() if isinstance(value, Query)}
+    return found
+
+
+def _senders(name: str) -> set[str]:
+    """The top-level packages (or modules) of pgflow_django whose code names statement ``name``."""
+    pattern = re.compile(rf"queries\.{name}\b|\.queries import [^\n]*\b{name}\b")
+    senders = set()
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE)
+        if path.name == "queries.py" or relative.parts[0] in {"migrations", "sql"}:
+            continue
+        if pattern.search(path.read_text(encoding="utf-8")):
+            senders.add(relative.parts[0].removesuffix(".py"))
+    return senders
+
+
+def test_no_module_outside_a_queries_module_sends_statement_text() -> None:
     assert _sql_outside_home() == []
 
 
 def test_each_query_has_a_unique_name_and_a_row_type() -> None:
-    named = [value for value in vars(queries).values() if isinstance(value, queries.Query)]
-    assert len(named) > 40
+    named = [query for statements in _statements().values() for query in statements.values()]
+    assert len(named) > 100
     names = [query.name for query in named]
     assert len(names) == len(set(names))
     assert all(callable(query.row) for query in named)
 
 
+def test_a_statement_lives_with_the_one_package_that_sends_it() -> None:
+    statements = _statements()
+    misplaced = {
+        f"{package}.{name}": sorted(senders)
+        for package, named in statements.items()
+        if package != "db"
+        for name in named
+        if (senders := _senders(name)) - {package}
+    }
+    assert misplaced == {}
+    shared = PACKAGE / "db" / "queries.py"
+    helpers = [
+        node
+        for node in ast.parse(shared.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.FunctionDef)
+    ]
+    single = [
+        name
+        for name in statements["db"]
+        if len(
+            _senders(name).union(
+                *(_senders(helper.name) for helper in helpers if name in ast.unparse(helper))
+            )
+        )
+        < 2
+    ]
+    assert len(single) <= SHARED_ALLOWANCE, single
+
+
+def test_the_statement_core_knows_no_domain_type() -> None:
+    tree = ast.parse(Path(core.__file__).read_text(encoding="utf-8"))
+    imported = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)] + [
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    ]
+    assert not [name for name in imported if name.startswith("pgflow_django")]
+
+
 def test_the_shared_claim_differs_from_the_plain_one_only_in_its_start_function() -> None:
-    plain, shared = str(queries.CLAIM.text), str(queries.CLAIM_SHARED.text)
+    plain, shared = str(worker_queries.CLAIM.text), str(worker_queries.CLAIM_SHARED.text)
     assert "pgflow.start_tasks(" in plain and "pgflow.start_shared_tasks(" not in plain
     assert "pgflow.start_shared_tasks(" in shared and "pgflow.start_tasks(" not in shared
     assert plain.split("left join lateral")[0] == shared.split("left join lateral")[0]

@@ -5,8 +5,8 @@ runs, per queue mode (the hint of ``pgflow_start --wait``, ``pgflow_schedules sh
 from __future__ import annotations
 
 from pgflow_django.flows.slugs import task_flow_slug
-from pgflow_django.queries import StepServiceRow
 from pgflow_django.runs.coverage import worker_commands
+from pgflow_django.runs.queries import StepServiceRow
 
 
 def step(flow: str, mode: str, slug: str, queue: str) -> StepServiceRow:

@@ -12,8 +12,9 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import connections, transaction
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_value
 from pgflow_django.db.upgrade import AuditCheck, Finding, current_audit_checks, format_report, run_audit
+from pgflow_django.management import queries
 from pgflow_django.management.cli import PgflowCommand, add_format_argument
 
 
@@ -69,7 +70,7 @@ exit codes: 0 every check passed; 1 a check found problems, or another error; 2 
             transaction.atomic(using=self.using),
             connections[self.using].cursor() as cursor,
         ):
-            queries.value(cursor, queries.READ_ONLY_TRANSACTION)
+            fetch_value(cursor, queries.READ_ONLY_TRANSACTION)
             checks = current_audit_checks(cursor)
             task = bar.add_task("auditing", total=len(checks))
 

@@ -7,7 +7,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.db import connections
 
-from pgflow_django import queries
+from pgflow_django.db import queries as db_queries
+from pgflow_django.db.query import fetch_all
 from pgflow_django.flows.flow_control import describe
 from pgflow_django.flows.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
 from pgflow_django.management.cli import PgflowCommand, add_format_argument, positive_int, printable
@@ -41,8 +42,8 @@ exit codes: 0 shown; 1 error; 2 bad arguments
 
     def run(self, *args: Any, **options: Any) -> None:
         with connections[self.using].cursor() as cursor:
-            rows = queries.fetch_all(
-                cursor, queries.FLOW_CONTROL, {"flow": options["flow"], "limit": options["keys"]}
+            rows = fetch_all(
+                cursor, db_queries.FLOW_CONTROL, {"flow": options["flow"], "limit": options["keys"]}
             )
         if options["format"] == "json":
             self.write_json(

@@ -2,7 +2,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from pgflow_django.runs.client import new_run_id
-
 from tests.sql.support import q, val
 
 

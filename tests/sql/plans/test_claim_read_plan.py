@@ -1,4 +1,4 @@
-"""The claim's read (``queries.CLAIM``) walks the queue's priority index to the first visible entries:
+"""The claim's read (``worker_queries.CLAIM``) walks the queue's priority index to the first visible entries:
 with a backlog of 10,000 tasks of mixed priorities (and hidden ones of the highest), it reads by
 ``<queue table>_priority_idx`` with no sort of the queue's rows (PostgreSQL 16 and later sort the
 batch's ten ids for an ordered aggregate: not a sort of the queue), and touches a number of index
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from pgflow_django import queries
+from pgflow_django.worker import queries as worker_queries
 from tests.sql.support import make_flow, new_worker, q, qtable, step
 
 pytestmark = pytest.mark.django_db
@@ -60,7 +60,7 @@ def test_the_read_is_an_index_walk_that_stops_after_the_batch() -> None:
         "gens": [],
     }
     with connection.cursor() as cursor:
-        statement = queries.CLAIM.statement(table=table)
+        statement = worker_queries.CLAIM.statement(table=table)
         cursor.execute(b"explain (analyze, format json) " + statement.as_bytes(cursor.cursor), params)
         (plan,) = cursor.fetchone()[0]
     scans = [node for node in nodes(plan["Plan"]) if node.get("Relation Name") == table]

@@ -1,6 +1,6 @@
-"""The worker's claim (``queries.CLAIM``, read and claim in one statement) takes the visible messages of
-a queue highest priority first, in message id order (FIFO) within a priority; a retried message keeps
-its priority and its place; a hidden message of any priority is not taken."""
+"""The worker's claim (``worker_queries.CLAIM``, read and claim in one statement) takes the visible
+messages of a queue highest priority first, in message id order (FIFO) within a priority; a retried
+message keeps its priority and its place; a hidden message of any priority is not taken."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import uuid
 import pytest
 from django.db import connection
 
-from pgflow_django import queries
+from pgflow_django.db.query import fetch_all
+from pgflow_django.worker import queries as worker_queries
 from tests.sql.support import fail, make_flow, new_worker, q, q1, qtable, step
 
 pytestmark = pytest.mark.django_db
@@ -24,11 +25,11 @@ def start(flow: str, priority: int | None, label: str) -> uuid.UUID:
     return uuid.UUID(str(row["run_id"]))
 
 
-def claim(flow: str, worker: uuid.UUID, qty: int = 1) -> list[queries.ClaimRow]:
+def claim(flow: str, worker: uuid.UUID, qty: int = 1) -> list[worker_queries.ClaimRow]:
     with connection.cursor() as cursor:
-        rows = queries.fetch_all(
+        rows = fetch_all(
             cursor,
-            queries.CLAIM,
+            worker_queries.CLAIM,
             {
                 "queue": flow,
                 "vt": 30,
@@ -44,7 +45,7 @@ def claim(flow: str, worker: uuid.UUID, qty: int = 1) -> list[queries.ClaimRow]:
     return [row for row in rows if row.outcome == "claimed"]
 
 
-def labels(flow: str, rows: list[queries.ClaimRow]) -> list[str]:
+def labels(flow: str, rows: list[worker_queries.ClaimRow]) -> list[str]:
     by_run = {
         str(r["run_id"]): r["label"]
         for r in q("select run_id, input->>'label' as label from pgflow.runs where flow_slug = %s", [flow])
@@ -101,9 +102,9 @@ def test_foreign_headers_do_not_break_the_read() -> None:
         [flow],
     )
     with connection.cursor() as cursor:
-        rows = queries.fetch_all(
+        rows = fetch_all(
             cursor,
-            queries.CLAIM,
+            worker_queries.CLAIM,
             {
                 "queue": flow,
                 "vt": 30,

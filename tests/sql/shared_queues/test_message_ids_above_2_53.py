@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pgflow_django.flows.compiler import compile_flow
 
 from pgflow_django import Flow, route_flow
 from pgflow_django.db.connect import connection_params
+from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.worker.connection import Engine, completion_item
 from tests.sql.shared_queues.support import claim_shared, message_ids, purge_committed
 from tests.sql.support import complete, jb, q, send_raw, start, val

@@ -4,8 +4,8 @@ flow: a step-queued flow owns only its private step queues, so it has no default
 from __future__ import annotations
 
 from django.db import connection
-from pgflow_django.db.upgrade import run_audit
 
+from pgflow_django.db.upgrade import run_audit
 from tests.sql.step_queues.support import chain
 
 

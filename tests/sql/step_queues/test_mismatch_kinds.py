@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pgflow_django.flows.compiler import FlowMismatch
-from pgflow_django.flows.compiler import compile_flow as compile_python
 
 from pgflow_django import Flow, with_step_queues
+from pgflow_django.flows.compiler import FlowMismatch
+from pgflow_django.flows.compiler import compile_flow as compile_python
 from tests.sql.step_queues.support import flow_row, meta, route, step_shape
 from tests.sql.support import compile_flow, db_error, jb, shape, shape_step, start
 

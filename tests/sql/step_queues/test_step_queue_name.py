@@ -8,8 +8,8 @@ import pytest
 from django.db import connection
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from pgflow_django.flows.slugs import InvalidSlug, is_valid_slug, step_queue_name
 
+from pgflow_django.flows.slugs import InvalidSlug, is_valid_slug, step_queue_name
 from tests.sql.support import db_error, val
 
 
