@@ -266,7 +266,7 @@ def check_pooler(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> lis
 def _companion_messages() -> list[checks.CheckMessage]:
     from django.conf import settings
 
-    from pgflow_django.db.upgrade import _milliseconds
+    from pgflow_django.db.upgrade import lock_timeout_milliseconds
 
     messages: list[checks.CheckMessage] = []
     if apps.is_installed("pgmigrate"):
@@ -282,7 +282,7 @@ def _companion_messages() -> list[checks.CheckMessage]:
             )
     timeout = getattr(settings, "PGMIGRATE_LOCK_TIMEOUT", None)
     try:
-        _milliseconds(timeout)
+        lock_timeout_milliseconds(timeout)
     except TypeError:
         messages.append(
             checks.Error(

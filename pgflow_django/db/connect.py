@@ -39,3 +39,22 @@ def connection_params(using: str = "default", pooler: str | None = None) -> dict
     if pooler == "transaction":
         params["prepare_threshold"] = None
     return params
+
+
+def describe_database(alias: str, params: dict[str, Any]) -> str:
+    """``default (app@db.example:5432)``: which database the worker works on, without credentials."""
+    where = str(params.get("host") or "local socket")
+    if params.get("port"):
+        where += f":{params['port']}"
+    return f"{alias} ({params.get('dbname', '?')}@{where})"
+
+
+def keep_handler_connections(using: str, conn_max_age: float | None) -> None:
+    """Handler threads keep their Django connection across tasks (per ``conn_max_age``), checked
+    for health before reuse, so a task pays neither a connect nor a restart's broken socket."""
+    from django.db import connections
+
+    settings_dict = connections.settings[using]
+    settings_dict["CONN_MAX_AGE"] = conn_max_age
+    if conn_max_age != 0:
+        settings_dict["CONN_HEALTH_CHECKS"] = True

@@ -178,7 +178,9 @@ def preflight(cursor: Cursor, *, lock_timeout: Any = _UNSET) -> list[Finding]:
     Lock waits are bounded by ``lock_timeout`` (seconds or a timedelta; default: django-pgmigrate's
     ``PGMIGRATE_LOCK_TIMEOUT``), set for this transaction only; ``None`` keeps the session's value.
     """
-    milliseconds = _milliseconds(_configured_lock_timeout() if lock_timeout is _UNSET else lock_timeout)
+    milliseconds = lock_timeout_milliseconds(
+        _configured_lock_timeout() if lock_timeout is _UNSET else lock_timeout
+    )
     if milliseconds is not None:
         fetch_value(cursor, queries.SET_LOCK_TIMEOUT, [f"{milliseconds}ms"])
     fetch_value(cursor, queries.MIGRATE_LOCK, [MIGRATE_LOCK])
@@ -205,7 +207,9 @@ def _configured_lock_timeout() -> Any:
     return getattr(settings, "PGMIGRATE_LOCK_TIMEOUT", None)
 
 
-def _milliseconds(value: Any) -> int | None:
+def lock_timeout_milliseconds(value: Any) -> int | None:
+    """A lock timeout in seconds (or a timedelta) as PostgreSQL's whole milliseconds; None (no
+    timeout) when unset or not positive. ``manage.py check`` validates the setting with it."""
     if value is None:
         return None
     if isinstance(value, timedelta):

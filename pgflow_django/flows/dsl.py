@@ -375,7 +375,7 @@ class Flow:
             when_unmet=_when(owner, "when_unmet", options.get("when_unmet", "skip")),
             when_exhausted=_when(owner, "when_exhausted", options.get("when_exhausted", "fail")),
             atomic=_flag(owner, "atomic", options.get("atomic", False)),
-            accepts_context=_accepts_context(owner, handler),
+            accepts_context=handler_accepts_context(owner, handler),
             limits=_limits(owner, step_slug, options.get("concurrency"), options.get("rate_limit")),
         )
         self._steps[step_slug] = definition
@@ -665,7 +665,7 @@ def _pattern(owner: str, name: str, value: object, deps: tuple[str, ...]) -> Jso
     return pattern
 
 
-def _accepts_context(owner: str, handler: Handler) -> bool:
+def handler_accepts_context(owner: str, handler: Handler) -> bool:
     """Whether to call ``handler(input, ctx)`` or ``handler(input)``; refuse handlers that fit neither."""
     try:
         parameters = list(inspect.signature(handler).parameters.values())

@@ -262,37 +262,9 @@ def _drain(
             scope_key = key
             subscriptions = _subscriptions(scope)
             pauses = _paused(key, using) if key else {}
-        progressed = False
-        empty_at: dict[int, int] = {}
-        """Per subscription: ``recorded`` when its last claim read nothing."""
-        nothing_hidden = True
-        for index, sub in enumerate(subscriptions):
-            if _is_paused(sub, pauses):
-                nothing_hidden = False
-                continue
-            while True:
-                qty = min(BATCH_SIZE, max_tasks - session.tasks)
-                if qty <= 0:
-                    session.refuse_more(sub, max_tasks, scope_key)
-                    nothing_hidden = False
-                    break
-                claim = session.claim(sub, qty)
-                following = None
-                if claim.tasks:
-                    following = _following(
-                        subscriptions, index, claim.read_count == qty, pauses, requested is not None
-                    )
-                left = max_tasks - session.tasks - len(claim.tasks)
-                if session.run_claimed(
-                    claim, None if following is None or left < 1 else (following, min(BATCH_SIZE, left))
-                ):
-                    progressed = True
-                    recorded += 1
-                elif claim.read_count == 0:
-                    empty_at[index] = recorded
-                if claim.read_count < qty:
-                    nothing_hidden = nothing_hidden and claim.read_count == 0 and claim.next_visible is None
-                    break
+        progressed, empty_at, nothing_hidden, recorded = _one_pass(
+            session, subscriptions, pauses, scope_key, requested is not None, max_tasks, recorded
+        )
         # With a fixed scope, a pass whose every claim came after the last recorded result and read
         # nothing ends the drain: another pass would read the same. Without one, the next pass looks
         # for flows the handlers started runs of.
@@ -331,6 +303,51 @@ def _drain(
         skipped_seconds=skipped,
         waiting=() if skip_delays else tuple(clock.waiting(limit, using=using)),
     )
+
+
+def _one_pass(
+    session: _Session,
+    subscriptions: list[_Subscription],
+    pauses: dict[tuple[str, str], str],
+    scope_key: tuple[str, ...],
+    fixed_scope: bool,
+    max_tasks: int,
+    recorded: int,
+) -> tuple[bool, dict[int, int], bool, int]:
+    """One pass over the subscriptions, each claimed until a claim reads less than it asked for.
+
+    Returns whether a result was recorded, per subscription the ``recorded`` count at which its
+    last claim read nothing, whether every claim that read nothing also saw no hidden message, and
+    the new ``recorded`` count (claimed batches whose results have been recorded)."""
+    progressed = False
+    empty_at: dict[int, int] = {}
+    nothing_hidden = True
+    for index, sub in enumerate(subscriptions):
+        if _is_paused(sub, pauses):
+            nothing_hidden = False
+            continue
+        while True:
+            qty = min(BATCH_SIZE, max_tasks - session.tasks)
+            if qty <= 0:
+                session.refuse_more(sub, max_tasks, scope_key)
+                nothing_hidden = False
+                break
+            claim = session.claim(sub, qty)
+            following = None
+            if claim.tasks:
+                following = _following(subscriptions, index, claim.read_count == qty, pauses, fixed_scope)
+            left = max_tasks - session.tasks - len(claim.tasks)
+            if session.run_claimed(
+                claim, None if following is None or left < 1 else (following, min(BATCH_SIZE, left))
+            ):
+                progressed = True
+                recorded += 1
+            elif claim.read_count == 0:
+                empty_at[index] = recorded
+            if claim.read_count < qty:
+                nothing_hidden = nothing_hidden and claim.read_count == 0 and claim.next_visible is None
+                break
+    return progressed, empty_at, nothing_hidden, recorded
 
 
 def _following(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from contextlib import ContextDecorator
 from typing import Any
 
-from pgflow_django.flows.dsl import Flow, StepDefinition, StepRef, _accepts_context
+from pgflow_django.flows.dsl import Flow, StepDefinition, StepRef, handler_accepts_context
 
 _lock = threading.Lock()
 _handlers: dict[tuple[str, str], list[Callable[..., Any]]] = {}
@@ -41,7 +41,7 @@ class override_handler(ContextDecorator):
         resolved, definition = _step(flow, step)
         self.key = (resolved.slug, definition.slug)
         self.handler = handler
-        _accepts_context(f"override of step {definition.slug!r} of flow {resolved.slug!r}", handler)
+        handler_accepts_context(f"override of step {definition.slug!r} of flow {resolved.slug!r}", handler)
 
     def __enter__(self) -> override_handler:
         with _lock:
@@ -154,7 +154,9 @@ def _effective(flow: Flow) -> Flow:
         definition = steps[slug]
         handler = replaced.get(slug, definition.handler)
         takes_context = (
-            _accepts_context(f"step {slug!r}", handler) if slug in replaced else definition.accepts_context
+            handler_accepts_context(f"step {slug!r}", handler)
+            if slug in replaced
+            else definition.accepts_context
         )
         if slug in failing:
             handler = _failing(flow.slug, slug, handler, takes_context)

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pgflow_django import signals
 from pgflow_django.observability import tracing
-from pgflow_django.worker.connection import ClaimedTask
+from pgflow_django.worker.connection import Claim, ClaimedTask
+from pgflow_django.worker.subscription import Subscription
 
 if TYPE_CHECKING:
     from pgflow_django.observability.metrics import WorkerMetrics
@@ -35,6 +36,14 @@ Transitions = Callable[[Sequence[ClaimedTask]], "list[Transition]"]
 
 FAILED_OUTCOMES: Final = frozenset({"failed", "skipped"})
 """``fail_task``/``reject_task`` outcomes of a task out of attempts (skipped: its step is skipped)."""
+
+
+SHARED_WARNINGS = {
+    "unmatched": "match no task: left in the queue untouched (applications must not send to queues "
+    "pgflow manages)",
+}
+"""Shared-queue claim outcomes that are not this worker's to run: warned about, never stop the worker
+(``unsupported`` work is named once per flow step, by ``UnsupportedWork``)."""
 
 
 def log_fields(task: ClaimedTask, worker_id: uuid.UUID | None = None) -> dict[str, Any]:
@@ -116,6 +125,41 @@ class Observer:
             return
         for run_id in new:
             known[run_id] = tracing.parent_context(found.get(run_id))
+
+    def unclaimed(self, conn: Any, sub: Subscription, claim: Claim) -> None:
+        """Say what a claim read but did not turn into tasks (and, at debug level, what it claimed)."""
+        for outcome, meaning in SHARED_WARNINGS.items():
+            ids = claim.unclaimed.get(outcome, [])
+            if ids:
+                logger.warning(
+                    "%d message(s) %s queue=%s msg_ids=%s",
+                    len(ids),
+                    meaning,
+                    sub.queue,
+                    ",".join(map(str, ids)),
+                    extra=self.fields,
+                )
+        if claim.unclaimed.get("unsupported"):
+            sub.unsupported.report(conn, claim.unclaimed["unsupported"])
+        foreign = claim.unclaimed.get("foreign", [])
+        if foreign:
+            logger.warning(
+                "archived %d foreign message(s) queue=%s msg_ids=%s (not pgflow work: applications "
+                "must not send to queues pgflow owns)",
+                len(foreign),
+                sub.queue,
+                ",".join(map(str, foreign)),
+                extra=self.fields,
+            )
+        if claim.read_count and logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "claimed %d of %d message(s) queue=%s msg_ids=%s",
+                len(claim.tasks),
+                claim.read_count,
+                sub.queue,
+                ",".join(str(task.message_id) for task in claim.tasks),
+                extra=self.fields,
+            )
 
     def loop_failed(self) -> None:
         self.database_ok = False

@@ -97,6 +97,13 @@ class WorkerOptions:
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 0, got {getattr(self, name)!r}")
 
+    def limits_text(self) -> str:
+        """How the start-up line names the limits that end the worker (empty when none)."""
+        parts = [f" max-tasks={self.max_tasks}"] if self.max_tasks else []
+        if self.until_empty:
+            parts.append(" until-empty")
+        return "".join(parts)
+
     @property
     def max_connections(self) -> int:
         """Engine + completer + listener, plus one Django connection per handler thread."""

@@ -15,12 +15,12 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 
-from pgflow_django.db.connect import connection_params
+from pgflow_django.db.connect import connection_params, describe_database, keep_handler_connections
 from pgflow_django.db.queries import SEVERAL_QUEUES
 from pgflow_django.flows.dsl import Flow
 from pgflow_django.observability import tracing
@@ -49,13 +49,9 @@ from pgflow_django.worker.pool import HandlerPool
 from pgflow_django.worker.preflight import PreflightError, check_database
 from pgflow_django.worker.runner import Runner
 from pgflow_django.worker.slots import ALL_QUEUES, WorkerState
+from pgflow_django.worker.stop_calls import StopCalls
 from pgflow_django.worker.stop_signals import GracefulStop
-from pgflow_django.worker.subscription import (
-    StepKey,
-    Subscription,
-    shared_subscription,
-    subscriptions_for,
-)
+from pgflow_django.worker.subscription import StepKey, Subscription, subscriptions_of
 
 if TYPE_CHECKING:
     from pgflow_django.observability.metrics import WorkerMetrics
@@ -80,12 +76,6 @@ BUDGET_WAIT_SECONDS = 0.05
 QUEUE_RETRY_SECONDS = 0.2
 QUEUE_RETRY_CAP_SECONDS = 30.0
 """The back-off of one queue whose claims fail (doubling from the first to the cap)."""
-SHARED_WARNINGS = {
-    "unmatched": "match no task: left in the queue untouched (applications must not send to queues "
-    "pgflow manages)",
-}
-"""Shared-queue claim outcomes that are not this worker's to run: warned about, never stop the worker
-(``unsupported`` work is named once per flow step, by ``UnsupportedWork``)."""
 
 
 class QueueWorker:
@@ -94,7 +84,7 @@ class QueueWorker:
 
     def __init__(self, work: Flow | Sequence[Flow] | Sequence[Subscription], options: WorkerOptions) -> None:
         self.options = options
-        self.subscriptions = _subscriptions(work, options)
+        self.subscriptions = subscriptions_of(work, options.queue, options.step_slug)
         self.flows = list({flow.slug: flow for sub in self.subscriptions for flow in sub.flows}.values())
         self.flow = self.flows[0]
         self.worker_id = uuid.uuid4()
@@ -198,43 +188,10 @@ class QueueWorker:
             )
         write_access = set(engine.write_queue_access())
         for sub in self.subscriptions:
-            self._prepare_queue(engine, sub, write_access)
+            sub.prepare(engine, self.options, self.generations, write_access, self.observe.fields)
         connections[self.options.using].close()
-        self._configure_handler_connections()
+        keep_handler_connections(self.options.using, self.options.conn_max_age)
         return statuses[0] if len(set(statuses)) == 1 else ", ".join(sorted(set(statuses)))
-
-    def _prepare_queue(self, engine: Engine, sub: Subscription, write_access: set[str]) -> None:
-        """The queue's table, read visibility and notifications, each doubt logged once."""
-        sub.read_visibility = self.options.read_visibility_seconds
-        if not sub.shared:
-            # every message of this queue is ours to claim: hide the batch as long as the claim would
-            # (a shared queue's worker leaves other workers' messages as read, so it reads briefly)
-            longest = engine.claim_visibility(sub.support)
-            sub.read_visibility = max(self.options.read_visibility_seconds, longest or 0)
-        sub.queue_table = engine.queue_table(sub.queue)
-        sub.generations = {flow.slug: self.generations[flow.slug] for flow in sub.flows}
-        sub.idle_wait = self.options.poll_interval
-        if sub.queue not in write_access:
-            logger.warning(
-                "queue=%s: its tables are not laid out as PGMQ 1.11-1.13 makes them; sends, archives"
-                " and visibility changes go through PGMQ's dynamic SQL",
-                sub.queue,
-                extra=self.observe.fields,
-            )
-        notifies, throttle_ms = engine.insert_notifications(sub.queue, sub.queue_table)
-        if not notifies:
-            logger.warning(
-                "queue=%s sends no insert notifications: the worker relies on polling",
-                sub.queue,
-                extra=self.observe.fields,
-            )
-        elif throttle_ms > 0:
-            logger.warning(
-                "queue=%s throttles insert notifications to one per %d ms",
-                sub.queue,
-                throttle_ms,
-                extra=self.observe.fields,
-            )
 
     def check_pauses(self, engine: Engine) -> tuple[str, str, str | None, Subscription] | None:
         """Mark each subscription a pause holds (it is not polled) and clear the resumed ones, saying
@@ -243,17 +200,7 @@ class QueueWorker:
         pauses = engine.pauses(self.registration.support)
         first: tuple[str, str, str | None, Subscription] | None = None
         for sub in self.subscriptions:
-            held = next(
-                (
-                    pause
-                    for pause in pauses
-                    if any(
-                        flow == pause.flow_slug and pause.step_slug in ("", step)
-                        for flow, step in sub.support
-                    )
-                ),
-                None,
-            )
+            held = sub.pause_among(pauses)
             if held is None:
                 if sub.paused is not None:
                     logger.info(
@@ -281,16 +228,6 @@ class QueueWorker:
         if all(sub.paused is not None for sub in self.subscriptions):
             return first
         return None
-
-    def _configure_handler_connections(self) -> None:
-        """Handler threads keep their Django connection across tasks (per ``conn_max_age``), checked
-        for health before reuse, so a task pays neither a connect nor a restart's broken socket."""
-        from django.db import connections
-
-        settings_dict = connections.settings[self.options.using]
-        settings_dict["CONN_MAX_AGE"] = self.options.conn_max_age
-        if self.options.conn_max_age != 0:
-            settings_dict["CONN_HEALTH_CHECKS"] = True
 
     def start(self) -> None:
         """Register, then start the listener, completer and handler threads."""
@@ -349,7 +286,7 @@ class QueueWorker:
             opts.concurrency,
             opts.batch_size,
             describe_database(opts.using, self._params),
-            _limits(opts),
+            opts.limits_text(),
             opts.max_connections,
             extra=self.observe.fields,
         )
@@ -662,38 +599,7 @@ class QueueWorker:
             self.fatal = True
             self.state.request_stop()
             return False
-        for outcome, meaning in SHARED_WARNINGS.items():
-            ids = claim.unclaimed.get(outcome, [])
-            if ids:
-                logger.warning(
-                    "%d message(s) %s queue=%s msg_ids=%s",
-                    len(ids),
-                    meaning,
-                    sub.queue,
-                    ",".join(map(str, ids)),
-                    extra=self.observe.fields,
-                )
-        if claim.unclaimed.get("unsupported"):
-            sub.unsupported.report(engine.conn, claim.unclaimed["unsupported"])
-        foreign = claim.unclaimed.get("foreign", [])
-        if foreign:
-            logger.warning(
-                "archived %d foreign message(s) queue=%s msg_ids=%s (not pgflow work: applications "
-                "must not send to queues pgflow owns)",
-                len(foreign),
-                sub.queue,
-                ",".join(map(str, foreign)),
-                extra=self.observe.fields,
-            )
-        if claim.read_count and logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "claimed %d of %d message(s) queue=%s msg_ids=%s",
-                len(claim.tasks),
-                claim.read_count,
-                sub.queue,
-                ",".join(str(task.message_id) for task in claim.tasks),
-                extra=self.observe.fields,
-            )
+        self.observe.unclaimed(engine.conn, sub, claim)
         return True
 
     def _hold_deadline(self, engine: Engine) -> float:
@@ -838,10 +744,8 @@ class QueueWorker:
                 extra=self.observe.fields,
             )
             if self.engine is not None and self._registered:
-                self._bounded(
-                    lambda engine: engine.heartbeat(self.registration),
-                    "heartbeat while draining",
-                    attempts=1,
+                StopCalls(self.engine, self.observe, self.queue).bounded(
+                    lambda engine: engine.heartbeat(self.registration), "heartbeat while draining", attempts=1
                 )
             drained = self.state.wait_for_drain(min(deadline - time.monotonic(), opts.heartbeat_seconds))
         unstarted: list[ClaimedTask] = []
@@ -858,14 +762,15 @@ class QueueWorker:
             self.completer.join(2.0)
         left = self.state.held_tasks()
         if self.engine is not None:
+            calls = StopCalls(self.engine, self.observe, self.queue)
             if unstarted:
-                self._return_at_stop(unstarted)
+                calls.return_unstarted(unstarted)
             waiting = {task.key for task in unstarted}
             running = [task for task in left if task.key not in waiting]
             if running:
-                self._release(running)
+                calls.release(running)
             if self._registered:
-                self._bounded(lambda engine: engine.mark_stopped(self.worker_id), "mark the worker stopped")
+                calls.bounded(lambda engine: engine.mark_stopped(self.worker_id), "mark the worker stopped")
             self.engine.close()
         logger.info(
             "worker %s stopped queue=%s%s",
@@ -885,78 +790,6 @@ class QueueWorker:
         """Handlers still running after shutdown: the process must exit without joining them."""
         return self.state.in_flight > 0 or self.state.executing > 0
 
-    def _return_at_stop(self, tasks: list[ClaimedTask]) -> None:
-        """Tasks no thread started before the drain ended: back to the queue, attempts returned."""
-        self._give_back(tasks, Engine.return_unstarted, "returned", "task(s) no handler started")
-
-    def _release(self, tasks: list[ClaimedTask]) -> None:
-        """Tasks whose handlers outlived the drain: queued again, their attempts still counted."""
-        self._give_back(tasks, Engine.release, "released", "unfinished task(s)")
-
-    def _give_back(
-        self, tasks: list[ClaimedTask], give: Callable[[Engine, list[ClaimedTask]], int], done: str, what: str
-    ) -> None:
-        count = self._bounded(lambda engine: give(engine, tasks), f"give back {what}")
-        if count is not None:
-            self.observe.released(int(count))
-            logger.warning(
-                "%s %d of %d %s queue=%s msg_ids=%s",
-                done,
-                count,
-                len(tasks),
-                what,
-                self.queue,
-                ",".join(str(task.message_id) for task in sorted(tasks, key=lambda task: task.message_id)),
-                extra=self.observe.fields,
-            )
-
-    def _bounded(self, call: Any, what: str, attempts: int = 3) -> Any:
-        """A few quick retries at shutdown; afterwards heartbeats and recovery cover what was missed."""
-        assert self.engine is not None
-        backoff = Backoff(initial=0.2, cap=1.0)
-        for attempt in range(attempts):
-            try:
-                return call(self.engine)
-            except Exception as exc:
-                self.engine.recover(exc)
-                if attempt == attempts - 1 or not is_transient(exc):
-                    logger.warning("could not %s: %s", what, first_line(exc), extra=self.observe.fields)
-                    return None
-                time.sleep(backoff.next())
-        return None
-
-
-def _subscriptions(
-    work: Flow | Sequence[Flow] | Sequence[Subscription], options: WorkerOptions
-) -> list[Subscription]:
-    """What a worker built from flows serves: ``options.queue`` for them all (a shared queue), else
-    every queue of each (only ``options.step_slug``'s of a step-queued flow)."""
-    if isinstance(work, Flow):
-        work = [work]
-    if not work:
-        raise PreflightError("nothing to serve: no flow, task or queue was found")
-    if all(isinstance(item, Subscription) for item in work):
-        return [item for item in work if isinstance(item, Subscription)]
-    flows = [item for item in work if isinstance(item, Flow)]
-    if options.queue is not None:
-        return [shared_subscription(options.queue, flows)]
-    return subscriptions_for(flows, options.step_slug)
-
 
 def _priority(task: ClaimedTask) -> int:
     return task.priority
-
-
-def describe_database(alias: str, params: dict[str, Any]) -> str:
-    """``default (app@db.example:5432)``: which database the worker works on, without credentials."""
-    where = str(params.get("host") or "local socket")
-    if params.get("port"):
-        where += f":{params['port']}"
-    return f"{alias} ({params.get('dbname', '?')}@{where})"
-
-
-def _limits(options: WorkerOptions) -> str:
-    parts = [f" max-tasks={options.max_tasks}"] if options.max_tasks else []
-    if options.until_empty:
-        parts.append(" until-empty")
-    return "".join(parts)

@@ -8,12 +8,19 @@ every flow routed there.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from pgflow_django.db.queries import Pause
 from pgflow_django.flows.dsl import Flow, RoutedFlow
+from pgflow_django.worker.connection import Engine
+from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.preflight import PreflightError, check_shared_subscription, resolve_subscription
 from pgflow_django.worker.unsupported import UnsupportedWork
+
+logger = logging.getLogger("pgflow_django.worker")
 
 StepKey = tuple[str, str]
 """(flow slug, step slug)."""
@@ -58,6 +65,59 @@ class Subscription:
     @property
     def flow(self) -> Flow:
         return self.flows[0]
+
+    def pause_among(self, pauses: Sequence[Pause]) -> Pause | None:
+        """The first of ``pauses`` that holds a (flow, step) this queue runs."""
+        return next(
+            (
+                pause
+                for pause in pauses
+                if any(
+                    flow == pause.flow_slug and pause.step_slug in ("", step) for flow, step in self.support
+                )
+            ),
+            None,
+        )
+
+    def prepare(
+        self,
+        engine: Engine,
+        options: WorkerOptions,
+        generations: dict[str, int],
+        write_access: set[str],
+        log_fields: dict[str, Any],
+    ) -> None:
+        """The queue's table, read visibility and notifications, each doubt logged once."""
+        self.read_visibility = options.read_visibility_seconds
+        if not self.shared:
+            # every message of this queue is ours to claim: hide the batch as long as the claim would
+            # (a shared queue's worker leaves other workers' messages as read, so it reads briefly)
+            longest = engine.claim_visibility(self.support)
+            self.read_visibility = max(options.read_visibility_seconds, longest or 0)
+        self.queue_table = engine.queue_table(self.queue)
+        self.generations = {flow.slug: generations[flow.slug] for flow in self.flows}
+        self.idle_wait = options.poll_interval
+        if self.queue not in write_access:
+            logger.warning(
+                "queue=%s: its tables are not laid out as PGMQ 1.11-1.13 makes them; sends, archives"
+                " and visibility changes go through PGMQ's dynamic SQL",
+                self.queue,
+                extra=log_fields,
+            )
+        notifies, throttle_ms = engine.insert_notifications(self.queue, self.queue_table)
+        if not notifies:
+            logger.warning(
+                "queue=%s sends no insert notifications: the worker relies on polling",
+                self.queue,
+                extra=log_fields,
+            )
+        elif throttle_ms > 0:
+            logger.warning(
+                "queue=%s throttles insert notifications to one per %d ms",
+                self.queue,
+                throttle_ms,
+                extra=log_fields,
+            )
 
 
 def flow_subscription(flow: Flow, step_slug: str | None = None) -> Subscription:
@@ -131,3 +191,20 @@ def without_queues(subscriptions: list[Subscription], excluded: Sequence[str]) -
     if not kept:
         raise PreflightError("--exclude-queue leaves no queue to serve")
     return kept
+
+
+def subscriptions_of(
+    work: Flow | Sequence[Flow] | Sequence[Subscription], queue: str | None, step_slug: str | None
+) -> list[Subscription]:
+    """What a worker built from flows serves: ``queue`` for them all (a shared queue), else every
+    queue of each (only ``step_slug``'s of a step-queued flow); subscriptions are taken as given."""
+    if isinstance(work, Flow):
+        work = [work]
+    if not work:
+        raise PreflightError("nothing to serve: no flow, task or queue was found")
+    if all(isinstance(item, Subscription) for item in work):
+        return [item for item in work if isinstance(item, Subscription)]
+    flows = [item for item in work if isinstance(item, Flow)]
+    if queue is not None:
+        return [shared_subscription(queue, flows)]
+    return subscriptions_for(flows, step_slug)

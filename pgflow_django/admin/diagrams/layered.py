@@ -133,6 +133,28 @@ def _isotonic(values: Sequence[float]) -> list[float]:
     return [mean for mean, weight in blocks for _ in range(int(weight))]
 
 
+def _fewest_crossings(
+    layers: list[list[str]], up: dict[str, list[str]], down: dict[str, list[str]]
+) -> tuple[list[list[str]], int]:
+    """The order of each layer with the fewest edge crossings found in ``SWEEPS`` down-and-up sweeps
+    of barycentre reordering, and that number."""
+    count = len(layers)
+    best = [list(slugs) for slugs in layers]
+    best_crossings = _total_crossings(best, up)
+    current = [list(slugs) for slugs in layers]
+    for _ in range(SWEEPS):
+        if best_crossings == 0:
+            break
+        for i in range(1, count):
+            current[i] = _reorder(current[i], current[i - 1], up)
+        for i in range(count - 2, -1, -1):
+            current[i] = _reorder(current[i], current[i + 1], down)
+        crossings = _total_crossings(current, up)
+        if crossings < best_crossings:
+            best, best_crossings = [list(slugs) for slugs in current], crossings
+    return best, best_crossings
+
+
 def layout(order: Sequence[str], deps: Mapping[str, Sequence[str]], sizes: Sizes) -> Placed:
     """Place the nodes of ``order`` (definition order breaks ties) with their ``deps`` as edges."""
     layer = layers_of(order, deps)
@@ -158,19 +180,7 @@ def layout(order: Sequence[str], deps: Mapping[str, Sequence[str]], sizes: Sizes
                 up.setdefault(b, []).append(a)
             chains.append((source, target, chain))
 
-    best = [list(slugs) for slugs in layers]
-    best_crossings = _total_crossings(best, up)
-    current = [list(slugs) for slugs in layers]
-    for _ in range(SWEEPS):
-        if best_crossings == 0:
-            break
-        for i in range(1, count):
-            current[i] = _reorder(current[i], current[i - 1], up)
-        for i in range(count - 2, -1, -1):
-            current[i] = _reorder(current[i], current[i + 1], down)
-        crossings = _total_crossings(current, up)
-        if crossings < best_crossings:
-            best, best_crossings = [list(slugs) for slugs in current], crossings
+    best, best_crossings = _fewest_crossings(layers, up, down)
 
     def extent(slug: str) -> int:
         return sizes.lane if slug.startswith("\0") else sizes.box_v

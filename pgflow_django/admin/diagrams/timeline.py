@@ -71,6 +71,23 @@ def tick_label(seconds: float, span: float) -> str:
     return f"+{seconds:.1f}s" if span >= 1 else f"+{seconds:.2f}s"
 
 
+def _axis(plot: float, span: float, height: float) -> list[str]:
+    """The time axis: a grid line and a label per tick, from the start to ``span`` seconds on."""
+    out: list[str] = []
+    for tick in range(TICKS + 1):
+        tx = MARGIN + LABEL_WIDTH + plot * tick / TICKS
+        out.append(
+            f'<line x1="{tx:.1f}" y1="{AXIS_HEIGHT - 6}" x2="{tx:.1f}" y2="{height - MARGIN}" '
+            'stroke="#e5e7eb" stroke-width="1"/>'
+        )
+        anchor = "end" if tick == TICKS else "middle" if tick else "start"
+        out.append(
+            f'<text class="pgflow-tick" x="{tx:.1f}" y="{AXIS_HEIGHT - 10}" text-anchor="{anchor}" '
+            f'fill="#4b5563">{escape(tick_label(span * tick / TICKS, span))}</text>'
+        )
+    return out
+
+
 def render(
     rows: Sequence[Row], start: datetime, now: datetime, colours: dict[str, str], width: int, title: str = ""
 ) -> str:
@@ -94,17 +111,7 @@ def render(
         f'role="img" aria-label="{escape(title)}" font-family="sans-serif" font-size="{FONT_SIZE}">',
         f"<title>{escape(title)}</title>",
     ]
-    for tick in range(TICKS + 1):
-        tx = MARGIN + LABEL_WIDTH + plot * tick / TICKS
-        out.append(
-            f'<line x1="{tx:.1f}" y1="{AXIS_HEIGHT - 6}" x2="{tx:.1f}" y2="{height - MARGIN}" '
-            'stroke="#e5e7eb" stroke-width="1"/>'
-        )
-        anchor = "end" if tick == TICKS else "middle" if tick else "start"
-        out.append(
-            f'<text class="pgflow-tick" x="{tx:.1f}" y="{AXIS_HEIGHT - 10}" text-anchor="{anchor}" '
-            f'fill="#4b5563">{escape(tick_label(span * tick / TICKS, span))}</text>'
-        )
+    out += _axis(plot, span, height)
     for index, row in enumerate(rows):
         top = AXIS_HEIGHT + index * ROW_HEIGHT
         bar_top = top + (ROW_HEIGHT - BAR_HEIGHT) / 2

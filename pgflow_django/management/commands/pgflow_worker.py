@@ -82,133 +82,9 @@ arguments; 128 + signal number after a second signal
 """
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--flow",
-            action="append",
-            help="serve only this flow, every queue of it (repeatable); with --queue Q, only the steps "
-            "its persisted routes send to Q",
-        )
-        parser.add_argument(
-            "--exclude-flow",
-            action="append",
-            default=[],
-            metavar="FLOW",
-            help="leave this registered flow out of a worker serving every flow (repeatable)",
-        )
-        parser.add_argument(
-            "--tasks",
-            action="store_true",
-            help="serve only Django tasks (TASKS backends of pgflow_django.tasks.PgflowTaskBackend) on "
-            "--queue (default: 'default', or the backends' only queue)",
-        )
-        parser.add_argument(
-            "--queue",
-            help="serve only this queue: the steps of every served flow routed there (the tasks there, "
-            "with --tasks); '*' serves every queue (of the task backends with --tasks)",
-        )
-        parser.add_argument(
-            "--exclude-queue",
-            action="append",
-            default=[],
-            metavar="QUEUE",
-            help="leave this queue out (repeatable); not with a single --queue Q",
-        )
-        parser.add_argument(
-            "--max-tasks",
-            type=positive_int,
-            help="exit 0 once this many tasks were claimed and finished (for memory hygiene, like "
-            "Celery's --max-tasks-per-child); the process claims no more than that",
-        )
-        parser.add_argument(
-            "--until-empty",
-            action="store_true",
-            help="exit 0 once nothing is runnable: a read finds no message and no task is in flight "
-            "(delayed retries and run_after in the future are left for later); for cron and CI",
-        )
-        parser.add_argument(
-            "--log-level",
-            choices=LEVELS,
-            type=str.lower,
-            help="level of the pgflow_django logger (default: from -v: 0 warning, 1 info, 2 debug)",
-        )
-        parser.add_argument(
-            "--step",
-            help="for a step-queued flow: the one step whose private queue to work (required there, "
-            "refused for a plain flow)",
-        )
-        parser.add_argument(
-            "--concurrency", type=positive_int, help="handler threads (default: PGFLOW WORKER_CONCURRENCY)"
-        )
-        parser.add_argument(
-            "--batch-size",
-            type=positive_int,
-            help="messages read per claim, at most (default: PGFLOW WORKER_BATCH_SIZE)",
-        )
-        parser.add_argument(
-            "--prefetch",
-            type=non_negative_int,
-            help="tasks held while every step's handlers are short (under 5 ms), beyond --concurrency "
-            "and --batch-size; 0 holds one per thread (default: PGFLOW WORKER_PREFETCH, off when "
-            "--concurrency or --batch-size is given)",
-        )
-        parser.add_argument(
-            "--poll-interval",
-            type=positive_float,
-            help="seconds between fallback reads of an idle queue, for lost notifications "
-            "(default: PGFLOW WORKER_POLL_INTERVAL)",
-        )
-        parser.add_argument(
-            "--max-poll-seconds",
-            type=positive_float,
-            help="while notifications arrive, idle fallback reads back off up to this many seconds "
-            "(default: PGFLOW WORKER_MAX_POLL_SECONDS)",
-        )
-        parser.add_argument(
-            "--shutdown-timeout",
-            type=non_negative_float,
-            help="seconds in-flight tasks get to finish after a signal "
-            "(default: PGFLOW WORKER_SHUTDOWN_TIMEOUT)",
-        )
-        parser.add_argument(
-            "--heartbeat-seconds",
-            type=positive_float,
-            help="heartbeat period (default: PGFLOW WORKER_HEARTBEAT_SECONDS)",
-        )
-        parser.add_argument(
-            "--metrics-port",
-            type=port_number,
-            help="serve Prometheus /metrics, /healthz and /readyz on this port (0: any free port, logged); "
-            "needs pgflow-django[metrics] (default: PGFLOW WORKER_METRICS_PORT, off)",
-        )
-        parser.add_argument(
-            "--metrics-host",
-            help="address of the metrics port (default: PGFLOW WORKER_METRICS_HOST, 0.0.0.0)",
-        )
-        parser.add_argument(
-            "--stalled-check-seconds",
-            type=positive_float,
-            help="period of stalled-task recovery, one worker at a time "
-            "(default: PGFLOW STALLED_CHECK_SECONDS)",
-        )
-        parser.add_argument(
-            "--listen-url",
-            metavar="URL",
-            help="a libpq URL of a direct session (not through a transaction pooler) for LISTEN "
-            "(default: PGFLOW LISTEN_DATABASE's alias, else the worker's database; none, so polling "
-            "alone, when PGFLOW POOLER is 'transaction')",
-        )
-        parser.add_argument(
-            "--reload",
-            action="store_true",
-            help="for development: restart when the project's code changes (Django's autoreloader, as "
-            "runserver does), after in-flight tasks finish",
-        )
-        parser.add_argument(
-            "--no-scheduler",
-            action="store_true",
-            help="do not fire due schedules (by default every worker fires them, one at a time; "
-            "see manage.py pgflow_scheduler)",
-        )
+        add_selection_arguments(parser)
+        add_capacity_arguments(parser)
+        add_process_arguments(parser)
 
     def run(self, *args: Any, **options: Any) -> None:
         from pgflow_django.db.pooler import require_announced_pooler
@@ -380,3 +256,140 @@ arguments; 128 + signal number after a second signal
                 "no @task of a PgflowTaskBackend on this database"
             )
         return subscriptions
+
+
+def add_selection_arguments(parser: CommandParser) -> None:
+    """What the worker serves and when it ends: flows, queues, tasks, steps, limits and logging."""
+    parser.add_argument(
+        "--flow",
+        action="append",
+        help="serve only this flow, every queue of it (repeatable); with --queue Q, only the steps "
+        "its persisted routes send to Q",
+    )
+    parser.add_argument(
+        "--exclude-flow",
+        action="append",
+        default=[],
+        metavar="FLOW",
+        help="leave this registered flow out of a worker serving every flow (repeatable)",
+    )
+    parser.add_argument(
+        "--tasks",
+        action="store_true",
+        help="serve only Django tasks (TASKS backends of pgflow_django.tasks.PgflowTaskBackend) on "
+        "--queue (default: 'default', or the backends' only queue)",
+    )
+    parser.add_argument(
+        "--queue",
+        help="serve only this queue: the steps of every served flow routed there (the tasks there, "
+        "with --tasks); '*' serves every queue (of the task backends with --tasks)",
+    )
+    parser.add_argument(
+        "--exclude-queue",
+        action="append",
+        default=[],
+        metavar="QUEUE",
+        help="leave this queue out (repeatable); not with a single --queue Q",
+    )
+    parser.add_argument(
+        "--max-tasks",
+        type=positive_int,
+        help="exit 0 once this many tasks were claimed and finished (for memory hygiene, like "
+        "Celery's --max-tasks-per-child); the process claims no more than that",
+    )
+    parser.add_argument(
+        "--until-empty",
+        action="store_true",
+        help="exit 0 once nothing is runnable: a read finds no message and no task is in flight "
+        "(delayed retries and run_after in the future are left for later); for cron and CI",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        type=str.lower,
+        help="level of the pgflow_django logger (default: from -v: 0 warning, 1 info, 2 debug)",
+    )
+    parser.add_argument(
+        "--step",
+        help="for a step-queued flow: the one step whose private queue to work (required there, "
+        "refused for a plain flow)",
+    )
+
+
+def add_capacity_arguments(parser: CommandParser) -> None:
+    """How hard it pushes: threads, batches, prefetch, polling and the drain on stop."""
+    parser.add_argument(
+        "--concurrency", type=positive_int, help="handler threads (default: PGFLOW WORKER_CONCURRENCY)"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        help="messages read per claim, at most (default: PGFLOW WORKER_BATCH_SIZE)",
+    )
+    parser.add_argument(
+        "--prefetch",
+        type=non_negative_int,
+        help="tasks held while every step's handlers are short (under 5 ms), beyond --concurrency "
+        "and --batch-size; 0 holds one per thread (default: PGFLOW WORKER_PREFETCH, off when "
+        "--concurrency or --batch-size is given)",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=positive_float,
+        help="seconds between fallback reads of an idle queue, for lost notifications "
+        "(default: PGFLOW WORKER_POLL_INTERVAL)",
+    )
+    parser.add_argument(
+        "--max-poll-seconds",
+        type=positive_float,
+        help="while notifications arrive, idle fallback reads back off up to this many seconds "
+        "(default: PGFLOW WORKER_MAX_POLL_SECONDS)",
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=non_negative_float,
+        help="seconds in-flight tasks get to finish after a signal (default: PGFLOW WORKER_SHUTDOWN_TIMEOUT)",
+    )
+
+
+def add_process_arguments(parser: CommandParser) -> None:
+    """The process around the loop: heartbeat, metrics endpoint, recovery, LISTEN, reload, scheduler."""
+    parser.add_argument(
+        "--heartbeat-seconds",
+        type=positive_float,
+        help="heartbeat period (default: PGFLOW WORKER_HEARTBEAT_SECONDS)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=port_number,
+        help="serve Prometheus /metrics, /healthz and /readyz on this port (0: any free port, logged); "
+        "needs pgflow-django[metrics] (default: PGFLOW WORKER_METRICS_PORT, off)",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        help="address of the metrics port (default: PGFLOW WORKER_METRICS_HOST, 0.0.0.0)",
+    )
+    parser.add_argument(
+        "--stalled-check-seconds",
+        type=positive_float,
+        help="period of stalled-task recovery, one worker at a time (default: PGFLOW STALLED_CHECK_SECONDS)",
+    )
+    parser.add_argument(
+        "--listen-url",
+        metavar="URL",
+        help="a libpq URL of a direct session (not through a transaction pooler) for LISTEN "
+        "(default: PGFLOW LISTEN_DATABASE's alias, else the worker's database; none, so polling "
+        "alone, when PGFLOW POOLER is 'transaction')",
+    )
+    parser.add_argument(
+        "--reload",
+        action="store_true",
+        help="for development: restart when the project's code changes (Django's autoreloader, as "
+        "runserver does), after in-flight tasks finish",
+    )
+    parser.add_argument(
+        "--no-scheduler",
+        action="store_true",
+        help="do not fire due schedules (by default every worker fires them, one at a time; "
+        "see manage.py pgflow_scheduler)",
+    )
