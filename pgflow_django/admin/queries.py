@@ -36,9 +36,6 @@ RERUN: Final = value_query("rerun", "select pgflow.rerun(%s) as value")
 """Start a new run linked to a finished one (the admin's re-run action); its id."""
 
 
-# -- the admin dashboard (one bounded statement per panel) ----------------------------------------------
-
-
 class RunRateRow(NamedTuple):
     flow_slug: str
     minute: datetime

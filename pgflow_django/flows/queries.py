@@ -16,9 +16,6 @@ SET_FLOW_LIMITS: Final = value_query(
 """Replace a flow's concurrency and rate limits (after every compile or verification)."""
 
 
-# -- compiling --------------------------------------------------------------------------------------
-
-
 ENSURE_FLOW_COMPILED: Final = value_query(
     "ensure_flow_compiled",
     "select pgflow.ensure_flow_compiled(%s, %s::jsonb, %s::text, %s::bigint)::text as value",

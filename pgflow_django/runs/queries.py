@@ -11,6 +11,8 @@ from typing import Final, NamedTuple
 from pgflow_django.db.queries import LIVE_WORKER, FlowSlugRow, Pause
 from pgflow_django.db.query import Query, Value, value_query
 
+# -- operator pauses ------------------------------------------------------------------------------------
+
 PAUSE_SUBSCRIPTION: Final = Query(
     "pause_subscription",
     "select flow_slug, step_slug, queue_name, reason, detail "

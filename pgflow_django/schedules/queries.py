@@ -10,9 +10,6 @@ from typing import Final, NamedTuple
 from pgflow_django.db.query import Query, value_query
 from pgflow_django.schedules.views import ScheduleView, TickView
 
-# -- schedules (pgflow_django.schedules) ------------------------------------------------------------
-
-
 _SCHEDULE_COLUMNS: Final = """
 select schedule_name as name, flow_slug, cron, timezone, input::text as input, input_callable, catch_up,
        max_catch_up, jitter_seconds as jitter, enabled, paused_reason, paused_detail, paused_at, origin,

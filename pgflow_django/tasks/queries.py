@@ -8,8 +8,6 @@ from typing import Any, Final, NamedTuple
 
 from pgflow_django.db.query import Query
 
-# -- the Django tasks backend ------------------------------------------------------------------------
-
 
 class TaskRunRow(NamedTuple):
     """A task's run, its one task and its output; fields named as the backend's result reads them."""

@@ -13,9 +13,6 @@ from psycopg import sql
 from pgflow_django.db.queries import FlowSlugRow
 from pgflow_django.db.query import Query, value_query
 
-# -- the testing toolkit (pgflow_django.testing) ---------------------------------------------------------
-
-
 SAVEPOINT: Final = value_query("savepoint", 'savepoint "pgflow_testing"')
 
 
