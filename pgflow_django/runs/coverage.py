@@ -2,7 +2,7 @@
 
 Before callers switch to a new concrete flow version, every (queue, flow, step) it routes to must have
 a live worker that polls that queue *and* runs that step. The check is one plain SQL statement
-(:data:`COVERAGE_SQL`, kept in ``pgflow_django.queries`` with every other statement) so that an
+(:data:`COVERAGE_SQL`, kept in ``pgflow_django.runs.queries`` with the runs API's other statements) so that an
 operator can run exactly what ``manage.py pgflow_coverage`` ran: :func:`coverage_sql` renders it with
 its two parameters as SQL literals on the first lines (edit them there), and :func:`coverage`
 executes that very text.

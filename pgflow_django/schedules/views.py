@@ -1,6 +1,6 @@
 """What reading a schedule returns: the rows of ``pgflow.schedules`` and of its tick ledger.
 
-Each class is also the row type of the statements in ``pgflow_django.queries`` that read them, built
+Each class is also the row type of the statements in ``pgflow_django.schedules.queries`` that read them, built
 from the named result columns by ``from_columns``, so its fields are listed once.
 """
 

@@ -1,4 +1,5 @@
-"""The worker's dedicated psycopg connections, and the statements (``pgflow_django.queries``) each role runs.
+"""The worker's dedicated psycopg connections, and the statements (``pgflow_django.worker.queries``) each
+role runs.
 
 Claims, completions and heartbeats never share Django's per-thread connections, so they never wait
 behind a handler's transaction, and the worker's connection count stays fixed (docs: concurrency + 3).
