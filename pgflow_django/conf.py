@@ -132,7 +132,7 @@ LIVE_HEARTBEATS: Final = 3
 
 def live_worker_seconds() -> float:
     """The heartbeat window that makes a worker live: ``LIVE_HEARTBEATS`` x
-    ``PGFLOW["WORKER_HEARTBEAT_SECONDS"]`` (15 s with the defaults); ``queries.LIVE_WORKER`` applies it."""
+    ``PGFLOW["WORKER_HEARTBEAT_SECONDS"]`` (15 s with the defaults); ``db.queries.LIVE_WORKER`` applies it."""
     return LIVE_HEARTBEATS * get_settings().worker_heartbeat_seconds
 
 

@@ -8,6 +8,7 @@
 - ``FIRST_HOUR_LOCK_TIMEOUT``: ``PGMIGRATE_LOCK_TIMEOUT`` as a string (a mistake the checks name);
 - ``FIRST_HOUR_WITHOUT_PGFLOW=1``: ``pgflow_django`` left out of ``INSTALLED_APPS`` (its package and
   the tasks backend still importable, as in a project that forgot the app).
+- ``FIRST_HOUR_WITHOUT_ADMIN=1``: ``django.contrib.admin`` left out, as in a project without the admin.
 """
 
 import os
@@ -20,6 +21,8 @@ _kept = [name for name in os.environ.get("FIRST_HOUR_APPS", ",".join(_PGMIGRATE_
 INSTALLED_APPS = [app for app in _APPS if app not in _PGMIGRATE_APPS or app in _kept]
 if os.environ.get("FIRST_HOUR_WITHOUT_PGFLOW") == "1":
     INSTALLED_APPS.remove("pgflow_django")
+if os.environ.get("FIRST_HOUR_WITHOUT_ADMIN") == "1":
+    INSTALLED_APPS.remove("django.contrib.admin")
 
 if os.environ.get("FIRST_HOUR_LOGGING") != "1":
     del LOGGING  # noqa: F821

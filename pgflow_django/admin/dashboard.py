@@ -3,7 +3,7 @@
 Panels: runs started/completed/failed per minute over the last hour for each flow (SVG charts), the
 depth and oldest message age of each queue the flows use, live workers and the steps each runs, paused
 subscriptions, stalled tasks, and the concurrency keys and rate limits with their started and deferred
-tasks, of the admin's database (``admin_database``). One bounded statement per panel
+tasks, of the admin's database (``admin.database``). One bounded statement per panel
 (``queries.DASHBOARD_*``, ``FLOW_QUEUE_DEPTHS``, ``ALL_PAUSES``); the page reloads with a
 ``<meta http-equiv="refresh">``, so there is no JavaScript.
 """

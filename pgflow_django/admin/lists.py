@@ -97,11 +97,6 @@ def time_column(
     return column
 
 
-def run_priority(value: int | None) -> str:
-    """A run's priority, or ``default`` when it was started without one (its steps' and flow's apply)."""
-    return "default" if value is None else str(value)
-
-
 def task_priority() -> Coalesce:
     """A task's claim priority, as ``pgflow.start_ready_steps`` sends it: the run's, else its step's
     default, else its flow's (the defaults as they are now)."""

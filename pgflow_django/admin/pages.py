@@ -4,7 +4,7 @@ Nothing here writes a pgflow table: every field is read-only and add, change and
 The two run actions call the SQL API: cancel through ``pgflow_django.cancel_run`` (the path of
 ``manage.py pgflow_cancel``), re-run through ``pgflow.rerun``; both are recorded in Django's admin log.
 Schedules (``pgflow_django.admin.schedules``) are paused, resumed and triggered through their API.
-Every page reads, and every action writes, the database ``admin_database`` chooses
+Every page reads, and every action writes, the database ``admin.database`` chooses
 (``PGFLOW["ADMIN_DATABASE"]``, reads through the project's routers).
 
 Django's admin refuses to register models with a composite primary key (``Step``, ``StepState``,
@@ -40,7 +40,14 @@ from pgflow_django.db.query import fetch_all, fetch_value
 from pgflow_django.flows.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
 from pgflow_django.models import Dep, Flow, Run, Schedule, Step, StepState, StepTask, Worker
 from pgflow_django.runs import operations
-from pgflow_django.runs.client import CancelResult, RetryRefused, RunNotFound, cancel_run, retry_run
+from pgflow_django.runs.client import (
+    CancelResult,
+    RetryRefused,
+    RunNotFound,
+    cancel_run,
+    retry_run,
+    run_priority,
+)
 from pgflow_django.runs.recorded_errors import read_error
 
 _MAX_MESSAGE_ID = 2**63 - 1
@@ -292,7 +299,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
 
     @admin.display(description="priority", ordering="priority")
     def priority_shown(self, obj: Run) -> str:
-        return admin_lists.run_priority(obj.priority)
+        return run_priority(obj.priority)
 
     finished = admin_lists.time_column("finished", "completed_at", "failed_at", sortable=False)
 

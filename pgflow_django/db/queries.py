@@ -107,6 +107,9 @@ def requeue_stalled(cursor: Any, *, wait: bool) -> list[RecoveryCount] | None:
     return fetch_all(cursor, REQUEUE_STALLED)
 
 
+# -- flow control and queue depths ----------------------------------------------------------------------
+
+
 class FlowControlRow(NamedTuple):
     """One key of one limit: its settings, and what the key has now."""
 
@@ -187,6 +190,9 @@ FLOW_QUEUE_DEPTHS: Final = Query(
 because older PGMQ releases do not report it."""
 
 
+# -- database checks ------------------------------------------------------------------------------------
+
+
 HAS_PGMQ_SCHEMA: Final = value_query(
     "has_pgmq_schema", "select exists (select 1 from pg_namespace where nspname = 'pgmq') as value"
 )
@@ -258,6 +264,9 @@ LOCK_UPGRADE_TABLES: Final = value_query(
 
 
 LOCK_PGMQ_META: Final = value_query("lock_pgmq_meta", "lock table pgmq.meta in share mode")
+
+
+# -- runs, queue tables and metrics ---------------------------------------------------------------------
 
 
 class FlowSlugRow(NamedTuple):

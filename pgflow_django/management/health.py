@@ -1,6 +1,6 @@
 """Database-side health for exec probes and cron (``manage.py pgflow_health``): one line per problem.
 
-It reads the same bounded statement as the database-wide metrics (``queries.database_metrics``), so a
+It reads the same bounded statement as the database-wide metrics (``db.queries.database_metrics``), so a
 probe costs what one scrape costs.
 """
 

@@ -1,2 +1,2 @@
-"""What pgflow tells the outside: Prometheus metrics (``metrics``), OpenTelemetry traces
-(``tracing``), database health (``health``) and queue coverage (``coverage``)."""
+"""What pgflow tells the outside as it works: Prometheus metrics (``metrics``) and OpenTelemetry
+traces (``tracing``). Database health is ``management.health``; queue coverage ``runs.coverage``."""

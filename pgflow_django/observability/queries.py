@@ -1,4 +1,4 @@
-"""The statements only the metrics send."""
+"""The statements only metrics and tracing send."""
 
 from __future__ import annotations
 

@@ -114,6 +114,11 @@ class StepStateView:
     skipped_at: datetime | None
 
 
+def run_priority(value: int | None) -> str:
+    """A run's priority, or ``default`` when it was started without one (its steps' and flow's apply)."""
+    return "default" if value is None else str(value)
+
+
 @dataclass(frozen=True)
 class RunView:
     """A run and its step states, read in one statement (one consistent snapshot)."""

@@ -3,9 +3,9 @@
 ``TASKS = {"default": {"BACKEND": "pgflow_django.tasks.PgflowTaskBackend", "QUEUES": ["default"]}}``.
 One file a part, as Django's own ``tasks/backends`` does: ``framework`` (Django 6's ``django.tasks`` or
 the ``django-tasks`` backport), ``task`` (the task class), ``backend`` (enqueue and results),
-``handler`` (the task function as a step handler), ``results`` (failures and outputs) and ``flows``
-(what ``pgflow_worker --tasks`` runs). The names below load on first use, so importing the package
-(or ``pgflow_django.worker.task_flows``) needs no tasks framework.
+``handler`` (the task function as a step handler) and ``results`` (failures and outputs); what
+``pgflow_worker --tasks`` runs is ``worker.task_flows``. The names below load on first use, so
+importing the package needs no tasks framework until one of them is used.
 """
 
 from __future__ import annotations

@@ -138,6 +138,9 @@ WRITE_QUEUE_ACCESS: Final = value_query("write_queue_access", "select pgflow.wri
 static branches changed; the queues that have a branch."""
 
 
+# -- queue set-up, notifications and heartbeats ---------------------------------------------------------
+
+
 class InsertNotifications(NamedTuple):
     notifies: bool
     throttle_ms: int
@@ -342,6 +345,9 @@ UNSUPPORTED_WORK: Final = Query(
 """Messages a shared-queue claim left alone, grouped by (flow, step) and the Django task they run."""
 
 
+# -- tracing --------------------------------------------------------------------------------------------
+
+
 class TraceContextRow(NamedTuple):
     run_id: uuid.UUID
     trace_context: Any
@@ -377,6 +383,9 @@ PROTOCOL_VERSION: Final = value_query("protocol_version", "select pgflow.protoco
 HAS_WORKERS_TABLE: Final = value_query(
     "has_workers_table", "select to_regclass('pgflow.workers') is not null as value"
 )
+
+
+# -- history partitions ---------------------------------------------------------------------------------
 
 
 CREATE_HISTORY_PARTITIONS: Final = value_query(

@@ -1,9 +1,11 @@
 """The modules of pgflow_django, and its packages, import each other without a cycle.
 
 Every import counts: the ones inside functions (a lazy import only hides a loop until the day someone
-moves it to the top) and those under ``if TYPE_CHECKING:`` (a type-only import is still a dependency a
-reader follows). Importing ``a.b.c`` runs the ``__init__`` of ``a.b`` first, so an import also reaches
-the packages above its target (those above the importing module itself are already initialised).
+moves it to the top), those under ``if TYPE_CHECKING:`` (a type-only import is still a dependency a
+reader follows), and a module named in a string for a lazy import (a ``_LAZY`` table,
+``import_module``, ``import_string``; a logger's name is not one). Importing ``a.b.c`` runs the
+``__init__`` of ``a.b`` first, so an import also reaches the packages above its target (those above
+the importing module itself are already initialised).
 At package level each top-level package (``worker``, ``runs``, ...) or top-level module is one node.
 Django migrations are not part of the graph.
 """
@@ -31,11 +33,29 @@ def _modules() -> dict[str, Path]:
     return found
 
 
+def _named_module(text: str, modules: dict[str, Path]) -> set[str]:
+    """The module a string names for a lazy import: a ``_LAZY`` table's value, ``import_module``'s
+    or ``import_string``'s argument (a module path, or a module path and one attribute)."""
+    if not text.startswith("pgflow_django") or not text.replace(".", "").replace("_", "").isalnum():
+        return set()
+    if text in modules:
+        return {text}
+    owner = text.rpartition(".")[0]
+    return {owner} if owner in modules else set()
+
+
 def _targets(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The pgflow_django modules that importing ``name`` runs, its own packages excluded."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     direct: set[str] = set()
+    logger_names = {
+        id(argument)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", getattr(node.func, "id", "")) == "getLogger"
+        for argument in node.args
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             direct.update(alias.name for alias in node.names if alias.name in modules)
@@ -50,6 +70,8 @@ def _targets(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                     direct.add(submodule)
                 elif base in modules:
                     direct.add(base)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in logger_names:
+            direct.update(_named_module(node.value, modules))
     own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 2)}
     reached = set(direct)
     for target in direct:
@@ -126,9 +148,11 @@ def test_pgflow_django_packages_import_each_other_one_way() -> None:
     assert cycles(packages) == []
 
 
-def test_a_type_only_import_counts() -> None:
+def test_a_type_only_import_and_a_lazy_name_count() -> None:
     graph = import_graph()
-    assert "pgflow_django.tasks.backend" in graph["pgflow_django.tasks"]  # only under TYPE_CHECKING there
+    assert "pgflow_django.tasks.backend" in graph["pgflow_django.tasks"]  # a type-only import and _LAZY
+    assert "pgflow_django.runs.client" in graph["pgflow_django"]  # in _LAZY, and under TYPE_CHECKING
+    assert "pgflow_django.flows.slugs" in graph["pgflow_django.tasks"]
 
 
 def test_the_graph_sees_a_loop_through_a_package_and_a_lazy_import() -> None:

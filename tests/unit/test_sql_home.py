@@ -6,7 +6,6 @@ or more packages send it, and the core knows no domain type."""
 from __future__ import annotations
 
 import ast
-import re
 from importlib import import_module
 from pathlib import Path
 
@@ -20,8 +19,9 @@ MIGRATION_TIME = {
     "db/pgmq_install.py",  # installs PGMQ from a migration
 }
 """Modules that may hold statement text besides the queries modules: migration-time SQL."""
-SHARED_ALLOWANCE = 10
-"""Statements of ``db.queries`` allowed a single sending package (the database checks' own)."""
+CHECKS_STATEMENTS = {"HAS_PGMQ_SCHEMA", "PGMQ_VERSIONS"}
+"""Statements of ``db.queries`` that only ``checks.py`` sends: a top-level module has no queries
+module of its own, and these are the database checks'."""
 
 
 def _queries_modules() -> dict[str, Path]:
@@ -73,16 +73,36 @@ def _statements() -> dict[str, dict[str, Query[object]]]:
     return found
 
 
-def _senders(name: str) -> set[str]:
-    """The top-level packages (or modules) of pgflow_django whose code names statement ``name``."""
-    pattern = re.compile(rf"queries\.{name}\b|\.queries import [^\n]*\b{name}\b")
-    senders = set()
+def _names_sent(tree: ast.Module) -> set[str]:
+    """The statement names a module takes from a queries module: imported from one, or read as an
+    attribute of a name bound to one (``queries.X``, ``db_queries.X``)."""
+    sent: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith(".queries"):
+            sent.update(alias.name for alias in node.names)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id.endswith("queries")
+        ):
+            sent.add(node.attr)
+    return sent
+
+
+def _senders_by_name() -> dict[str, set[str]]:
+    """Statement name -> the top-level packages (or modules) of pgflow_django whose code sends it."""
+    senders: dict[str, set[str]] = {}
     for path in PACKAGE.rglob("*.py"):
         relative = path.relative_to(PACKAGE)
         if path.name == "queries.py" or relative.parts[0] in {"migrations", "sql"}:
             continue
-        if pattern.search(path.read_text(encoding="utf-8")):
-            senders.add(relative.parts[0].removesuffix(".py"))
+        for name in _names_sent(ast.parse(path.read_text(encoding="utf-8"))):
+            senders.setdefault(name, set()).add(relative.parts[0].removesuffix(".py"))
+    shared = ast.parse((PACKAGE / "db" / "queries.py").read_text(encoding="utf-8"))
+    for helper in shared.body:  # a statement a shared helper sends has the helper's senders
+        if isinstance(helper, ast.FunctionDef):
+            for name in {node.id for node in ast.walk(helper) if isinstance(node, ast.Name)}:
+                senders.setdefault(name, set()).update(senders.get(helper.name, set()))
     return senders
 
 
@@ -99,32 +119,39 @@ def test_each_query_has_a_unique_name_and_a_row_type() -> None:
 
 
 def test_a_statement_lives_with_the_one_package_that_sends_it() -> None:
-    statements = _statements()
+    statements, senders = _statements(), _senders_by_name()
     misplaced = {
-        f"{package}.{name}": sorted(senders)
+        f"{package}.{name}": sorted(senders.get(name, set()))
         for package, named in statements.items()
         if package != "db"
         for name in named
-        if (senders := _senders(name)) - {package}
+        if senders.get(name, set()) - {package}
     }
     assert misplaced == {}
-    shared = PACKAGE / "db" / "queries.py"
-    helpers = [
-        node
-        for node in ast.parse(shared.read_text(encoding="utf-8")).body
-        if isinstance(node, ast.FunctionDef)
-    ]
-    single = [
-        name
+    single = {
+        name: sorted(senders.get(name, set()))
         for name in statements["db"]
-        if len(
-            _senders(name).union(
-                *(_senders(helper.name) for helper in helpers if name in ast.unparse(helper))
-            )
-        )
-        < 2
-    ]
-    assert len(single) <= SHARED_ALLOWANCE, single
+        if len(senders.get(name, set()) - {"db"}) < 2
+        and not senders.get(name, set()) <= {"db"}
+        and name not in CHECKS_STATEMENTS
+    }
+    assert single == {}, "a statement of db/queries.py that one package sends belongs in its queries.py"
+
+
+def test_statements_are_defined_only_in_queries_modules() -> None:
+    makers = {"Query", "value_query"}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if path.name == "queries.py" or str(relative) == "db/query.py" or relative.parts[0] == "migrations":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", getattr(node.func, "attr", "")) in makers
+            ):
+                found.append(f"{relative}:{node.lineno}")
+    assert found == []
 
 
 def test_the_statement_core_knows_no_domain_type() -> None:

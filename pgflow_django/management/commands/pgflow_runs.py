@@ -15,7 +15,6 @@ from django.db.models.fields.json import KT
 from django.utils import timezone
 from rich.live import Live
 
-from pgflow_django.admin.lists import run_priority
 from pgflow_django.flows.slugs import InvalidSlug, validate_flow_slug
 from pgflow_django.flows.task_names import run_flow_name, run_task_path, task_flows
 from pgflow_django.management.cli import (
@@ -41,7 +40,7 @@ from pgflow_django.management.progress import (
 )
 from pgflow_django.management.watch import render, take_snapshot
 from pgflow_django.models import Flow, Run, StepTask
-from pgflow_django.runs.client import RunView, flow_not_found, get_run
+from pgflow_django.runs.client import RunView, flow_not_found, get_run, run_priority
 from pgflow_django.suggest import known_and_closest
 
 DEFAULT_LIMIT = 20
