@@ -2,15 +2,16 @@
 ``python -m pgflow_django.sql.squash 0007 0038 0007_squashed_0038``.
 
 The up delta is the up deltas FIRST..LAST in the order they ran, the down delta their down deltas in the
-order a rollback runs them (LAST's first), each without the function definitions a later statement of the
-same script supersedes. A ``create [or replace] function`` is superseded when the same function (name and
-parameter list) is defined again further on and no statement in between, other than a function
-definition, names it (as ``pgflow.name`` or ``name(``): a drop, an ``alter function``, a trigger or a data
-statement that calls it keeps
-the earlier definition, so every statement still runs against the function it ran against before. Table
-changes, data backfills and every other statement are kept, in order. The result therefore leaves the
-same catalog as the chain it replaces (the drift test and the migration hygiene test check it), with each
-function written once.
+order a rollback runs them (LAST's first), each without the statements a later definition of the same
+function makes redundant. A ``create [or replace] function`` is left out when the same function (name
+and parameter list) is defined again further on and no statement in between, other than a function
+definition, names it (as ``pgflow.name`` or ``name(``), except ``alter function ... set|reset``
+statements of that function, which are left out with it (``create or replace`` replaces every setting).
+A drop, any other ``alter function``, a trigger or a data statement that calls the function keeps the
+earlier definition, so every statement still runs against the function it ran against before. Table
+changes, data backfills and every other statement are kept, in order. The result leaves the same catalog
+as the chain it replaces (the drift test and the migration hygiene test check it), with most functions
+written once.
 
 Statements are split on top-level semicolons, outside comments, quoted strings, quoted identifiers and
 dollar quotes. The squashed files are written beside the deltas; the Django migration that loads them,
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,10 +32,9 @@ from pgflow_django.sql import MIGRATIONS_DIR
 
 NAME_PATTERN = re.compile(r"^[0-9]{4}_[a-z0-9_]+$")
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$")
-_DEFINITION = re.compile(
-    r"^create\s+(?:or\s+replace\s+)?function\s+((?:\"?[a-z_][a-z0-9_]*\"?\.)?\"?[a-z_][a-z0-9_]*\"?)\s*\(",
-    re.IGNORECASE,
-)
+_NAME = r"((?:\"?[a-z_][a-z0-9_]*\"?\.)?\"?[a-z_][a-z0-9_]*\"?)\s*\("
+_ALTER = re.compile(r"^alter\s+function\s+" + _NAME, re.IGNORECASE)
+_DEFINITION = re.compile(r"^create\s+(?:or\s+replace\s+)?function\s+" + _NAME, re.IGNORECASE)
 
 
 class SquashError(Exception):
@@ -115,22 +116,62 @@ def _strip_comments(text: str) -> str:
     return "\n".join(lines).strip()
 
 
-def _function(statement: Statement) -> tuple[str, str] | None:
-    """(name, parameter list) of a function definition, or None for any other statement."""
-    found = _DEFINITION.match(statement.code)
+def _call(code: str, pattern: re.Pattern[str]) -> tuple[str, str, str] | None:
+    """(name, parameter list, rest) when ``code`` matches ``pattern`` up to an opening parenthesis."""
+    found = pattern.match(code)
     if not found:
         return None
     name = found.group(1).replace('"', "").lower()
     depth, i = 1, found.end()
-    while depth and i < len(statement.code):
-        depth += {"(": 1, ")": -1}.get(statement.code[i], 0)
+    while depth and i < len(code):
+        depth += {"(": 1, ")": -1}.get(code[i], 0)
         i += 1
-    parameters = " ".join(statement.code[found.end() : i - 1].lower().split())
-    return name, parameters
+    return name, " ".join(code[found.end() : i - 1].lower().split()), code[i:]
+
+
+def _function(statement: Statement) -> tuple[str, str] | None:
+    """(name, parameter list) of a function definition, or None for any other statement."""
+    call = _call(statement.code, _DEFINITION)
+    return None if call is None else call[:2]
+
+
+_ALIASES = {"int": "integer", "int4": "integer", "int8": "bigint", "bool": "boolean", "int2": "smallint"}
+_TYPE_STARTS = {"double", "timestamp", "time", "character", "bit", "interval", "national"}
+
+
+def _types(parameters: str) -> tuple[str, ...]:
+    """The argument types of a parameter list (names, modes and defaults left out)."""
+    items: list[str] = []
+    depth, start = 0, 0
+    for i, char in enumerate(parameters + ","):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(parameters[start:i])
+            start = i + 1
+    types: list[str] = []
+    for item in items:
+        words = re.split(r"\s+default\s+|\s*=\s*", item.strip(), maxsplit=1)[0].split()
+        if words and words[0] in {"in", "out", "inout", "variadic"}:
+            words = words[1:]
+        if len(words) > 1 and words[0] not in _TYPE_STARTS:
+            words = words[1:]
+        if words:
+            types.append(_ALIASES.get(" ".join(words), " ".join(words)))
+    return tuple(types)
+
+
+def _config_change(statement: Statement, key: tuple[str, str]) -> bool:
+    """Whether the statement is ``alter function <key> set|reset <setting>``, which a later
+    ``create or replace`` of the same function undoes (it replaces every setting)."""
+    call = _call(statement.code, _ALTER)
+    if call is None or call[0] != key[0] or _types(call[1]) != _types(key[1]):
+        return False
+    return re.match(r"^\s*(set|reset)\s+(?!schema\b)", call[2], re.IGNORECASE) is not None
 
 
 def superseded(statements: Sequence[Statement]) -> set[int]:
-    """Indexes of the function definitions a later definition of the same function replaces unseen."""
+    """Indexes of the statements a later definition of the same function makes redundant: the earlier
+    definitions it replaces unseen, and the ``alter function ... set`` statements in between."""
     functions = [_function(statement) for statement in statements]
     dropped: set[int] = set()
     for index, key in enumerate(functions):
@@ -138,11 +179,16 @@ def superseded(statements: Sequence[Statement]) -> set[int]:
             continue
         short = re.escape(key[0].rsplit(".", 1)[-1])
         bare = re.compile(rf"\b{short}\s*\(|\b{re.escape(key[0])}\b", re.IGNORECASE)
+        settings: list[int] = []
         for later in range(index + 1, len(statements)):
             if functions[later] == key:
                 dropped.add(index)
+                dropped.update(settings)
                 break
             if functions[later] is None and bare.search(statements[later].code):
+                if _config_change(statements[later], key):
+                    settings.append(later)
+                    continue
                 break
     return dropped
 
@@ -150,7 +196,7 @@ def superseded(statements: Sequence[Statement]) -> set[int]:
 def squash(scripts: Sequence[tuple[str, str]]) -> tuple[str, int, int]:
     """The scripts (file name, text) as one, in order, without superseded function definitions.
 
-    Returns the text, the number of statements kept and the number dropped.
+    Returns the text, the number of statements kept and the number left out.
     """
     located: list[tuple[str, Statement]] = []
     for name, text in scripts:
@@ -194,11 +240,12 @@ def write(first: str, last: str, name: str, directory: Path = MIGRATIONS_DIR) ->
         [(down.name, down.read_text(encoding="utf-8")) for _, down in reversed(pairs)]
     )
     command = f"`python -m pgflow_django.sql.squash {first} {last} {name}`"
+    listed = textwrap.wrap(f"Squashed: {names}.", width=100, break_on_hyphens=False)
     intro = (
         f"-- {name}: the deltas {pairs[0][0].stem} to {pairs[-1][0].stem} as one, written by\n"
         f"-- {command}: their statements in the order they ran,\n"
-        "-- without the function definitions a later one replaced unseen. Never edit it once released.\n"
-        f"-- Squashed: {names}.\n"
+        "-- without those a later definition of the same function made redundant. Never edit it once\n"
+        "-- released.\n" + "".join(f"-- {line}\n" for line in listed)
     )
     up_path = directory / f"{name}.sql"
     down_path = directory / f"{name}_down.sql"
@@ -208,8 +255,8 @@ def write(first: str, last: str, name: str, directory: Path = MIGRATIONS_DIR) ->
         encoding="utf-8",
     )
     summary = (
-        f"up: {up_kept} statements kept, {up_dropped} superseded definitions dropped; "
-        f"down: {down_kept} kept, {down_dropped} dropped"
+        f"up: {up_kept} statements kept, {up_dropped} superseded ones left out; "
+        f"down: {down_kept} kept, {down_dropped} left out"
     )
     return up_path, down_path, summary
 

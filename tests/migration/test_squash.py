@@ -51,6 +51,18 @@ def test_a_definition_is_dropped_only_when_a_later_one_replaces_it_unseen() -> N
     assert text.count("create or replace function pgflow.f(") == 2
 
 
+def test_a_setting_changed_in_between_goes_with_the_definition_it_changed() -> None:
+    script = (
+        _define("f", "101")
+        + "alter function pgflow.f(integer) set search_path = pg_catalog;\n"
+        + "alter function pgflow.f(int) set schema other;\n"
+        + _define("f", "102")
+        + "alter function pgflow.f(a int) reset all;\n"
+        + _define("f", "103")
+    )
+    assert superseded(split_statements(script)) == {3, 4}
+
+
 def test_overloads_and_drops_are_kept_apart() -> None:
     script = (
         _define("f", "1")
