@@ -13,9 +13,11 @@ class PgflowConfig(AppConfig):
     def ready(self) -> None:
         from pgflow_django import checks  # noqa: F401  (checks registers the system checks)
         from pgflow_django.db import lock_watcher
+        from pgflow_django.migrations._squashed import refuse_partial_squash
         from pgflow_django.schedules.pg_cron import sync_after_migrate
 
         pre_migrate.connect(refuse_unsupported_database, sender=self, dispatch_uid="pgflow-database-guard")
+        pre_migrate.connect(refuse_partial_squash, sender=self, dispatch_uid="pgflow-partial-squash")
         post_migrate.connect(sync_after_migrate, sender=self, dispatch_uid="pgflow-pg-cron-job")
         if apps.is_installed("pglock"):
             # django-pgmigrate's migrate: its lock watcher's session would outlive it (and block

@@ -76,13 +76,20 @@ def test_partitioning_the_history_and_its_archives(database_url: str) -> None:
 
 
 def _partition_as_migration_0031_did(database_url: str) -> None:
-    """The history partitioned by the release before: its archives left as PGMQ made them."""
-    down = manage(database_url, "migrate", "-v0", "pgflow", "0031_queue_access")
-    assert down.returncode == 0, down.stderr
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("select count(*) from pgflow.partition_history('1 day', 3, true)")
-    up = manage(database_url, "migrate", "-v0")
-    assert up.returncode == 0, up.stderr
+    """The history partitioned by the development migrations before 0032_archive_partitions (squashed into
+    0007_squashed_0038 since): partition_history's steps without the queue archives', recorded with
+    ``archives`` false, as 0032 found such a history."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute("set local search_path = pg_catalog, pgflow, pgmq")  # as partition_history runs them
+        steps = [row[0] for row in conn.execute("select pgflow.partition_history('1 day', 3, false)")]
+        record = "insert into pgflow.history_partitioning (partition_interval, ahead, archives) values "
+        assert sum(step.startswith(record) and step.endswith(", true)") for step in steps) == 1
+        assert any(step.startswith("select pgflow.partition_queue_archive(") for step in steps)
+        for step in steps:
+            if step.startswith(record):
+                step = step.removesuffix(", true)") + ", false)"
+            if not step.startswith("select pgflow.partition_queue_archive("):
+                conn.execute(step)
 
 
 def test_archives_of_a_history_partitioned_before_they_could_be(database_url: str) -> None:

@@ -37,7 +37,11 @@ def _latest() -> str:
 
 
 def _applied() -> list[str]:
-    return sorted(name for app, name in MigrationLoader(connection).applied_migrations if app == APP)
+    """The applied pgflow migrations on disk (not the names a squashed migration replaces)."""
+    loader = MigrationLoader(connection)
+    return sorted(
+        name for app, name in loader.applied_migrations if app == APP and (app, name) in loader.graph.nodes
+    )
 
 
 def _clean(cursor: Any) -> None:

@@ -1,6 +1,6 @@
-"""Migration 0010_pgflow_fidelity on data recorded by 0008: failed runs' started steps become
-'cancelled' and their remaining_steps current; stored flow options stay; going back restores 0008's
-step statuses and check."""
+"""The post-seed migrations (0007_squashed_0038, which holds 0010_pgflow_fidelity's backfill) on data
+recorded by 0006: failed runs' started steps become 'cancelled' and their remaining_steps current; stored
+flow options stay; going back restores 0006's step statuses and check."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from tests.migration import upgrade_support as fx
 pytestmark = pytest.mark.django_db(transaction=True)
 
 APP = "pgflow"
-BEFORE = "0008_fast_paths"
-FIDELITY = "0010_pgflow_fidelity"
+BEFORE = "0006_shared_queues"
+FIDELITY = "0007_squashed_0038"
 FLOW = "upg_fidelity"
 
 
@@ -33,7 +33,7 @@ def latest() -> str:
 
 
 @pytest.fixture
-def at_0008() -> Iterator[Any]:
+def at_0006() -> Iterator[Any]:
     migrate(BEFORE)
     try:
         with connection.cursor() as cursor:
@@ -44,7 +44,7 @@ def at_0008() -> Iterator[Any]:
         migrate(latest())
 
 
-def _failed_run_at_0008(cursor: Any) -> Any:
+def _failed_run_at_0006(cursor: Any) -> Any:
     """a completes, b's condition is unmet with when_unmet = fail, c never starts, d was started."""
     cursor.execute("select pgflow.create_flow(%s)", [FLOW])
     cursor.execute("select pgflow.add_step(%s, 'a')", [FLOW])
@@ -67,9 +67,9 @@ def _states(cursor: Any, run_id: Any) -> dict[str, str]:
     )
 
 
-def test_failed_runs_are_brought_up_to_date_and_back(at_0008: Any) -> None:
-    cursor = at_0008
-    run_id = _failed_run_at_0008(cursor)
+def test_failed_runs_are_brought_up_to_date_and_back(at_0006: Any) -> None:
+    cursor = at_0006
+    run_id = _failed_run_at_0006(cursor)
     assert fx.value(cursor, "select status from pgflow.runs where run_id = %s", [run_id]) == "failed"
     assert _states(cursor, run_id) == {"a": "completed", "b": "failed", "c": "created", "d": "started"}
     assert fx.value(cursor, "select remaining_steps from pgflow.runs where run_id = %s", [run_id]) == 4
