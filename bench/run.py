@@ -25,7 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import pgmq_raw, sqlonly
+from bench import floor, pgmq_raw, sqlonly
 from bench.cpu import CpuMeter, local_backend_pids
 from bench.db import (
     DEFAULT_DATABASE,
@@ -112,8 +112,9 @@ TARGETS = (
     Target("metrics on: throughput kept (% of off)", "obs_metrics_kept_pct", ">=", 95.0),
     Target("tracing, SDK recording: throughput kept (% of off)", "obs_tracing_kept_pct", ">=", 97.0),
     Target("mixed priorities: throughput kept (% of none)", "prio_mixed_kept_pct", ">=", 90.0),
+    *floor.TARGETS,
 )
-"""Issues 3, 19, 20 and 22's targets; reported, never asserted."""
+"""Issues 3, 19, 20, 22 and 38's targets; reported, never asserted."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only-priorities",
         action="store_true",
         help="of the worker phases, run only the priority cost drains",
+    )
+    parser.add_argument(
+        "--no-floor", action="store_true", help="skip the floor reference (bench/floor.py) and its ratios"
+    )
+    parser.add_argument(
+        "--only-floor",
+        action="store_true",
+        help="run only raw PGMQ, the floor reference and the engine's chain and 1-step task beside it",
     )
     parser.add_argument(
         "--history",
@@ -526,6 +535,25 @@ class Bench:
         vacuum_analyze(self.url)
         self.worker_phase(FLOWS[1], 1, sampler, log_dir, end_to_end_too=True, variant="history")
 
+    def measure_floor(self, sampler: RssSampler, log_dir: Path) -> None:
+        """The floor reference, the engine beside it, raw PGMQ per message, the ratios and the hop profile."""
+        found = floor.compare(
+            self.url,
+            floor.QUICK if self.report.meta.get("quick") else floor.FULL,
+            sampler,
+            log_dir,
+            self.worker_args,
+            say=self.say,
+        )
+        for figure in floor.figures(found):
+            self.add(figure)
+        self.report.hop_profile = found.profile
+        self.report.meta["floor_wal_scope"] = "database (pg_walinspect)" if found.walinspect else "cluster"
+        if not found.walinspect:
+            self.report.notes.append(
+                "floor reference: WAL is the whole cluster's (no pg_walinspect): right on a quiet server only"
+            )
+
     def measure_latency(self, flow: BenchFlow, variant: str = "") -> None:
         runs = self.sizes.latency_runs
         measured = latency(self.url, flow, runs).summary()
@@ -611,6 +639,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.only_history:
             bench.say("raw PGMQ cycles")
             bench.measure_raw((1, 2), "first")
+        if not args.only_history and not args.only_floor:
             bench.say("SQL-only engine loop")
             bench.measure_sql_only(args.sql_batch, sizes.plan())
         if args.no_workers:
@@ -621,7 +650,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench.say("worker processes")
             with tempfile.TemporaryDirectory(prefix="pgflow-bench-") as logs, RssSampler() as sampler:
                 only_some = (
-                    args.only_observability or args.only_priorities or args.only_history or args.only_project
+                    args.only_observability
+                    or args.only_priorities
+                    or args.only_history
+                    or args.only_project
+                    or args.only_floor
                 )
                 if not only_some:
                     bench.measure_workers(sampler, Path(logs), sizes.plan(), profile=args.profile)
@@ -630,6 +663,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if not only_some or args.only_project:
                     bench.say("1-step, 1 worker: --flow vs serving every flow")
                     bench.measure_project_worker(sampler, Path(logs) / "project")
+                if (not args.no_floor and not only_some) or args.only_floor:
+                    bench.say("floor reference: a minimal durable hop beside the engine's chain")
+                    bench.measure_floor(sampler, Path(logs) / "floor")
                 if (not args.no_observability and not only_some) or args.only_observability:
                     bench.say("observability cost: metrics and tracing off vs on, interleaved")
                     for figure in measure_observability(
