@@ -701,6 +701,7 @@ def figures(found: Comparison) -> list[Figure]:
             f"{who}: chain p50, start -> last hop committed",
             measured.percentile(50),
             "ms",
+            **side(measured),
         )
         add(f"{key}_chain_p95_ms", f"{who}: chain p95", measured.percentile(95), "ms")
         add(
@@ -729,6 +730,7 @@ def figures(found: Comparison) -> list[Figure]:
         "engine: WAL records per 1-step task",
         one.wal_records_per_task,
         "records",
+        **side(one),
     )
     add(
         "floor_engine_one_wal_bytes_per_task",
@@ -748,6 +750,7 @@ def figures(found: Comparison) -> list[Figure]:
         "raw PGMQ: WAL records per message",
         raw.wal_records_per_task,
         "records",
+        **side(raw),
     )
     add("floor_raw_wal_bytes_per_message", "raw PGMQ: WAL bytes per message", raw.wal_bytes_per_task, "bytes")
 
