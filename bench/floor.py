@@ -491,7 +491,7 @@ def _replay_engine(url: str) -> Callable[[psycopg.Connection[Any]], None]:
     return chain
 
 
-def profile(url: str, chains: int, *, inspect: bool) -> dict[str, Any]:
+def profile(url: str, chains: int, *, inspect: bool, settle: bool = True) -> dict[str, Any]:
     """Statements, transactions, function calls, rows written and WAL per chain of the floor and of the
     engine's chain SQL, each replayed on one connection with no worker running; pg_stat_statements'
     counts too when it is loaded."""
@@ -508,7 +508,8 @@ def profile(url: str, chains: int, *, inspect: bool) -> dict[str, Any]:
     ]
     for name, schemas, statements_per_chain, make in sides:
         run_chain = make()
-        vacuum_analyze(url)
+        if settle:
+            vacuum_analyze(url)
         with connect(url, "pgflow bench floor profile") as meter_conn:
             before = _counters(meter_conn, schemas)
             wal = WalMeter(meter_conn, inspect).start()
@@ -592,10 +593,12 @@ class FloorSizes:
     one_step_runs: int = 2000
     profile_chains: int = 50
     timeout: float = 300.0
+    settle: bool = True
+    """``VACUUM (ANALYZE)`` and checkpoint before each measurement, as the bench's other phases do."""
 
 
 FULL = FloorSizes()
-QUICK = FloorSizes(chains=40, raw_cycles=20, one_step_runs=200, profile_chains=5, timeout=120.0)
+QUICK = FloorSizes(chains=40, raw_cycles=20, one_step_runs=200, profile_chains=5, timeout=120.0, settle=False)
 """Enough work for each CPU figure to span a few of the kernel's 10 ms ticks; the figures mean little."""
 
 
@@ -620,13 +623,16 @@ def compare(
     """Raw PGMQ, the floor, the engine's chain and 1-step task, then the hop profile, in that order."""
     inspect = install_walinspect(url)
     create_tables(url)
-    vacuum_analyze(url)
+    if sizes.settle:
+        vacuum_analyze(url)
     say("  raw PGMQ on one connection: CPU and WAL per message")
     raw = raw_per_message(url, sizes.raw_cycles, inspect=inspect)
-    vacuum_analyze(url)
+    if sizes.settle:
+        vacuum_analyze(url)
     say(f"  floor: {sizes.chains} chains, one at a time")
     floor = measure_floor(url, sizes.chains, inspect=inspect)
-    vacuum_analyze(url)
+    if sizes.settle:
+        vacuum_analyze(url)
     say(f"  engine: {sizes.chains} chains, one idle worker")
     with WorkerGroup(
         url=url, flow_slug=CHAIN_FLOW.slug, count=1, log_dir=log_dir, sampler=sampler, extra_args=worker_args
@@ -634,7 +640,8 @@ def compare(
         group.wait_registered(timeout=60)
         time.sleep(0.2)
         chain = engine_chains(url, group, sizes.chains, inspect=inspect)
-    vacuum_analyze(url)
+    if sizes.settle:
+        vacuum_analyze(url)
     say(f"  engine: {sizes.one_step_runs} 1-step runs end to end, one worker")
     with WorkerGroup(
         url=url, flow_slug=ONE_FLOW.slug, count=1, log_dir=log_dir, sampler=sampler, extra_args=worker_args
@@ -643,7 +650,7 @@ def compare(
         time.sleep(0.2)
         one = engine_one_step(url, group, sizes.one_step_runs, inspect=inspect, timeout=sizes.timeout)
     say(f"  hop profile: {sizes.profile_chains} chains of each, replayed on one connection")
-    hops = profile(url, sizes.profile_chains, inspect=inspect)
+    hops = profile(url, sizes.profile_chains, inspect=inspect, settle=sizes.settle)
     return Comparison(
         floor=floor, engine_chain=chain, engine_one=one, raw=raw, profile=hops, walinspect=inspect
     )

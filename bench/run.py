@@ -720,7 +720,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 measure_sync_off(bench, args, has_worker)
             finally:
                 set_database_option(server, args.database, "synchronous_commit", "on")
-        if not args.only_history:
+        if not args.only_history and not args.only_floor:
             bench.say("raw PGMQ cycles again (the reference keeps the best window)")
             bench.measure_raw((1, 2), "last")
             bench.note_raw_spread()
