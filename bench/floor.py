@@ -18,7 +18,9 @@ is measured on its own beside the floor (``raw_per_message``).
 What is measured, in the same run and database as the engine:
 
 * the floor: chains one at a time on one connection (an idle worker that starts its own chains), each
-  chain's start -> last hop committed, p50 and p95; the backend's CPU per chain; WAL per task;
+  chain's start -> last hop committed, p50 and p95; the backend's CPU per chain; WAL per task; in
+  rounds interleaved with the engine's chains (``FloorSizes.rounds``), so a change of load on the
+  machine hits both alike;
 * the engine: the 3-step chain with one idle ``pgflow_worker``, as the bench's latency phase does
   (``pgflow.start_flow``, then the run's row polled every 0.5 ms until it is terminal), here with the
   start on a connection of its own so that its backend's CPU is counted and the polling's is not; the
@@ -154,6 +156,22 @@ class Wal:
     cluster_records: int | None = None
     cluster_bytes: int | None = None
 
+    def plus(self, other: Wal) -> Wal:
+        def add(a: int | None, b: int | None) -> int | None:
+            return None if a is None or b is None else a + b
+
+        kinds = {**self.by_type}
+        for kind, count in other.by_type.items():
+            kinds[kind] = kinds.get(kind, 0) + count
+        return Wal(
+            records=self.records + other.records,
+            bytes=self.bytes + other.bytes,
+            scope=self.scope,
+            by_type=dict(sorted(kinds.items(), key=lambda item: -item[1])),
+            cluster_records=add(self.cluster_records, other.cluster_records),
+            cluster_bytes=add(self.cluster_bytes, other.cluster_bytes),
+        )
+
     def per(self, items: int) -> dict[str, Any]:
         return {
             "wal_records_per_item": round(self.records / items, 2),
@@ -268,6 +286,23 @@ class Measured:
     wal: Wal | None = None
     detail: dict[str, Any] = field(default_factory=dict)
 
+    def absorb(self, part: Measured) -> None:
+        """Add a batch measured on its own (the rounds of an interleaved comparison)."""
+        first = not self.latencies_ms and self.wal is None
+        if first:
+            self.items, self.tasks = 0, 0
+        self.items += part.items
+        self.tasks += part.tasks
+        self.latencies_ms.extend(part.latencies_ms)
+        if first:
+            self.backend_cpu_s = part.backend_cpu_s
+        elif self.backend_cpu_s is not None and part.backend_cpu_s is not None:
+            self.backend_cpu_s += part.backend_cpu_s
+        else:
+            self.backend_cpu_s = None
+        self.wal = part.wal if self.wal is None or part.wal is None else self.wal.plus(part.wal)
+        self.detail["rounds"] = self.detail.get("rounds", 0) + 1
+
     def percentile(self, pct: int) -> float:
         values = self.latencies_ms
         if len(values) == 1:
@@ -322,27 +357,39 @@ def floor_chain(conn: psycopg.Connection[Any], hop: str) -> None:
         task, attempt, msg = done[1:]
 
 
-def measure_floor(url: str, chains: int, *, inspect: bool, warmup: int = 10) -> Measured:
-    """``chains`` floor chains one after the other on one connection (autocommit off)."""
-    result = Measured("floor", items=chains, tasks=chains * STEPS)
-    with psycopg.connect(url, autocommit=False, application_name="pgflow bench floor") as conn:
-        hop = hop_statement(conn)
-        conn.commit()
-        row = conn.execute("show synchronous_commit").fetchone()
-        conn.commit()
-        result.detail["synchronous_commit"] = row[0] if row else "?"
-        for _ in range(warmup):
-            floor_chain(conn, hop)
-        pid = own_backend_pid(conn)
-        conn.commit()
-        with measuring(url, None if pid is None else [pid], inspect, result):
+class FloorWorker:
+    """The floor's worker: one connection (autocommit off) that starts its chains and runs their hops."""
+
+    def __init__(self, url: str, inspect: bool) -> None:
+        self.url = url
+        self.inspect = inspect
+        self.conn = psycopg.connect(url, autocommit=False, application_name="pgflow bench floor")
+        self.hop = hop_statement(self.conn)
+        row = self.conn.execute("show synchronous_commit").fetchone()
+        self.conn.commit()
+        self.synchronous_commit = row[0] if row else "?"
+        self.pid = own_backend_pid(self.conn)
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def warm_up(self, chains: int) -> None:
+        for _ in range(chains):
+            floor_chain(self.conn, self.hop)
+
+    def batch(self, chains: int, into: Measured) -> None:
+        """``chains`` chains one after the other, measured, added to ``into``."""
+        part = Measured("floor", items=chains, tasks=chains * STEPS)
+        with measuring(self.url, None if self.pid is None else [self.pid], self.inspect, part):
             for _ in range(chains):
                 began = time.perf_counter()
-                floor_chain(conn, hop)
-                result.latencies_ms.append((time.perf_counter() - began) * 1000)
-            flush_statistics(conn)
-            conn.commit()
-    return result
+                floor_chain(self.conn, self.hop)
+                part.latencies_ms.append((time.perf_counter() - began) * 1000)
+            flush_statistics(self.conn)
+            self.conn.commit()
+        into.absorb(part)
+        into.detail["synchronous_commit"] = self.synchronous_commit
 
 
 def raw_per_message(url: str, cycles: int, *, inspect: bool, batch: int = 100) -> Measured:
@@ -363,47 +410,58 @@ def raw_per_message(url: str, cycles: int, *, inspect: bool, batch: int = 100) -
     return result
 
 
-def engine_chains(
-    url: str, group: WorkerGroup, runs: int, *, inspect: bool, warmup: int = 3, poll: float = 0.0005
-) -> Measured:
-    """The 3-step chain with one idle worker, as ``bench.phases.latency`` measures it; the start is on a
-    connection of its own (its backend's CPU counts, the polling connection's does not)."""
-    result = Measured("engine chain", items=runs, tasks=runs * STEPS)
-    with (
-        connect(url, "pgflow bench floor start") as starter,
-        connect(url, "pgflow bench floor poll") as poller,
-    ):
-        workers = local_backend_pids(poller, _WORKER_BACKENDS, ["pgflow bench%"])
-        own = own_backend_pid(starter)
-        pids = None if workers is None or own is None else [*workers, own]
+class EngineChains:
+    """The 3-step chain with one idle worker, as ``bench.phases.latency`` measures it (start_flow, then
+    the run's row polled every 0.5 ms until terminal); the start is on a connection of its own, so its
+    backend's CPU counts and the polling connection's does not."""
 
-        def one() -> float:
-            began = time.perf_counter()
-            row = starter.execute(
-                "select run_id from pgflow.start_flow(%s, '{}'::jsonb)", [CHAIN_FLOW.slug]
+    def __init__(self, url: str, group: WorkerGroup, inspect: bool, poll: float = 0.0005) -> None:
+        self.url = url
+        self.group = group
+        self.inspect = inspect
+        self.poll = poll
+        self.starter = connect(url, "pgflow bench floor start")
+        self.poller = connect(url, "pgflow bench floor poll")
+        workers = local_backend_pids(self.poller, _WORKER_BACKENDS, ["pgflow bench%"])
+        own = own_backend_pid(self.starter)
+        self.pids = None if workers is None or own is None else [*workers, own]
+        self.worker_backends = 0 if workers is None else len(workers)
+
+    def close(self) -> None:
+        self.starter.close()
+        self.poller.close()
+
+    def one(self) -> float:
+        began = time.perf_counter()
+        row = self.starter.execute(
+            "select run_id from pgflow.start_flow(%s, '{}'::jsonb)", [CHAIN_FLOW.slug]
+        ).fetchone()
+        assert row is not None
+        deadline = time.monotonic() + 30
+        while True:
+            state = self.poller.execute(
+                "select status from pgflow.runs where run_id = %s", [row[0]]
             ).fetchone()
-            assert row is not None
-            deadline = time.monotonic() + 30
-            while True:
-                state = poller.execute(
-                    "select status from pgflow.runs where run_id = %s", [row[0]]
-                ).fetchone()
-                if state is not None and state[0] != "started":
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"chain {row[0]} not finished after 30 s")
-                group.check_alive()
-                time.sleep(poll)
-            if state[0] != "completed":
-                raise RuntimeError(f"chain {row[0]} ended {state[0]}")
-            return (time.perf_counter() - began) * 1000
+            if state is not None and state[0] != "started":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"chain {row[0]} not finished after 30 s")
+            self.group.check_alive()
+            time.sleep(self.poll)
+        if state[0] != "completed":
+            raise RuntimeError(f"chain {row[0]} ended {state[0]}")
+        return (time.perf_counter() - began) * 1000
 
-        for _ in range(warmup):
-            one()
-        with measuring(url, pids, inspect, result):
-            result.latencies_ms.extend(one() for _ in range(runs))
-    result.detail["worker_backends"] = 0 if workers is None else len(workers)
-    return result
+    def warm_up(self, chains: int) -> None:
+        for _ in range(chains):
+            self.one()
+
+    def batch(self, chains: int, into: Measured) -> None:
+        part = Measured("engine chain", items=chains, tasks=chains * STEPS)
+        with measuring(self.url, self.pids, self.inspect, part):
+            part.latencies_ms.extend(self.one() for _ in range(chains))
+        into.absorb(part)
+        into.detail["worker_backends"] = self.worker_backends
 
 
 def engine_one_step(url: str, group: WorkerGroup, runs: int, *, inspect: bool, timeout: float) -> Measured:
@@ -591,6 +649,9 @@ class FloorSizes:
     raw_cycles: int = 40
     """Raw PGMQ cycles of 100 messages."""
     one_step_runs: int = 2000
+    rounds: int = 4
+    """The floor's and the engine's chains alternate in this many rounds (each round starting with the
+    other one), so that a change of load on the machine hits both alike."""
     profile_chains: int = 50
     timeout: float = 300.0
     settle: bool = True
@@ -598,7 +659,9 @@ class FloorSizes:
 
 
 FULL = FloorSizes()
-QUICK = FloorSizes(chains=40, raw_cycles=20, one_step_runs=200, profile_chains=5, timeout=120.0, settle=False)
+QUICK = FloorSizes(
+    chains=40, rounds=2, raw_cycles=20, one_step_runs=200, profile_chains=5, timeout=120.0, settle=False
+)
 """Enough work for each CPU figure to span a few of the kernel's 10 ms ticks; the figures mean little."""
 
 
@@ -629,17 +692,33 @@ def compare(
     raw = raw_per_message(url, sizes.raw_cycles, inspect=inspect)
     if sizes.settle:
         vacuum_analyze(url)
-    say(f"  floor: {sizes.chains} chains, one at a time")
-    floor = measure_floor(url, sizes.chains, inspect=inspect)
-    if sizes.settle:
-        vacuum_analyze(url)
-    say(f"  engine: {sizes.chains} chains, one idle worker")
+    say(
+        f"  floor and engine: {sizes.chains} chains each, one at a time, in {sizes.rounds} interleaved rounds"
+    )
+    floor = Measured("floor", items=0, tasks=0)
+    chain = Measured("engine chain", items=0, tasks=0)
+    per_round = max(1, sizes.chains // sizes.rounds)
     with WorkerGroup(
         url=url, flow_slug=CHAIN_FLOW.slug, count=1, log_dir=log_dir, sampler=sampler, extra_args=worker_args
     ) as group:
         group.wait_registered(timeout=60)
         time.sleep(0.2)
-        chain = engine_chains(url, group, sizes.chains, inspect=inspect)
+        worker = FloorWorker(url, inspect)
+        engine = EngineChains(url, group, inspect)
+        try:
+            worker.warm_up(10)
+            engine.warm_up(3)
+            sides: list[tuple[Callable[[int, Measured], None], Measured]] = [
+                (worker.batch, floor),
+                (engine.batch, chain),
+            ]
+            for _ in range(sizes.rounds):
+                for run_batch, into in sides:
+                    run_batch(per_round, into)
+                sides.reverse()
+        finally:
+            worker.close()
+            engine.close()
     if sizes.settle:
         vacuum_analyze(url)
     say(f"  engine: {sizes.one_step_runs} 1-step runs end to end, one worker")
