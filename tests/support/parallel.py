@@ -33,7 +33,7 @@ DURATIONS = Path(__file__).resolve().parent / "durations.json"
 SHARED_SCOPES = {"module": "module", "package": "module", "session": "session"}
 NOT_SHARED = {"django_db_setup", "django_db_modify_db_settings", "django_db_use_migrations"}
 """Session fixtures every test database needs: each xdist worker builds its own anyway."""
-FLOOR = 0.05
+FLOOR = 0.25
 """Recorded durations below this are not stored (the default of their directory is close enough)."""
 
 
@@ -159,7 +159,7 @@ def write_durations(junit_xml: Path) -> int:
         seconds = float(case.get("time", "0") or 0)
         if seconds < FLOOR:
             continue
-        found[_nodeid(classname, name)] = round(seconds, 2)
+        found[_nodeid(classname, name)] = round(seconds, 1)
     DURATIONS.write_text(json.dumps(dict(sorted(found.items())), indent=0) + "\n")
     return len(found)
 
