@@ -9,14 +9,17 @@ run one per worker and side by side. Two things decide which worker runs what:
   module, and those sharing a session-scoped one (the private PostgreSQL of the acceptance tests) one
   group for the session. Every other test is a unit of its own. A test can also name its group with
   ``@pytest.mark.xdist_group("name")``.
-- Order. Units are handed out longest first (the longest-processing-time rule), from the durations a
-  previous full run measured (``tests/support/durations.json``): the long waits (the pg_cron minute
-  boundaries, the million-run plan histories, the browser) start at once and overlap with the many
-  short tests, instead of one of them ending the run alone. A test missing from the file counts as
-  an average test of its directory.
+- Order. pytest-django's: the tests that roll back first, then those that commit (what they leave
+  behind, which Django's flush does not empty, must not meet a test that expects a clean database
+  earlier than in one process), then those without a database. In each of these parts, the units
+  that take ``LONG`` seconds or more (the bench runs, the pg_cron minute boundaries, the
+  million-run plan histories, the private cluster's restarts) go first, longest first, by the
+  durations of a one-process run (``tests/support/durations.json``), so they start at once and
+  overlap with the short tests instead of ending the run alone; the others follow as collected.
+  Each xdist worker so runs a subsequence of the one-process order, but for the long units.
 
 ``python -m tests.support.parallel report.xml`` rewrites ``durations.json`` from the JUnit XML of a
-full run (``make test PYTEST_ARGS=--junitxml=report.xml``).
+one-process run (``make test TEST_WORKERS=0 PYTEST_ARGS=--junitxml=report.xml``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ SHARED_SCOPES = {"module": "module", "package": "module", "session": "session"}
 NOT_SHARED = {"django_db_setup", "django_db_modify_db_settings", "django_db_use_migrations"}
 """Session fixtures every test database needs: each xdist worker builds its own anyway."""
 FLOOR = 0.25
+"""Recorded durations below this are not stored (the default of their directory is close enough)."""
+LONG = 45.0
+"""Units expected to take this long (seconds, in one process) are handed out first in their part."""
 """Recorded durations below this are not stored (the default of their directory is close enough)."""
 
 
@@ -96,9 +102,34 @@ def mark_groups(config: pytest.Config, items: list[pytest.Item], tests_root: Pat
             item.add_marker(pytest.mark.xdist_group("+".join(found)))
 
 
+def database_order(item: pytest.Item) -> int:
+    """pytest-django's order: tests in a rolled-back transaction (0), then tests that commit (1), then
+    tests without the database (2). Tests that commit leave what Django's flush does not empty (pgflow's
+    own tables, replaced functions) behind them; in this order they never run before a test that
+    rolls back, on any xdist worker, as in one process."""
+    from django.test import TestCase, TransactionTestCase
+    from pytest_django.plugin import validate_django_db
+
+    test_cls = getattr(item, "cls", None)
+    if test_cls is not None and issubclass(test_cls, TransactionTestCase):
+        return 0 if issubclass(test_cls, TestCase) else 1
+    marker = item.get_closest_marker("django_db")
+    transactional = False
+    if marker is not None:
+        transaction, reset_sequences, *_ = validate_django_db(marker)
+        transactional = bool(transaction or reset_sequences)
+    fixtures = getattr(item, "fixturenames", ())
+    if transactional or "transactional_db" in fixtures or "live_server" in fixtures:
+        return 1
+    return 0 if marker is not None or "db" in fixtures else 2
+
+
 def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Sort the units longest first (every worker sorts the same collection the same way, as xdist
-    requires; a group's tests stay together and in their order)."""
+    """The order units are handed out in: pytest-django's (``database_order``), and in each of its
+    three parts the units expected to take ``LONG`` seconds or more first, longest first, then the
+    others as collected. Each xdist worker so runs a subsequence of the one-process order, but for the
+    long units, which start at once instead of ending the run alone (every worker sorts the same
+    collection the same way, as xdist requires; a group's tests stay together and in their order)."""
     if not _active(config):
         return
     durations = load_durations()
@@ -118,14 +149,21 @@ def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
     }
     total: dict[str, float] = defaultdict(float)
     first_of: dict[str, int] = {}
+    part: dict[str, int] = {}
     for index, item in enumerate(items):
         unit = unit_of[item.nodeid]
         total[unit] += expected(_bare(item.nodeid))
         first_of.setdefault(unit, index)
+        part[unit] = min(part.get(unit, 2), database_order(item))
     position = {item.nodeid: index for index, item in enumerate(items)}
-    items.sort(
-        key=lambda item: (-total[unit_of[item.nodeid]], first_of[unit_of[item.nodeid]], position[item.nodeid])
-    )
+
+    def key(item: pytest.Item) -> tuple[float, ...]:
+        unit = unit_of[item.nodeid]
+        hoisted = total[unit] >= LONG
+        first = -total[unit] if hoisted else 0.0
+        return (part[unit], 0 if hoisted else 1, first, first_of[unit], position[item.nodeid])
+
+    items.sort(key=key)
     for item in items:
         _suffix_group(item)
 
