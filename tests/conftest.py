@@ -18,8 +18,10 @@ import pytest
 from django.db import connection
 
 from tests import workers
+from tests.support import parallel
 
-UNIT = Path(__file__).resolve().parent / "unit"
+ROOT = Path(__file__).resolve().parent
+UNIT = ROOT / "unit"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,12 +43,21 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any, request: pyte
             cursor.execute("select count(*) from pgflow.partition_history('1 day', 3, true)")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if UNIT in Path(item.path).resolve().parents:
             continue
         if item.get_closest_marker("django_db") is None:
             item.add_marker(pytest.mark.django_db)
+    parallel.mark_groups(config, items, ROOT)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """After every plugin's ``pytest_collection_modifyitems`` (pytest-django sorts by database use)
+    and before an xdist worker sends its collection: the order in which units are handed out."""
+    parallel.longest_first(session.config, session.items)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from typing import Any
 from django.db import connection
 
 from pgflow_django.tasks import FRAMEWORK, PgflowTaskBackend, tasks_api
-from tests.workers import MANAGE, REPO, WorkerProcess, drop_shared_queues
+from tests.workers import MANAGE, REPO, WorkerProcess, drop_shared_queues, stop_all
 
 __all__ = [
     "FRAMEWORK",
@@ -113,8 +113,7 @@ class TaskWorkerSpawner:
         return worker
 
     def stop_all(self) -> None:
-        for worker in self.started:
-            worker.stop()
+        stop_all(self.started)
 
 
 @contextmanager

@@ -50,6 +50,9 @@ def wait_until(check: Callable[[], T], timeout: float, what: str, interval: floa
 class WorkerProcess:
     """One ``pgflow_worker`` subprocess with its combined output in a log file."""
 
+    _stopping = False
+    """Set by ``stop_all`` once it sent SIGTERM: ``stop`` then only waits."""
+
     def __init__(self, database_url: str, flow: str, args: list[str], log_path: Path) -> None:
         self.flow = flow
         self.log_path = log_path
@@ -110,7 +113,8 @@ class WorkerProcess:
     def stop(self) -> None:
         """Teardown: ask nicely, then kill."""
         if self.process.poll() is None:
-            self.terminate()
+            if not self._stopping:
+                self.terminate()
             try:
                 self.process.wait(15)
             except subprocess.TimeoutExpired:
@@ -190,6 +194,16 @@ def wait_recovery_passes(worker: WorkerProcess, passes: int = 2, timeout: float 
     )
 
 
+def stop_all(started: list[Any]) -> None:
+    """Stop ``WorkerProcess`` es side by side: SIGTERM to each one still running, then wait for each."""
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.terminate()
+            worker._stopping = True
+    for worker in started:
+        worker.stop()
+
+
 class Spawner:
     """Starts workers on one database and stops every one of them at teardown."""
 
@@ -205,8 +219,7 @@ class Spawner:
         return worker.wait_ready() if ready else worker
 
     def stop_all(self) -> None:
-        for worker in self.started:
-            worker.stop()
+        stop_all(self.started)
 
 
 def drop_shared_queues(cursor: Any, names: list[str] | None = None) -> None:

@@ -112,6 +112,7 @@ def test_connections_cut_between_handler_and_completion(rig: Rig, flow: str) -> 
         int(row[0])
         for row in db.rows(
             "select distinct pid from pg_locks where relation = 'public.ledger_effect'::regclass "
+            "and database = (select oid from pg_database where datname = current_database()) "
             "and pid <> pg_backend_pid()"
         )
     ]

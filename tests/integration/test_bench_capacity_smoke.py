@@ -35,7 +35,7 @@ def test_the_capacity_bench_prints_every_figure(tmp_path: Path) -> None:
             "--quick",
             "--no-pooler",
             "--database",
-            "pgflow_bench_capacity_smoke",
+            f"{connection.settings_dict['NAME']}_bench_capacity",
             "--drop",
             "--json",
             str(written),

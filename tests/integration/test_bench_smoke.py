@@ -41,7 +41,7 @@ def test_quick_bench_runs_every_phase_and_writes_json(tmp_path: Path) -> None:
             "bench.run",
             "--quick",
             "--database",
-            "pgflow_bench_smoke",
+            f"{connection.settings_dict['NAME']}_bench_smoke",  # one per test database (xdist worker)
             "--drop",
             "--results-dir",
             str(tmp_path),

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+from django.db import connection
+
 from tests.integration.test_bench_smoke import REPO_DIR, server_url
 
 
@@ -23,7 +25,7 @@ def test_the_testing_bench_runs() -> None:
             "--warmup",
             "0",
             "--database",
-            "pgflow_bench_testing_smoke",
+            f"{connection.settings_dict['NAME']}_bench_testing",
             "--drop",
         ],
         cwd=REPO_DIR,

@@ -133,7 +133,10 @@ def test_the_exclusive_handler_example_waits_for_the_old_handlers_lock() -> None
         thread = threading.Thread(target=next_handler)
         thread.start()
         wait_until(
-            lambda: q("select 1 from pg_locks where locktype = 'advisory' and not granted"),
+            lambda: q(
+                "select 1 from pg_locks where locktype = 'advisory' and not granted"
+                " and database = (select oid from pg_database where datname = current_database())"
+            ),
             timeout=10,
             what="the next handler waiting for the old one's lock",
         )

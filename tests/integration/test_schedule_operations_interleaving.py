@@ -42,7 +42,8 @@ def _waits_on_a_lock(probe: psycopg.Connection[Any], process: subprocess.Popen[s
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and process.poll() is None:
         waiting = probe.execute(
-            "select count(*) from pg_stat_activity where wait_event_type = 'Lock' "
+            "select count(*) from pg_stat_activity"
+            " where datname = current_database() and wait_event_type = 'Lock' "
             "and query like '%%pgflow.schedules%%for update%%'"
         ).fetchone()
         if waiting and waiting[0]:
