@@ -10,6 +10,7 @@ non-recording spans and the worker skips the trace-context lookup altogether.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import uuid
 from collections.abc import Iterator, Sequence
@@ -59,6 +60,30 @@ def recording() -> bool:
     if trace is None:
         return False
     return bool(_tracer().start_span("probe").is_recording())
+
+
+def run_sampled(run_id: uuid.UUID, rate: float) -> bool:
+    """Whether the worker traces a run started outside any trace, from its id alone, so that every
+    task of the run is traced or none is, and every worker agrees without asking the others: the
+    first 8 bytes of the BLAKE2b digest of the id's 16 bytes, read as a big-endian number, are below
+    ``rate`` x 2**64 (``PGFLOW["TRACE_SAMPLE_RATE"]``)."""
+    if rate >= 1.0:
+        return True
+    if rate <= 0.0:
+        return False
+    digest = hashlib.blake2b(run_id.bytes, digest_size=8).digest()
+    return int.from_bytes(digest, "big") < rate * 2.0**64
+
+
+def parent_sampled(context: Any) -> bool | None:
+    """The sampled flag of the trace a run was started in (``parent_context``), or None when the run
+    records no valid trace context."""
+    if context is None or trace is None:
+        return None
+    span_context = trace.get_current_span(context).get_span_context()
+    if not span_context.is_valid:
+        return None
+    return bool(span_context.trace_flags.sampled)
 
 
 def parent_context(carrier: dict[str, str] | None) -> Any:

@@ -34,6 +34,10 @@ TRACE_CONTEXT_CACHE: Final = 10_000
 Transitions = Callable[[Sequence[ClaimedTask]], "list[Transition]"]
 """Looks up what some just-recorded results changed (on the connection that recorded them)."""
 
+UNSAMPLED: Final[Any] = object()
+"""A run the worker does not trace (``PGFLOW["TRACE_SAMPLE_RATE"]``), in ``Observer.trace_contexts``."""
+_UNKNOWN: Final[Any] = object()
+
 FAILED_OUTCOMES: Final = frozenset({"failed", "skipped"})
 """``fail_task``/``reject_task`` outcomes of a task out of attempts (skipped: its step is skipped)."""
 
@@ -76,14 +80,30 @@ class Observer:
         """When the claim loop last went round (``/healthz``)."""
         self.database_ok = False
         """The last claim reached the database (``/readyz``); False until the first one."""
-        self.tracing = False
-        """An OpenTelemetry SDK records spans: each handler call gets one (``tracing.task_span``)."""
+        self._tracing = False
+        self.sample_rate = 1.0
+        """``PGFLOW["TRACE_SAMPLE_RATE"]``, read when tracing is turned on."""
         self.trace_contexts: dict[uuid.UUID, Any] = {}
-        """Runs' recorded trace contexts, parsed (None: the run has none), looked up once per run."""
+        """Runs' recorded trace contexts, parsed (None: the run has none; ``UNSAMPLED``: the run is
+        not traced), looked up and sampled once per run."""
         self.fields: dict[str, Any] = {"pgflow_queue": queue}
         """The ``extra`` of the claim loop's own log records (about its queue, not one task)."""
         if worker_id is not None:
             self.fields["pgflow_worker_id"] = str(worker_id)
+
+    @property
+    def tracing(self) -> bool:
+        """An OpenTelemetry SDK records spans and some runs are sampled: each handler call of a
+        sampled run gets a span (``tracing.task_span``)."""
+        return self._tracing
+
+    @tracing.setter
+    def tracing(self, on: bool) -> None:
+        if on:
+            from pgflow_django.conf import get_settings
+
+            self.sample_rate = get_settings().trace_sample_rate
+        self._tracing = on and self.sample_rate > 0.0
 
     def log(self, task: ClaimedTask) -> dict[str, Any]:
         return log_fields(task, self.worker_id)
@@ -123,8 +143,21 @@ class Observer:
         except Exception:
             logger.warning("could not read the trace context of %d run(s)", len(new), exc_info=True)
             return
+        rate = self.sample_rate
         for run_id in new:
-            known[run_id] = tracing.parent_context(found.get(run_id))
+            context = tracing.parent_context(found.get(run_id))
+            # a run started inside a trace follows that trace's decision; any other, its id's hash
+            follow = tracing.parent_sampled(context)
+            sampled = tracing.run_sampled(run_id, rate) if follow is None else follow
+            known[run_id] = context if sampled else UNSAMPLED
+
+    def _parent(self, run_id: uuid.UUID) -> Any:
+        """The context a sampled run's spans are children of (None: a new trace), or ``UNSAMPLED``;
+        a run whose context could not be read is sampled by its id alone."""
+        parent = self.trace_contexts.get(run_id, _UNKNOWN)
+        if parent is _UNKNOWN:
+            return None if tracing.run_sampled(run_id, self.sample_rate) else UNSAMPLED
+        return parent
 
     def unclaimed(self, conn: Any, sub: Subscription, claim: Claim) -> None:
         """Say what a claim read but did not turn into tasks (and, at debug level, what it claimed)."""
@@ -188,8 +221,8 @@ class Observer:
             return
         started = time.perf_counter()
         try:
-            if self.tracing:
-                parent = self.trace_contexts.get(task.run_id)
+            parent = self._parent(task.run_id) if self.tracing else UNSAMPLED
+            if parent is not UNSAMPLED:
                 with tracing.task_span(task, parent, self.fields.get("pgflow_worker_id")):
                     yield
             else:
