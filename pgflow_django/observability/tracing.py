@@ -111,29 +111,43 @@ class TracedTask(Protocol):
     def message_id(self) -> int: ...
 
 
-@contextmanager
-def task_span(task: TracedTask, context: Any, worker_id: str | None) -> Iterator[None]:
-    """One span per task attempt, a child of ``context`` (``parent_context``) when there is one; an
-    exception is recorded and sets the span's status to error, then propagates unchanged."""
-    tracer = _tracer()
-    attributes: dict[str, Any] = {
+SPAN_ATTRIBUTES: Final = (
+    "pgflow.flow",
+    "pgflow.step",
+    "pgflow.task_index",
+    "pgflow.attempt",
+    "pgflow.run_id",
+    "messaging.system",
+    "messaging.destination.name",
+    "messaging.message.id",
+)
+"""What a task span carries: the work it is (the queue is the messaging destination)."""
+
+
+def span_attributes(task: TracedTask) -> dict[str, Any]:
+    """A task span's attributes (``SPAN_ATTRIBUTES``): what identifies the attempt, with OpenTelemetry's
+    messaging conventions for the message it came in (``messaging.system`` is ``pgmq``)."""
+    return {
         "pgflow.flow": task.flow_slug,
         "pgflow.step": task.step_slug,
         "pgflow.task_index": task.task_index,
         "pgflow.attempt": task.attempt,
         "pgflow.run_id": str(task.run_id),
-        "pgflow.queue": task.queue or task.flow_slug.lower(),
         "messaging.system": "pgmq",
         "messaging.destination.name": task.queue or task.flow_slug.lower(),
         "messaging.message.id": str(task.message_id),
     }
-    if worker_id is not None:
-        attributes["pgflow.worker_id"] = worker_id
-    with tracer.start_as_current_span(
+
+
+@contextmanager
+def task_span(task: TracedTask, context: Any) -> Iterator[None]:
+    """One span per task attempt, a child of ``context`` (``parent_context``) when there is one; an
+    exception is recorded and sets the span's status to error, then propagates unchanged."""
+    with _tracer().start_as_current_span(
         f"pgflow {task.flow_slug}.{task.step_slug}",
         context=context,
         kind=SpanKind.CONSUMER,
-        attributes=attributes,
+        attributes=span_attributes(task),
         record_exception=True,
         set_status_on_exception=True,
     ) as span:

@@ -223,7 +223,7 @@ class Observer:
         try:
             parent = self._parent(task.run_id) if self.tracing else UNSAMPLED
             if parent is not UNSAMPLED:
-                with tracing.task_span(task, parent, self.fields.get("pgflow_worker_id")):
+                with tracing.task_span(task, parent):
                     yield
             else:
                 yield

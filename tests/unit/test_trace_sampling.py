@@ -101,6 +101,18 @@ def test_rate_1_records_every_attempt(exporter: InMemorySpanExporter) -> None:
     assert sorted(spans) == sorted(map(str, RUNS))
     assert all(len(found) == TASKS_PER_RUN for found in spans.values())
     assert len(lookups) == 1 and sorted(lookups[0]) == sorted(RUNS)
+    first = spans[str(RUNS[0])][0]
+    assert first.name == "pgflow sampled.each" and first.kind == trace.SpanKind.CONSUMER
+    assert dict(first.attributes or {}) == {
+        "pgflow.flow": "sampled",
+        "pgflow.step": "each",
+        "pgflow.task_index": first.attributes["pgflow.task_index"],
+        "pgflow.attempt": 1,
+        "pgflow.run_id": str(RUNS[0]),
+        "messaging.system": "pgmq",
+        "messaging.destination.name": "sampled",
+        "messaging.message.id": str(1000 + first.attributes["pgflow.task_index"]),
+    }
 
 
 def test_rate_half_records_the_runs_the_hash_picks_with_all_their_tasks(
