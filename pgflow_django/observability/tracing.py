@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol
 TRACER_NAME: Final = "pgflow_django"
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
     from opentelemetry.trace import SpanKind, Status, StatusCode
 except ImportError:  # the [otel] extra is not installed: tracing is off
@@ -137,6 +138,34 @@ def span_attributes(task: TracedTask) -> dict[str, Any]:
         "messaging.destination.name": task.queue or task.flow_slug.lower(),
         "messaging.message.id": str(task.message_id),
     }
+
+
+class OpenSpan:
+    """A task attempt's span, current on the handler's thread until ``close`` (the worker's hot path
+    opens and closes it inline, without a context manager)."""
+
+    __slots__ = ("span", "token")
+
+    def __init__(self, task: TracedTask, context: Any) -> None:
+        self.span = _tracer().start_span(
+            f"pgflow {task.flow_slug}.{task.step_slug}",
+            context=context,
+            kind=SpanKind.CONSUMER,
+            attributes=span_attributes(task),
+        )
+        self.token = otel_context.attach(trace.set_span_in_context(self.span))
+
+    def close(self, error: BaseException | None = None) -> None:
+        """End the span: OK, or with ``error`` (an ``Exception``) recorded and the status set to error,
+        as ``start_as_current_span`` does; any other ``BaseException`` leaves the status unset."""
+        otel_context.detach(self.token)
+        span = self.span
+        if error is None:
+            span.set_status(Status(StatusCode.OK))
+        elif isinstance(error, Exception):
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span.end()
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pgflow_django import signals
 from pgflow_django.observability import tracing
+from pgflow_django.observability.tracing import OpenSpan
 from pgflow_django.worker.connection import Claim, ClaimedTask
 from pgflow_django.worker.subscription import Subscription
 
@@ -128,8 +129,12 @@ class Observer:
         if metrics is None:
             return
         metrics.child(metrics.claim_duration, queue or self.queue).observe(seconds)
+        counts: dict[tuple[str, str, str], int] = {}
         for task in tasks:
-            metrics.child(metrics.claimed, task.flow_slug, task.step_slug, self._queue_of(task)).inc()
+            labels = (task.flow_slug, task.step_slug, self._queue_of(task))
+            counts[labels] = counts.get(labels, 0) + 1
+        for labels, count in counts.items():
+            metrics.child(metrics.claimed, *labels).inc(count)
 
     def _remember_contexts(self, tasks: Sequence[ClaimedTask], lookup: ContextLookup) -> None:
         known = self.trace_contexts
@@ -212,26 +217,37 @@ class Observer:
 
     # -- handlers ------------------------------------------------------------------------------------
 
+    def span(self, task: ClaimedTask) -> OpenSpan | None:
+        """Before a handler call, with tracing on: the attempt's span, current on this thread until
+        the caller closes it (None: the run is not sampled)."""
+        parent = self._parent(task.run_id)
+        return None if parent is UNSAMPLED else OpenSpan(task, parent)
+
+    def handled(self, task: ClaimedTask, seconds: float) -> None:
+        """After a handler call, with metrics on: its duration."""
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.child(
+                metrics.task_duration, task.flow_slug, task.step_slug, self._queue_of(task)
+            ).observe(seconds)
+
     @contextmanager
     def handling(self, task: ClaimedTask) -> Iterator[None]:
-        """Around one handler call: its span and its duration (an exception propagates unchanged)."""
-        metrics = self.metrics
-        if metrics is None and not self.tracing:
-            yield
-            return
+        """Around one handler call: its span and its duration (an exception propagates unchanged);
+        what the runner does inline, for callers off the hot path."""
+        span = self.span(task) if self.tracing else None
         started = time.perf_counter()
         try:
-            parent = self._parent(task.run_id) if self.tracing else UNSAMPLED
-            if parent is not UNSAMPLED:
-                with tracing.task_span(task, parent):
-                    yield
-            else:
-                yield
+            yield
+        except BaseException as exc:
+            if span is not None:
+                span.close(exc)
+            raise
+        else:
+            if span is not None:
+                span.close()
         finally:
-            if metrics is not None:
-                metrics.child(
-                    metrics.task_duration, task.flow_slug, task.step_slug, self._queue_of(task)
-                ).observe(time.perf_counter() - started)
+            self.handled(task, time.perf_counter() - started)
 
     # -- recorded results ----------------------------------------------------------------------------
 
@@ -244,17 +260,19 @@ class Observer:
         if metrics is not None:
             if seconds is not None:
                 metrics.child(metrics.completion_duration, self.queue).observe(seconds)
+            counters = {
+                "completed": metrics.completed,
+                "retrying": metrics.retried,
+                "stale": metrics.stale,
+            }
+            counts: dict[tuple[Any, str, str, str], int] = {}
             for task, outcome, _ in results:
-                counter = {
-                    "completed": metrics.completed,
-                    "retrying": metrics.retried,
-                    "stale": metrics.stale,
-                }.get(outcome, metrics.failed if outcome in FAILED_OUTCOMES else None)
+                counter = counters.get(outcome, metrics.failed if outcome in FAILED_OUTCOMES else None)
                 if counter is not None:
-                    counter_child = metrics.child(
-                        counter, task.flow_slug, task.step_slug, self._queue_of(task)
-                    )
-                    counter_child.inc()
+                    key = (counter, task.flow_slug, task.step_slug, self._queue_of(task))
+                    counts[key] = counts.get(key, 0) + 1
+            for (counter, *labels), count in counts.items():
+                metrics.child(counter, *labels).inc(count)
         if signals.worker_listening():
             try:
                 self._send(results, transitions)
