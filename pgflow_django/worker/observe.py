@@ -149,11 +149,16 @@ class Observer:
             logger.warning("could not read the trace context of %d run(s)", len(new), exc_info=True)
             return
         rate = self.sample_rate
+        run_sampled = tracing.run_sampled
         for run_id in new:
-            context = tracing.parent_context(found.get(run_id))
-            # a run started inside a trace follows that trace's decision; any other, its id's hash
+            carrier = found.get(run_id)
+            if carrier is None:  # most runs: started outside any trace, sampled by their id
+                known[run_id] = None if run_sampled(run_id, rate) else UNSAMPLED
+                continue
+            # a run started inside a trace follows that trace's decision
+            context = tracing.parent_context(carrier)
             follow = tracing.parent_sampled(context)
-            sampled = tracing.run_sampled(run_id, rate) if follow is None else follow
+            sampled = run_sampled(run_id, rate) if follow is None else follow
             known[run_id] = context if sampled else UNSAMPLED
 
     def _parent(self, run_id: uuid.UUID) -> Any:
