@@ -6,7 +6,8 @@ is its median round:
 
 - ``off``: no metrics port; OpenTelemetry's API installed without an SDK (nothing recorded);
 - ``metrics``: ``--metrics-port``, scraped once a second while it drains;
-- ``tracing``: the SDK configured (every span recorded, none exported: ``bench/otel_settings.py``).
+- ``tracing``: the SDK configured (every span recorded, none exported: ``bench/otel_settings.py``);
+- ``tracing_10``: the same, with ``PGFLOW["TRACE_SAMPLE_RATE"] = 0.1`` (one run in ten traced).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from bench.phases import BenchFlow, drain_window, start_runs, wait_finished
 from bench.report import Figure
 from bench.workers import RssSampler, WorkerGroup
 
-VARIANTS = ("off", "metrics", "tracing")
+VARIANTS = ("off", "metrics", "tracing", "tracing_10")
+SETTINGS = {"tracing": "bench.otel_settings", "tracing_10": "bench.otel_sampled_settings"}
 SECTION = "observability cost (1-step no-op drain, 1 worker)"
 
 
@@ -72,13 +74,11 @@ def drain_once(
 ) -> float:
     """One drain of ``runs`` runs by one worker in ``variant``; its tasks/s."""
     args = list(worker_args)
-    settings = "bench.settings"
+    settings = SETTINGS.get(variant, "bench.settings")
     port = 0
     if variant == "metrics":
         port = free_port()
         args += ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"]
-    elif variant == "tracing":
-        settings = "bench.otel_settings"
     ids = start_runs(url, flow, runs).ids
     with WorkerGroup(
         url=url,
@@ -129,7 +129,7 @@ def measure_observability(
         )
         for variant in VARIANTS
     ]
-    for variant in ("metrics", "tracing"):
+    for variant in VARIANTS[1:]:
         kept = medians[variant] / medians["off"] * 100 if medians["off"] > 0 else 0.0
         figures.append(
             Figure(

@@ -30,6 +30,15 @@ Pooler: TypeAlias = Literal["transaction"]
 POOLERS: tuple[Pooler, ...] = ("transaction",)
 
 
+def _sample_rate(value: Any) -> float:
+    """``TRACE_SAMPLE_RATE``: the share of runs the worker traces, a number from 0 to 1."""
+    if not isinstance(value, bool) and isinstance(value, int | float) and 0.0 <= float(value) <= 1.0:
+        return float(value)
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"PGFLOW['TRACE_SAMPLE_RATE'] must be a number from 0 to 1, got {value!r}")
+
+
 def _pooler(value: Any) -> Pooler | None:
     """``POOLER``: None (a direct connection, or a session-mode pooler) or ``"transaction"``."""
     if value is None:
@@ -98,6 +107,9 @@ DEFAULTS: dict[str, Any] = {
     **{setting.key: setting.default for setting in SETTINGS},
     # "pg_cron": a pg_cron job also fires due schedules, on the server's clock (see docs/schedules.md)
     "SCHEDULER": "workers",
+    # The share of runs whose task attempts the worker traces (with an OpenTelemetry SDK), decided
+    # per run from its id; a run started inside a trace follows that trace's decision instead.
+    "TRACE_SAMPLE_RATE": 1.0,
 }
 
 
@@ -124,6 +136,7 @@ class PgflowSettings:
     listen_database: str | None
     admin_database: str
     scheduler: Scheduler
+    trace_sample_rate: float = 1.0
 
 
 LIVE_HEARTBEATS: Final = 3
@@ -155,6 +168,7 @@ def get_settings() -> PgflowSettings:
         on_shape_change=_on_shape_change(raw),
         **{setting.attribute: setting.read(raw[setting.key]) for setting in SETTINGS},
         scheduler=_scheduler(raw),
+        trace_sample_rate=_sample_rate(raw["TRACE_SAMPLE_RATE"]),
     )
 
 

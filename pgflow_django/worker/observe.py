@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pgflow_django import signals
 from pgflow_django.observability import tracing
+from pgflow_django.observability.tracing import OpenSpan
 from pgflow_django.worker.connection import Claim, ClaimedTask
 from pgflow_django.worker.subscription import Subscription
 
@@ -33,6 +34,10 @@ TRACE_CONTEXT_CACHE: Final = 10_000
 """Runs whose trace context the claim loop remembers; past that it starts over."""
 Transitions = Callable[[Sequence[ClaimedTask]], "list[Transition]"]
 """Looks up what some just-recorded results changed (on the connection that recorded them)."""
+
+UNSAMPLED: Final[Any] = object()
+"""A run the worker does not trace (``PGFLOW["TRACE_SAMPLE_RATE"]``), in ``Observer.trace_contexts``."""
+_UNKNOWN: Final[Any] = object()
 
 FAILED_OUTCOMES: Final = frozenset({"failed", "skipped"})
 """``fail_task``/``reject_task`` outcomes of a task out of attempts (skipped: its step is skipped)."""
@@ -76,14 +81,30 @@ class Observer:
         """When the claim loop last went round (``/healthz``)."""
         self.database_ok = False
         """The last claim reached the database (``/readyz``); False until the first one."""
-        self.tracing = False
-        """An OpenTelemetry SDK records spans: each handler call gets one (``tracing.task_span``)."""
+        self._tracing = False
+        self.sample_rate = 1.0
+        """``PGFLOW["TRACE_SAMPLE_RATE"]``, read when tracing is turned on."""
         self.trace_contexts: dict[uuid.UUID, Any] = {}
-        """Runs' recorded trace contexts, parsed (None: the run has none), looked up once per run."""
+        """Runs' recorded trace contexts, parsed (None: the run has none; ``UNSAMPLED``: the run is
+        not traced), looked up and sampled once per run."""
         self.fields: dict[str, Any] = {"pgflow_queue": queue}
         """The ``extra`` of the claim loop's own log records (about its queue, not one task)."""
         if worker_id is not None:
             self.fields["pgflow_worker_id"] = str(worker_id)
+
+    @property
+    def tracing(self) -> bool:
+        """An OpenTelemetry SDK records spans and some runs are sampled: each handler call of a
+        sampled run gets a span (``tracing.task_span``)."""
+        return self._tracing
+
+    @tracing.setter
+    def tracing(self, on: bool) -> None:
+        if on:
+            from pgflow_django.conf import get_settings
+
+            self.sample_rate = get_settings().trace_sample_rate
+        self._tracing = on and self.sample_rate > 0.0
 
     def log(self, task: ClaimedTask) -> dict[str, Any]:
         return log_fields(task, self.worker_id)
@@ -108,8 +129,12 @@ class Observer:
         if metrics is None:
             return
         metrics.child(metrics.claim_duration, queue or self.queue).observe(seconds)
+        counts: dict[tuple[str, str, str], int] = {}
         for task in tasks:
-            metrics.child(metrics.claimed, task.flow_slug, task.step_slug, self._queue_of(task)).inc()
+            labels = (task.flow_slug, task.step_slug, self._queue_of(task))
+            counts[labels] = counts.get(labels, 0) + 1
+        for labels, count in counts.items():
+            metrics.child(metrics.claimed, *labels).inc(count)
 
     def _remember_contexts(self, tasks: Sequence[ClaimedTask], lookup: ContextLookup) -> None:
         known = self.trace_contexts
@@ -123,8 +148,26 @@ class Observer:
         except Exception:
             logger.warning("could not read the trace context of %d run(s)", len(new), exc_info=True)
             return
+        rate = self.sample_rate
+        run_sampled = tracing.run_sampled
         for run_id in new:
-            known[run_id] = tracing.parent_context(found.get(run_id))
+            carrier = found.get(run_id)
+            if carrier is None:  # most runs: started outside any trace, sampled by their id
+                known[run_id] = None if run_sampled(run_id, rate) else UNSAMPLED
+                continue
+            # a run started inside a trace follows that trace's decision
+            context = tracing.parent_context(carrier)
+            follow = tracing.parent_sampled(context)
+            sampled = run_sampled(run_id, rate) if follow is None else follow
+            known[run_id] = context if sampled else UNSAMPLED
+
+    def _parent(self, run_id: uuid.UUID) -> Any:
+        """The context a sampled run's spans are children of (None: a new trace), or ``UNSAMPLED``;
+        a run whose context could not be read is sampled by its id alone."""
+        parent = self.trace_contexts.get(run_id, _UNKNOWN)
+        if parent is _UNKNOWN:
+            return None if tracing.run_sampled(run_id, self.sample_rate) else UNSAMPLED
+        return parent
 
     def unclaimed(self, conn: Any, sub: Subscription, claim: Claim) -> None:
         """Say what a claim read but did not turn into tasks (and, at debug level, what it claimed)."""
@@ -179,26 +222,37 @@ class Observer:
 
     # -- handlers ------------------------------------------------------------------------------------
 
+    def span(self, task: ClaimedTask) -> OpenSpan | None:
+        """Before a handler call, with tracing on: the attempt's span, current on this thread until
+        the caller closes it (None: the run is not sampled)."""
+        parent = self._parent(task.run_id)
+        return None if parent is UNSAMPLED else OpenSpan(task, parent)
+
+    def handled(self, task: ClaimedTask, seconds: float) -> None:
+        """After a handler call, with metrics on: its duration."""
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.child(
+                metrics.task_duration, task.flow_slug, task.step_slug, self._queue_of(task)
+            ).observe(seconds)
+
     @contextmanager
     def handling(self, task: ClaimedTask) -> Iterator[None]:
-        """Around one handler call: its span and its duration (an exception propagates unchanged)."""
-        metrics = self.metrics
-        if metrics is None and not self.tracing:
-            yield
-            return
+        """Around one handler call: its span and its duration (an exception propagates unchanged);
+        what the runner does inline, for callers off the hot path."""
+        span = self.span(task) if self.tracing else None
         started = time.perf_counter()
         try:
-            if self.tracing:
-                parent = self.trace_contexts.get(task.run_id)
-                with tracing.task_span(task, parent, self.fields.get("pgflow_worker_id")):
-                    yield
-            else:
-                yield
+            yield
+        except BaseException as exc:
+            if span is not None:
+                span.close(exc)
+            raise
+        else:
+            if span is not None:
+                span.close()
         finally:
-            if metrics is not None:
-                metrics.child(
-                    metrics.task_duration, task.flow_slug, task.step_slug, self._queue_of(task)
-                ).observe(time.perf_counter() - started)
+            self.handled(task, time.perf_counter() - started)
 
     # -- recorded results ----------------------------------------------------------------------------
 
@@ -211,17 +265,19 @@ class Observer:
         if metrics is not None:
             if seconds is not None:
                 metrics.child(metrics.completion_duration, self.queue).observe(seconds)
+            counters = {
+                "completed": metrics.completed,
+                "retrying": metrics.retried,
+                "stale": metrics.stale,
+            }
+            counts: dict[tuple[Any, str, str, str], int] = {}
             for task, outcome, _ in results:
-                counter = {
-                    "completed": metrics.completed,
-                    "retrying": metrics.retried,
-                    "stale": metrics.stale,
-                }.get(outcome, metrics.failed if outcome in FAILED_OUTCOMES else None)
+                counter = counters.get(outcome, metrics.failed if outcome in FAILED_OUTCOMES else None)
                 if counter is not None:
-                    counter_child = metrics.child(
-                        counter, task.flow_slug, task.step_slug, self._queue_of(task)
-                    )
-                    counter_child.inc()
+                    key = (counter, task.flow_slug, task.step_slug, self._queue_of(task))
+                    counts[key] = counts.get(key, 0) + 1
+            for (counter, *labels), count in counts.items():
+                metrics.child(counter, *labels).inc(count)
         if signals.worker_listening():
             try:
                 self._send(results, transitions)

@@ -138,16 +138,28 @@ class Runner:
         args: tuple[Any, ...] = (
             (task.input, self._context(task, step)) if step.accepts_context else (task.input,)
         )
+        observe = self.observe
+        # inline, not a context manager: this is every task's path (see Observer.handling)
+        span = observe.span(task) if observe.tracing else None
         self.state.started()
+        started = time.perf_counter()
         try:
-            with self.observe.handling(task):
-                if self._async.get((task.flow_slug, step.slug)):
-                    output = async_to_sync(step.handler)(*args)
-                else:
-                    output = step.handler(*args)
-                    if inspect.isawaitable(output):
-                        output = async_to_sync(_await)(output)
+            if self._async.get((task.flow_slug, step.slug)):
+                output = async_to_sync(step.handler)(*args)
+            else:
+                output = step.handler(*args)
+                if inspect.isawaitable(output):
+                    output = async_to_sync(_await)(output)
+        except BaseException as exc:
+            if span is not None:
+                span.close(exc)
+            raise
+        else:
+            if span is not None:
+                span.close()
         finally:
+            if observe.metrics is not None:
+                observe.handled(task, time.perf_counter() - started)
             self.state.finished()
         return encode_output(output)
 

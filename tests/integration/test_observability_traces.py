@@ -89,8 +89,10 @@ def test_each_task_attempt_is_a_span_in_the_starting_trace(
         assert span["kind"] == "SpanKind.CONSUMER"
         assert span["name"] == f"pgflow example_flaky.{span['attributes']['pgflow.step']}"
         attributes = span["attributes"]
-        assert attributes["pgflow.flow"] == "example_flaky" and attributes["pgflow.queue"] == "example_flaky"
-        assert attributes["pgflow.task_index"] == 0 and attributes["pgflow.worker_id"] == worker.worker_id
+        assert sorted(attributes) == sorted(tracing.SPAN_ATTRIBUTES)
+        assert attributes["pgflow.flow"] == "example_flaky"
+        assert attributes["messaging.destination.name"] == "example_flaky"
+        assert attributes["messaging.system"] == "pgmq" and attributes["pgflow.task_index"] == 0
         assert attributes["messaging.message.id"].isdigit()
     failed = [s for s in spans if s["attributes"]["pgflow.attempt"] == 1]
     assert {s["status"]["status_code"] for s in failed} == {"ERROR"}
