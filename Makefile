@@ -8,9 +8,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# make test runs the suite on TEST_WORKERS pytest-xdist workers, each with a test database of its own
-# (docs/development.md#how-long-the-suite-takes); TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 3
+# make test runs the suite in one process; TEST_WORKERS=N runs it on N pytest-xdist workers, each with a
+# test database of its own (docs/development.md#how-long-the-suite-takes).
+TEST_WORKERS ?= 0
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 .PHONY: help venv test test-fast lint typecheck demo bench chaos clean db-stop docs docs-serve dist wheel-smoke matrix
