@@ -61,10 +61,10 @@ def test_a_fast_host_plans_and_fires_on_the_database_clock(
     fired = [tick for _ in range(4) for tick in scheduler_pass()]
     after = database_now()
     # the latest tick due at the first pass, then only ticks that came due while the passes ran (a
-    # busy machine can take over a second for four): none early by the database's clock, none stale
+    # busy machine can take over a second for four): none early by the database's clock, none stale.
+    # Ticks are whole seconds, so this allows one per second boundary the passes crossed.
     assert fired and fired == sorted(set(fired)), fired
-    assert all(start - timedelta(seconds=1) < tick <= after for tick in fired), (fired, start, after)
-    assert len(fired) <= 1 + (after - start).total_seconds(), (fired, start, after)
+    assert all(start.replace(microsecond=0) <= tick <= after for tick in fired), (fired, start, after)
     assert ledger("s") == fired
     assert get_schedule("s").missed_ticks <= 2, "the ticks up to the host's time are not counted missed"
     assert len(skew_warnings(caplog)) == 1
