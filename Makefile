@@ -8,9 +8,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# make test runs the suite in one process; TEST_WORKERS=N runs it on N pytest-xdist workers, each with a
-# test database of its own (docs/development.md#how-long-the-suite-takes).
-TEST_WORKERS ?= 0
+# make test runs the suite on TEST_WORKERS pytest-xdist workers, each with a test database of its own
+# (docs/development.md#how-long-the-suite-takes); TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 .PHONY: help venv test test-fast lint typecheck demo bench chaos clean db-stop docs docs-serve dist wheel-smoke matrix
@@ -71,8 +71,15 @@ dist: $(STAMP)
 wheel-smoke: dist
 	$(BIN)/python -m nox -s wheel_smoke
 
+# The PostgreSQL 15 sessions and the embedded PostgreSQL 18 ones run side by side (their databases are
+# on different servers); each lane's log is printed when both have ended.
 matrix: $(STAMP)
-	$(BIN)/python -m nox -t matrix
+	@logs=$$(mktemp -d); \
+	$(BIN)/python -m nox -t matrix -k pg15 >$$logs/pg15.log 2>&1 & lane15=$$!; \
+	$(BIN)/python -m nox -t matrix -k pg18 >$$logs/pg18.log 2>&1; status18=$$?; \
+	wait $$lane15; status15=$$?; \
+	cat $$logs/pg15.log $$logs/pg18.log; rm -rf $$logs; \
+	test $$status15 -eq 0 -a $$status18 -eq 0
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .nox site dist

@@ -78,6 +78,14 @@ def _database_env(postgresql: str) -> dict[str, str | None]:
     return {"DATABASE_URL": url}
 
 
+def xdist_options() -> list[str]:
+    """``TEST_WORKERS`` (default 2) pytest-xdist workers, as ``make test`` spreads them; 0 is one process."""
+    workers = os.environ.get("TEST_WORKERS", "2")
+    if workers == "0":
+        return ["-p", "no:xdist"]
+    return ["-n", workers, "--dist", "loadgroup", "--no-loadscope-reorder"]
+
+
 def _suite_session(python: str, django: str, postgresql: str, suites: tuple[str, ...]) -> None:
     full = suites == ("full",)
     tags = ["full"] if full else ["matrix"]
@@ -98,6 +106,7 @@ def _suite_session(python: str, django: str, postgresql: str, suites: tuple[str,
             "-q",
             "-p",
             "no:cacheprovider",
+            *xdist_options(),
             *paths,
             *session.posargs,
             env=_database_env(postgresql),
