@@ -11,13 +11,10 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
-from django.core.management.base import CommandError
 from django.db import connection
 
 from pgflow_django import Flow, start_flow, with_step_queues
@@ -98,14 +95,9 @@ def add_worker(
 
 
 def run_command(*args: str) -> tuple[int, str, str]:
-    """``call_command`` -> (exit code, stdout, stderr), the exit code of a ``CommandError`` included."""
-    out, err = StringIO(), StringIO()
-    try:
-        call_command("pgflow_coverage", *args, stdout=out, stderr=err)
-    except CommandError as exc:
-        err.write(f"CommandError: {exc}\n")
-        return exc.returncode, out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
+    """``manage.py pgflow_coverage ARGS`` in this process -> (exit code, stdout, stderr)."""
+    result = manage_in_process("pgflow_coverage", *args, settings={})
+    return result.returncode, result.stdout, result.stderr
 
 
 def table(out: str) -> list[list[str]]:
