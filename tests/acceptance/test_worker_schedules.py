@@ -11,8 +11,9 @@ import pytest
 
 from pgflow_django import compile_flow
 from pgflow_django.schedules import create_schedule
+from tests.integration.commands_support import manage_in_process
 from tests.sql.support import q, val
-from tests.workers import WorkerProcess, run_manage, wait_until
+from tests.workers import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -64,23 +65,25 @@ def test_a_worker_with_no_scheduler_fires_nothing(
     assert worker.process.poll() is None
 
 
-def test_pgflow_scheduler_once_fires_the_due_tick(database_url: str, clean_schedules: None) -> None:
+def test_pgflow_scheduler_once_fires_the_due_tick(clean_schedules: None) -> None:
     from testproject.example.flows import chain
 
     compile_flow(chain)
     create_schedule("example_chain", cron="0 * * * *", name="hourly", input={"n": 1})
     q("update pgflow.schedules set upcoming = '{}', planned_until = '2026-05-01T09:30:00+00:00'")
-    result = run_manage(database_url, "pgflow_scheduler", "--once", "--now", "2026-05-01T10:00:30+00:00")
+    result = manage_in_process(
+        "pgflow_scheduler", "--once", "--now", "2026-05-01T10:00:30+00:00", settings={}
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "fired hourly 2026-05-01T10:00:00+00:00 run " in result.stdout
     assert [row["tick"] for row in ledger()] == [datetime(2026, 5, 1, 10, tzinfo=UTC)]
-    again = run_manage(database_url, "pgflow_scheduler", "--once", "--now", "2026-05-01T10:00:40+00:00")
+    again = manage_in_process("pgflow_scheduler", "--once", "--now", "2026-05-01T10:00:40+00:00", settings={})
     assert again.returncode == 0 and "fired" not in again.stdout
     assert len(ledger()) == 1
 
 
-def test_pgflow_scheduler_refuses_now_without_once(database_url: str) -> None:
-    result = run_manage(database_url, "pgflow_scheduler", "--now", "2026-05-01T10:00:00+00:00")
+def test_pgflow_scheduler_refuses_now_without_once() -> None:
+    result = manage_in_process("pgflow_scheduler", "--now", "2026-05-01T10:00:00+00:00", settings={})
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "CommandError: --now needs --once: a running scheduler fires on the clock"

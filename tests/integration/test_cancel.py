@@ -14,7 +14,7 @@ import pgflow_django
 from pgflow_django import CancelResult, RunNotFound, cancel_run, start_flow
 from pgflow_django.flows.compiler import compile_flow
 from tests.integration import commands_flows
-from tests.integration.commands_support import call, drop_command_flows, manage, stderr_lines
+from tests.integration.commands_support import call, drop_command_flows, manage_in_process, stderr_lines
 from tests.sql import support
 
 FLOW = "cmd_greet"
@@ -121,28 +121,28 @@ class TestCommand:
         assert _run(run_id) == ("started", None)
 
 
-def test_subprocess_lines_and_exit_codes(database_url: str) -> None:
+def test_lines_and_exit_codes(transactional_db: None) -> None:
     drop_command_flows()
     try:
         compile_flow(commands_flows.greet)
         run_id = start_flow(FLOW, {"name": "ada"})
 
-        cancelled = manage(database_url, "pgflow_cancel", str(run_id), "--reason", "dup")
+        cancelled = manage_in_process("pgflow_cancel", str(run_id), "--reason", "dup")
         assert (cancelled.returncode, cancelled.stdout, cancelled.stderr) == (
             0,
             f"cancelled run {run_id}\n",
             "",
         )
-        again = manage(database_url, "pgflow_cancel", str(run_id))
+        again = manage_in_process("pgflow_cancel", str(run_id))
         assert again.returncode == 3
         assert stderr_lines(again) == [
             f"CommandError: run {run_id} had already finished (failed); nothing changed"
         ]
         missing = uuid.uuid4()
-        unknown = manage(database_url, "pgflow_cancel", str(missing))
+        unknown = manage_in_process("pgflow_cancel", str(missing))
         assert unknown.returncode == 1
         assert len(stderr_lines(unknown)) == 1 and f"no run {missing}" in unknown.stderr
-        bad = manage(database_url, "pgflow_cancel", "not-a-uuid")
+        bad = manage_in_process("pgflow_cancel", "not-a-uuid")
         assert bad.returncode == 2
         assert len(stderr_lines(bad)) == 1 and "'not-a-uuid' is not a UUID" in bad.stderr
         assert _run(run_id) == ("failed", "cancelled: dup")

@@ -18,7 +18,7 @@ from django.db import connection
 from pgflow_django.db.upgrade import load_audit_checks
 from pgflow_django.flows.compiler import compile_flow
 from tests.integration import commands_flows
-from tests.integration.commands_support import drop_command_flows, manage, stderr_lines
+from tests.integration.commands_support import drop_command_flows, manage_in_process, stderr_lines
 from tests.support.db import scalar
 
 CHECKS = [check.name for check in load_audit_checks()]
@@ -123,8 +123,8 @@ def committed_alias(transactional_db: None) -> Iterator[None]:
     drop_command_flows()
 
 
-def test_manage_py_exit_codes(database_url: str, committed_alias: None) -> None:
-    blocked = manage(database_url, "pgflow_audit", "--format", "json")
+def test_exit_codes(committed_alias: None) -> None:
+    blocked = manage_in_process("pgflow_audit", "--format", "json")
     assert blocked.returncode == 1, blocked.stderr
     assert json.loads(blocked.stdout)["ok"] is False
     assert stderr_lines(blocked) == [
@@ -132,14 +132,14 @@ def test_manage_py_exit_codes(database_url: str, committed_alias: None) -> None:
         "repair them before migrating (docs/upgrading.md)"
     ]
     drop_alias()
-    passed = manage(database_url, "pgflow_audit")
+    passed = manage_in_process("pgflow_audit")
     assert passed.returncode == 0, passed.stderr
     assert passed.stderr == ""
     assert "all 10 checks passed" in passed.stdout
 
 
-def test_bad_arguments_exit_2(database_url: str) -> None:
-    result = manage(database_url, "pgflow_audit", "--format", "yaml")
+def test_bad_arguments_exit_2() -> None:
+    result = manage_in_process("pgflow_audit", "--format", "yaml")
     assert result.returncode == 2
     assert len(stderr_lines(result)) == 1
     assert "invalid choice: 'yaml'" in result.stderr

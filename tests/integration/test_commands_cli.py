@@ -1,5 +1,8 @@
-"""The contract every ``pgflow_*`` command keeps as a real process: ``--help`` explains and exits 0,
-a bad argument is one line on stderr and exit 2, a database problem is one line and exit 1."""
+"""The contract every ``pgflow_*`` command keeps: ``--help`` explains and exits 0, a bad argument is one
+line on stderr and exit 2, a database problem is one line and exit 1.
+
+In this process for each command (``run``); as a real ``manage.py`` once, with ``--traceback``, and for
+the databases that are not the test's (unreachable, not migrated)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import pytest
 from django.db import connection
 
 from tests import workers
-from tests.integration.commands_support import manage, stderr_lines
+from tests.integration.commands_support import manage, manage_in_process, stderr_lines
 
 COMMANDS = [
     "pgflow_compile",
@@ -33,8 +36,8 @@ def test_database_url(django_db_setup: None, django_db_blocker: Any) -> str:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_help_explains_with_examples(test_database_url: str, command: str) -> None:
-    result = manage(test_database_url, command, "--help")
+def test_help_explains_with_examples(command: str) -> None:
+    result = manage_in_process(command, "--help")
     assert result.returncode == 0, result.stderr
     assert "examples:" in result.stdout
     assert result.stderr == ""
@@ -65,14 +68,28 @@ def test_help_explains_with_examples(test_database_url: str, command: str) -> No
         ),
     ],
 )
-def test_bad_arguments_are_one_line_and_exit_2(test_database_url: str, args: list[str], message: str) -> None:
-    result = manage(test_database_url, *args)
+def test_bad_arguments_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = manage_in_process(*args)
     assert result.returncode == 2
     lines = stderr_lines(result)
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"manage.py {args[0]}: error: ")
     assert message in lines[0]
     assert lines[0].endswith("(see --help)")
+
+
+def test_a_real_process_exits_2_on_a_bad_argument_and_shows_the_traceback_when_asked(
+    test_database_url: str,
+) -> None:
+    refused = manage(test_database_url, "pgflow_runs", "--limit", "0")
+    assert refused.returncode == 2
+    assert stderr_lines(refused) == [
+        "manage.py pgflow_runs: error: argument --limit: expected a whole number >= 1, got '0' (see --help)"
+    ]
+    traced = manage(test_database_url, "pgflow_start", "cmd_nope", "--input", "{}", "--traceback")
+    assert traced.returncode == 1
+    assert stderr_lines(traced)[0] == "Traceback (most recent call last):"
+    assert stderr_lines(traced)[-1].startswith("django.core.management.base.CommandError: ")
 
 
 def test_an_unreachable_database_is_one_line(tmp_path: Any) -> None:

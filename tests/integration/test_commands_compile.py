@@ -17,7 +17,7 @@ from tests.integration.commands_support import (
     call,
     drop_command_flows,
     flow_exists,
-    manage,
+    manage_in_process,
     queue_exists,
     stderr_lines,
 )
@@ -222,19 +222,19 @@ def test_no_registered_flows_is_not_an_error(settings: Any, monkeypatch: pytest.
     assert "no flows registered" in err
 
 
-def test_exit_codes_as_a_subprocess(database_url: str) -> None:
+def test_exit_codes(transactional_db: None) -> None:
     drop_command_flows()
     try:
-        missing = manage(database_url, "pgflow_compile", "cmd_greet", "--check")
+        missing = manage_in_process("pgflow_compile", "cmd_greet", "--check")
         assert missing.returncode == 1
         assert stderr_lines(missing)[-1].startswith("CommandError: 1 of 1 flows are not compiled yet")
         assert "Traceback" not in missing.stderr
 
-        compiled = manage(database_url, "pgflow_compile", "cmd_greet", "cmd_boom")
+        compiled = manage_in_process("pgflow_compile", "cmd_greet", "cmd_boom")
         assert compiled.returncode == 0, compiled.stderr
         assert compiled.stdout.split() == ["compiled", "cmd_greet", "compiled", "cmd_boom"]
 
-        checked = manage(database_url, "pgflow_compile", "cmd_greet", "cmd_boom", "--check")
+        checked = manage_in_process("pgflow_compile", "cmd_greet", "cmd_boom", "--check")
         assert checked.returncode == 0, checked.stderr
     finally:
         drop_command_flows()

@@ -11,20 +11,17 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
-from django.core.management.base import CommandError
 from django.db import connection
 
 from pgflow_django import Flow, start_flow, with_step_queues
 from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.runs.coverage import RouteCoverage, coverage, coverage_sql
 from pgflow_django.runs.operations import pause
-from tests.integration.commands_support import manage, stderr_lines
+from tests.integration.commands_support import manage_in_process, stderr_lines
 from tests.sql.support import q, val
 from tests.support.db import tuples
 from tests.workers import WorkerProcess, wait_until
@@ -98,14 +95,9 @@ def add_worker(
 
 
 def run_command(*args: str) -> tuple[int, str, str]:
-    """``call_command`` -> (exit code, stdout, stderr), the exit code of a ``CommandError`` included."""
-    out, err = StringIO(), StringIO()
-    try:
-        call_command("pgflow_coverage", *args, stdout=out, stderr=err)
-    except CommandError as exc:
-        err.write(f"CommandError: {exc}\n")
-        return exc.returncode, out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
+    """``manage.py pgflow_coverage ARGS`` in this process -> (exit code, stdout, stderr)."""
+    result = manage_in_process("pgflow_coverage", *args, settings={})
+    return result.returncode, result.stdout, result.stderr
 
 
 def table(out: str) -> list[list[str]]:
@@ -356,13 +348,13 @@ class TestCommand:
         assert printed_query(out) == coverage_sql()
 
 
-def test_manage_py_exit_codes(database_url: str) -> None:
-    """The real process: exit 3 with the listing on stdout and one line on stderr; 1 and 2 for errors."""
+def test_exit_codes(transactional_db: None) -> None:
+    """Exit 3 with the listing on stdout and one line on stderr; 1 and 2 for errors."""
     compile_flow(plain)
     compile_flow(stepped_queues)
     try:
         deployed_workers()
-        result = manage(database_url, "pgflow_coverage", "--flow", "cov_stepped", "-v", "2")
+        result = manage_in_process("pgflow_coverage", "--flow", "cov_stepped", "-v", "2")
         assert result.returncode == 3, result.stderr
         assert "cov_stepped  deliver  cov_stepped__deliver" in result.stdout
         assert stderr_lines(result) == [
@@ -370,14 +362,14 @@ def test_manage_py_exit_codes(database_url: str) -> None:
         ]
         assert tuples(printed_query(result.stdout)) == as_rows(coverage(flow="cov_stepped"))
 
-        result = manage(database_url, "pgflow_coverage", "--flow", "cov_plain")
+        result = manage_in_process("pgflow_coverage", "--flow", "cov_plain")
         assert result.returncode == 0, result.stderr
 
-        result = manage(database_url, "pgflow_coverage", "--flow", "cov_nope")
+        result = manage_in_process("pgflow_coverage", "--flow", "cov_nope")
         assert result.returncode == 1
         assert len(stderr_lines(result)) == 1
 
-        result = manage(database_url, "pgflow_coverage", "--live-seconds", "0")
+        result = manage_in_process("pgflow_coverage", "--live-seconds", "0")
         assert result.returncode == 2
         assert len(stderr_lines(result)) == 1
     finally:

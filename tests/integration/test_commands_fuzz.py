@@ -10,16 +10,13 @@ and bounded (a few seconds per command) to keep the suite fast and repeatable.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Iterator
 from importlib import import_module
 from io import StringIO
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
-from django.core.management import base as management_base
 from django.core.management import get_commands
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
@@ -29,6 +26,7 @@ from hypothesis import strategies as st
 from pgflow_django import start_flow
 from pgflow_django.flows.compiler import compile_flow
 from tests.integration import commands_flows
+from tests.integration.commands_support import manage_in_process
 from tests.sql import support
 
 COMMANDS = sorted(name for name in get_commands() if name.startswith("pgflow_"))
@@ -50,6 +48,7 @@ DJANGO_OPTIONS = frozenset(
     }
 )
 EXIT_CODES = {0, 1, 2, 3}
+STDIN = '{"from": "stdin"}'
 WRITES_SQL = """
 select coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)
   from pg_stat_xact_all_tables where schemaname in ('pgflow', 'pgmq')
@@ -146,22 +145,6 @@ def _command(name: str, out: StringIO, err: StringIO) -> BaseCommand:
     return command
 
 
-def _run(name: str, argv: list[str]) -> tuple[int, str, str]:
-    """``manage.py NAME ARGV`` in this process: its exit code, stdout and stderr."""
-    out, err = StringIO(), StringIO()
-    command = _command(name, out, err)
-    with (
-        mock.patch.object(management_base.connections, "close_all"),  # the test's transaction stays
-        mock.patch.object(sys, "stdin", StringIO('{"from": "stdin"}')),
-    ):
-        try:
-            command.run_from_argv(["manage.py", name, *argv])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
-
-
 def _parse(name: str, argv: list[str]) -> int:
     command = _command(name, StringIO(), StringIO())
     try:
@@ -218,7 +201,8 @@ def test_arguments_fuzz(name: str, state: list[str]) -> None:
             return
         with transaction.atomic():
             before = _writes()
-            code, out, err = _run(name, argv)
+            result = manage_in_process(name, *argv, stdin=STDIN)
+            code, out, err = result.returncode, result.stdout, result.stderr
             assert code in EXIT_CODES, (argv, code, out, err)
             assert "Traceback" not in err and "Traceback" not in out, (argv, err)
             if code == 2:
@@ -245,7 +229,8 @@ def test_arguments_fuzz(name: str, state: list[str]) -> None:
 )
 def test_reported_edges_are_one_line_and_exit_2(argv: list[str], message: str, state: list[str]) -> None:
     before = _writes()
-    code, out, err = _run(argv[0], argv[1:])
+    result = manage_in_process(*argv)
+    code, out, err = result.returncode, result.stdout, result.stderr
     assert code == 2, (out, err)
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], err
@@ -257,7 +242,8 @@ def test_reported_edges_are_one_line_and_exit_2(argv: list[str], message: str, s
 def test_unreadable_input_files_are_one_line_and_exit_2(name: str, state: list[str]) -> None:
     path = next(file for file in state if file.endswith(f"{name}.json"))
     before = _writes()
-    code, out, err = _run("pgflow_start", ["cmd_greet", "--input", path])
+    result = manage_in_process("pgflow_start", "cmd_greet", "--input", path)
+    code, out, err = result.returncode, result.stdout, result.stderr
     assert code == 2, (out, err)
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert _writes() == before
@@ -266,6 +252,6 @@ def test_unreadable_input_files_are_one_line_and_exit_2(name: str, state: list[s
 def test_the_write_counter_sees_what_a_command_writes(state: list[str]) -> None:
     """The "nothing written" checks above would pass vacuously if the counter missed writes."""
     before = _writes()
-    code, _, err = _run("pgflow_start", ["cmd_greet", "--input", "{}"])
-    assert code == 0, err
+    result = manage_in_process("pgflow_start", "cmd_greet", "--input", "{}")
+    assert result.returncode == 0, result.stderr
     assert _writes() > before

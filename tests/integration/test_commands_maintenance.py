@@ -20,7 +20,7 @@ from tests.integration.commands_support import (
     call,
     drop_command_flows,
     flow_exists,
-    manage,
+    manage_in_process,
     queue_exists,
     run_status,
     stderr_lines,
@@ -160,11 +160,11 @@ class TestDeleteFlow:
         assert (summary.flow_slug, summary.runs, summary.active_runs) == ("cmd_greet", 1, 1)
 
 
-def test_subprocess_exit_codes(database_url: str) -> None:
+def test_exit_codes(transactional_db: None) -> None:
     drop_command_flows()
     try:
         compile_flow(commands_flows.greet)
-        refused = manage(database_url, "pgflow_delete_flow", "cmd_greet")
+        refused = manage_in_process("pgflow_delete_flow", "cmd_greet")
         assert refused.returncode == 1
         assert stderr_lines(refused) == [
             "CommandError: refusing to delete flow 'cmd_greet' without confirmation: standard input is not "
@@ -172,15 +172,15 @@ def test_subprocess_exit_codes(database_url: str) -> None:
         ]
         assert flow_exists("cmd_greet")
 
-        deleted = manage(database_url, "pgflow_delete_flow", "cmd_greet", "--yes")
+        deleted = manage_in_process("pgflow_delete_flow", "cmd_greet", "--yes")
         assert deleted.returncode == 0, deleted.stderr
         assert not flow_exists("cmd_greet")
 
-        requeued = manage(database_url, "pgflow_requeue_stalled", "--format", "json")
+        requeued = manage_in_process("pgflow_requeue_stalled", "--format", "json")
         assert requeued.returncode == 0, requeued.stderr
         assert set(json.loads(requeued.stdout)) == {"requeued", "permanently_stalled"}
 
-        pruned = manage(database_url, "pgflow_prune", "--older-than", "3650d")
+        pruned = manage_in_process("pgflow_prune", "--older-than", "3650d")
         assert pruned.returncode == 0, pruned.stderr
         assert scalar("select count(*) from pgflow.flows where flow_slug = 'cmd_greet'") == 0
     finally:

@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from pgflow_django import start_flow
 from pgflow_django.flows.compiler import compile_flow
 from tests.integration import commands_flows
-from tests.integration.commands_support import call, manage, stderr_lines
+from tests.integration.commands_support import call, manage_in_process, stderr_lines
 from tests.sql import support
 
 
@@ -133,11 +133,11 @@ def test_bad_run_id() -> None:
         call("pgflow_runs", "xyz")
 
 
-def test_subprocess_json_and_exit_codes(database_url: str) -> None:
-    listed_ok = manage(database_url, "pgflow_runs", "--format", "json", "--limit", "5")
+def test_json_and_exit_codes() -> None:
+    listed_ok = manage_in_process("pgflow_runs", "--format", "json", "--limit", "5")
     assert listed_ok.returncode == 0, listed_ok.stderr
     assert isinstance(json.loads(listed_ok.stdout), list)
 
-    missing = manage(database_url, "pgflow_runs", str(uuid.uuid4()))
+    missing = manage_in_process("pgflow_runs", str(uuid.uuid4()))
     assert missing.returncode == 1
     assert len(stderr_lines(missing)) == 1

@@ -1,6 +1,6 @@
 """``manage.py pgflow_schedules`` (issue 17 item 5): the list with next/last fire, the last run's status
 and pauses, at 80 columns; show; pause, resume and trigger on the real tables; JSON; one-line errors
-with the closest name; exit codes through a subprocess."""
+with the closest name; exit codes as ``manage.py`` gives them."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pgflow_django.management.commands import pgflow_schedules
 from pgflow_django.schedules import create_schedule, get_schedule, pause_schedule
 from pgflow_django.schedules.planner import plan_schedules
 from tests.integration import commands_flows
-from tests.integration.commands_support import call, drop_command_flows, manage, stderr_lines
+from tests.integration.commands_support import call, drop_command_flows, manage_in_process, stderr_lines
 from tests.sql import support
 from tests.sql.schedules.support import every_minute, fire, ledger, minute
 
@@ -270,36 +270,35 @@ class TestErrors:
 
 
 @pytest.fixture
-def committed_schedules(database_url: str) -> Iterator[str]:
+def committed_schedules(transactional_db: None) -> Iterator[None]:
     compile_flow(commands_flows.greet)
-    yield database_url
+    yield
     support.q("delete from pgflow.schedules where schedule_name like 'ops-%'")
     drop_command_flows()
 
 
-def test_subprocess_lines_and_exit_codes(committed_schedules: str) -> None:
-    url = committed_schedules
+def test_lines_and_exit_codes(committed_schedules: None) -> None:
     create_schedule(FLOW, cron="0 * * * *", name="ops-sub", input={"name": "ada"})
-    listed = manage(url, "pgflow_schedules")
+    listed = manage_in_process("pgflow_schedules")
     assert listed.returncode == 0 and "ops-sub" in listed.stdout, listed.stderr
-    paused = manage(url, "pgflow_schedules", "pause", "ops-sub", "--reason", "maintenance")
+    paused = manage_in_process("pgflow_schedules", "pause", "ops-sub", "--reason", "maintenance")
     assert (paused.returncode, paused.stdout.strip()) == (
         0,
         "paused schedule ops-sub: it fires nothing until pgflow_schedules resume ops-sub",
     )
-    triggered = manage(url, "pgflow_schedules", "trigger", "ops-sub", "--format", "json")
+    triggered = manage_in_process("pgflow_schedules", "trigger", "ops-sub", "--format", "json")
     assert triggered.returncode == 0, triggered.stderr
     assert support.run(json.loads(triggered.stdout)["run_id"])["status"] == "started"
-    assert manage(url, "pgflow_schedules", "resume", "ops-sub").returncode == 0
-    unknown = manage(url, "pgflow_schedules", "pause", "ops-sbu")
+    assert manage_in_process("pgflow_schedules", "resume", "ops-sub").returncode == 0
+    unknown = manage_in_process("pgflow_schedules", "pause", "ops-sbu")
     assert unknown.returncode == 1
     assert stderr_lines(unknown) == [
         "CommandError: no schedule named 'ops-sbu' (known schedules: ops-sub); did you mean 'ops-sub'?"
     ]
-    bad = manage(url, "pgflow_schedules", "stop", "ops-sub")
+    bad = manage_in_process("pgflow_schedules", "stop", "ops-sub")
     assert bad.returncode == 2 and len(stderr_lines(bad)) == 1
     assert "invalid choice: 'stop'" in bad.stderr
-    missing = manage(url, "pgflow_schedules", "trigger")
+    missing = manage_in_process("pgflow_schedules", "trigger")
     assert missing.returncode == 1
     assert stderr_lines(missing) == [
         "CommandError: trigger needs the schedule's NAME: pgflow_schedules trigger NAME"

@@ -19,7 +19,7 @@ from tests.integration.commands_support import (
     SETTINGS_ENV,
     call,
     drop_command_flows,
-    manage,
+    manage_in_process,
     run_status,
     stderr_lines,
 )
@@ -85,10 +85,10 @@ class TestStart:
         assert str(caught.value) == f"Error: argument --idempotency-key: {reason}"
         assert scalar("select count(*) from pgflow.runs where flow_slug = 'cmd_greet'") == 0
 
-    def test_a_key_of_bytes_that_are_not_utf8_is_one_line_and_exit_2(self, database_url: str) -> None:
+    def test_a_key_of_bytes_that_are_not_utf8_is_one_line_and_exit_2(self) -> None:
         # the command line's byte 0xff arrives as the lone surrogate \udcff (PEP 383)
-        result = manage(
-            database_url, "pgflow_start", "cmd_greet", "--input", "{}", "--idempotency-key", "k\udcff"
+        result = manage_in_process(
+            "pgflow_start", "cmd_greet", "--input", "{}", "--idempotency-key", "k\udcff"
         )
         assert result.returncode == 2
         assert stderr_lines(result) == [
@@ -109,8 +109,8 @@ class TestStart:
         )
 
     @pytest.mark.parametrize("value", ["101", "-101", "high", "1.5", ""])
-    def test_a_bad_priority_is_one_line_and_exit_2(self, value: str, database_url: str) -> None:
-        result = manage(database_url, "pgflow_start", "cmd_greet", "--input", "{}", "--priority", value)
+    def test_a_bad_priority_is_one_line_and_exit_2(self, value: str) -> None:
+        result = manage_in_process("pgflow_start", "cmd_greet", "--input", "{}", "--priority", value)
         assert result.returncode == 2
         lines = stderr_lines(result)
         assert "must be a whole number from -100 to 100 (higher is claimed first)" in lines[-1]
@@ -200,10 +200,10 @@ def worker_for(database_url: str, spawn_worker: workers.Spawner, monkeypatch: py
     drop_command_flows()
 
 
-def test_wait_shows_the_output_of_a_completed_run(database_url: str, worker_for: workers.Spawner) -> None:
+def test_wait_shows_the_output_of_a_completed_run(worker_for: workers.Spawner) -> None:
     worker_for("cmd_greet")
-    result = manage(
-        database_url, "pgflow_start", "cmd_greet", "--input", '{"name": "ada"}', "--wait", "--timeout", "60"
+    result = manage_in_process(
+        "pgflow_start", "cmd_greet", "--input", '{"name": "ada"}', "--wait", "--timeout", "60"
     )
     assert result.returncode == 0, result.stderr
     assert "completed" in result.stdout
@@ -211,10 +211,9 @@ def test_wait_shows_the_output_of_a_completed_run(database_url: str, worker_for:
     assert result.stderr.strip() == ""
 
 
-def test_wait_json_output(database_url: str, worker_for: workers.Spawner) -> None:
+def test_wait_json_output(worker_for: workers.Spawner) -> None:
     worker_for("cmd_squares")
-    result = manage(
-        database_url,
+    result = manage_in_process(
         "pgflow_start",
         "cmd_squares",
         "--input",
@@ -232,9 +231,9 @@ def test_wait_json_output(database_url: str, worker_for: workers.Spawner) -> Non
     assert view["steps"][0]["tasks_total"] == 2
 
 
-def test_wait_exits_1_when_the_run_fails(database_url: str, worker_for: workers.Spawner) -> None:
+def test_wait_exits_1_when_the_run_fails(worker_for: workers.Spawner) -> None:
     worker_for("cmd_boom")
-    result = manage(database_url, "pgflow_start", "cmd_boom", "--input", "{}", "--wait", "--timeout", "60")
+    result = manage_in_process("pgflow_start", "cmd_boom", "--input", "{}", "--wait", "--timeout", "60")
     assert result.returncode == 1
     lines = stderr_lines(result)
     assert len(lines) == 1

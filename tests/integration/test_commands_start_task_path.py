@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-
-from tests.workers import run_manage
-
-pytestmark = pytest.mark.django_db(transaction=True)
+from tests.integration.commands_support import manage_in_process
 
 
-def test_a_task_path_is_answered_with_how_to_enqueue_it(database_url: str) -> None:
-    result = run_manage(database_url, "pgflow_start", "testproject.example.tasks.add", "--input", "[1, 2]")
+def test_a_task_path_is_answered_with_how_to_enqueue_it() -> None:
+    result = manage_in_process(
+        "pgflow_start", "testproject.example.tasks.add", "--input", "[1, 2]", settings={}
+    )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "CommandError: testproject.example.tasks.add is a @task, not a flow: enqueue it from Python "

@@ -4,7 +4,6 @@ database (no ``public.pwned``, no flow, run, pause or queue)."""
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +15,7 @@ from pgflow_django import Flow
 from pgflow_django.flows.dsl import FlowDefinitionError
 from pgflow_django.flows.slugs import InvalidSlug
 from tests.hostile import HOSTILE, ids, pwned_exists
-from tests.integration.commands_support import call, manage, stderr_lines
+from tests.integration.commands_support import call, manage, manage_in_process, stderr_lines
 from tests.sql.support import pgmq_relations, table_counts
 
 REFUSED = (InvalidSlug, FlowDefinitionError)
@@ -141,16 +140,19 @@ def test_runs_flow_filter_and_resume_have_no_side_effect() -> None:
     check()
 
 
-# ------------------------------------------------------------------ commands, as processes
+# ------------------------------------------------------------------ commands, as manage.py runs them
 
 
 @pytest.mark.django_db(transaction=True)
-def test_processes_exit_non_zero_with_one_line(database_url: str) -> None:
-    """The real ``manage.py`` contract for the classic injection, one process per command, in parallel."""
+def test_commands_exit_non_zero_with_one_line(database_url: str) -> None:
+    """The ``manage.py`` contract for the classic injection: each command in this process, the worker
+    as a real one (it configures the process's logging, and runs on if its refusal is lost)."""
     name = HOSTILE[0]
     commands = _command_args(name)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda item: manage(database_url, *item[1], timeout=120), commands))
+    results = [
+        manage(database_url, *args) if label == "pgflow_worker" else manage_in_process(*args)
+        for label, args in commands
+    ]
     for (label, _), result in zip(commands, results, strict=True):
         assert result.returncode in (1, 2), f"{label}: exit {result.returncode}\n{result.stderr}"
         lines = stderr_lines(result)

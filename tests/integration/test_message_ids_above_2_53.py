@@ -11,8 +11,9 @@ from collections.abc import Callable
 import pytest
 
 from pgflow_django import start_flow, wait_for_run
+from tests.integration.commands_support import manage_in_process
 from tests.sql.support import jb, q, val
-from tests.workers import WorkerProcess, run_manage, wait_until
+from tests.workers import WorkerProcess, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,7 +33,7 @@ def _restart_ids_at(msg_id: int) -> None:
 
 
 def test_ids_above_2_53_are_exact_in_logs_and_json(
-    spawn_worker: Callable[..., WorkerProcess], database_url: str, monkeypatch: pytest.MonkeyPatch
+    spawn_worker: Callable[..., WorkerProcess], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert int(float(FIRST)) != FIRST, "the id is one a float cannot represent"
     assert sorted(ROUNDED) == [str(2**53), str(2**53 + 4)]
@@ -61,7 +62,7 @@ def test_ids_above_2_53_are_exact_in_logs_and_json(
     for rounded in ROUNDED:
         assert rounded not in log, f"a rounded id {rounded} appears in the worker log"
 
-    result = run_manage(database_url, "pgflow_runs", str(run_id), "--format", "json", "--tasks")
+    result = manage_in_process("pgflow_runs", str(run_id), "--format", "json", "--tasks", settings={})
     assert result.returncode == 0, result.stderr
     for rounded in ROUNDED:
         assert rounded not in result.stdout

@@ -17,6 +17,7 @@ from pgflow_django.management.health import problems
 from pgflow_django.observability.metrics import DATABASE_GAUGES
 from pgflow_django.runs.operations import pause
 from pgflow_django.worker.connection import Engine, WorkerRegistration
+from tests.integration.commands_support import manage_in_process
 from tests.sql.support import q
 from tests.workers import run_manage
 
@@ -102,10 +103,8 @@ def test_a_flow_not_compiled_is_a_problem(flow: Flow) -> None:
     ]
 
 
-def test_the_command_exits_1_with_one_line_per_problem_and_0_when_healthy(
-    flow: Flow, database_url: str
-) -> None:
-    result = run_manage(database_url, "pgflow_health", "--flow", "otest_health")
+def test_the_command_exits_1_with_one_line_per_problem_and_0_when_healthy(flow: Flow) -> None:
+    result = manage_in_process("pgflow_health", "--flow", "otest_health", settings={})
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         "no live worker runs flow otest_health step one; start manage.py pgflow_worker for it",
@@ -113,7 +112,9 @@ def test_the_command_exits_1_with_one_line_per_problem_and_0_when_healthy(
     ]
     engine = register(("one", "two"))
     try:
-        result = run_manage(database_url, "pgflow_health", "--flow", "otest_health", "--max-queue-age", "300")
+        result = manage_in_process(
+            "pgflow_health", "--flow", "otest_health", "--max-queue-age", "300", settings={}
+        )
         assert (result.returncode, result.stdout.strip(), result.stderr) == (0, "ok", "")
     finally:
         engine.close()

@@ -20,6 +20,7 @@ import pytest
 from pgflow_django import start_flow, wait_for_run
 from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.flows.registry import get_flow
+from tests.integration.commands_support import manage_in_process
 from tests.sql.support import jb, q, val
 from tests.workers import WorkerProcess, run_manage, wait_until
 
@@ -121,7 +122,7 @@ def test_fatal_message_stops_the_worker_and_pauses_until_resumed(
 
     # The operator inspects and removes the culprit, then resumes: a new worker starts and runs work.
     q("select pgmq.archive(%s, %s::bigint)", [FLOW, fatal])
-    resumed = run_manage(database_url, "pgflow_resume", FLOW)
+    resumed = manage_in_process("pgflow_resume", FLOW, settings={})
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "resumed" in resumed.stdout and "fatal" in resumed.stdout
     assert _pause() is None
@@ -155,7 +156,7 @@ def test_operator_pause_stops_a_running_worker_at_its_next_heartbeat(
     spawn_worker: Callable[..., WorkerProcess], database_url: str
 ) -> None:
     worker = spawn_worker(FLOW, *FAST)
-    paused = run_manage(database_url, "pgflow_pause", FLOW, "--detail", "deploying v42")
+    paused = manage_in_process("pgflow_pause", FLOW, "--detail", "deploying v42", settings={})
     assert paused.returncode == 0, paused.stdout + paused.stderr
     assert worker.wait(10) == 0
     log = worker.log()
@@ -168,6 +169,6 @@ def test_operator_pause_stops_a_running_worker_at_its_next_heartbeat(
     assert refused.returncode == 1
     assert "pgflow_resume" in refused.stderr and "operator" in refused.stderr
 
-    assert run_manage(database_url, "pgflow_resume", FLOW).returncode == 0
+    assert manage_in_process("pgflow_resume", FLOW, settings={}).returncode == 0
     spawn_worker(FLOW, *FAST)
     assert wait_for_run(start_flow(FLOW, {"n": 4}), timeout=30).status == "completed"
