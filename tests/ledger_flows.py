@@ -31,6 +31,7 @@ from tests.ledger import (
     PRIORITY_FLOW,
     ROUTED_FLOWS,
     SHARED_QUEUE,
+    SLOW_SECONDS,
     STEP_FLOW,
     record_effect,
     record_execution,
@@ -259,5 +260,5 @@ def split(flow_input: Any) -> Any:
 def slow(item: Any, ctx: TaskContext) -> Any:
     """Record the execution, then take longer than a claim's round trip by far."""
     record_execution(ctx)
-    time.sleep(0.4)
+    time.sleep(SLOW_SECONDS)
     return item
