@@ -142,11 +142,11 @@ def by_step(routes: list[RouteCoverage]) -> dict[tuple[str, str, str], RouteCove
     return {(r.flow_slug, r.step_slug, r.queue_name): r for r in routes}
 
 
-def deployed_workers() -> None:
+def deployed_workers(stale_age: float = 60) -> None:
     """Plain flow fully covered; step-queued: fetch covered, deliver only by workers that do not count."""
     add_worker("cov_plain", "cov_plain", "first", "second")
     add_worker("cov_stepped__fetch", "cov_stepped", "fetch")
-    add_worker("cov_stepped__deliver", "cov_stepped", "deliver", heartbeat_age=60)  # stale
+    add_worker("cov_stepped__deliver", "cov_stepped", "deliver", heartbeat_age=stale_age)  # stale
     add_worker("cov_stepped__deliver", "cov_stepped", "deliver", stopped=True)
     add_worker("cov_stepped__deliver", "cov_stepped", "deliver", deprecated=True)
     add_worker("cov_stepped__deliver", "cov_stepped", "fetch")  # right queue, wrong step
@@ -356,21 +356,29 @@ class TestCommand:
         assert printed_query(out) == coverage_sql()
 
 
+PROCESS_WINDOW = 3600.0
+"""The live window of the ``manage.py`` runs: the default 15 s is less than a start of Django takes on a
+busy machine, and the fake heartbeats, written before it, would go stale while it starts."""
+
+
 def test_manage_py_exit_codes(database_url: str) -> None:
     """The real process: exit 3 with the listing on stdout and one line on stderr; 1 and 2 for errors."""
     compile_flow(plain)
     compile_flow(stepped_queues)
+    window = ("--live-seconds", f"{PROCESS_WINDOW:g}")
     try:
-        deployed_workers()
-        result = manage(database_url, "pgflow_coverage", "--flow", "cov_stepped", "-v", "2")
+        deployed_workers(stale_age=2 * PROCESS_WINDOW)
+        result = manage(database_url, "pgflow_coverage", "--flow", "cov_stepped", "-v", "2", *window)
         assert result.returncode == 3, result.stderr
         assert "cov_stepped  deliver  cov_stepped__deliver" in result.stdout
         assert stderr_lines(result) == [
             "CommandError: 1 of 2 (flow, step, queue) route(s) have no live worker"
         ]
-        assert tuples(printed_query(result.stdout)) == as_rows(coverage(flow="cov_stepped"))
+        assert tuples(printed_query(result.stdout)) == as_rows(
+            coverage(flow="cov_stepped", live_seconds=PROCESS_WINDOW)
+        )
 
-        result = manage(database_url, "pgflow_coverage", "--flow", "cov_plain")
+        result = manage(database_url, "pgflow_coverage", "--flow", "cov_plain", *window)
         assert result.returncode == 0, result.stderr
 
         result = manage(database_url, "pgflow_coverage", "--flow", "cov_nope")
