@@ -69,6 +69,8 @@ real workers (docs/flow-control.md, Priorities)."""
 FAST_SLOW_FLOW = "rel_fast_slow"
 """A no-op first step whose output a slow map step fans out over: the tasks a fast step makes ready
 for a slow one must wait in the queue for any worker, not in the worker that ran the fast step."""
+SLOW_SECONDS = 0.4
+"""How long each slow task of ``FAST_SLOW_FLOW`` sleeps after recording its execution."""
 POISON_KINDS = ("ok", "sleep", "nul", "retry_nul", "deep", "exit", "interrupt", "cancel", "genexit")
 FLOW_SLUGS = (
     LEDGER_FLOW,

@@ -12,6 +12,7 @@ import asyncio
 import datetime
 import decimal
 import math
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -31,21 +32,31 @@ from tests.ledger import (
     PRIORITY_FLOW,
     ROUTED_FLOWS,
     SHARED_QUEUE,
+    SLOW_SECONDS,
     STEP_FLOW,
     record_effect,
     record_execution,
 )
 
 ledger = Flow(LEDGER_FLOW, timeout=10, max_attempts=3)
+HOLD_LIMIT_SECONDS = 120
+"""The longest a ``{"hold": path}`` task waits for its file to go (a test that failed left it)."""
 
 
 @ledger.map(atomic=True)
 def effect(item: Any, ctx: TaskContext) -> Any:
-    """Both ledgers, then an optional ``{"sleep": s}`` on the first attempt (a window for faults)."""
+    """Both ledgers, then on the first attempt an optional ``{"sleep": s}``, or ``{"hold": path}``:
+    wait while that file exists (up to ``HOLD_LIMIT_SECONDS``), a window for faults that the test
+    closes when it is done rather than one that closes on a busy machine before the fault is in."""
     record_execution(ctx)
     record_effect(ctx)
-    if isinstance(item, dict) and item.get("sleep") and ctx.attempt == 1:
-        time.sleep(float(item["sleep"]))
+    if isinstance(item, dict) and ctx.attempt == 1:
+        if item.get("sleep"):
+            time.sleep(float(item["sleep"]))
+        if item.get("hold"):
+            deadline = time.monotonic() + HOLD_LIMIT_SECONDS
+            while os.path.exists(item["hold"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
     return {"attempt": ctx.attempt}
 
 
@@ -259,5 +270,5 @@ def split(flow_input: Any) -> Any:
 def slow(item: Any, ctx: TaskContext) -> Any:
     """Record the execution, then take longer than a claim's round trip by far."""
     record_execution(ctx)
-    time.sleep(0.4)
+    time.sleep(SLOW_SECONDS)
     return item

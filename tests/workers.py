@@ -78,7 +78,7 @@ class WorkerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_ready(self, timeout: float = 30.0) -> WorkerProcess:
+    def wait_ready(self, timeout: float = 60.0) -> WorkerProcess:
         def ready() -> bool:
             if self.process.poll() is not None:
                 raise AssertionError(f"worker exited with {self.process.returncode}:\n{self.log()}")

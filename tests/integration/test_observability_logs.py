@@ -21,7 +21,7 @@ from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.queue_worker import QueueWorker
 from tests.sql.support import q, val
 from tests.unit.test_observability_docs import example
-from tests.workers import REPO
+from tests.workers import REPO, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,13 +35,22 @@ def wobbly(flow_input: Any, ctx: TaskContext) -> Any:
     return "ok"
 
 
+STARTED = " started queue=otest_logs"
+
+
 @pytest.fixture
-def worker(transactional_db: None) -> Iterator[QueueWorker]:
+def worker(transactional_db: None, caplog: pytest.LogCaptureFixture) -> Iterator[QueueWorker]:
+    """A worker thread whose start-up record is captured in the setup phase: one it wrote while pytest
+    moved from setup to the call would be in neither phase's records."""
+    caplog.set_level(logging.INFO, logger="pgflow_django")
     compile_flow(logged, on_change="replace")
     started = QueueWorker(logged, WorkerOptions.from_settings(poll_interval=0.2))
     started.prepare()
     thread = threading.Thread(target=started.run)
     thread.start()
+    wait_until(
+        lambda: any(STARTED in r.getMessage() for r in caplog.records), 60, "the worker's start-up record"
+    )
     yield started
     started.state.request_stop()
     thread.join(30)
@@ -72,8 +81,7 @@ def test_task_records_carry_the_fields_and_the_failure_its_exception(
     for record in failed + retried:
         assert {key: getattr(record, key, None) for key in expected} == expected
     assert failed[0].exc_info is not None and isinstance(failed[0].exc_info[1], ValueError)
-    records = caplog.get_records("setup") + caplog.records  # the worker thread may start before the call
-    started = [r for r in records if " started queue=otest_logs" in r.getMessage()]
+    started = [r for r in caplog.get_records("setup") if STARTED in r.getMessage()]
     assert started and started[0].pgflow_worker_id == str(worker.worker_id)  # type: ignore[attr-defined]
 
     namespace: dict[str, Any] = {}
