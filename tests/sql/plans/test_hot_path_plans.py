@@ -74,8 +74,9 @@ EXPLAIN = (
     "set auto_explain.log_format = json",
     "set auto_explain.log_level = notice",
     "set client_min_messages = notice",
-    # JIT for every statement the session runs itself, cheaply (no inlining, no optimisation): the hot
-    # functions must still compile none of theirs
+    # JIT for every statement planned in the session, cheaply (no inlining, no optimisation): the hot
+    # functions must still compile none of theirs (the session's own calls are planned without it but
+    # for one, planned_without_jit)
     "set jit_above_cost = 0",
     "set jit_inline_above_cost = -1",
     "set jit_optimize_above_cost = -1",
