@@ -146,15 +146,27 @@ def clock(conn: psycopg.Connection[Any]) -> Any:
     return row[0]
 
 
+_settle_writes = True
+
+
+def analyze_only_between_phases() -> None:
+    """Make ``vacuum_analyze`` only ANALYZE from now on (no VACUUM, no checkpoint), for smoke runs
+    (``--quick``): their figures mean nothing, and the VACUUM of every table took 4 to 15 s per phase
+    on a busy server (most of a quick run)."""
+    global _settle_writes
+    _settle_writes = False
+
+
 def vacuum_analyze(url: str) -> None:
     """Settle the tables between phases so each phase starts from comparable statistics, and write
     the dirty pages out (a checkpoint, when the role may: superuser or pg_checkpoint) so no phase pays
     for the writes of the one before. The empty partitions of a partitioned history are left alone,
     as autovacuum leaves them (``analyze_like_autovacuum``)."""
     with connect(url) as conn:
-        analyze_like_autovacuum(conn, vacuum=True)
-        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
-            conn.execute("checkpoint")
+        analyze_like_autovacuum(conn, vacuum=_settle_writes)
+        if _settle_writes:
+            with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+                conn.execute("checkpoint")
 
 
 def analyze_like_autovacuum(conn: psycopg.Connection[Any], *, vacuum: bool = False) -> None:

@@ -31,6 +31,7 @@ from bench.db import (
     DEFAULT_DATABASE,
     REPO_DIR,
     Window,
+    analyze_only_between_phases,
     connect,
     drop_database,
     recreate_database,
@@ -64,8 +65,6 @@ FLOWS = (
     BenchFlow("bench_map", f"{MAP_SIZE}-element map", list(range(MAP_SIZE)), MAP_SIZE, MAP_SIZE),
 )
 RAW_BATCH = 100
-PROJECT_ROUNDS = 3
-"""Interleaved rounds of the --flow vs every-flow drain: the machine's noise hits both alike."""
 THROUGHPUT_WORKER_ARGS = "--concurrency 100 --batch-size 100"
 """Worker options of the throughput and latency phases unless --worker-args is given: a no-op handler
 is the shortest handler there is, and short handlers are run with large batches (docs/worker.md)."""
@@ -140,6 +139,8 @@ class Sizes:
     """Interleaved rounds of the observability off / metrics / tracing drains."""
     priority_rounds: int = 4
     """Interleaved rounds of the drains without and with priorities."""
+    project_rounds: int = 3
+    """Interleaved rounds of the --flow vs every-flow drain: the machine's noise hits both alike."""
 
     def plan(self, flows: Sequence[BenchFlow] = ()) -> list[tuple[BenchFlow, int]]:
         """Every (flow, process count) pair to measure, flows in order."""
@@ -171,6 +172,7 @@ QUICK = Sizes(
     ),
     observability_rounds=1,
     priority_rounds=1,
+    project_rounds=1,
 )
 """A smoke run: every code path once (2 processes only for the 1-step flow), figures meaningless."""
 
@@ -421,7 +423,7 @@ class Bench:
         serves every flow and task of the bench project (no selection): the cost of serving them all.
         Interleaved rounds, the order swapped each round; the best drain of each is kept."""
         variants = [("one_flow", False), ("all_flows", True)]
-        for _ in range(PROJECT_ROUNDS):
+        for _ in range(self.sizes.project_rounds):
             for variant, serve_all in variants:
                 vacuum_analyze(self.url)
                 self.worker_phase(
@@ -600,6 +602,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 150)
     sizes = QUICK if args.quick else FULL
+    if args.quick:
+        analyze_only_between_phases()
     if args.history is not None:
         sizes = replace(sizes, history=max(0, args.history))
     started = datetime.now(UTC)

@@ -2,8 +2,8 @@
 compiled in each, a worker per alias (``--database``), commands given ``--database``; every run lands,
 and is worked, only in its own database.
 
-The two databases are made for the test on the test server (named after the test database) and
-dropped after it.
+The two databases are made for each test on the test server (named after the test database), as
+copies of one migrated once for the module, and dropped after it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from django.db import connection
 
-from tests.workers import WorkerProcess, run_manage, wait_until
+from tests.workers import WorkerProcess, run_manage, url_from_settings, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -28,7 +29,7 @@ SETTINGS = "tests.multidb_settings"
 class Pair:
     """The two databases' URLs, a direct connection to each, and ``manage.py`` on both aliases."""
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, template: str) -> None:
         parts = urlsplit(database_url)
         base = parts.path.lstrip("/")
         self.server = urlunsplit(parts._replace(path="/postgres"))
@@ -37,7 +38,7 @@ class Pair:
         with psycopg.connect(self.server, autocommit=True) as conn:
             for name in self.names.values():
                 conn.execute(f'drop database if exists "{name}" with (force)')
-                conn.execute(f'create database "{name}"')
+                conn.execute(f'create database "{name}" template "{template}"')
         self.env = {
             "DJANGO_SETTINGS_MODULE": SETTINGS,
             "PGFLOW_TEST_URL_A": self.urls["default"],
@@ -67,12 +68,32 @@ class Pair:
                 conn.execute(f'drop database if exists "{name}" with (force)')
 
 
-@pytest.fixture
-def pair(database_url: str) -> Iterator[Pair]:
-    databases = Pair(database_url)
+@pytest.fixture(scope="module")
+def migrated(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
+    """A database ``manage.py migrate`` migrated once for the module, the template of every test's
+    two: a copy takes a fraction of a second, a migration in a process of its own several."""
+    with django_db_blocker.unblock():
+        parts = urlsplit(url_from_settings(connection.settings_dict))
+    name = f"{parts.path.lstrip('/')}_multi_template"
+    server = urlunsplit(parts._replace(path="/postgres"))
+    url = urlunsplit(parts._replace(path=f"/{name}"))
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'drop database if exists "{name}" with (force)')
+        conn.execute(f'create database "{name}"')
     try:
-        databases.manage("migrate", "--noinput")
-        databases.manage("migrate", "--noinput", "--database", "second")
+        env = {"DJANGO_SETTINGS_MODULE": SETTINGS, "PGFLOW_TEST_URL_A": url, "PGFLOW_TEST_URL_B": url}
+        result = run_manage(url, "migrate", "--noinput", env=env, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        yield name
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'drop database if exists "{name}" with (force)')
+
+
+@pytest.fixture
+def pair(database_url: str, migrated: str) -> Iterator[Pair]:
+    databases = Pair(database_url, migrated)
+    try:
         yield databases
     finally:
         databases.close()
@@ -110,7 +131,7 @@ def start_runs(pair: Pair, alias: str, count: int, first: int) -> list[str]:
 def test_a_worker_per_alias_works_only_its_own_database(pair: Pair, spawn: Any) -> None:
     pair.manage("pgflow_compile", FLOW)
     pair.manage("pgflow_compile", FLOW, "--database", "second")
-    in_a = start_runs(pair, "default", 3, 0)
+    in_a = start_runs(pair, "default", 1, 0)
     in_b = start_runs(pair, "second", 2, 100)
     assert set(pair.runs("default")) == set(in_a) and set(pair.runs("second")) == set(in_b)
 

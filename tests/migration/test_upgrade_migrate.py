@@ -3,8 +3,8 @@
 Each test migrates pgflow back to 0002 with Django's ``MigrationExecutor``, loads data through that
 release's SQL API, and migrates forward. A hazard must make the migration fail with the audit's report
 and leave the database exactly as it was (catalog, row counts, sequences, recorded migrations); after
-its documented repair the same data upgrades. Every test ends at the latest migration again, with its
-flows and queues removed, so the other tests find the database as they expect.
+its documented repair the same data upgrades. Every test ends with its flows and queues removed, and
+the module at the latest migration again, so the other tests find the database as they expect.
 """
 
 from __future__ import annotations
@@ -60,13 +60,23 @@ def _clear_later_queue_modes(cursor: Any) -> None:
     workers.drop_shared_queues(cursor)
 
 
+@pytest.fixture(scope="module")
+def latest_at_the_end(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """The test database migrated forward again once the module is done, whatever its tests left: a
+    test that ends at 0002 leaves the next one nothing to migrate back (seconds each way)."""
+    yield
+    with django_db_blocker.unblock():
+        migrate(LATEST)
+        assert applied()[-1] == LATEST
+
+
 @pytest.fixture
-def baseline() -> Iterator[Any]:
-    """The test database at 0002; afterwards the fixtures' flows and queues are removed and it is
-    migrated forward again, whatever the test left."""
-    with connection.cursor() as cursor:
-        _clear_later_queue_modes(cursor)
-    migrate(BASELINE)
+def baseline(latest_at_the_end: None) -> Iterator[Any]:
+    """The test database at 0002; afterwards the fixtures' flows and queues are removed."""
+    if applied()[-1] != BASELINE:
+        with connection.cursor() as cursor:
+            _clear_later_queue_modes(cursor)
+        migrate(BASELINE)
     assert applied()[-1] == BASELINE
     try:
         with connection.cursor() as cursor:
@@ -74,8 +84,6 @@ def baseline() -> Iterator[Any]:
     finally:
         with connection.cursor() as cursor:
             fx.purge(cursor)
-        migrate(LATEST)
-        assert applied()[-1] == LATEST
 
 
 def backfill(cursor: Any) -> dict[str, set[tuple[Any, ...]]]:

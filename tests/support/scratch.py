@@ -22,11 +22,15 @@ def server_params() -> dict[str, Any]:
 
 
 @contextmanager
-def empty_database(prefix: str, params: dict[str, Any]) -> Iterator[str]:
-    """The name of a new, empty database ``pgflow_<prefix>_<random>`` on the server of ``params``."""
+def empty_database(prefix: str, params: dict[str, Any], template: str | None = None) -> Iterator[str]:
+    """The name of a new database ``pgflow_<prefix>_<random>`` on the server of ``params``: empty, or
+    a copy of ``template`` (which nobody may be connected to)."""
     name = f"pgflow_{prefix}_{uuid.uuid4().hex[:12]}"
+    create = sql.SQL("create database {}").format(sql.Identifier(name))
+    if template is not None:
+        create = sql.SQL("{} template {}").format(create, sql.Identifier(template))
     with psycopg.connect(**params, autocommit=True) as admin:
-        admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+        admin.execute(create)
     try:
         yield name
     finally:

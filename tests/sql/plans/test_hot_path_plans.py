@@ -27,7 +27,7 @@ import pytest
 from psycopg import sql
 
 from pgflow_django.sql import schema_sql
-from tests.support.scratch import scratch_database, server_params
+from tests.support.scratch import empty_database, scratch_database, server_params
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -74,12 +74,32 @@ EXPLAIN = (
     "set auto_explain.log_format = json",
     "set auto_explain.log_level = notice",
     "set client_min_messages = notice",
-    # JIT for every statement the session runs itself, cheaply (no inlining, no optimisation): the hot
-    # functions must still compile none of theirs
+    # JIT for every statement planned in the session, cheaply (no inlining, no optimisation): the hot
+    # functions must still compile none of theirs (the session's own calls are planned without it but
+    # for one, planned_without_jit)
     "set jit_above_cost = 0",
     "set jit_inline_above_cost = -1",
     "set jit_optimize_above_cost = -1",
 )
+
+
+@pytest.fixture(scope="module")
+def base_database(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[dict[str, Any], str]]:
+    """(server parameters, name of a database with PGMQ, the schema files and a 3-step chain flow),
+    installed once for the module: each variant starts from a copy of it."""
+    with django_db_blocker.unblock():
+        params = server_params()
+    flow = (
+        f"select pgflow.create_flow('{FLOW}');"
+        f" select pgflow.add_step('{FLOW}', 'a');"
+        f" select pgflow.add_step('{FLOW}', 'b', array['a']);"
+        f" select pgflow.add_step('{FLOW}', 'c', array['b']);"
+        f" select pgflow.set_flow_limits('{FLOW}', '{json.dumps(LIMITS)}'::jsonb)"
+    )
+    with scratch_database("plans_base", params, schema_sql(), flow) as conn:
+        name = conn.info.dbname
+        conn.close()
+        yield params, name
 
 
 @pytest.fixture(
@@ -92,21 +112,16 @@ EXPLAIN = (
     ids=["empty", "million_finished_runs", "partitioned_empty", "partitioned_million_finished_runs"],
 )
 def scratch(
-    request: pytest.FixtureRequest, django_db_setup: None, django_db_blocker: Any
+    request: pytest.FixtureRequest, base_database: tuple[dict[str, Any], str]
 ) -> Iterator[psycopg.Connection[Any]]:
-    """A fresh database with PGMQ, the schema files, a 3-step chain flow, its history partitioned or
-    not, and ``request.param[0]`` finished runs of it; dropped afterwards."""
+    """A copy of the base database, its history partitioned or not, and ``request.param[0]``
+    finished runs of the flow; dropped afterwards."""
     runs, partitioned = request.param
-    with django_db_blocker.unblock():
-        params = server_params()
-    flow = (
-        f"select pgflow.create_flow('{FLOW}');"
-        f" select pgflow.add_step('{FLOW}', 'a');"
-        f" select pgflow.add_step('{FLOW}', 'b', array['a']);"
-        f" select pgflow.add_step('{FLOW}', 'c', array['b']);"
-        f" select pgflow.set_flow_limits('{FLOW}', '{json.dumps(LIMITS)}'::jsonb)"
-    )
-    with scratch_database("plans", params, schema_sql(), flow) as conn:
+    params, base = base_database
+    with (
+        empty_database("plans", params, template=base) as name,
+        psycopg.connect(**{**params, "dbname": name}, autocommit=True) as conn,
+    ):
         if partitioned:
             with conn.transaction():
                 conn.execute("select count(*) from pgflow.partition_history('1 day', 3, true)")
@@ -117,7 +132,25 @@ def scratch(
         if runs:
             preload_history(conn, runs)
         analyze(conn, partitioned)
+        disable_foreign_key_checks(conn)
         yield conn
+
+
+def disable_foreign_key_checks(conn: psycopg.Connection[Any]) -> None:
+    """Disable the triggers that check and enforce the foreign keys (the constraints stay, so the
+    planner's join estimates do not change): auto_explain logged a plan for each of their statements
+    on every row, four in five of the check's notices, which it then left out (``hot_path_plans``)."""
+    triggers = conn.execute(
+        "select t.tgrelid::regclass::text, t.tgname from pg_trigger as t"
+        "  join pg_constraint as c on c.oid = t.tgconstraint"
+        " where t.tgisinternal and c.contype = 'f'"
+    ).fetchall()
+    assert triggers, "no foreign-key trigger found: the check would log their plans again"
+    with conn.transaction():
+        for table, trigger in triggers:
+            conn.execute(
+                sql.SQL("alter table {} disable trigger {}").format(sql.SQL(table), sql.Identifier(trigger))
+            )
 
 
 def analyze(conn: psycopg.Connection[Any], partitioned: bool) -> None:
@@ -206,6 +239,19 @@ def with_jit_off(session: psycopg.Connection[Any], statement: str, params: list[
     session.execute("set jit = on")
 
 
+def planned_without_jit(session: psycopg.Connection[Any], statement: str, params: list[Any]) -> list[Any]:
+    """The rows of ``statement``, its own plan made without JIT (a cursor declared with ``jit`` off)
+    and run with it on: the functions it calls still plan their statements under the session's JIT
+    settings, the check's point, and the session's statements are not compiled one by one (that took
+    most of the check's time; ``hot_path_plans`` sends its first start plainly, which is compiled)."""
+    with session.transaction():
+        session.execute("set local jit = off")
+        with session.cursor(name="planned_without_jit") as cursor:
+            cursor.execute(statement, params)
+            session.execute("set local jit = on")
+            return cursor.fetchall()
+
+
 def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     """The plan of every statement a start of 1 and of 1,000 runs, their claims and completions run
     (plain, then handing off the next step), and a pass of stalled recovery make, in a fresh session
@@ -219,27 +265,39 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
             found = json.loads(text.split("plan:", 1)[1])
             plans.append({**found["Plan"], "Query Text": found.get("Query Text", ""), "JIT": "JIT" in found})
 
+    def read(size: int) -> list[int]:
+        """PGMQ's read of ``size`` messages (its statements are not ours: not kept, nor compiled)."""
+        nonlocal reading
+        reading = True
+        with session.transaction():
+            session.execute("set local jit = off")
+            ids = [
+                row[0] for row in session.execute("select msg_id from pgmq.read(%s, 30, %s)", [FLOW, size])
+            ]
+        reading = False
+        return ids
+
     with psycopg.connect(conn.info.dsn, autocommit=True) as session:
         for setting in EXPLAIN:
             session.execute(setting)
         session.add_notice_handler(keep)
         worker = uuid.uuid4()
         for size in (1, 1000):
-            inputs = [{"k": f"key-{n % 20}"} for n in range(size)]
-            session.execute("select pgflow.start_flows(%s, %s::jsonb)", [FLOW, json.dumps(inputs)])
+            inputs = json.dumps([{"k": f"key-{n % 20}"} for n in range(size)])
+            start = "select pgflow.start_flows(%s, %s::jsonb)"
+            if size == 1:
+                session.execute(start, [FLOW, inputs])
+            else:
+                planned_without_jit(session, start, [FLOW, inputs])
             for _ in ("a", "b", "c"):
-                reading = True
-                ids = [
-                    row[0]
-                    for row in session.execute("select msg_id from pgmq.read(%s, 30, %s)", [FLOW, size])
-                ]
-                reading = False
+                ids = read(size)
                 assert len(ids) == size
-                claimed = session.execute(
+                claimed = planned_without_jit(
+                    session,
                     "select run_id, step_slug, task_index, attempt"
                     "  from pgflow.start_tasks(%s, %s, %s, %s, null)",
                     [FLOW, FLOW, ids, worker],
-                ).fetchall()
+                )
                 assert len(claimed) == size
                 items = [
                     {
@@ -251,9 +309,9 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
                     }
                     for run, step, index, attempt in claimed
                 ]
-                outcomes = session.execute(
-                    "select outcome from pgflow.complete_tasks(%s::jsonb)", [json.dumps(items)]
-                ).fetchall()
+                outcomes = planned_without_jit(
+                    session, "select outcome from pgflow.complete_tasks(%s::jsonb)", [json.dumps(items)]
+                )
                 assert {row[0] for row in outcomes} == {"completed"}
         row = session.execute("select generation from pgflow.flows where flow_slug = %s", [FLOW]).fetchone()
         assert row is not None
@@ -263,16 +321,15 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         # (set_flow_limits is no hot function: the session's JIT setting applies to it)
         with_jit_off(session, set_limits, [FLOW, "[]"])
         for size in (1, 1000):
-            session.execute("select pgflow.start_flows(%s, %s::jsonb)", [FLOW, json.dumps([{}] * size)])
-            reading = True
-            ids = [
-                row[0] for row in session.execute("select msg_id from pgmq.read(%s, 30, %s)", [FLOW, size])
-            ]
-            reading = False
-            held = session.execute(
+            planned_without_jit(
+                session, "select pgflow.start_flows(%s, %s::jsonb)", [FLOW, json.dumps([{}] * size)]
+            )
+            ids = read(size)
+            held = planned_without_jit(
+                session,
                 "select run_id, step_slug, task_index, attempt from pgflow.start_tasks(%s, %s, %s, %s, null)",
                 [FLOW, FLOW, ids, worker],
-            ).fetchall()
+            )
             for _ in ("a", "b", "c"):
                 items = [
                     {
@@ -284,11 +341,12 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
                     }
                     for run, step, index, attempt in held
                 ]
-                rows = session.execute(
+                rows = planned_without_jit(
+                    session,
                     "select outcome, run_id, step_slug, task_index, attempt"
                     "  from pgflow.complete_and_hand_off(%s::jsonb, %s, %s, %s, %s, %s, %s)",
                     [json.dumps(items), FLOW, worker, *support, size],
-                ).fetchall()
+                )
                 assert {r[0] for r in rows if r[0] != "claimed"} == {"completed"}
                 held = [tuple(r[1:]) for r in rows if r[0] == "claimed"]
             assert held == [], "each completion handed off the next step"
@@ -299,7 +357,7 @@ def hot_path_plans(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         assert unfinished == (0,)
         reading = False
         with_jit_off(session, set_limits, [FLOW, json.dumps(LIMITS)])
-        session.execute("select * from pgflow.requeue_stalled_tasks()")
+        planned_without_jit(session, "select * from pgflow.requeue_stalled_tasks()", [])
     return plans
 
 
