@@ -1,6 +1,7 @@
 create table pgflow.runs (
   run_id uuid primary key default pgflow.uuid_v7(),
-  flow_slug text not null references pgflow.flows (flow_slug),
+  -- no foreign key: see pgflow.refuse_flow_in_use
+  flow_slug text not null,
   status text not null default 'started' check (status in ('started', 'completed', 'failed')),
   input jsonb not null,
   output jsonb,
@@ -19,7 +20,7 @@ create table pgflow.runs (
   priority smallint check (priority between -100 and 100),
   check (completed_at is null or status = 'completed'),
   check (failed_at is null or status = 'failed')
-);
+) with (fillfactor = 90);
 
 create index runs_flow_status_idx on pgflow.runs (flow_slug, status);
 create index runs_started_at_idx on pgflow.runs (started_at);
