@@ -61,7 +61,7 @@ def test_the_keys_go_from_every_partition_and_come_back(partitioned_at_0038: psy
     assert _value(conn, HISTORY_KEYS_TO_DEFINITIONS) == 0
     conn.execute("select pgflow.create_history_partitions(through => now() + interval '6 days')")
     options = _value(conn, RUNS_PARTITION_OPTIONS)
-    assert len(options) > 4 and set(options) == {"fillfactor=90"}
+    assert len(options) > 4 and set(options) == {"fillfactor=50"}
     with pytest.raises(psycopg.errors.ForeignKeyViolation):
         conn.execute("delete from pgflow.flows where flow_slug = 'upg_rw'")
     conn.execute("select pgflow.start_flows('upg_rw', '[{}]'::jsonb)")

@@ -2,7 +2,7 @@
 -- fewer row writes per task. runs, step_states and step_tasks lose their foreign keys to flows and
 -- steps (each check locked the flow's one row FOR KEY SHARE on every start and new task); a trigger
 -- on flows and steps refuses to delete or rename a flow or step that runs still name, as the keys
--- did. pgflow.runs gets fillfactor 90, so that a run's updates find room for a HOT update on its page.
+-- did. pgflow.runs gets fillfactor 50, so that a run's updates find room for a HOT update on its page.
 
 -- 0140_table_runs.sql, 0150_table_step_states.sql, 0160_table_step_tasks.sql: the keys, on a
 -- partitioned history too (its partitions' keys are the parent's and go with it)
@@ -40,7 +40,7 @@ begin
     union all
     select i.inhrelid::regclass from pg_inherits as i where i.inhparent = 'pgflow.runs'::regclass
   loop
-    execute format('alter table %s set (fillfactor = 90)', v_rel);
+    execute format('alter table %s set (fillfactor = 50)', v_rel);
   end loop;
 end
 $$;
