@@ -1,6 +1,7 @@
 create table pgflow.runs (
   run_id uuid primary key default pgflow.uuid_v7(),
-  flow_slug text not null references pgflow.flows (flow_slug),
+  -- no foreign key: see pgflow.refuse_flow_in_use
+  flow_slug text not null,
   status text not null default 'started' check (status in ('started', 'completed', 'failed')),
   input jsonb not null,
   output jsonb,
@@ -19,8 +20,12 @@ create table pgflow.runs (
   priority smallint check (priority between -100 and 100),
   check (completed_at is null or status = 'completed'),
   check (failed_at is null or status = 'failed')
-);
+) with (fillfactor = 50);
 
+-- fillfactor 50: a completion batch updates every run of a page in one transaction, and an update
+-- that finds no room on its page is neither HOT nor cheap (it also writes a row-lock record for the
+-- old version); with batches of 100, 21% of a 3-step chain's run updates were HOT at 100, 66% at
+-- 50. The last update sets the status, which the index below holds, so it is never HOT.
 create index runs_flow_status_idx on pgflow.runs (flow_slug, status);
 create index runs_started_at_idx on pgflow.runs (started_at);
 -- the reruns of a run: deleting a run sets their rerun_of to NULL, a probe here instead of a scan of

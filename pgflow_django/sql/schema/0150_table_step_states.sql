@@ -1,6 +1,7 @@
 -- 'cancelled': a step that had started when its run failed; its unfinished tasks were cancelled.
 create table pgflow.step_states (
-  flow_slug text not null references pgflow.flows (flow_slug),
+  -- no foreign keys to flows or steps: see pgflow.refuse_flow_in_use
+  flow_slug text not null,
   run_id uuid not null references pgflow.runs (run_id),
   step_slug text not null,
   status text not null default 'created'
@@ -17,7 +18,6 @@ create table pgflow.step_states (
   failed_at timestamptz,
   skipped_at timestamptz,
   primary key (run_id, step_slug),
-  foreign key (flow_slug, step_slug) references pgflow.steps (flow_slug, step_slug),
   check (status <> 'started' or remaining_tasks is not null),
   check (skip_reason is null or status = 'skipped')
 ) with (fillfactor = 80);

@@ -1,5 +1,6 @@
 create table pgflow.step_tasks (
-  flow_slug text not null references pgflow.flows (flow_slug),
+  -- no foreign key to flows: see pgflow.refuse_flow_in_use
+  flow_slug text not null,
   run_id uuid not null references pgflow.runs (run_id),
   step_slug text not null,
   task_index integer not null default 0 check (task_index >= 0),

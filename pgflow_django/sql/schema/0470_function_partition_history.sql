@@ -3,8 +3,8 @@
 -- No row is copied: each current table becomes its new parent's DEFAULT partition (renamed
 -- <table>_default, its indexes <table>_default_*), so the conversion is catalog work under a short
 -- ACCESS EXCLUSIVE lock, and run ids that are not time-ordered (idempotency keys' UUIDv5, chosen
--- ids, ids made before UUIDv7) keep living there. The parents get the primary keys, the foreign keys
--- to the definition tables and the plain indexes; unique indexes without run_id stay per partition.
+-- ids, ids made before UUIDv7) keep living there. The parents get the primary keys, any foreign keys
+-- to other tables and the plain indexes; unique indexes without run_id stay per partition.
 -- Foreign keys between the three tables are per partition (siblings share their range), so a
 -- partition is dropped without checking the others; runs.rerun_of keeps no foreign key (a rerun is
 -- younger than its original), and pruning clears it as ON DELETE SET NULL did. Functions returning

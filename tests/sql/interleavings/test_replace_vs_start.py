@@ -98,10 +98,9 @@ def test_no_run_of_the_old_shape_starts_while_the_replacement_runs() -> None:
 
 
 def test_a_start_between_its_lock_and_its_insert_does_not_deadlock_a_replacement() -> None:
-    """The start has taken its shared start lock but not yet inserted its run (the foreign key check
-    on the flow row comes with the insert) when a replacement begins: the replacement waits for the
-    start lock before it touches the flow row, so the start finishes and is counted, and neither
-    side dies with a deadlock."""
+    """The start has taken its shared start lock but not yet inserted its run when a replacement
+    begins: the replacement waits for the start lock before it touches the flow row, so the start
+    finishes and is counted, and neither side dies with a deadlock."""
     results: dict[str, Any] = {}
     with other_connection() as starter, other_connection() as replacer:
         try:
