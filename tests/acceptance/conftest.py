@@ -83,7 +83,8 @@ def module_ledger_workers(
     django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LedgerSpawner]:
     """Ledger-flow workers on the test database that a module's tests share (``shared_rig``), from
-    reliability flows reset before the first test to all stopped and reset after the last."""
+    reliability flows reset before the first test to all stopped (each with status 0) and reset after
+    the last."""
     with django_db_blocker.unblock():
         url = workers.url_from_settings(connection.settings_dict)
     with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cursor:
@@ -94,6 +95,8 @@ def module_ledger_workers(
     spawner.stop_all()
     with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cursor:
         ledger.reset_flows(cursor)
+    exits = {worker.flow: worker.process.returncode for worker in spawner.started}
+    assert set(exits.values()) <= {0}, f"shared workers did not stop cleanly: {exits}"
 
 
 @pytest.fixture
