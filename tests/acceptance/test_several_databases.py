@@ -2,8 +2,8 @@
 compiled in each, a worker per alias (``--database``), commands given ``--database``; every run lands,
 and is worked, only in its own database.
 
-The two databases are made for the test on the test server (named after the test database) and
-dropped after it.
+The two databases are made and migrated once for the module on the test server (named after the
+test database), emptied before each test and dropped after the last.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from django.db import connection
 
-from tests.workers import WorkerProcess, run_manage, wait_until
+from tests.workers import WorkerProcess, drop_shared_queues, run_manage, url_from_settings, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -59,6 +60,15 @@ class Pair:
             for run_id, status in self.rows(alias, "select run_id, status from pgflow.runs")
         }
 
+    def reset(self) -> None:
+        """Both databases as migrated: no schedule, flow, run, worker row or shared queue."""
+        for conn in self.conns.values():
+            with conn.cursor() as cursor:
+                cursor.execute("delete from pgflow.schedules")
+                cursor.execute("select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows")
+                cursor.execute("delete from pgflow.workers")
+                drop_shared_queues(cursor)
+
     def close(self) -> None:
         for conn in self.conns.values():
             conn.close()
@@ -67,15 +77,23 @@ class Pair:
                 conn.execute(f'drop database if exists "{name}" with (force)')
 
 
-@pytest.fixture
-def pair(database_url: str) -> Iterator[Pair]:
-    databases = Pair(database_url)
+@pytest.fixture(scope="module")
+def migrated_pair(django_db_setup: None, django_db_blocker: Any) -> Iterator[Pair]:
+    """The two databases, migrated once for the module: each ``migrate`` is a subprocess of seconds."""
+    with django_db_blocker.unblock():
+        databases = Pair(url_from_settings(connection.settings_dict))
     try:
         databases.manage("migrate", "--noinput")
         databases.manage("migrate", "--noinput", "--database", "second")
         yield databases
     finally:
         databases.close()
+
+
+@pytest.fixture
+def pair(database_url: str, migrated_pair: Pair) -> Pair:
+    migrated_pair.reset()
+    return migrated_pair
 
 
 @pytest.fixture
