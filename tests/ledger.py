@@ -118,6 +118,19 @@ def reset_flows(cursor: Cursor, flow_slugs: Iterable[str] = FLOW_SLUGS) -> None:
     cursor.execute("delete from public.ledger_effect where flow_slug = any(%s)", [slugs])
 
 
+def prune_finished_runs(cursor: Cursor, flow_slugs: Iterable[str] = FLOW_SLUGS) -> None:
+    """Delete finished runs (the engine's own prune) and their ledger rows, but keep the flows, so that
+    workers shared by a module's tests go on serving them."""
+    slugs = list(flow_slugs)
+    cursor.execute("select pgflow.prune_data_older_than('0')")
+    for table in ("ledger_execution", "ledger_effect"):
+        cursor.execute(
+            f"delete from public.{table} as l where flow_slug = any(%s)"
+            " and not exists (select 1 from pgflow.runs as r where r.run_id = l.run_id)",
+            [slugs],
+        )
+
+
 # ------------------------------------------------------------------ writers (worker side)
 
 _local = threading.local()

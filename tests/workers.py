@@ -55,6 +55,7 @@ class WorkerProcess:
 
     def __init__(self, database_url: str, flow: str, args: list[str], log_path: Path) -> None:
         self.flow = flow
+        self.args = args
         self.log_path = log_path
         env = {
             **os.environ,
@@ -217,6 +218,21 @@ class Spawner:
         worker = WorkerProcess(self.database_url, flow, list(args), log)
         self.started.append(worker)
         return worker.wait_ready() if ready else worker
+
+    def reused(self, flow: str, *args: str) -> WorkerProcess:
+        """The worker already started for ``flow``, else a new one: tests that only need a worker to run
+        their flows share one per module instead of paying a start-up each. One that exited, or runs
+        with other options (two would race for the flow's tasks), fails the test at once."""
+        for worker in self.started:
+            if worker.flow != flow:
+                continue
+            if worker.process.poll() is not None:
+                raise AssertionError(
+                    f"shared worker exited with {worker.process.returncode}:\n{worker.log()}"
+                )
+            assert worker.args == list(args), f"a shared worker for {flow} already runs with {worker.args}"
+            return worker
+        return self(flow, *args)
 
     def stop_all(self) -> None:
         stop_all(self.started)

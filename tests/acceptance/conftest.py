@@ -11,8 +11,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.db import connection
 
-from tests import workers
+from tests import ledger, workers
 from tests.acceptance.faults import LedgerSpawner, Rig
 
 
@@ -73,6 +74,36 @@ def rig(database_url: str, tmp_path: Path) -> Iterator[Rig]:
     """Ledger-flow workers on the test database (scenarios that neither restart the server nor need
     many connections), with the reliability flows reset before and after."""
     setup = Rig(database_url, LedgerSpawner(database_url, tmp_path))
+    yield setup
+    setup.close()
+
+
+@pytest.fixture(scope="module")
+def module_ledger_workers(
+    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LedgerSpawner]:
+    """Ledger-flow workers on the test database that a module's tests share (``shared_rig``), from
+    reliability flows reset before the first test to all stopped (each with status 0) and reset after
+    the last."""
+    with django_db_blocker.unblock():
+        url = workers.url_from_settings(connection.settings_dict)
+    with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cursor:
+        ledger.install_ledger(cursor)
+        ledger.reset_flows(cursor)
+    spawner = LedgerSpawner(url, tmp_path_factory.mktemp("shared-workers"))
+    yield spawner
+    spawner.stop_all()
+    with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cursor:
+        ledger.reset_flows(cursor)
+    exits = {worker.flow: worker.process.returncode for worker in spawner.started}
+    assert set(exits.values()) <= {0}, f"shared workers did not stop cleanly: {exits}"
+
+
+@pytest.fixture
+def shared_rig(database_url: str, module_ledger_workers: LedgerSpawner) -> Iterator[Rig]:
+    """``rig`` for scenarios where a worker only runs the flows: ``rig.spawn.reused`` gives the module's
+    worker of that flow and options, and each test starts from finished runs pruned."""
+    setup = Rig(database_url, module_ledger_workers, shared=True)
     yield setup
     setup.close()
 

@@ -186,19 +186,28 @@ class Db:
 
 
 class Rig:
-    """A scenario's database view and worker spawner on one database."""
+    """A scenario's database view and worker spawner on one database. A shared rig's spawner belongs to
+    the module (its tests reuse the workers, ``spawn.reused``): it keeps the flows those workers serve
+    and prunes the finished runs instead."""
 
-    def __init__(self, url: str, spawn: LedgerSpawner) -> None:
+    def __init__(self, url: str, spawn: LedgerSpawner, *, shared: bool = False) -> None:
         self.db = Db(url)
         self.spawn = spawn
+        self.shared = shared
+        self._clean()
+
+    def _clean(self) -> None:
         with self.db.conn.cursor() as cursor:
             ledger.install_ledger(cursor)
-            ledger.reset_flows(cursor)
+            if self.shared:
+                ledger.prune_finished_runs(cursor)
+            else:
+                ledger.reset_flows(cursor)
 
     def close(self) -> None:
-        self.spawn.stop_all()
-        with self.db.conn.cursor() as cursor:
-            ledger.reset_flows(cursor)
+        if not self.shared:
+            self.spawn.stop_all()
+        self._clean()
         self.db.close()
 
 

@@ -22,8 +22,9 @@ import pytest
 from django.db import connection
 
 from tests import ledger
+from tests.acceptance.faults import LedgerSpawner, Rig
 from tests.support.db import scalar
-from tests.workers import Spawner, WorkerProcess, wait_until
+from tests.workers import Spawner, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,25 +51,18 @@ FOREIGN_BODIES: list[str | None] = [
 ]
 
 
-class LedgerSpawner(Spawner):
-    """Workers with ``tests/ledger_settings.py``, so the reliability flows are registered."""
-
-    def __call__(self, flow: str, *args: str, ready: bool = True) -> WorkerProcess:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("DJANGO_SETTINGS_MODULE", ledger.SETTINGS_MODULE)
-            return super().__call__(flow, *args, ready=ready)
-
-
 @pytest.fixture
 def ledger_workers(database_url: str, tmp_path: Path) -> Iterator[Spawner]:
+    """A worker of its own for the foreign-bodies test, which stops it; only its flow is reset, so that
+    the output flows' shared workers keep theirs."""
     with connection.cursor() as cursor:
         ledger.install_ledger(cursor)
-        ledger.reset_flows(cursor)
+        ledger.reset_flows(cursor, [ledger.LEDGER_FLOW])
     spawner = LedgerSpawner(database_url, tmp_path)
     yield spawner
     spawner.stop_all()
     with connection.cursor() as cursor:
-        ledger.reset_flows(cursor)
+        ledger.reset_flows(cursor, [ledger.LEDGER_FLOW])
 
 
 def _start(flow: str, flow_input: object) -> str:
@@ -135,13 +129,14 @@ def test_foreign_bodies_are_archived_with_a_warning_while_real_runs_complete_exa
 BAD_OUTPUTS = ["object", "set", "bytes", "nan", "inf", "deep"]
 CLEAR = ("not JSON-serialisable", "could not record", "nested deeper than")
 """What the first line of a failed task's error says about an output that could not be stored."""
+OUTPUT_WORKER = ("--concurrency", "2", *FAST)
+"""The options of each output flow's worker, which the tests below share (``shared_rig``); that it
+still stops cleanly after them is checked when the module ends."""
 
 
 @pytest.mark.parametrize("flow", ledger.OUTPUT_FLOWS)
-def test_unstorable_outputs_fail_their_task_and_the_worker_goes_on(
-    ledger_workers: Spawner, flow: str
-) -> None:
-    worker = ledger_workers(flow, "--concurrency", "2", *FAST)
+def test_unstorable_outputs_fail_their_task_and_the_worker_goes_on(shared_rig: Rig, flow: str) -> None:
+    worker = shared_rig.spawn.reused(flow, *OUTPUT_WORKER)
     bad = {kind: _start(flow, {"kind": kind}) for kind in BAD_OUTPUTS}
     wait_until(lambda: _all_terminal(flow), 60, "every bad run to finish", interval=0.2)
     good = _start(flow, {"kind": "ok"})
@@ -173,13 +168,11 @@ def test_unstorable_outputs_fail_their_task_and_the_worker_goes_on(
         effects = {row[0] for row in cursor.fetchall()}
     if flow == "rel_outputs_atomic":
         assert effects == {good}, "an atomic handler's writes roll back when its output cannot be stored"
-    worker.terminate()
-    assert worker.wait(15) == 0
 
 
-def test_atomic_unstorable_output_error_is_one_line_like_the_plain_path(ledger_workers: Spawner) -> None:
+def test_atomic_unstorable_output_error_is_one_line_like_the_plain_path(shared_rig: Rig) -> None:
     flow = ledger.OUTPUT_FLOWS[1]
-    worker = ledger_workers(flow, *FAST)
+    worker = shared_rig.spawn.reused(flow, *OUTPUT_WORKER)
     runs = {kind: _start(flow, {"kind": kind}) for kind in ("set", "deep")}
     wait_until(lambda: _all_terminal(flow), 30, "the runs to finish", interval=0.2)
     for kind, run_id in runs.items():
@@ -190,8 +183,8 @@ def test_atomic_unstorable_output_error_is_one_line_like_the_plain_path(ledger_w
 
 
 @pytest.mark.parametrize("flow", ledger.OUTPUT_FLOWS)
-def test_nul_and_lone_surrogates_in_outputs_are_stored_escaped(ledger_workers: Spawner, flow: str) -> None:
-    worker = ledger_workers(flow, *FAST)
+def test_nul_and_lone_surrogates_in_outputs_are_stored_escaped(shared_rig: Rig, flow: str) -> None:
+    worker = shared_rig.spawn.reused(flow, *OUTPUT_WORKER)
     runs = {kind: _start(flow, {"kind": kind}) for kind in ("nul", "surrogate")}
     wait_until(lambda: _all_terminal(flow), 30, "the runs to finish", interval=0.2)
     outputs = {
@@ -209,5 +202,3 @@ def test_nul_and_lone_surrogates_in_outputs_are_stored_escaped(ledger_workers: S
     assert "could not record" not in worker.log()
     with connection.cursor() as cursor:
         ledger.assert_invariants(cursor)
-    worker.terminate()
-    assert worker.wait(15) == 0

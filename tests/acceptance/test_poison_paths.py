@@ -1,4 +1,5 @@
-"""Poison inputs and failure paths against real worker processes (issue 15, items 1 to 3).
+"""Poison inputs and failure paths against real worker processes, one per flow that the tests share
+(issue 15, items 1 to 3).
 
 - An input the worker cannot decode (an integer of 5,000 digits, nesting past Python's recursion
   limit) fails its own task at once, without a retry and with a one-line reason, while the healthy
@@ -35,6 +36,9 @@ ESCAPED_ERROR = "bad \\u0000 byte and lone \\ud800 surrogate"
 HUGE_INTEGER = "9" * 5000
 DEEP_INPUT = "[" * 5000 + "]" * 5000
 """Accepted by jsonb, beyond what json.loads decodes on Python 3.11 and 3.12 (about 990 and 1,500)."""
+WORKER = ("--concurrency", "16", "--batch-size", "16", *FAST)
+"""The options of each flow's worker, which the module's tests share: a batch of 16 puts the poisoned
+inputs among healthy neighbours."""
 
 
 def _start_raw(rig: Rig, flow: str, inputs: list[str]) -> list[str]:
@@ -64,15 +68,15 @@ def _check(rig: Rig, flow: str) -> None:
     rig.db.check(*([flow] if flow == ledger.POISON_FLOW else []))
 
 
-def test_an_undecodable_input_fails_alone_and_its_batch_neighbours_run(rig: Rig) -> None:
+def test_an_undecodable_input_fails_alone_and_its_batch_neighbours_run(shared_rig: Rig) -> None:
     flow = ledger.POISON_FLOW
-    worker = rig.spawn(flow, "--concurrency", "16", "--batch-size", "16", *FAST)
+    worker = shared_rig.spawn.reused(flow, *WORKER)
     healthy = [json.dumps({"kind": "ok", "i": i}) for i in range(10)]
     inputs = [*healthy[:3], f'{{"n": {HUGE_INTEGER}}}', *healthy[3:7], DEEP_INPUT, *healthy[7:]]
-    runs = _start_raw(rig, flow, inputs)
-    rig.db.wait_finished([flow], 20)
+    runs = _start_raw(shared_rig, flow, inputs)
+    shared_rig.db.wait_finished([flow], 20)
 
-    found = _tasks(rig, runs)
+    found = _tasks(shared_rig, runs)
     poisoned = {
         runs[3]: "integer exceeds 4300 digits",
         runs[8]: "nested deeper than Python's recursion limit",
@@ -86,23 +90,23 @@ def test_an_undecodable_input_fails_alone_and_its_batch_neighbours_run(rig: Rig)
             1,
             True,
         ), "failed at once, no retry, one line naming the reason"
-        assert rig.db.executions([run_id]) == 0, "its handler never ran"
+        assert shared_rig.db.executions([run_id]) == 0, "its handler never ran"
     good = [run_id for run_id in runs if run_id not in poisoned]
-    assert set(rig.db.run_statuses(good).values()) == {"completed"}
-    assert rig.db.executions(good) == 2 * len(good), "each healthy task ran once"
+    assert set(shared_rig.db.run_statuses(good).values()) == {"completed"}
+    assert shared_rig.db.executions(good) == 2 * len(good), "each healthy task ran once"
     assert "worker loop error" not in worker.log()
     alive(worker)
-    rig.db.check(flow)
+    shared_rig.db.check(flow)
 
 
 @pytest.mark.parametrize("flow", [ledger.POISON_FLOWS[0], ledger.POISON_FLOWS[1]])
 def test_an_output_at_the_depth_limit_feeds_its_dependent_and_one_past_it_fails_at_once(
-    rig: Rig, flow: str
+    shared_rig: Rig, flow: str
 ) -> None:
     """``atomic=True`` completes on the handler's connection, a plain handler through the completer:
     both enforce the bound before anything is stored."""
-    worker = rig.spawn(flow, *FAST)
-    at_limit, past, issue_case = rig.db.start(
+    worker = shared_rig.spawn.reused(flow, *WORKER)
+    at_limit, past, issue_case = shared_rig.db.start(
         flow,
         [
             {"kind": "deep", "depth": MAX_JSON_DEPTH - 1},  # MAX_JSON_DEPTH containers
@@ -110,11 +114,11 @@ def test_an_output_at_the_depth_limit_feeds_its_dependent_and_one_past_it_fails_
             {"kind": "deep", "depth": 984},
         ],
     )
-    rig.db.wait_finished([flow], 20)
+    shared_rig.db.wait_finished([flow], 20)
 
-    found = _tasks(rig, [at_limit, past, issue_case])
+    found = _tasks(shared_rig, [at_limit, past, issue_case])
     assert found[(at_limit, "after")][:3] == ("completed", "completed", 1)
-    output = rig.db.val(
+    output = shared_rig.db.val(
         "select output from pgflow.step_states where run_id = %s and step_slug = 'after'", [at_limit]
     )
     assert output == {"depth": MAX_JSON_DEPTH + 1}, "the dependent decoded an input one level deeper"
@@ -129,16 +133,18 @@ def test_an_output_at_the_depth_limit_feeds_its_dependent_and_one_past_it_fails_
         assert (run_id, "after") not in found
     assert "worker loop error" not in worker.log()
     alive(worker)
-    _check(rig, flow)
+    _check(shared_rig, flow)
 
 
 @pytest.mark.parametrize("flow", [ledger.POISON_FLOWS[0], ledger.POISON_FLOWS[1]])
-def test_an_error_with_nul_and_a_lone_surrogate_is_recorded_on_every_attempt(rig: Rig, flow: str) -> None:
-    worker = rig.spawn(flow, *FAST)
-    raised, retried = rig.db.start(flow, [{"kind": "nul"}, {"kind": "retry_nul"}])
-    rig.db.wait_finished([flow], 20)
+def test_an_error_with_nul_and_a_lone_surrogate_is_recorded_on_every_attempt(
+    shared_rig: Rig, flow: str
+) -> None:
+    worker = shared_rig.spawn.reused(flow, *WORKER)
+    raised, retried = shared_rig.db.start(flow, [{"kind": "nul"}, {"kind": "retry_nul"}])
+    shared_rig.db.wait_finished([flow], 20)
 
-    found = _tasks(rig, [raised, retried])
+    found = _tasks(shared_rig, [raised, retried])
     assert found[(raised, "effect")] == (
         "failed",
         "failed",
@@ -148,14 +154,14 @@ def test_an_error_with_nul_and_a_lone_surrogate_is_recorded_on_every_attempt(rig
         True,
     ), "every attempt recorded, the retry policy ran its course"
     assert found[(retried, "effect")] == ("failed", "failed", 3, ESCAPED_ERROR, 3, True)
-    errors = rig.db.val("select attempt_errors from pgflow.step_tasks where run_id = %s", [raised])
+    errors = shared_rig.db.val("select attempt_errors from pgflow.step_tasks where run_id = %s", [raised])
     assert [entry["error"] for entry in errors] == [f"RuntimeError: {ESCAPED_ERROR}"] * 3
-    run_error = rig.db.val("select error_message from pgflow.runs where run_id = %s", [raised])
+    run_error = shared_rig.db.val("select error_message from pgflow.runs where run_id = %s", [raised])
     assert ESCAPED_ERROR in run_error
-    assert rig.db.executions([raised, retried]) == 6
+    assert shared_rig.db.executions([raised, retried]) == 6
     assert "could not record the failure" not in worker.log()
     alive(worker)
-    _check(rig, flow)
+    _check(shared_rig, flow)
 
 
 @pytest.mark.parametrize(
@@ -172,23 +178,23 @@ def test_an_error_with_nul_and_a_lone_surrogate_is_recorded_on_every_attempt(rig
     ],
 )
 def test_a_handler_s_base_exception_fails_the_attempt_under_the_retry_policy(
-    rig: Rig, flow: str, kind: str, error: str, attempts: int
+    shared_rig: Rig, flow: str, kind: str, error: str, attempts: int
 ) -> None:
-    worker = rig.spawn(flow, *FAST)
-    failing, after = rig.db.start(flow, [{"kind": kind}, {"kind": "ok"}])
-    rig.db.wait_finished([flow], 20)
+    worker = shared_rig.spawn.reused(flow, *WORKER)
+    failing, after = shared_rig.db.start(flow, [{"kind": kind}, {"kind": "ok"}])
+    shared_rig.db.wait_finished([flow], 20)
 
     step = "raise_async" if flow == ledger.POISON_FLOWS[2] else "effect"
-    found = _tasks(rig, [failing, after])
+    found = _tasks(shared_rig, [failing, after])
     assert found[(failing, step)] == ("failed", "failed", attempts, error, attempts, True)
-    assert rig.db.run_statuses([after]) == {after: "completed"}, "the worker goes on"
+    assert shared_rig.db.run_statuses([after]) == {after: "completed"}, "the worker goes on"
     alive(worker)
-    _check(rig, flow)
+    _check(shared_rig, flow)
 
 
-def test_djangos_types_are_stored_as_strings_in_inputs_and_outputs(rig: Rig) -> None:
+def test_djangos_types_are_stored_as_strings_in_inputs_and_outputs(shared_rig: Rig) -> None:
     flow = ledger.OUTPUT_FLOWS[0]
-    worker = rig.spawn(flow, *FAST)
+    worker = shared_rig.spawn.reused(flow, *WORKER)
     run_id = str(
         start_flow(
             flow,
@@ -200,12 +206,14 @@ def test_djangos_types_are_stored_as_strings_in_inputs_and_outputs(rig: Rig) -> 
             },
         )
     )
-    rig.db.wait_finished([flow], 20)
+    shared_rig.db.wait_finished([flow], 20)
     strings = {"at": "2026-01-02T03:04:05Z", "amount": "1.50", "id": str(uuid.UUID(int=1))}
-    assert rig.db.val("select input from pgflow.runs where run_id = %s", [run_id]) == {
+    assert shared_rig.db.val("select input from pgflow.runs where run_id = %s", [run_id]) == {
         "kind": "django",
         **strings,
     }
-    assert rig.db.val("select output from pgflow.runs where run_id = %s", [run_id]) == {"emit": strings}
+    assert shared_rig.db.val("select output from pgflow.runs where run_id = %s", [run_id]) == {
+        "emit": strings
+    }
     alive(worker)
-    rig.db.check()
+    shared_rig.db.check()

@@ -2,8 +2,8 @@
 compiled in each, a worker per alias (``--database``), commands given ``--database``; every run lands,
 and is worked, only in its own database.
 
-The two databases are made for each test on the test server (named after the test database), as
-copies of one migrated once for the module, and dropped after it.
+The two databases are made and migrated once for the module on the test server (named after the
+test database), emptied before each test and dropped after the last.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from tests.workers import WorkerProcess, run_manage, url_from_settings, wait_until
+from tests.workers import WorkerProcess, drop_shared_queues, run_manage, url_from_settings, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -29,7 +29,7 @@ SETTINGS = "tests.multidb_settings"
 class Pair:
     """The two databases' URLs, a direct connection to each, and ``manage.py`` on both aliases."""
 
-    def __init__(self, database_url: str, template: str) -> None:
+    def __init__(self, database_url: str) -> None:
         parts = urlsplit(database_url)
         base = parts.path.lstrip("/")
         self.server = urlunsplit(parts._replace(path="/postgres"))
@@ -38,7 +38,7 @@ class Pair:
         with psycopg.connect(self.server, autocommit=True) as conn:
             for name in self.names.values():
                 conn.execute(f'drop database if exists "{name}" with (force)')
-                conn.execute(f'create database "{name}" template "{template}"')
+                conn.execute(f'create database "{name}"')
         self.env = {
             "DJANGO_SETTINGS_MODULE": SETTINGS,
             "PGFLOW_TEST_URL_A": self.urls["default"],
@@ -60,6 +60,15 @@ class Pair:
             for run_id, status in self.rows(alias, "select run_id, status from pgflow.runs")
         }
 
+    def reset(self) -> None:
+        """Both databases as migrated: no schedule, flow, run, worker row or shared queue."""
+        for conn in self.conns.values():
+            with conn.cursor() as cursor:
+                cursor.execute("delete from pgflow.schedules")
+                cursor.execute("select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows")
+                cursor.execute("delete from pgflow.workers")
+                drop_shared_queues(cursor)
+
     def close(self) -> None:
         for conn in self.conns.values():
             conn.close()
@@ -69,34 +78,22 @@ class Pair:
 
 
 @pytest.fixture(scope="module")
-def migrated(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
-    """A database ``manage.py migrate`` migrated once for the module, the template of every test's
-    two: a copy takes a fraction of a second, a migration in a process of its own several."""
+def migrated_pair(django_db_setup: None, django_db_blocker: Any) -> Iterator[Pair]:
+    """The two databases, migrated once for the module: each ``migrate`` is a subprocess of seconds."""
     with django_db_blocker.unblock():
-        parts = urlsplit(url_from_settings(connection.settings_dict))
-    name = f"{parts.path.lstrip('/')}_multi_template"
-    server = urlunsplit(parts._replace(path="/postgres"))
-    url = urlunsplit(parts._replace(path=f"/{name}"))
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'drop database if exists "{name}" with (force)')
-        conn.execute(f'create database "{name}"')
+        databases = Pair(url_from_settings(connection.settings_dict))
     try:
-        env = {"DJANGO_SETTINGS_MODULE": SETTINGS, "PGFLOW_TEST_URL_A": url, "PGFLOW_TEST_URL_B": url}
-        result = run_manage(url, "migrate", "--noinput", env=env, timeout=300)
-        assert result.returncode == 0, result.stdout + result.stderr
-        yield name
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f'drop database if exists "{name}" with (force)')
-
-
-@pytest.fixture
-def pair(database_url: str, migrated: str) -> Iterator[Pair]:
-    databases = Pair(database_url, migrated)
-    try:
+        databases.manage("migrate", "--noinput")
+        databases.manage("migrate", "--noinput", "--database", "second")
         yield databases
     finally:
         databases.close()
+
+
+@pytest.fixture
+def pair(database_url: str, migrated_pair: Pair) -> Pair:
+    migrated_pair.reset()
+    return migrated_pair
 
 
 @pytest.fixture
@@ -131,7 +128,7 @@ def start_runs(pair: Pair, alias: str, count: int, first: int) -> list[str]:
 def test_a_worker_per_alias_works_only_its_own_database(pair: Pair, spawn: Any) -> None:
     pair.manage("pgflow_compile", FLOW)
     pair.manage("pgflow_compile", FLOW, "--database", "second")
-    in_a = start_runs(pair, "default", 1, 0)
+    in_a = start_runs(pair, "default", 3, 0)
     in_b = start_runs(pair, "second", 2, 100)
     assert set(pair.runs("default")) == set(in_a) and set(pair.runs("second")) == set(in_b)
 

@@ -1,15 +1,17 @@
-"""``pgflow_start``: starting runs, input sources and errors; ``--wait`` against real worker processes."""
+"""``pgflow_start``: starting runs, input sources and errors; ``--wait`` against a real worker process."""
 
 from __future__ import annotations
 
 import io
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.management.base import CommandError
+from django.db import connection
 
 from pgflow_django import Flow
 from pgflow_django.flows.compiler import compile_flow
@@ -190,18 +192,38 @@ class TestStart:
         assert info.value.returncode == 3
 
 
+WAITED_FLOWS = ("cmd_greet", "--flow", "cmd_squares", "--flow", "cmd_boom")
+"""The flows the ``--wait`` tests start, all served by one worker."""
+
+
+@pytest.fixture(scope="module")
+def command_workers(
+    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[workers.Spawner]:
+    """Real workers that know the command tests' flows, shared by the module: the tests check the
+    command's output once a worker has finished the run, not the worker."""
+    with django_db_blocker.unblock():
+        url = workers.url_from_settings(connection.settings_dict)
+        drop_command_flows()
+    spawner = workers.Spawner(url, tmp_path_factory.mktemp("command-workers"))
+    yield spawner
+    spawner.stop_all()
+    with django_db_blocker.unblock():
+        drop_command_flows()
+
+
 @pytest.fixture
-def worker_for(database_url: str, spawn_worker: workers.Spawner, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Real worker processes that know the command tests' flows."""
-    drop_command_flows()
-    for key, value in SETTINGS_ENV.items():
-        monkeypatch.setenv(key, value)
-    yield spawn_worker
-    drop_command_flows()
+def command_worker(database_url: str, command_workers: workers.Spawner) -> Iterator[workers.WorkerProcess]:
+    """The module's worker of the waited flows, started on first use; finished runs pruned after."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in SETTINGS_ENV.items():
+            patch.setenv(key, value)
+        worker = command_workers.reused(*WAITED_FLOWS)
+    yield worker
+    scalar("select pgflow.prune_data_older_than('0')")
 
 
-def test_wait_shows_the_output_of_a_completed_run(worker_for: workers.Spawner) -> None:
-    worker_for("cmd_greet")
+def test_wait_shows_the_output_of_a_completed_run(command_worker: workers.WorkerProcess) -> None:
     result = manage_in_process(
         "pgflow_start", "cmd_greet", "--input", '{"name": "ada"}', "--wait", "--timeout", "60"
     )
@@ -211,8 +233,7 @@ def test_wait_shows_the_output_of_a_completed_run(worker_for: workers.Spawner) -
     assert result.stderr.strip() == ""
 
 
-def test_wait_json_output(worker_for: workers.Spawner) -> None:
-    worker_for("cmd_squares")
+def test_wait_json_output(command_worker: workers.WorkerProcess) -> None:
     result = manage_in_process(
         "pgflow_start",
         "cmd_squares",
@@ -231,8 +252,7 @@ def test_wait_json_output(worker_for: workers.Spawner) -> None:
     assert view["steps"][0]["tasks_total"] == 2
 
 
-def test_wait_exits_1_when_the_run_fails(worker_for: workers.Spawner) -> None:
-    worker_for("cmd_boom")
+def test_wait_exits_1_when_the_run_fails(command_worker: workers.WorkerProcess) -> None:
     result = manage_in_process("pgflow_start", "cmd_boom", "--input", "{}", "--wait", "--timeout", "60")
     assert result.returncode == 1
     lines = stderr_lines(result)

@@ -16,26 +16,46 @@ from tests.integration.commands_support import manage, stderr_lines
 from tests.sql.interleavings.support import Background
 
 
-@pytest.fixture
-def database_url(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
-    """A migrated database of its own with one compiled flow (created and dropped outside the test
-    transaction: partitioning commits)."""
+@pytest.fixture(scope="module")
+def template_name(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
+    """A migrated database with one compiled flow, made once for the module (``migrate`` and
+    ``pgflow_compile`` are subprocesses of seconds each), from which each test copies its own."""
     with django_db_blocker.unblock():
         settings = dict(connection.settings_dict)
-    name = f"{settings['NAME']}_partition"
-    admin_url = workers.url_from_settings(settings)
+    name = f"{settings['NAME']}_partition_template"
     url = workers.url_from_settings({**settings, "NAME": name})
-    with psycopg.connect(admin_url, autocommit=True) as admin:
+    with _admin(settings) as admin:
         admin.execute(f'drop database if exists "{name}" with (force)')
         admin.execute(f'create database "{name}"')
     try:
         for args in (("migrate", "-v0"), ("pgflow_compile", "cmd_greet")):
             result = manage(url, *args)
             assert result.returncode == 0, result.stderr
-        yield url
+        yield name
     finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
+        with _admin(settings) as admin:
             admin.execute(f'drop database if exists "{name}" with (force)')
+
+
+@pytest.fixture
+def database_url(template_name: str, django_db_blocker: Any) -> Iterator[str]:
+    """A database of its own, copied from the template (created and dropped outside the test
+    transaction: partitioning commits)."""
+    with django_db_blocker.unblock():
+        settings = dict(connection.settings_dict)
+    name = f"{settings['NAME']}_partition"
+    with _admin(settings) as admin:
+        admin.execute(f'drop database if exists "{name}" with (force)')
+        admin.execute(f'create database "{name}" template "{template_name}"')
+    try:
+        yield workers.url_from_settings({**settings, "NAME": name})
+    finally:
+        with _admin(settings) as admin:
+            admin.execute(f'drop database if exists "{name}" with (force)')
+
+
+def _admin(settings: dict[str, Any]) -> psycopg.Connection[Any]:
+    return psycopg.connect(workers.url_from_settings(settings), autocommit=True)
 
 
 def _archive_kind(url: str) -> str:

@@ -24,9 +24,15 @@ def clean_support() -> None:
 
 
 @pytest.fixture
-def support(spawn_worker: Spawner) -> Iterator[Spawner]:
-    """Real workers, with the support flows and threads removed before and after."""
+def support_data(transactional_db: None) -> Iterator[None]:
+    """The support flows and threads removed before and after (the tests commit)."""
     clean_support()
+    yield
+    clean_support()
+
+
+@pytest.fixture
+def support(support_data: None, spawn_worker: Spawner) -> Iterator[Spawner]:
+    """Real workers, stopped before the support data is removed."""
     yield spawn_worker
     spawn_worker.stop_all()
-    clean_support()

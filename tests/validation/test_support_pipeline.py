@@ -1,6 +1,7 @@
-"""The support-thread application (testproject/example/support.py) run three ways on real workers:
-plain, step-queued, and hand-written isolation (support_manual.py); the same domain outcome each
-time, and acknowledgement independent of a classification backlog only where queues are separate.
+"""The support-thread application (testproject/example/support.py) run three ways: plain (in process,
+through the worker's own code), step-queued and hand-written isolation (support_manual.py) on real
+workers; the same domain outcome each time, and acknowledgement independent of a classification
+backlog only where queues are separate (real workers, side by side).
 
 No timing thresholds: the starvation tests compare database states at the moment the probe thread
 is acknowledged.
@@ -11,6 +12,8 @@ from __future__ import annotations
 import pytest
 
 from pgflow_django import wait_for_run
+from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.testing import drain
 from testproject.example.models import SupportThread
 from testproject.example.support import open_thread, support_thread, support_thread_steps
 from testproject.example.support_manual import open_thread_manual
@@ -38,11 +41,11 @@ def _expect_routed(thread_ids: list[int]) -> None:
     assert SupportThread.objects.filter(pk__in=thread_ids, acknowledged_at__isnull=True).count() == 0
 
 
-def test_plain_flow_routes_every_thread(support: Spawner) -> None:
-    support("support_thread", "--concurrency", "4")
+def test_plain_flow_routes_every_thread(support_data: None) -> None:
+    """In process (``drain``: the worker's claim, handlers and completions): the outcome is the flow's."""
+    compile_flow(support_thread)
     started = [open_thread(subject, messages, flow=support_thread) for subject, messages, _ in THREADS]
-    for _, run_id in started:
-        assert wait_for_run(run_id, timeout=60).status == "completed"
+    assert drain(flows=[support_thread]).runs == {run_id: "completed" for _, run_id in started}
     _expect_routed([tid for tid, _ in started])
     assert {
         r["queue_name"]
