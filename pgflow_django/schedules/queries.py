@@ -183,10 +183,11 @@ class ScheduleNameRow(NamedTuple):
 
 PLAN_SCHEDULES: Final = Query(
     "plan_schedules",
-    "select p.schedule_name from pgflow.plan_schedules(%s::jsonb) as p(schedule_name)",
+    "select p.schedule_name from pgflow.plan_schedules(%s::jsonb) as p(schedule_name) order by 1",
     ScheduleNameRow,
 )
-"""Store plans (a JSON array); the names planned (a plan of a definition edited meanwhile is refused)."""
+"""Store plans (a JSON array); the names planned, in name order (a plan of a definition edited
+meanwhile is refused)."""
 
 
 TRY_FIRE_LOCK: Final = value_query(
