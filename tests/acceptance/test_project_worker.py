@@ -124,6 +124,11 @@ def test_one_process_serves_every_flow_queue_mode_and_task(cleaned: str, tmp_pat
     assert text.count(" started queue=* ") == 1, text
 
 
+STARVED = 1_000
+"""Backlog tasks completed while one chain run waits that mean it starves: its three steps take a
+round or two each (a few dozen backlog tasks, measured under load), far from this."""
+
+
 def test_a_backlog_on_one_queue_delays_another_flow_by_one_claim_round(cleaned: str, tmp_path: Path) -> None:
     """10,000 map tasks of example_sleepy wait on its queue; each run of example_chain started
     meanwhile is claimed within one claim round of the worker hearing of it: at most the backlog's
@@ -147,25 +152,36 @@ def test_a_backlog_on_one_queue_delays_another_flow_by_one_claim_round(cleaned: 
             "debug",
         ),
     )
-    try:
-        wait_until(
-            lambda: (
-                val(
-                    "select count(*) from pgflow.step_tasks where run_id = %s and status = 'completed'",
-                    [backlog],
-                )
-                >= 200
-            ),
-            60,
-            "the backlog to be under way",
+
+    def backlog_done() -> int:
+        return int(
+            val(
+                "select count(*) from pgflow.step_tasks where run_id = %s and status = 'completed'", [backlog]
+            )
         )
+
+    def chain_run_done(run: object, backlog_before: int) -> bool:
+        if val("select status from pgflow.runs where run_id = %s", [run]) == "completed":
+            return True
+        moved = backlog_done() - backlog_before
+        assert moved < STARVED, f"{moved} backlog tasks completed while a chain run waited"
+        return False
+
+    try:
+        wait_until(lambda: backlog_done() >= 200, 60, "the backlog to be under way")
         for _ in range(5):
             run = start_flow(chain, {"n": 1})
-            wait_until(
-                lambda run=run: val("select status from pgflow.runs where run_id = %s", [run]) == "completed",
-                30,
-                "the chain run to complete beside the backlog",
-            )
+            backlog_before = backlog_done()
+            # Bounded in backlog tasks run meanwhile, not in seconds: a starved chain run fails as
+            # soon as the backlog has moved on by STARVED tasks, while a loaded machine slows both alike.
+            try:
+                wait_until(
+                    lambda run=run, before=backlog_before: chain_run_done(run, before),
+                    120,
+                    "the chain run to complete beside the backlog",
+                )
+            except AssertionError as exc:  # what the worker did meanwhile: its notifications and claims
+                raise AssertionError(f"{exc}\n" + "\n".join(log.read_text().splitlines()[-80:])) from None
         left = val(
             "select count(*) from pgflow.step_tasks where run_id = %s and status = 'queued'", [backlog]
         )
