@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -99,15 +100,20 @@ def test_a_backlog_drains_while_the_claiming_connections_are_terminated_again_an
 
 
 @pytest.mark.parametrize("flow", [ledger.LEDGER_FLOW, ledger.PLAIN_FLOW])
-def test_connections_cut_between_handler_and_completion(rig: Rig, flow: str) -> None:
+def test_connections_cut_between_handler_and_completion(rig: Rig, flow: str, tmp_path: Path) -> None:
     """Atomic handlers lose their own transaction (and retry as attempt 2); plain handlers' results
     are re-sent by the completer on a new connection (attempt 1 completes)."""
     db = rig.db
     worker = rig.spawn(flow, "--concurrency", str(HANDLERS), *FAST)
     warm_up = db.start(flow, [[0]])
     db.wait_finished([flow], 20)
-    runs = db.start(flow, [[{"sleep": 3}] * HANDLERS])
-    wait_until(lambda: db.executions(runs) == HANDLERS, 20, "every handler to be asleep")
+    # atomic handlers wait in their open transaction until the cut is made (a fixed sleep could end
+    # before it on a busy machine); plain ones only need to outlast the completer's cut, or not
+    gate = tmp_path / "hold"
+    gate.touch()
+    item = {"hold": str(gate)} if flow == ledger.LEDGER_FLOW else {"sleep": 3}
+    runs = db.start(flow, [[item] * HANDLERS])
+    wait_until(lambda: db.executions(runs) == HANDLERS, 60, "every handler to be asleep")
     holders = [
         int(row[0])
         for row in db.rows(
@@ -122,8 +128,9 @@ def test_connections_cut_between_handler_and_completion(rig: Rig, flow: str) -> 
     else:
         assert completer, "the plain warm-up run's completion connected the completer"
     assert db.terminate(("pgflow_worker completer",), holders) == len(holders) + len(completer)
+    gate.unlink()
 
-    db.wait_finished([flow], 30)
+    db.wait_finished([flow], 60)
     assert set(db.run_statuses(runs).values()) == {"completed"}
     if flow == ledger.LEDGER_FLOW:
         assert db.effects(runs) == [(2, worker.pid)] * HANDLERS, "the cut attempts rolled back"
