@@ -217,11 +217,26 @@ class WalMeter:
         return (int(row[0]), int(row[1])) if row else None
 
     def start(self) -> WalMeter:
+        if self.inspect:
+            self._hold_wal()
         row = self.conn.execute("select pg_current_wal_lsn()").fetchone()
         assert row is not None
         self._lsn = row[0]
         self._stat = self._pg_stat_wal()
         return self
+
+    def _hold_wal(self) -> None:
+        """Keep the window's WAL on disk until it is read: a temporary physical replication slot
+        (dropped with this session) that reserves WAL from now. Without it, checkpoints on a busy
+        server (other databases, ``DROP DATABASE``) can recycle the window's first segments before
+        ``pg_walinspect`` reads them; a role that may not create one falls back to the cluster figures."""
+        try:
+            self.conn.execute(
+                "select pg_create_physical_replication_slot(%s, true, true)",
+                [f"pgflow_bench_wal_{self.conn.info.backend_pid}"],
+            )
+        except psycopg.Error:
+            self.inspect = False
 
     def stop(self) -> Wal:
         row = self.conn.execute(
