@@ -6,7 +6,7 @@ backlog. The ledger is the database's own claim and completion times (``started_
 than ``LIMIT`` tasks started at once in either, every task runs exactly once, and a cold key that
 arrives behind the hot backlog (once that backlog has been read) finishes its work no more than one of
 its handlers' duration later than the same work alone on the same workers. The rate scenario counts
-start times per window.
+the tokens the limiter grants per window, at its own decision times, and checks each start follows one.
 """
 
 from __future__ import annotations
@@ -226,6 +226,27 @@ def test_no_key_ever_runs_more_than_its_limit_and_a_hot_key_does_not_hold_up_a_c
         assert worker.process.poll() is None, worker.log()[-3000:]
 
 
+@pytest.fixture
+def grants(db: psycopg.Connection[Any]) -> Iterator[None]:
+    """Logs every token a rate bucket grants, at the limiter's own decision time (the bucket's
+    granted_at: with burst 1 a claim spends at most one token of a key, so each change is one grant)."""
+    db.execute(
+        "create table public.test_rate_grants (flow_slug text, key text, granted_at timestamptz);"
+        " create function public.test_log_rate_grant() returns trigger language plpgsql as $$ begin"
+        " insert into public.test_rate_grants values (new.flow_slug, new.key, new.granted_at); return null;"
+        " end $$;"
+        " create trigger test_log_rate_grant after update of granted_at on pgflow.limit_slots for each row"
+        " when (new.kind = 'rate' and new.granted_at is distinct from old.granted_at)"
+        " execute function public.test_log_rate_grant()"
+    )
+    yield
+    db.execute(
+        "drop trigger test_log_rate_grant on pgflow.limit_slots;"
+        " drop function public.test_log_rate_grant(); drop table public.test_rate_grants"
+    )
+
+
+@pytest.mark.usefixtures("grants")
 def test_a_rate_limit_per_key_holds_across_workers(spawn: LimitSpawner, db: psycopg.Connection[Any]) -> None:
     flow = limits_flows.RATED_FLOW
     per_key, per_second = 25, 10
@@ -238,14 +259,24 @@ def test_a_rate_limit_per_key_holds_across_workers(spawn: LimitSpawner, db: psyc
         [flow],
     ).fetchall()
     assert len(rows) == 2 * per_key and {attempts for _, attempts, _ in rows} == {1}
+    granted = db.execute("select key, granted_at from public.test_rate_grants where flow_slug = %s", [flow])
+    log = granted.fetchall()
     for key in ("a", "b"):
         starts = sorted(started.timestamp() for k, _, started in rows if k == key)
-        # burst 1, 10 tokens a second: at most 1 + 10 * w starts in any window of w seconds
+        # The windows are counted on the limiter's decisions, not on started_at: a claim stamps
+        # started_at a little after it decided (more on a loaded machine), so two starts can be
+        # closer than the tokens they spent, and a window of starts held one more than the bucket
+        # allows with an exact limiter.
+        grants = sorted(at.timestamp() for k, at in log if k == key)
+        assert len(grants) >= per_key, f"key {key}: {len(grants)} tokens granted for {per_key} starts"
+        # the i-th start follows the i-th grant when each start spent a token of its own before it
+        early = [s for g, s in zip(grants, starts, strict=False) if s < g]
+        assert early == [], f"key {key}: a task started without a token"
+        # burst 1, 10 tokens a second: at most 1 + 10 * w grants in any window of w seconds
         for window in (0.5, 1.0, 2.0):
-            most = max(sum(1 for s in starts[i:] if s < first + window) for i, first in enumerate(starts))
-            assert most <= 1 + per_second * window, f"key {key}: {most} starts within {window} s"
-        # the bucket spaces the claims' decisions; started_at is read a little later in each claim
-        # statement (a few ms, more on a loaded machine), so the starts' span may fall short by that
+            most = max(sum(1 for g in grants[i:] if g < first + window) for i, first in enumerate(grants))
+            assert most <= 1 + per_second * window, f"key {key}: {most} tokens granted within {window} s"
+        span = grants[-1] - grants[0]
+        assert span >= (per_key - 1) / per_second - 0.001, f"key {key}: {per_key} tokens in {span:.4f} s"
         span = starts[-1] - starts[0]
-        assert span >= (per_key - 1) / per_second - 0.05, f"key {key}: {per_key} starts in {span:.4f} s"
         assert span <= (per_key - 1) / per_second * 2 + 2, f"key {key}: the limit, not the workers, paced it"

@@ -71,13 +71,12 @@ begin
         from unnest(outcomes) with ordinality as e(outcome, n)
        order by e.n);
   end if;
-  v_now := clock_timestamp();
 
   -- a key's first claim creates its row (a rate bucket starts full), then every claim locks its keys'
   -- rows in key order; the decisions below are separate statements, so they read what the claims
   -- that held these locks before committed
   insert into pgflow.limit_slots (flow_slug, step_slug, kind, key, tokens, refilled_at)
-  select distinct c.flow_slug, c.scope, c.kind, c.key, coalesce(c.burst, 0), v_now
+  select distinct c.flow_slug, c.scope, c.kind, c.key, coalesce(c.burst, 0), clock_timestamp()
     from unnest(v_cands) as c
    order by c.flow_slug, c.scope, c.kind, c.key
   on conflict do nothing;
@@ -91,6 +90,10 @@ begin
        limit 1
          for update
     ) as x;
+  -- the time of the decisions, read once every key is locked: a clock read before a lock wait is
+  -- older than the refill of a claim that spent the key's tokens meanwhile, and refilling from it
+  -- counted that interval twice (a key got tokens faster than its rate)
+  v_now := clock_timestamp();
 
   -- concurrency: the key's holds still started in their attempt, then this batch in message order
   select coalesce(array_agg(distinct c.n), '{}') into v_denied
@@ -126,7 +129,8 @@ begin
       ) as s
   ), spent as (
     update pgflow.limit_slots as s
-       set tokens = b.available - least(b.wanted, floor(b.available)), refilled_at = v_now,
+       -- never moved back (the server's clock may be stepped back): a refill counts each instant once
+       set tokens = b.available - least(b.wanted, floor(b.available)), refilled_at = greatest(s.refilled_at, v_now),
            granted_at = case when b.available >= 1 then v_now else s.granted_at end
       from bucket as b
      where s.ctid = b.row_id
