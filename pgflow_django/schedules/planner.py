@@ -73,7 +73,8 @@ def plan_schedules(
     psycopg's) as of ``now`` (default: the database's clock); returns the names planned. Safe to run
     anywhere at any time: a plan made for a definition edited meanwhile is refused by
     ``pgflow.plan_schedules``, and duplicates are merged away. The names come in name order. A
-    schedule that cannot be planned is left out of the result: its reason is stored and logged, and the others are planned."""
+    schedule that cannot be planned is left out of the result: its reason is stored and logged,
+    and the others are planned."""
     moment = (now or database_now(cursor)).astimezone(UTC)
     listed = list(names) if names is not None else None
     candidates = fetch_all(
