@@ -50,9 +50,6 @@ def wait_until(check: Callable[[], T], timeout: float, what: str, interval: floa
 class WorkerProcess:
     """One ``pgflow_worker`` subprocess with its combined output in a log file."""
 
-    _stopping = False
-    """Set by ``stop_all`` once it sent SIGTERM: ``stop`` then only waits."""
-
     def __init__(self, database_url: str, flow: str, args: list[str], log_path: Path) -> None:
         self.flow = flow
         self.args = args
@@ -114,8 +111,12 @@ class WorkerProcess:
     def stop(self) -> None:
         """Teardown: ask nicely, then kill."""
         if self.process.poll() is None:
-            if not self._stopping:
-                self.terminate()
+            self.terminate()
+        self.wait_stopped()
+
+    def wait_stopped(self) -> None:
+        """Teardown after SIGTERM was sent: wait, then kill (a second SIGTERM is not sent)."""
+        if self.process.poll() is None:
             try:
                 self.process.wait(15)
             except subprocess.TimeoutExpired:
@@ -200,9 +201,8 @@ def stop_all(started: list[Any]) -> None:
     for worker in started:
         if worker.process.poll() is None:
             worker.terminate()
-            worker._stopping = True
     for worker in started:
-        worker.stop()
+        worker.wait_stopped()
 
 
 class Spawner:
