@@ -112,7 +112,8 @@ class Latency:
     client_ms: list[float]
     server_ms: list[float]
     pickup_ms: float
-    """Median over the runs' tasks of queued -> claimed: wake-up, read and claim of each hop."""
+    """Median over the runs' tasks of queued -> claimed: wake-up, read and claim of each hop (0 for a
+    task handed off by the completion that created it, which is queued and claimed at once)."""
     execute_ms: float
     """Median of claimed -> completion: claim commit, handler, completion batching and its start."""
 

@@ -168,12 +168,13 @@ def test_limits_set_after_the_hand_off_checked_take_no_key_row_in_its_claim() ->
     assert [(h["step_slug"], h["task_step_slug"]) for h in holds("f")] == [("b", "b")]
 
 
-def test_the_hand_off_claims_in_hand_off_mode_and_ends_it() -> None:
+def test_the_general_hand_off_claims_in_hand_off_mode_and_ends_it() -> None:
     make_flow("f", step("a"), step("b", "a"))
     start("f")
     worker = new_worker("f")
     assert val("select current_setting('pgflow.hand_off', true) as v") in (None, "")
     a = claim("f", worker)[0]
+    val("select set_config('pgflow.fast_hop', 'off', true) as v")
 
     _, handed = hand_off(a, 1, worker)
 

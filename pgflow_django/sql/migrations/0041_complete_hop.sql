@@ -1,0 +1,544 @@
+-- Frozen migration delta 0041_complete_hop (loaded by pgflow_django/migrations/0041_complete_hop.py):
+-- a completion of the common case (single steps feeding single steps, no flow control, condition,
+-- delay or stale claim) takes a fast path, pgflow.complete_hop, that completes the tasks, starts
+-- their dependents and hands the new tasks to the worker in a handful of static statements;
+-- complete_tasks and complete_and_hand_off try it first and take the general path when it declines.
+
+-- 0308_function_complete_hop.sql
+-- The fast path of a completion: one call that completes a batch of single-step tasks when each is
+-- the common case, in a handful of static statements instead of the general path's (complete_tasks,
+-- cascade, start_ready_steps, maybe_complete_runs, hand_off_tasks, claim_classified: about 40
+-- statements and 15 nested calls per hop). It applies to a batch only when every item
+-- - names a distinct run, task 0 of a single step, and is the current claim (the task started in
+--   that attempt, its step and run started);
+-- - belongs to a flow without flow control (no pgflow.flow_limits rows, no limit_holds of the run);
+-- - feeds only single steps still created, with no condition and no start delay, in a run not
+--   delayed (not_before passed).
+-- Otherwise it returns no row and writes nothing (it has locked the batch's runs, in the order
+-- every writer locks them), and the caller takes the general path in the same transaction: a stale
+-- item, a failure, a map, a condition, a skip, a limit or a delay never goes through here.
+-- What it writes is what the general path writes for such a batch: each task completed with its
+-- output and its message archived; its step completed with that output; each dependent's open
+-- dependencies recounted (completed and skipped ones are closed), and a dependent left with none
+-- started with its task and that task's message (the priority in its headers, as
+-- start_ready_steps sends it); the run's open steps recounted, and the run completed with its
+-- leaves' outputs when none is left. With free_slots, the new tasks of this queue that the
+-- worker supports at the generation it compiled against are claimed for it in the same
+-- statement as hand_off_tasks would (at most free_slots in task key order, none below the
+-- priority of the queue's head): started in attempt 1, their messages sent hidden for the step's
+-- timeout + 2 s, so a worker that dies holding one loses it to stalled recovery as any claim.
+-- Returns one row per item ('completed', message columns NULL), then one 'claimed' row per task
+-- handed off, as pgflow.complete_and_hand_off returns them. pgflow.fast_hop = 'off' (a setting)
+-- turns this path off: the equivalence tests drive both paths with it.
+create or replace function pgflow.complete_hop(
+  items jsonb, queue_name text, worker_id uuid, support_flows text[], support_steps text[],
+  support_generations bigint[], free_slots integer
+)
+returns setof pgflow.claim_record
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_runs uuid[];
+  v_steps text[];
+  v_indexes integer[];
+  v_attempts integer[];
+  v_outputs jsonb[];
+  v_eligible boolean;
+  v_queues text[];
+  v_msgs bigint[];
+  v_new_runs uuid[];
+  v_new_steps text[];
+  v_send record;
+  v_claimed pgflow.claim_record[] := '{}';
+begin
+  if current_setting('pgflow.fast_hop', true) = 'off' or items is null or jsonb_typeof(items) <> 'array' then
+    return;
+  end if;
+
+  select array_agg(x.run_id order by x.run_id), array_agg(x.step_slug order by x.run_id),
+         array_agg(x.task_index order by x.run_id), array_agg(x.attempt order by x.run_id),
+         array_agg(coalesce(x.output, 'null'::jsonb) order by x.run_id)
+    into v_runs, v_steps, v_indexes, v_attempts, v_outputs
+    from jsonb_to_recordset(items) as x(run_id uuid, step_slug text, task_index integer, attempt integer, output jsonb)
+  having count(*) = count(distinct x.run_id)
+     and bool_and(x.run_id is not null and x.step_slug is not null and x.task_index = 0 and x.attempt is not null);
+  if v_runs is null then
+    return;
+  end if;
+
+  -- one lock order for every writer of a run: the run row first
+  perform 1 from pgflow.runs as r where r.run_id = any(v_runs) order by r.run_id for update;
+
+  -- each item's run, step and task by its own probe (see cascade)
+  select bool_and(coalesce(
+           r.status = 'started' and (r.not_before is null or r.not_before <= clock_timestamp())
+           and ss.status = 'started' and ss.remaining_tasks = 1
+           and t.status = 'started' and t.attempts_count = i.attempt and t.message_id is not null
+           and s.step_type = 'single'
+           and not exists (select 1 from pgflow.flow_limits as l where l.flow_slug = r.flow_slug)
+           and not exists (select 1 from pgflow.limit_holds as h where h.run_id = i.run_id)
+           and not exists (
+             select 1
+               from pgflow.deps as d
+               join pgflow.steps as ds on ds.flow_slug = d.flow_slug and ds.step_slug = d.step_slug
+               left join pgflow.step_states as dss on dss.run_id = i.run_id and dss.step_slug = d.step_slug
+              where d.flow_slug = r.flow_slug and d.dep_slug = i.step_slug
+                and not coalesce(ds.step_type = 'single' and ds.required_input_pattern is null
+                                 and ds.forbidden_input_pattern is null and coalesce(ds.opt_start_delay, 0) = 0
+                                 and dss.status = 'created' and dss.initial_tasks = 1, false)),
+           false))
+    into v_eligible
+    from unnest(v_runs, v_steps, v_indexes, v_attempts) as i(run_id, step_slug, task_index, attempt)
+    left join lateral (
+      select r.flow_slug, r.status, r.not_before from pgflow.runs as r where r.run_id = i.run_id offset 0
+    ) as r on true
+    left join lateral (
+      select ss.status, ss.remaining_tasks from pgflow.step_states as ss
+       where ss.run_id = i.run_id and ss.step_slug = i.step_slug offset 0
+    ) as ss on true
+    left join lateral (
+      select t.status, t.attempts_count, t.message_id from pgflow.step_tasks as t
+       where t.run_id = i.run_id and t.step_slug = i.step_slug and t.task_index = i.task_index offset 0
+    ) as t on true
+    left join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = i.step_slug;
+  if not coalesce(v_eligible, false) then
+    return;
+  end if;
+
+  -- the task key from the batch, never a constant: on empty partitions a constant task_index
+  -- made an index scan on it alone look cheapest
+  with done as (
+    update pgflow.step_tasks as t
+       set status = 'completed', output = i.output, completed_at = clock_timestamp()
+      from unnest(v_runs, v_steps, v_indexes, v_outputs) as i(run_id, step_slug, task_index, output)
+     where t.run_id = i.run_id and t.step_slug = i.step_slug and t.task_index = i.task_index
+    returning t.queue_name, t.message_id
+  )
+  select array_agg(d.queue_name), array_agg(d.message_id) into v_queues, v_msgs from done as d;
+  perform pgflow.archive_task_messages(v_queues, v_msgs);
+
+  -- the steps, their dependents and the runs, each read as they were before this statement: the
+  -- completing step still counts as open there, so it is left out of every count
+  with items as (
+    select i.run_id, i.step_slug, i.output, r.flow_slug
+      from unnest(v_runs, v_steps, v_outputs) as i(run_id, step_slug, output)
+     cross join lateral (select r.flow_slug from pgflow.runs as r where r.run_id = i.run_id offset 0) as r
+  ), completed_steps as (
+    update pgflow.step_states as ss
+       set remaining_tasks = 0, status = 'completed', completed_at = clock_timestamp(), output = i.output
+      from items as i
+     where ss.run_id = i.run_id and ss.step_slug = i.step_slug
+  ), counts as (
+    select i.run_id, d.step_slug,
+           (select count(*)
+              from pgflow.deps as od
+              join pgflow.step_states as ost on ost.run_id = i.run_id and ost.step_slug = od.dep_slug
+             where od.flow_slug = i.flow_slug and od.step_slug = d.step_slug and od.dep_slug <> i.step_slug
+               and ost.status not in ('completed', 'skipped')) as open_deps
+      from items as i
+      join pgflow.deps as d on d.flow_slug = i.flow_slug and d.dep_slug = i.step_slug
+  ), dependents as (
+    update pgflow.step_states as ss
+       set remaining_deps = c.open_deps,
+           status = case when c.open_deps = 0 then 'started' else ss.status end,
+           started_at = case when c.open_deps = 0 then clock_timestamp() else ss.started_at end,
+           remaining_tasks = case when c.open_deps = 0 then ss.initial_tasks else ss.remaining_tasks end
+      from counts as c
+     where ss.run_id = c.run_id and ss.step_slug = c.step_slug
+       and (ss.remaining_deps <> c.open_deps or c.open_deps = 0)
+    returning ss.run_id, ss.step_slug, ss.status
+  ), run_counts as (
+    select i.run_id,
+           (select count(*) from pgflow.step_states as ss
+             where ss.run_id = i.run_id and ss.step_slug <> i.step_slug
+               and ss.status not in ('completed', 'skipped')) as open_steps
+      from items as i
+  ), finished_runs as (
+    update pgflow.runs as r
+       set remaining_steps = c.open_steps,
+           status = case when c.open_steps = 0 then 'completed' else r.status end,
+           completed_at = case when c.open_steps = 0 then clock_timestamp() end,
+           output = case when c.open_steps = 0 then (
+             select jsonb_object_agg(l.step_slug, l.output)
+               from (select ss.step_slug, ss.output
+                       from pgflow.step_states as ss
+                      where ss.run_id = i.run_id and ss.status = 'completed' and ss.step_slug <> i.step_slug
+                     union all
+                     select i.step_slug, i.output) as l
+              where not exists (select 1 from pgflow.deps as d
+                                 where d.flow_slug = i.flow_slug and d.dep_slug = l.step_slug)
+           ) end
+      from run_counts as c
+      join items as i on i.run_id = c.run_id
+     where r.run_id = c.run_id and (r.remaining_steps <> c.open_steps or c.open_steps = 0)
+  )
+  select array_agg(d.run_id order by d.run_id, d.step_slug), array_agg(d.step_slug order by d.run_id, d.step_slug)
+    into v_new_runs, v_new_steps
+    from dependents as d
+   where d.status = 'started';
+
+  if v_new_runs is not null then
+    -- each new task's message, grouped into one send per queue and visibility: a task handed to
+    -- this worker is sent hidden for its step's timeout + 2 s (what a claim sets)
+    for v_send in
+      with tasks as (
+        select n.run_id, n.step_slug, n.k, r.flow_slug, s.queue_name,
+               coalesce(r.priority, s.opt_priority, f.opt_priority) as priority,
+               coalesce(s.opt_timeout, f.opt_timeout) + 2 as claim_seconds,
+               exists (select 1
+                         from unnest(complete_hop.support_flows, complete_hop.support_steps,
+                                     complete_hop.support_generations) as p(flow_slug, step_slug, generation)
+                        where p.flow_slug = r.flow_slug and p.step_slug = n.step_slug
+                          and p.generation = f.generation) and s.queue_name = lower(complete_hop.queue_name)
+                 as supported
+          from unnest(v_new_runs, v_new_steps) with ordinality as n(run_id, step_slug, k)
+         cross join lateral (
+           select r.flow_slug, r.priority from pgflow.runs as r where r.run_id = n.run_id offset 0
+         ) as r
+          join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = n.step_slug
+          join pgflow.flows as f on f.flow_slug = r.flow_slug
+      ), ranked as (
+        select t.*, row_number() over (partition by t.supported order by t.k) as place
+          from tasks as t
+      ), decided as (
+        -- the queue's head is read only for a task that could be handed off: a CASE branch, and a
+        -- subquery correlated to the task (an uncorrelated one is an init plan, run regardless)
+        select r.*,
+               case when r.supported and r.place <= coalesce(complete_hop.free_slots, 0)
+                    then coalesce(r.priority, 0) >= coalesce((
+                           select pgflow.message_priority(q.headers)
+                             from pgflow.queue_access('head', lower(complete_hop.queue_name), null, null, null, null)
+                                  as q
+                            where r.supported), -32768)
+                    else false end as handed
+          from ranked as r
+      )
+      select d.queue_name, d.handed, case when d.handed then d.claim_seconds else 0 end as delay,
+             array_agg(d.flow_slug order by d.k) as flows, array_agg(d.run_id order by d.k) as runs,
+             array_agg(d.step_slug order by d.k) as steps,
+             array_agg(jsonb_build_object('flow_slug', d.flow_slug, 'run_id', d.run_id,
+                                          'step_slug', d.step_slug, 'task_index', 0) order by d.k) as messages,
+             case when bool_or(d.priority <> 0)
+                  then array_agg(case when d.priority <> 0 then jsonb_build_object('priority', d.priority) end
+                                 order by d.k) end as headers
+        from decided as d
+       group by d.queue_name, d.handed, case when d.handed then d.claim_seconds else 0 end
+       order by d.queue_name, d.handed
+    loop
+      with inserted as (
+        insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name,
+                                       status, attempts_count, started_at, last_worker_id)
+        select m.flow_slug, m.run_id, m.step_slug, 0, m.msg_id, v_send.queue_name,
+               case when v_send.handed then 'started' else 'queued' end,
+               case when v_send.handed then 1 else 0 end,
+               case when v_send.handed then clock_timestamp() end,
+               case when v_send.handed then complete_hop.worker_id end
+          from rows from (
+                 unnest(v_send.flows), unnest(v_send.runs), unnest(v_send.steps),
+                 pgflow.queue_access('send', v_send.queue_name, null, array[v_send.delay], v_send.messages,
+                                     v_send.headers)
+               ) as m(flow_slug, run_id, step_slug, msg_id, read_ct, enqueued_at, last_read_at, vt, body, headers)
+        returning step_tasks.message_id, step_tasks.flow_slug, step_tasks.run_id, step_tasks.step_slug
+      )
+      select v_claimed || coalesce(array_agg(row('claimed', n.message_id, n.flow_slug, n.run_id, n.step_slug, 0, 1,
+                                                 null)::pgflow.claim_record), '{}')
+        into v_claimed
+        from inserted as n
+       where v_send.handed;
+    end loop;
+  end if;
+
+  return query
+    select 'completed'::text, null::bigint, null::text, i.run_id, i.step_slug, 0, null::integer, null::jsonb
+      from unnest(v_runs, v_steps) as i(run_id, step_slug)
+     order by i.run_id;
+  return query
+    select 'claimed'::text, c.message_id, c.flow_slug, c.run_id, c.step_slug, 0, 1,
+           coalesce((select jsonb_object_agg(d.dep_slug, dst.output)
+                       from pgflow.deps as d
+                       join pgflow.step_states as dst on dst.run_id = c.run_id and dst.step_slug = d.dep_slug
+                      where d.flow_slug = c.flow_slug and d.step_slug = c.step_slug and dst.status = 'completed'),
+                    '{}'::jsonb)
+      from unnest(v_claimed) as c
+     order by c.message_id;
+end;
+$$;
+-- 0310_function_complete_tasks.sql
+-- Completes many claims in one call. Each item names the claim it finishes (its attempt); an item
+-- that is no longer the current claim changes nothing and reports 'stale' (its message is archived
+-- when the task is already terminal), so one stale item never undoes the others. A non-array
+-- output feeding a map fails its task (which keeps that output), step and run without retry
+-- ('failed'). Items are applied in the order they are listed, as the same calls one by one would
+-- be: a run's items listed before its failing item complete, those listed after it report 'stale'
+-- (their run has failed), and other runs' items are not affected. A batch of the common case is
+-- completed by pgflow.complete_hop's fast path, with the same result.
+create or replace function pgflow.complete_tasks(items jsonb)
+returns table (run_id uuid, step_slug text, task_index integer, outcome text)
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+#variable_conflict use_column
+declare
+  v_items pgflow.completion_item[];
+  v_run_ids uuid[];
+  v_bad record;
+  v_first jsonb;
+  v_queues text[];
+  v_msgs bigint[];
+  v_finished uuid[];
+begin
+  if items is null or jsonb_typeof(items) <> 'array' then
+    raise exception 'complete_tasks: items must be a JSON array of {run_id, step_slug, task_index, attempt, output}'
+      using errcode = '22023';
+  end if;
+
+  -- the common case in one pass (pgflow.complete_hop); it declines, writing nothing, otherwise
+  return query
+    select h.run_id, h.step_slug, h.task_index, h.outcome
+      from pgflow.complete_hop(items, null, null, null, null, null, 0) as h;
+  if found then
+    return;
+  end if;
+
+  -- parse into an array first: joins then run over unnest() of a variable, which the planner sizes
+  -- as a handful of rows (index lookups), not jsonb_array_elements' default of 100 (hash joins that
+  -- scan every run)
+  select array_agg(row(x.run_id, x.step_slug, x.task_index, x.attempt, coalesce(x.output, 'null'::jsonb),
+                       null, null, null, null, null)::pgflow.completion_item
+                   order by x.run_id, x.step_slug, x.task_index)
+    into v_items
+    from jsonb_to_recordset(items) as x(run_id uuid, step_slug text, task_index integer, attempt integer, output jsonb);
+  if v_items is null then
+    return;
+  end if;
+  select array_agg(distinct c.run_id order by c.run_id) into v_run_ids from unnest(v_items) as c;
+
+  -- one lock order for every writer of a run: the run row first
+  perform 1 from pgflow.runs as r where r.run_id = any(v_run_ids) order by r.run_id for update;
+  -- a run that fails below (a map's bad output, a condition with when_unmet = fail) leaves its
+  -- concurrency slots to the release at the end, which waits for the claims deciding their keys
+  perform set_config('pgflow.slots_released_at_end', 'on', true);
+
+  select array_agg(row(y.*)::pgflow.completion_item) into v_items
+  from (
+  select distinct on (x.run_id, x.step_slug, x.task_index)
+         x.run_id, x.step_slug, x.task_index, x.attempt, x.output,
+         case when t.status = 'started' and t.attempts_count = x.attempt
+                   and r.status = 'started' and ss.status = 'started'
+              then 'completed' else 'stale' end as outcome,
+         t.flow_slug, t.message_id, s.step_type, t.queue_name
+    from unnest(v_items) as x
+    left join pgflow.step_tasks as t
+      on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
+    left join pgflow.runs as r on r.run_id = x.run_id
+    left join pgflow.step_states as ss on ss.run_id = x.run_id and ss.step_slug = x.step_slug
+    left join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = x.step_slug
+   order by x.run_id, x.step_slug, x.task_index,
+            coalesce(t.status = 'started' and t.attempts_count = x.attempt, false) desc
+  ) as y;
+
+  -- a non-array output feeding a dependent map fails the run; no retry can change the output type.
+  -- Per run, the first such item in the listed order fails it; the run's later items are stale.
+  with bad as (
+    select c.run_id, c.step_slug, c.task_index, min(d.step_slug) as map_slug
+      from unnest(v_items) as c
+      join pgflow.deps as d on d.flow_slug = c.flow_slug and d.dep_slug = c.step_slug
+      join pgflow.steps as child on child.flow_slug = d.flow_slug and child.step_slug = d.step_slug
+     where c.outcome = 'completed' and c.step_type = 'single' and child.step_type = 'map'
+       and jsonb_typeof(c.output) <> 'array'
+     group by c.run_id, c.step_slug, c.task_index
+  ), first_bad as (
+    select distinct on (b.run_id) b.run_id, b.step_slug, b.task_index, b.map_slug, l.n
+      from bad as b
+      join lateral (
+        select min(e.n) as n
+          from jsonb_array_elements(items) with ordinality as e(item, n)
+         where (e.item->>'run_id')::uuid = b.run_id and e.item->>'step_slug' = b.step_slug
+           and (e.item->>'task_index')::integer = b.task_index
+      ) as l on true
+     order by b.run_id, l.n
+  )
+  select jsonb_agg(to_jsonb(f) order by f.run_id) into v_first from first_bad as f;
+
+  if v_first is not null then
+    v_items := array(
+      select row(c.run_id, c.step_slug, c.task_index, c.attempt, c.output,
+                 case when f.run_id is null then c.outcome
+                      when c.step_slug = f.step_slug and c.task_index = f.task_index then 'failed'
+                      when c.outcome = 'completed' and (
+                        select min(e.n)
+                          from jsonb_array_elements(items) with ordinality as e(item, n)
+                         where (e.item->>'run_id')::uuid = c.run_id and e.item->>'step_slug' = c.step_slug
+                           and (e.item->>'task_index')::integer = c.task_index) > f.n then 'stale'
+                      else c.outcome end,
+                 c.flow_slug, c.message_id, c.step_type, c.queue_name)::pgflow.completion_item
+        from unnest(v_items) as c
+        left join jsonb_to_recordset(v_first) as f(run_id uuid, step_slug text, task_index integer, n bigint)
+          on f.run_id = c.run_id);
+  end if;
+
+  update pgflow.step_tasks as t
+     set status = 'completed', output = c.output, completed_at = clock_timestamp()
+    from unnest(v_items) as c
+   where c.outcome = 'completed'
+     and t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index;
+
+  -- completed tasks, late callbacks on terminal tasks and the failed ones all leave the queue
+  select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_msgs
+    from unnest(v_items) as c
+    left join pgflow.step_tasks as t
+      on t.run_id = c.run_id and t.step_slug = c.step_slug and t.task_index = c.task_index
+   where c.outcome in ('completed', 'failed')
+      or t.status in ('completed', 'failed', 'skipped', 'cancelled');
+  perform pgflow.archive_task_messages(v_queues, v_msgs);
+
+  -- a single step's output is its one task's, already in hand; only runs where a step finished can
+  -- move on, so only they cascade (the other tasks of a map complete without one)
+  with done as (
+    select c.run_id, c.step_slug, count(*) as n, (array_agg(c.output))[1] as first_output
+      from unnest(v_items) as c
+     where c.outcome = 'completed'
+     group by c.run_id, c.step_slug
+  ), finished as (
+    update pgflow.step_states as ss
+       set remaining_tasks = ss.remaining_tasks - done.n,
+           status = case when ss.remaining_tasks = done.n then 'completed' else ss.status end,
+           completed_at = case when ss.remaining_tasks = done.n then clock_timestamp() end,
+           output = case
+             when ss.remaining_tasks <> done.n then null
+             when (select s.step_type from pgflow.steps as s
+                    where s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug) = 'single'
+               then done.first_output
+             else (
+               select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
+                 from pgflow.step_tasks as t
+                where t.run_id = ss.run_id and t.step_slug = ss.step_slug)
+           end
+      from done
+     where ss.run_id = done.run_id and ss.step_slug = done.step_slug
+    returning ss.run_id, ss.status
+  )
+  select array_agg(distinct f.run_id order by f.run_id) into v_finished
+    from finished as f where f.status = 'completed';
+
+  if v_finished is not null then
+    perform pgflow.cascade(v_finished);
+  end if;
+
+  -- the failing items, once the items listed before them have completed; a run that failed
+  -- meanwhile (a condition with when_unmet = fail) makes its failing item stale. Each item probes
+  -- its run, step and task in a lateral subquery (offset 0 keeps it one): joined directly, the
+  -- order by run_id is planned on a partitioned history as a walk of every runs partition's key
+  for v_bad in
+    select f.run_id, f.step_slug, f.task_index, f.map_slug, p.current
+      from jsonb_to_recordset(v_first) as f(run_id uuid, step_slug text, task_index integer, map_slug text)
+      cross join lateral (
+        select coalesce(r.status = 'started' and ss.status = 'started' and t.status = 'started', false) as current
+          from pgflow.runs as r
+          left join pgflow.step_states as ss on ss.run_id = r.run_id and ss.step_slug = f.step_slug
+          left join pgflow.step_tasks as t
+            on t.run_id = r.run_id and t.step_slug = f.step_slug and t.task_index = f.task_index
+         where r.run_id = f.run_id
+        offset 0
+      ) as p
+     order by f.run_id
+  loop
+    if not v_bad.current then
+      v_items := array(
+        select row(c.run_id, c.step_slug, c.task_index, c.attempt, c.output,
+                   case when c.run_id = v_bad.run_id and c.step_slug = v_bad.step_slug
+                             and c.task_index = v_bad.task_index then 'stale' else c.outcome end,
+                   c.flow_slug, c.message_id, c.step_type, c.queue_name)::pgflow.completion_item
+          from unnest(v_items) as c);
+      continue;
+    end if;
+    update pgflow.step_tasks as t
+       set status = 'failed', failed_at = clock_timestamp(),
+           output = (select c.output from unnest(v_items) as c
+                      where c.run_id = v_bad.run_id and c.step_slug = v_bad.step_slug
+                        and c.task_index = v_bad.task_index),
+           error_message = format('output of %s is not an array, but map step %s needs one', v_bad.step_slug, v_bad.map_slug)
+     where t.run_id = v_bad.run_id and t.step_slug = v_bad.step_slug and t.task_index = v_bad.task_index;
+    update pgflow.step_states as ss
+       set status = 'failed', failed_at = clock_timestamp(),
+           error_message = format('output is not an array, but map step %s needs one', v_bad.map_slug)
+     where ss.run_id = v_bad.run_id and ss.step_slug = v_bad.step_slug;
+    perform pgflow.fail_run(v_bad.run_id,
+      format('step %s: output is not an array, but map step %s needs one', v_bad.step_slug, v_bad.map_slug));
+  end loop;
+
+  -- last, once nothing is left that could wait for a message a claim holds (a run failed above
+  -- archives its other tasks' messages): this release waits for the claims deciding its keys
+  perform set_config('pgflow.slots_released_at_end', 'off', true);
+  perform pgflow.release_limit_slots(v_run_ids, wait_for_claims => true);
+
+  return query
+    select c.run_id, c.step_slug, c.task_index, c.outcome from unnest(v_items) as c
+     order by c.run_id, c.step_slug, c.task_index;
+end;
+$$;
+-- 0315_function_complete_and_hand_off.sql
+-- pgflow.complete_tasks for a worker that can run more: completes the items as complete_tasks does
+-- (one row per item: outcome 'completed', 'stale' or 'failed' with its task key, other columns
+-- NULL), then hands that worker, in the same transaction, the tasks the completion made ready on
+-- its queue (pgflow.hand_off_tasks: at most free_slots, of the (flow_slug, step_slug) pairs it
+-- supports at the flow generations it compiled against): one 'claimed' row each, as a claim
+-- returns them. The insert notifications of the new messages wait until the hand-off is done and
+-- go only to the queues still holding new messages, so no worker is woken to read a message that
+-- was handed off. A batch of the common case takes pgflow.complete_hop's fast path, which does the
+-- completion and the hand-off in one pass; any other batch the general path, in the same
+-- transaction (complete_tasks, told by pgflow.fast_hop that the fast path already declined).
+create or replace function pgflow.complete_and_hand_off(
+  items jsonb, queue_name text, worker_id uuid, support_flows text[], support_steps text[],
+  support_generations bigint[], free_slots integer
+)
+returns setof pgflow.claim_record
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_done pgflow.claim_record[];
+  v_runs uuid[];
+  v_fast_hop text;
+begin
+  if coalesce(free_slots, 0) > 0 then
+    perform set_config('pgflow.defer_notify', 'on', true);
+  end if;
+  v_done := array(select h from pgflow.complete_hop(items, complete_and_hand_off.queue_name,
+                                                    complete_and_hand_off.worker_id, complete_and_hand_off.support_flows,
+                                                    complete_and_hand_off.support_steps,
+                                                    complete_and_hand_off.support_generations,
+                                                    complete_and_hand_off.free_slots) as h);
+  if cardinality(v_done) > 0 then
+    return query select d.* from unnest(v_done) as d;
+    v_runs := array(select distinct d.run_id from unnest(v_done) as d);
+  else
+    v_fast_hop := current_setting('pgflow.fast_hop', true);
+    perform set_config('pgflow.fast_hop', 'off', true);
+    select array_agg(row(c.outcome, null, null, c.run_id, c.step_slug, c.task_index, null, null)::pgflow.claim_record)
+      into v_done
+      from pgflow.complete_tasks(items) as c;
+    perform set_config('pgflow.fast_hop', coalesce(v_fast_hop, ''), true);
+    return query select d.* from unnest(v_done) as d;
+    v_runs := array(select distinct d.run_id from unnest(v_done) as d where d.outcome = 'completed');
+    return query
+      select h.* from pgflow.hand_off_tasks(
+        lower(complete_and_hand_off.queue_name), complete_and_hand_off.worker_id, v_runs,
+        complete_and_hand_off.support_flows, complete_and_hand_off.support_steps,
+        complete_and_hand_off.support_generations, complete_and_hand_off.free_slots) as h;
+  end if;
+  if coalesce(free_slots, 0) > 0 then
+    perform set_config('pgflow.defer_notify', 'off', true);
+    perform pg_notify('pgmq.' || pgmq.format_table_name(n.queue_name, 'q') || '.INSERT', null)
+       from (select distinct t.queue_name
+               from unnest(v_runs) as k(run_id)
+               join pgflow.step_tasks as t on t.run_id = k.run_id
+              where t.status = 'queued' and t.queued_at >= statement_timestamp()) as n;
+  end if;
+end;
+$$;
+-- 0990_settings_hot_path.sql (for the functions replaced above)
+alter function pgflow.complete_tasks(jsonb)
+  set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
+  set enable_hashjoin = off set jit = off;
+alter function pgflow.complete_and_hand_off(jsonb,text,uuid,text[],text[],bigint[],integer)
+  set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
+  set enable_hashjoin = off set jit = off;

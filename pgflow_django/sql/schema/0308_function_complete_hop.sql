@@ -1,0 +1,258 @@
+-- The fast path of a completion: one call that completes a batch of single-step tasks when each is
+-- the common case, in a handful of static statements instead of the general path's (complete_tasks,
+-- cascade, start_ready_steps, maybe_complete_runs, hand_off_tasks, claim_classified: about 40
+-- statements and 15 nested calls per hop). It applies to a batch only when every item
+-- - names a distinct run, task 0 of a single step, and is the current claim (the task started in
+--   that attempt, its step and run started);
+-- - belongs to a flow without flow control (no pgflow.flow_limits rows, no limit_holds of the run);
+-- - feeds only single steps still created, with no condition and no start delay, in a run not
+--   delayed (not_before passed).
+-- Otherwise it returns no row and writes nothing (it has locked the batch's runs, in the order
+-- every writer locks them), and the caller takes the general path in the same transaction: a stale
+-- item, a failure, a map, a condition, a skip, a limit or a delay never goes through here.
+-- What it writes is what the general path writes for such a batch: each task completed with its
+-- output and its message archived; its step completed with that output; each dependent's open
+-- dependencies recounted (completed and skipped ones are closed), and a dependent left with none
+-- started with its task and that task's message (the priority in its headers, as
+-- start_ready_steps sends it); the run's open steps recounted, and the run completed with its
+-- leaves' outputs when none is left. With free_slots, the new tasks of this queue that the
+-- worker supports at the generation it compiled against are claimed for it in the same
+-- statement as hand_off_tasks would (at most free_slots in task key order, none below the
+-- priority of the queue's head): started in attempt 1, their messages sent hidden for the step's
+-- timeout + 2 s, so a worker that dies holding one loses it to stalled recovery as any claim.
+-- Returns one row per item ('completed', message columns NULL), then one 'claimed' row per task
+-- handed off, as pgflow.complete_and_hand_off returns them. pgflow.fast_hop = 'off' (a setting)
+-- turns this path off: the equivalence tests drive both paths with it.
+create or replace function pgflow.complete_hop(
+  items jsonb, queue_name text, worker_id uuid, support_flows text[], support_steps text[],
+  support_generations bigint[], free_slots integer
+)
+returns setof pgflow.claim_record
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_runs uuid[];
+  v_steps text[];
+  v_indexes integer[];
+  v_attempts integer[];
+  v_outputs jsonb[];
+  v_eligible boolean;
+  v_queues text[];
+  v_msgs bigint[];
+  v_new_runs uuid[];
+  v_new_steps text[];
+  v_send record;
+  v_claimed pgflow.claim_record[] := '{}';
+begin
+  if current_setting('pgflow.fast_hop', true) = 'off' or items is null or jsonb_typeof(items) <> 'array' then
+    return;
+  end if;
+
+  select array_agg(x.run_id order by x.run_id), array_agg(x.step_slug order by x.run_id),
+         array_agg(x.task_index order by x.run_id), array_agg(x.attempt order by x.run_id),
+         array_agg(coalesce(x.output, 'null'::jsonb) order by x.run_id)
+    into v_runs, v_steps, v_indexes, v_attempts, v_outputs
+    from jsonb_to_recordset(items) as x(run_id uuid, step_slug text, task_index integer, attempt integer, output jsonb)
+  having count(*) = count(distinct x.run_id)
+     and bool_and(x.run_id is not null and x.step_slug is not null and x.task_index = 0 and x.attempt is not null);
+  if v_runs is null then
+    return;
+  end if;
+
+  -- one lock order for every writer of a run: the run row first
+  perform 1 from pgflow.runs as r where r.run_id = any(v_runs) order by r.run_id for update;
+
+  -- each item's run, step and task by its own probe (see cascade)
+  select bool_and(coalesce(
+           r.status = 'started' and (r.not_before is null or r.not_before <= clock_timestamp())
+           and ss.status = 'started' and ss.remaining_tasks = 1
+           and t.status = 'started' and t.attempts_count = i.attempt and t.message_id is not null
+           and s.step_type = 'single'
+           and not exists (select 1 from pgflow.flow_limits as l where l.flow_slug = r.flow_slug)
+           and not exists (select 1 from pgflow.limit_holds as h where h.run_id = i.run_id)
+           and not exists (
+             select 1
+               from pgflow.deps as d
+               join pgflow.steps as ds on ds.flow_slug = d.flow_slug and ds.step_slug = d.step_slug
+               left join pgflow.step_states as dss on dss.run_id = i.run_id and dss.step_slug = d.step_slug
+              where d.flow_slug = r.flow_slug and d.dep_slug = i.step_slug
+                and not coalesce(ds.step_type = 'single' and ds.required_input_pattern is null
+                                 and ds.forbidden_input_pattern is null and coalesce(ds.opt_start_delay, 0) = 0
+                                 and dss.status = 'created' and dss.initial_tasks = 1, false)),
+           false))
+    into v_eligible
+    from unnest(v_runs, v_steps, v_indexes, v_attempts) as i(run_id, step_slug, task_index, attempt)
+    left join lateral (
+      select r.flow_slug, r.status, r.not_before from pgflow.runs as r where r.run_id = i.run_id offset 0
+    ) as r on true
+    left join lateral (
+      select ss.status, ss.remaining_tasks from pgflow.step_states as ss
+       where ss.run_id = i.run_id and ss.step_slug = i.step_slug offset 0
+    ) as ss on true
+    left join lateral (
+      select t.status, t.attempts_count, t.message_id from pgflow.step_tasks as t
+       where t.run_id = i.run_id and t.step_slug = i.step_slug and t.task_index = i.task_index offset 0
+    ) as t on true
+    left join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = i.step_slug;
+  if not coalesce(v_eligible, false) then
+    return;
+  end if;
+
+  -- the task key from the batch, never a constant: on empty partitions a constant task_index
+  -- made an index scan on it alone look cheapest
+  with done as (
+    update pgflow.step_tasks as t
+       set status = 'completed', output = i.output, completed_at = clock_timestamp()
+      from unnest(v_runs, v_steps, v_indexes, v_outputs) as i(run_id, step_slug, task_index, output)
+     where t.run_id = i.run_id and t.step_slug = i.step_slug and t.task_index = i.task_index
+    returning t.queue_name, t.message_id
+  )
+  select array_agg(d.queue_name), array_agg(d.message_id) into v_queues, v_msgs from done as d;
+  perform pgflow.archive_task_messages(v_queues, v_msgs);
+
+  -- the steps, their dependents and the runs, each read as they were before this statement: the
+  -- completing step still counts as open there, so it is left out of every count
+  with items as (
+    select i.run_id, i.step_slug, i.output, r.flow_slug
+      from unnest(v_runs, v_steps, v_outputs) as i(run_id, step_slug, output)
+     cross join lateral (select r.flow_slug from pgflow.runs as r where r.run_id = i.run_id offset 0) as r
+  ), completed_steps as (
+    update pgflow.step_states as ss
+       set remaining_tasks = 0, status = 'completed', completed_at = clock_timestamp(), output = i.output
+      from items as i
+     where ss.run_id = i.run_id and ss.step_slug = i.step_slug
+  ), counts as (
+    select i.run_id, d.step_slug,
+           (select count(*)
+              from pgflow.deps as od
+              join pgflow.step_states as ost on ost.run_id = i.run_id and ost.step_slug = od.dep_slug
+             where od.flow_slug = i.flow_slug and od.step_slug = d.step_slug and od.dep_slug <> i.step_slug
+               and ost.status not in ('completed', 'skipped')) as open_deps
+      from items as i
+      join pgflow.deps as d on d.flow_slug = i.flow_slug and d.dep_slug = i.step_slug
+  ), dependents as (
+    update pgflow.step_states as ss
+       set remaining_deps = c.open_deps,
+           status = case when c.open_deps = 0 then 'started' else ss.status end,
+           started_at = case when c.open_deps = 0 then clock_timestamp() else ss.started_at end,
+           remaining_tasks = case when c.open_deps = 0 then ss.initial_tasks else ss.remaining_tasks end
+      from counts as c
+     where ss.run_id = c.run_id and ss.step_slug = c.step_slug
+       and (ss.remaining_deps <> c.open_deps or c.open_deps = 0)
+    returning ss.run_id, ss.step_slug, ss.status
+  ), run_counts as (
+    select i.run_id,
+           (select count(*) from pgflow.step_states as ss
+             where ss.run_id = i.run_id and ss.step_slug <> i.step_slug
+               and ss.status not in ('completed', 'skipped')) as open_steps
+      from items as i
+  ), finished_runs as (
+    update pgflow.runs as r
+       set remaining_steps = c.open_steps,
+           status = case when c.open_steps = 0 then 'completed' else r.status end,
+           completed_at = case when c.open_steps = 0 then clock_timestamp() end,
+           output = case when c.open_steps = 0 then (
+             select jsonb_object_agg(l.step_slug, l.output)
+               from (select ss.step_slug, ss.output
+                       from pgflow.step_states as ss
+                      where ss.run_id = i.run_id and ss.status = 'completed' and ss.step_slug <> i.step_slug
+                     union all
+                     select i.step_slug, i.output) as l
+              where not exists (select 1 from pgflow.deps as d
+                                 where d.flow_slug = i.flow_slug and d.dep_slug = l.step_slug)
+           ) end
+      from run_counts as c
+      join items as i on i.run_id = c.run_id
+     where r.run_id = c.run_id and (r.remaining_steps <> c.open_steps or c.open_steps = 0)
+  )
+  select array_agg(d.run_id order by d.run_id, d.step_slug), array_agg(d.step_slug order by d.run_id, d.step_slug)
+    into v_new_runs, v_new_steps
+    from dependents as d
+   where d.status = 'started';
+
+  if v_new_runs is not null then
+    -- each new task's message, grouped into one send per queue and visibility: a task handed to
+    -- this worker is sent hidden for its step's timeout + 2 s (what a claim sets)
+    for v_send in
+      with tasks as (
+        select n.run_id, n.step_slug, n.k, r.flow_slug, s.queue_name,
+               coalesce(r.priority, s.opt_priority, f.opt_priority) as priority,
+               coalesce(s.opt_timeout, f.opt_timeout) + 2 as claim_seconds,
+               exists (select 1
+                         from unnest(complete_hop.support_flows, complete_hop.support_steps,
+                                     complete_hop.support_generations) as p(flow_slug, step_slug, generation)
+                        where p.flow_slug = r.flow_slug and p.step_slug = n.step_slug
+                          and p.generation = f.generation) and s.queue_name = lower(complete_hop.queue_name)
+                 as supported
+          from unnest(v_new_runs, v_new_steps) with ordinality as n(run_id, step_slug, k)
+         cross join lateral (
+           select r.flow_slug, r.priority from pgflow.runs as r where r.run_id = n.run_id offset 0
+         ) as r
+          join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = n.step_slug
+          join pgflow.flows as f on f.flow_slug = r.flow_slug
+      ), ranked as (
+        select t.*, row_number() over (partition by t.supported order by t.k) as place
+          from tasks as t
+      ), decided as (
+        -- the queue's head is read only for a task that could be handed off: a CASE branch, and a
+        -- subquery correlated to the task (an uncorrelated one is an init plan, run regardless)
+        select r.*,
+               case when r.supported and r.place <= coalesce(complete_hop.free_slots, 0)
+                    then coalesce(r.priority, 0) >= coalesce((
+                           select pgflow.message_priority(q.headers)
+                             from pgflow.queue_access('head', lower(complete_hop.queue_name), null, null, null, null)
+                                  as q
+                            where r.supported), -32768)
+                    else false end as handed
+          from ranked as r
+      )
+      select d.queue_name, d.handed, case when d.handed then d.claim_seconds else 0 end as delay,
+             array_agg(d.flow_slug order by d.k) as flows, array_agg(d.run_id order by d.k) as runs,
+             array_agg(d.step_slug order by d.k) as steps,
+             array_agg(jsonb_build_object('flow_slug', d.flow_slug, 'run_id', d.run_id,
+                                          'step_slug', d.step_slug, 'task_index', 0) order by d.k) as messages,
+             case when bool_or(d.priority <> 0)
+                  then array_agg(case when d.priority <> 0 then jsonb_build_object('priority', d.priority) end
+                                 order by d.k) end as headers
+        from decided as d
+       group by d.queue_name, d.handed, case when d.handed then d.claim_seconds else 0 end
+       order by d.queue_name, d.handed
+    loop
+      with inserted as (
+        insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name,
+                                       status, attempts_count, started_at, last_worker_id)
+        select m.flow_slug, m.run_id, m.step_slug, 0, m.msg_id, v_send.queue_name,
+               case when v_send.handed then 'started' else 'queued' end,
+               case when v_send.handed then 1 else 0 end,
+               case when v_send.handed then clock_timestamp() end,
+               case when v_send.handed then complete_hop.worker_id end
+          from rows from (
+                 unnest(v_send.flows), unnest(v_send.runs), unnest(v_send.steps),
+                 pgflow.queue_access('send', v_send.queue_name, null, array[v_send.delay], v_send.messages,
+                                     v_send.headers)
+               ) as m(flow_slug, run_id, step_slug, msg_id, read_ct, enqueued_at, last_read_at, vt, body, headers)
+        returning step_tasks.message_id, step_tasks.flow_slug, step_tasks.run_id, step_tasks.step_slug
+      )
+      select v_claimed || coalesce(array_agg(row('claimed', n.message_id, n.flow_slug, n.run_id, n.step_slug, 0, 1,
+                                                 null)::pgflow.claim_record), '{}')
+        into v_claimed
+        from inserted as n
+       where v_send.handed;
+    end loop;
+  end if;
+
+  return query
+    select 'completed'::text, null::bigint, null::text, i.run_id, i.step_slug, 0, null::integer, null::jsonb
+      from unnest(v_runs, v_steps) as i(run_id, step_slug)
+     order by i.run_id;
+  return query
+    select 'claimed'::text, c.message_id, c.flow_slug, c.run_id, c.step_slug, 0, 1,
+           coalesce((select jsonb_object_agg(d.dep_slug, dst.output)
+                       from pgflow.deps as d
+                       join pgflow.step_states as dst on dst.run_id = c.run_id and dst.step_slug = d.dep_slug
+                      where d.flow_slug = c.flow_slug and d.step_slug = c.step_slug and dst.status = 'completed'),
+                    '{}'::jsonb)
+      from unnest(v_claimed) as c
+     order by c.message_id;
+end;
+$$;
