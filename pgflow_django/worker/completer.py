@@ -90,9 +90,11 @@ class Completer(threading.Thread):
     # -- called from handler threads -----------------------------------------------------------
 
     def complete(self, task: ClaimedTask, output_json: str) -> None:
+        # no longer awaited before it is queued: a completer that takes it at once then sees nothing
+        # left to wait for and sends it, where the other order made it wait a collect slice first
         self._handed(1)
-        self._queue.put(Completion(task, output_json))
         self.state.result_ready(task)
+        self._queue.put(Completion(task, output_json))
 
     def fail(
         self,
@@ -103,8 +105,8 @@ class Completer(threading.Thread):
         permanent: bool = False,
     ) -> None:
         self._handed(1)
-        self._queue.put(Failure(task, error_message, retry_delay, permanent))
         self.state.result_ready(task)
+        self._queue.put(Failure(task, error_message, retry_delay, permanent))
 
     def _handed(self, count: int) -> None:
         with self._count_lock:

@@ -70,7 +70,7 @@ def test_quick_bench_runs_every_phase_and_writes_json(tmp_path: Path) -> None:
     }
     assert report["meta"]["server"]["synchronous_commit"] == "on"
     for figure in report["figures"]:
-        if figure["key"] == "latency_hop_pickup_p50_ms":
+        if figure["key"].startswith("latency_hop_pickup_p50_ms"):
             # a task handed off by the completion that created it is queued and claimed at once
             assert figure["value"] >= 0, figure
             continue

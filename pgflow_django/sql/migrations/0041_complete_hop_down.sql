@@ -1,6 +1,21 @@
 -- Frozen down delta of 0041_complete_hop: back to 0040_rate_refill (every completion takes the
--- general path; pgflow.complete_hop is dropped).
+-- general path; pgflow.complete_hop is dropped; pgflow.message_priority is pinned again).
 
+-- 0018_function_message_priority.sql
+-- The priority of a PGMQ message: its headers' "priority" number (rounded, clamped to -100..100),
+-- 0 when it has none (no headers, a missing or non-numeric "priority"). Every queue pgflow
+-- provisions is indexed on it (pgflow.index_queue_priority) and the claim reads visible messages in
+-- that index's order: higher priority first, message id order (FIFO) within a priority. It never
+-- raises, so a foreign message with odd headers is still sent and read.
+create or replace function pgflow.message_priority(headers jsonb)
+returns smallint
+language sql set search_path = pg_catalog, pgflow, pgmq
+immutable parallel safe
+as $$
+  select case when jsonb_typeof(headers -> 'priority') = 'number'
+              then least(greatest(round((headers ->> 'priority')::numeric), -100), 100)::smallint
+              else 0::smallint end
+$$;
 -- 0310_function_complete_tasks.sql
 -- Completes many claims in one call. Each item names the claim it finishes (its attempt); an item
 -- that is no longer the current claim changes nothing and reports 'stale' (its message is archived

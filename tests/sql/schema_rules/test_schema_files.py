@@ -1,9 +1,10 @@
 """Rules every schema file and every function of schema ``pgflow`` keeps, checked on the migrated catalog.
 
 * Each function pins its ``search_path`` to ``pg_catalog, pgflow, pgmq``: what a name in its body
-  means never depends on the caller's path. The one exception, ``is_valid_queue_name`` (a CHECK
-  constraint's validator, unpinned so that it is inlined), names everything with ``pg_catalog``: it
-  is checked to be inlined and to judge the same under a path that redefines its operators.
+  means never depends on the caller's path. The two exceptions, ``is_valid_queue_name`` (a CHECK
+  constraint's validator) and ``message_priority`` (the queues' priority index), unpinned so that
+  they are inlined, name everything with ``pg_catalog``: each is checked to be inlined and to judge
+  the same under a path that redefines its operators.
 * The functions of the claim/complete/start path plan once per session and by key
   (``plan_cache_mode = force_generic_plan``, no sequential scans, merge or hash joins, no JIT;
   ``tests/sql/plans`` shows those plans are index probes), and no other function does. One file,
@@ -15,13 +16,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from pgflow_django.sql import SCHEMA_DIR, schema_files
 from tests.sql.support import q
 
 PINNED = "search_path=pg_catalog, pgflow, pgmq"
-INLINED = frozenset({"pgflow.is_valid_queue_name(text)"})
+INLINED = frozenset({"pgflow.is_valid_queue_name(text)", "pgflow.message_priority(jsonb)"})
 HOT_PLANS = [
     "plan_cache_mode=force_generic_plan",
     "enable_seqscan=off",
@@ -158,3 +160,37 @@ def test_the_queue_name_validator_ignores_a_hostile_path() -> None:
         "a" * 48: False,
         "no space": False,
     }
+
+
+PRIORITIES = (
+    "select v.n, pgflow.message_priority(v.headers::jsonb) as priority"
+    '  from (values (1, \'{"priority": 7}\'), (2, \'{"priority": 500}\'), (3, \'{"priority": "x"}\'),'
+    "               (4, null), (5, '{\"priority\": -2.6}'), (6, '[1]')) as v(n, headers)"
+    " order by v.n"
+)
+
+
+def test_the_message_priority_is_inlined() -> None:
+    [plan] = q(f"explain (verbose, format json) {PRIORITIES}")[0]["QUERY PLAN"]
+    output = json.dumps(plan)
+    assert "message_priority" not in output
+    assert "jsonb_typeof" in output
+    assert [row["priority"] for row in q(PRIORITIES)] == [7, 100, 0, 0, -3, 0]
+
+
+def test_the_message_priority_ignores_a_hostile_path() -> None:
+    """A path that puts its own ``->``, ``->>`` and ``=`` first changes nothing."""
+    q("create schema hostile")
+    q(
+        "create function hostile.nothing(jsonb, text) returns jsonb language sql immutable as $$select '1'::jsonb$$"
+    )
+    q("create function hostile.nine(jsonb, text) returns text language sql immutable as $$select '9'$$")
+    q("create function hostile.no(text, text) returns boolean language sql immutable as 'select false'")
+    q("create operator hostile.-> (leftarg = jsonb, rightarg = text, function = hostile.nil)")
+    q("create operator hostile.->> (leftarg = jsonb, rightarg = text, function = hostile.nine)")
+    q("create operator hostile.= (leftarg = text, rightarg = text, function = hostile.no)")
+    q("set local search_path = hostile, pg_catalog, pgflow")
+    assert q("select ('{}'::jsonb ->> 'a') as v")[0]["v"] == "9"
+    judged = q(PRIORITIES)
+    q("set local search_path = pg_catalog, public")
+    assert [row["priority"] for row in judged] == [7, 100, 0, 0, -3, 0]
