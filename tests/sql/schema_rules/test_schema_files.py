@@ -181,7 +181,7 @@ def test_the_message_priority_is_inlined() -> None:
 def test_the_message_priority_ignores_a_hostile_path() -> None:
     """A path that puts its own ``->``, ``->>`` and ``=`` first changes nothing."""
     q("create schema hostile")
-    q("create function hostile.nil(jsonb, text) returns jsonb language sql immutable as $$select '1'::jsonb$$")
+    q("create function hostile.nil(jsonb, text) returns jsonb language sql as $$select '1'::jsonb$$")
     q("create function hostile.nine(jsonb, text) returns text language sql immutable as $$select '9'$$")
     q("create function hostile.no(text, text) returns boolean language sql immutable as 'select false'")
     q("create operator hostile.-> (leftarg = jsonb, rightarg = text, function = hostile.nil)")
