@@ -71,8 +71,7 @@ declare
   v_msgs bigint[];
   v_new_runs uuid[];
   v_new_steps text[];
-  v_send record;
-  v_claimed pgflow.claim_record[] := '{}';
+  v_claimed pgflow.claim_record[];
 begin
   if current_setting('pgflow.fast_hop', true) = 'off' or items is null or jsonb_typeof(items) <> 'array' then
     return;
@@ -128,24 +127,20 @@ begin
     return;
   end if;
 
-  -- the task key from the batch, never a constant: on empty partitions a constant task_index
-  -- made an index scan on it alone look cheapest
-  with done as (
+  -- the tasks, their steps, the dependents and the runs in one statement, each read as it was
+  -- before the statement: the completing step still counts as open there, so it is left out of
+  -- every count. The task key comes from the batch, never a constant: on empty partitions a
+  -- constant task_index made an index scan on it alone look cheapest.
+  with items as (
+    select i.run_id, i.step_slug, i.task_index, i.output, r.flow_slug
+      from unnest(v_runs, v_steps, v_indexes, v_outputs) as i(run_id, step_slug, task_index, output)
+     cross join lateral (select r.flow_slug from pgflow.runs as r where r.run_id = i.run_id offset 0) as r
+  ), done as (
     update pgflow.step_tasks as t
        set status = 'completed', output = i.output, completed_at = clock_timestamp()
-      from unnest(v_runs, v_steps, v_indexes, v_outputs) as i(run_id, step_slug, task_index, output)
+      from items as i
      where t.run_id = i.run_id and t.step_slug = i.step_slug and t.task_index = i.task_index
     returning t.queue_name, t.message_id
-  )
-  select array_agg(d.queue_name), array_agg(d.message_id) into v_queues, v_msgs from done as d;
-  perform pgflow.archive_task_messages(v_queues, v_msgs);
-
-  -- the steps, their dependents and the runs, each read as they were before this statement: the
-  -- completing step still counts as open there, so it is left out of every count
-  with items as (
-    select i.run_id, i.step_slug, i.output, r.flow_slug
-      from unnest(v_runs, v_steps, v_outputs) as i(run_id, step_slug, output)
-     cross join lateral (select r.flow_slug from pgflow.runs as r where r.run_id = i.run_id offset 0) as r
   ), completed_steps as (
     update pgflow.step_states as ss
        set remaining_tasks = 0, status = 'completed', completed_at = clock_timestamp(), output = i.output
@@ -195,47 +190,48 @@ begin
       join items as i on i.run_id = c.run_id
      where r.run_id = c.run_id and (r.remaining_steps <> c.open_steps or c.open_steps = 0)
   )
-  select array_agg(d.run_id order by d.run_id, d.step_slug), array_agg(d.step_slug order by d.run_id, d.step_slug)
-    into v_new_runs, v_new_steps
-    from dependents as d
-   where d.status = 'started';
+  select (select array_agg(d.queue_name) from done as d), (select array_agg(d.message_id) from done as d),
+         (select array_agg(d.run_id order by d.run_id, d.step_slug) from dependents as d where d.status = 'started'),
+         (select array_agg(d.step_slug order by d.run_id, d.step_slug) from dependents as d where d.status = 'started')
+    into v_queues, v_msgs, v_new_runs, v_new_steps;
+  perform pgflow.archive_task_messages(v_queues, v_msgs);
 
   if v_new_runs is not null then
-    -- each new task's message, grouped into one send per queue and visibility: a task handed to
-    -- this worker is sent hidden for its step's timeout + 2 s (what a claim sets)
-    for v_send in
-      with tasks as (
-        select n.run_id, n.step_slug, n.k, r.flow_slug, s.queue_name,
-               coalesce(r.priority, s.opt_priority, f.opt_priority) as priority,
-               coalesce(s.opt_timeout, f.opt_timeout) + 2 as claim_seconds,
-               exists (select 1
-                         from unnest(complete_hop.support_flows, complete_hop.support_steps,
-                                     complete_hop.support_generations) as p(flow_slug, step_slug, generation)
-                        where p.flow_slug = r.flow_slug and p.step_slug = n.step_slug
-                          and p.generation = f.generation) and s.queue_name = lower(complete_hop.queue_name)
-                 as supported
-          from unnest(v_new_runs, v_new_steps) with ordinality as n(run_id, step_slug, k)
-         cross join lateral (
-           select r.flow_slug, r.priority from pgflow.runs as r where r.run_id = n.run_id offset 0
-         ) as r
-          join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = n.step_slug
-          join pgflow.flows as f on f.flow_slug = r.flow_slug
-      ), ranked as (
-        select t.*, row_number() over (partition by t.supported order by t.k) as place
-          from tasks as t
-      ), decided as (
-        -- the queue's head is read only for a task that could be handed off: a CASE branch, and a
-        -- subquery correlated to the task (an uncorrelated one is an init plan, run regardless)
-        select r.*,
-               case when r.supported and r.place <= coalesce(complete_hop.free_slots, 0)
-                    then coalesce(r.priority, 0) >= coalesce((
-                           select pgflow.message_priority(q.headers)
-                             from pgflow.queue_access('head', lower(complete_hop.queue_name), null, null, null, null)
-                                  as q
-                            where r.supported), -32768)
-                    else false end as handed
-          from ranked as r
-      )
+    -- each new task with its message, one send per queue and visibility: a task handed to this
+    -- worker is sent hidden for its step's timeout + 2 s (what a claim sets); the n-th id a send
+    -- returns is its n-th message's
+    with tasks as (
+      select n.run_id, n.step_slug, n.k, r.flow_slug, s.queue_name,
+             coalesce(r.priority, s.opt_priority, f.opt_priority) as priority,
+             coalesce(s.opt_timeout, f.opt_timeout) + 2 as claim_seconds,
+             exists (select 1
+                       from unnest(complete_hop.support_flows, complete_hop.support_steps,
+                                   complete_hop.support_generations) as p(flow_slug, step_slug, generation)
+                      where p.flow_slug = r.flow_slug and p.step_slug = n.step_slug
+                        and p.generation = f.generation) and s.queue_name = lower(complete_hop.queue_name)
+               as supported
+        from unnest(v_new_runs, v_new_steps) with ordinality as n(run_id, step_slug, k)
+       cross join lateral (
+         select r.flow_slug, r.priority from pgflow.runs as r where r.run_id = n.run_id offset 0
+       ) as r
+        join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = n.step_slug
+        join pgflow.flows as f on f.flow_slug = r.flow_slug
+    ), ranked as (
+      select t.*, row_number() over (partition by t.supported order by t.k) as place
+        from tasks as t
+    ), decided as (
+      -- the queue's head is read only for a task that could be handed off: a CASE branch, and a
+      -- subquery correlated to the task (an uncorrelated one is an init plan, run regardless)
+      select r.*,
+             case when r.supported and r.place <= coalesce(complete_hop.free_slots, 0)
+                  then coalesce(r.priority, 0) >= coalesce((
+                         select pgflow.message_priority(q.headers)
+                           from pgflow.queue_access('head', lower(complete_hop.queue_name), null, null, null, null)
+                                as q
+                          where r.supported), -32768)
+                  else false end as handed
+        from ranked as r
+    ), sends as (
       select d.queue_name, d.handed, case when d.handed then d.claim_seconds else 0 end as delay,
              array_agg(d.flow_slug order by d.k) as flows, array_agg(d.run_id order by d.k) as runs,
              array_agg(d.step_slug order by d.k) as steps,
@@ -246,44 +242,43 @@ begin
                                  order by d.k) end as headers
         from decided as d
        group by d.queue_name, d.handed, case when d.handed then d.claim_seconds else 0 end
-       order by d.queue_name, d.handed
-    loop
-      with inserted as (
-        insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name,
-                                       status, attempts_count, started_at, last_worker_id)
-        select m.flow_slug, m.run_id, m.step_slug, 0, m.msg_id, v_send.queue_name,
-               case when v_send.handed then 'started' else 'queued' end,
-               case when v_send.handed then 1 else 0 end,
-               case when v_send.handed then clock_timestamp() end,
-               case when v_send.handed then complete_hop.worker_id end
-          from rows from (
-                 unnest(v_send.flows), unnest(v_send.runs), unnest(v_send.steps),
-                 pgflow.queue_access('send', v_send.queue_name, null, array[v_send.delay], v_send.messages,
-                                     v_send.headers)
-               ) as m(flow_slug, run_id, step_slug, msg_id, read_ct, enqueued_at, last_read_at, vt, body, headers)
-        returning step_tasks.message_id, step_tasks.flow_slug, step_tasks.run_id, step_tasks.step_slug
-      )
-      select v_claimed || coalesce(array_agg(row('claimed', n.message_id, n.flow_slug, n.run_id, n.step_slug, 0, 1,
-                                                 null)::pgflow.claim_record), '{}')
-        into v_claimed
-        from inserted as n
-       where v_send.handed;
-    end loop;
+    ), sent as (
+      select g.queue_name, g.handed, m.flow_slug, m.run_id, m.step_slug, m.msg_id
+        from sends as g
+       cross join lateral rows from (
+               unnest(g.flows), unnest(g.runs), unnest(g.steps),
+               pgflow.queue_access('send', g.queue_name, null, array[g.delay], g.messages, g.headers)
+             ) as m(flow_slug, run_id, step_slug, msg_id, read_ct, enqueued_at, last_read_at, vt, body, headers)
+    ), inserted as (
+      insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name,
+                                     status, attempts_count, started_at, last_worker_id)
+      select m.flow_slug, m.run_id, m.step_slug, 0, m.msg_id, m.queue_name,
+             case when m.handed then 'started' else 'queued' end,
+             case when m.handed then 1 else 0 end,
+             case when m.handed then clock_timestamp() end,
+             case when m.handed then complete_hop.worker_id end
+        from sent as m
+      returning step_tasks.message_id, step_tasks.flow_slug, step_tasks.run_id, step_tasks.step_slug,
+                step_tasks.status
+    )
+    select array_agg(row('claimed', n.message_id, n.flow_slug, n.run_id, n.step_slug, 0, 1, null)::pgflow.claim_record)
+      into v_claimed
+      from inserted as n
+     where n.status = 'started';
   end if;
 
   return query
     select 'completed'::text, null::bigint, null::text, i.run_id, i.step_slug, 0, null::integer, null::jsonb
       from unnest(v_runs, v_steps) as i(run_id, step_slug)
-     order by i.run_id;
-  return query
+    union all
     select 'claimed'::text, c.message_id, c.flow_slug, c.run_id, c.step_slug, 0, 1,
            coalesce((select jsonb_object_agg(d.dep_slug, dst.output)
                        from pgflow.deps as d
                        join pgflow.step_states as dst on dst.run_id = c.run_id and dst.step_slug = d.dep_slug
                       where d.flow_slug = c.flow_slug and d.step_slug = c.step_slug and dst.status = 'completed'),
                     '{}'::jsonb)
-      from unnest(v_claimed) as c
-     order by c.message_id;
+      from unnest(coalesce(v_claimed, '{}')) as c
+     order by 1 desc, 2, 4;  -- the items in task key order, then the tasks handed off in message order
 end;
 $$;
 -- 0310_function_complete_tasks.sql
