@@ -104,6 +104,8 @@ class ClaimedTask:
     """Why ``input`` could not be decoded (then None): the task fails alone, without a retry."""
     priority: int = 0
     """Its message's claim priority: held tasks wait for a thread in this order (higher first)."""
+    trace_context: Any = None
+    """Its run's recorded trace context, read by a traced claim (None: none recorded, or not read)."""
 
     @property
     def key(self) -> tuple[uuid.UUID, str, int]:
@@ -140,6 +142,8 @@ class HandOffScope:
     worker_id: uuid.UUID
     support: tuple[tuple[str, str], ...]
     generations: dict[str, int]
+    traced: bool = False
+    """Whether handed tasks carry their runs' trace contexts (the worker records spans)."""
 
 
 @dataclass(frozen=True)
@@ -216,9 +220,11 @@ class Engine:
         step_slug: str | None = None,
         shared_support: tuple[tuple[str, str], ...] | None = None,
         generations: dict[str, int] | None = None,
+        traced: bool = False,
     ) -> Claim:
         """Read and claim; ``shared_support`` switches to the shared-queue claim with that support set.
-        ``generations`` (flow slug -> the generation compiled against) makes a replaced flow stop the read."""
+        ``generations`` (flow slug -> the generation compiled against) makes a replaced flow stop the read;
+        ``traced`` returns each claimed task's run's trace context with it."""
         params: dict[str, Any] = {
             "queue": queue,
             "vt": vt,
@@ -228,6 +234,7 @@ class Engine:
             "step": step_slug,
             "gen_flows": list(generations or ()),
             "gens": list((generations or {}).values()),
+            "traced": traced,
         }
         query = queries.CLAIM
         if shared_support is not None:
@@ -389,6 +396,7 @@ class Engine:
                 "steps": [step for _, step in scope.support],
                 "gens": [scope.generations.get(flow) for flow, _ in scope.support],
                 "slots": slots,
+                "traced": scope.traced,
             },
         )
         outcomes = [
@@ -417,12 +425,6 @@ class Engine:
                 ],
             )
         )
-
-    def trace_contexts(self, run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, str]]:
-        """The recorded trace context of each of some runs that has one."""
-        return {
-            row.run_id: row.trace_context for row in self._fetch(queries.RUN_TRACE_CONTEXTS, [list(run_ids)])
-        }
 
     def transitions(self, tasks: Sequence[ClaimedTask]) -> list[queries.Transition]:
         """What recording these tasks' results changed (``pgflow_django.signals``)."""
@@ -474,6 +476,7 @@ def _claimed_task(row: queries.ClaimRow | queries.HandOffRow, queue: str) -> Cla
         queue=queue,
         input_error=problem,
         priority=row.priority or 0,
+        trace_context=row.trace_context,
     )
 
 

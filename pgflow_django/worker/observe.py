@@ -28,8 +28,6 @@ logger = logging.getLogger("pgflow_django.worker")
 
 Result = tuple[ClaimedTask, str, str | None]
 """A recorded result: the task, the outcome the engine returned, the error text of a failure."""
-ContextLookup = Callable[[Sequence[uuid.UUID]], dict[uuid.UUID, dict[str, str]]]
-"""Reads some runs' recorded trace contexts (the claim loop's ``Engine.trace_contexts``)."""
 TRACE_CONTEXT_CACHE: Final = 10_000
 """Runs whose trace context the claim loop remembers; past that it starts over."""
 Transitions = Callable[[Sequence[ClaimedTask]], "list[Transition]"]
@@ -117,14 +115,12 @@ class Observer:
     def beat(self) -> None:
         self.last_beat = time.monotonic()
 
-    def claimed(
-        self, tasks: Sequence[ClaimedTask], seconds: float, lookup: ContextLookup, queue: str = ""
-    ) -> None:
-        """A claim (on ``queue``, by default the worker's) returned ``tasks``; with tracing on, the
-        trace contexts of their runs not seen yet are read here, once per run, in one statement."""
+    def claimed(self, tasks: Sequence[ClaimedTask], seconds: float, queue: str = "") -> None:
+        """A claim (on ``queue``, by default the worker's) returned ``tasks``; with tracing on, each
+        run not seen yet is decided here, once, from the trace context its task carries."""
         self.database_ok = True
         if self.tracing and tasks:
-            self._remember_contexts(tasks, lookup)
+            self._remember_contexts(tasks)
         metrics = self.metrics
         if metrics is None:
             return
@@ -136,22 +132,16 @@ class Observer:
         for labels, count in counts.items():
             metrics.child(metrics.claimed, *labels).inc(count)
 
-    def _remember_contexts(self, tasks: Sequence[ClaimedTask], lookup: ContextLookup) -> None:
+    def _remember_contexts(self, tasks: Sequence[ClaimedTask]) -> None:
         known = self.trace_contexts
-        new = list({task.run_id for task in tasks if task.run_id not in known})
-        if not new:
+        found = {task.run_id: task.trace_context for task in tasks if task.run_id not in known}
+        if not found:
             return
         if len(known) > TRACE_CONTEXT_CACHE:
             known.clear()
-        try:
-            found = lookup(new)
-        except Exception:
-            logger.warning("could not read the trace context of %d run(s)", len(new), exc_info=True)
-            return
         rate = self.sample_rate
         run_sampled = tracing.run_sampled
-        for run_id in new:
-            carrier = found.get(run_id)
+        for run_id, carrier in found.items():
             if carrier is None:  # most runs: started outside any trace, sampled by their id
                 known[run_id] = None if run_sampled(run_id, rate) else UNSAMPLED
                 continue

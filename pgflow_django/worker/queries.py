@@ -27,6 +27,7 @@ class ClaimRow(NamedTuple):
     outcome: str | None
     stale_flows: list[str] | None
     priority: int | None
+    trace_context: Any
 
 
 _CLAIM_READ: Final = """
@@ -58,7 +59,9 @@ with stale as materialized (
 )
 select ids.n as read_count, next_visible.seconds as next_visible,
        t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input::text as input,
-       t.outcome, stale.flows as stale_flows, read.priority
+       t.outcome, stale.flows as stale_flows, read.priority,
+       case when %(traced)s::boolean and t.outcome = 'claimed'
+            then (select r.trace_context from pgflow.runs as r where r.run_id = t.run_id) end as trace_context
 from ids cross join next_visible cross join stale
 left join lateral """
 """Read and claim in one statement: one round trip, and a crash in between leaves nothing hidden.
@@ -77,7 +80,8 @@ the earliest hidden message (a retry or start delay) becomes visible, from the q
 (the first entry not just read), so its cost does not grow with the backlog: notifications fire on insert
 only, so a delayed message needs a timed read to be picked up on time.
 
-Each task row carries its message's priority, so the worker runs what it holds in the claim's order.
+Each task row carries its message's priority, so the worker runs what it holds in the claim's order,
+and, when ``traced`` (the worker records spans), its run's trace context: no second statement reads it.
 
 ``stale`` lists the worker's flows whose generation in ``pgflow.flows`` is no longer the one it compiled
 against (replaced or recompiled since): then nothing is read. The check and the read share the
@@ -268,6 +272,7 @@ class HandOffRow(NamedTuple):
     attempt: int | None
     input: str | None
     priority: int | None
+    trace_context: Any
 
 
 COMPLETE_AND_HAND_OFF: Final = Query(
@@ -277,14 +282,17 @@ COMPLETE_AND_HAND_OFF: Final = Query(
     " case when c.outcome = 'claimed' then (select coalesce(r.priority, s.opt_priority, f.opt_priority, 0)"
     " from pgflow.runs as r join pgflow.flows as f on f.flow_slug = r.flow_slug"
     " join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = c.step_slug"
-    " where r.run_id = c.run_id) end as priority"
+    " where r.run_id = c.run_id) end as priority,"
+    " case when %(traced)s::boolean and c.outcome = 'claimed'"
+    " then (select r.trace_context from pgflow.runs as r where r.run_id = c.run_id) end as trace_context"
     " from pgflow.complete_and_hand_off(%(items)s::jsonb, %(queue)s, %(worker)s, %(flows)s::text[],"
     " %(steps)s::text[], %(gens)s::bigint[], %(slots)s) as c",
     HandOffRow,
 )
 """Complete a batch and take, for this worker, the tasks it made ready on its queue (direct hand-off):
 the next step of a chain starts without a notification, a read and a claim. A handed task's priority
-is its message's (the run's, else the step's, else the flow's), for the order the worker runs them in."""
+is its message's (the run's, else the step's, else the flow's), for the order the worker runs them in;
+when ``traced``, a handed task also carries its run's trace context, as a claimed one does."""
 
 
 COMPLETE_TASK: Final = value_query(
@@ -343,23 +351,6 @@ UNSUPPORTED_WORK: Final = Query(
     UnsupportedGroup,
 )
 """Messages a shared-queue claim left alone, grouped by (flow, step) and the Django task they run."""
-
-
-# -- tracing --------------------------------------------------------------------------------------------
-
-
-class TraceContextRow(NamedTuple):
-    run_id: uuid.UUID
-    trace_context: Any
-
-
-RUN_TRACE_CONTEXTS: Final = Query(
-    "run_trace_contexts",
-    "select run_id, trace_context from pgflow.runs"
-    " where run_id = any(%s::uuid[]) and trace_context is not null",
-    TraceContextRow,
-)
-"""The recorded trace contexts of some runs (the worker's task spans join them)."""
 
 
 # -- start-up checks ----------------------------------------------------------------------------------

@@ -494,11 +494,10 @@ class QueueWorker:
                 sub.step_slug,
                 sub.support if sub.shared else None,
                 sub.generations,
+                self.observe.tracing,
             )
             claimed = len(claim.tasks)
-            self.observe.claimed(
-                claim.tasks, time.perf_counter() - claim_started, engine.trace_contexts, sub.queue
-            )
+            self.observe.claimed(claim.tasks, time.perf_counter() - claim_started, sub.queue)
         except psycopg.errors.UndefinedTable as exc:
             engine.recover(exc)
             return self._queue_gone(sub, exc)
@@ -688,7 +687,9 @@ class QueueWorker:
         granted = self.budget.reserve(wanted)
         if granted < wanted:
             self.state.take_reserved([], wanted - granted)
-        return granted, HandOffScope(best.queue, self.worker_id, best.support, self.generations)
+        return granted, HandOffScope(
+            best.queue, self.worker_id, best.support, self.generations, self.observe.tracing
+        )
 
     def take_hand_off(self, tasks: list[ClaimedTask], reserved: int, seconds: float) -> list[ClaimedTask]:
         """Run the tasks a completion claimed for this worker, as the loop runs claimed ones."""
@@ -698,7 +699,7 @@ class QueueWorker:
         self.state.take_reserved(tasks, reserved)
         if not tasks:
             return []
-        self.observe.claimed(tasks, seconds, self.completer.engine.trace_contexts)
+        self.observe.claimed(tasks, seconds)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "handed off %d task(s) queue=%s msg_ids=%s",

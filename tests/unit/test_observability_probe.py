@@ -40,7 +40,7 @@ def test_liveness_and_readiness_follow_the_claim_loop() -> None:
         status, reason = get(f"{base}/readyz")
         assert status == 503 and reason.startswith("queue=otest_probe: not polling")
         worker._registered = True
-        worker.observe.claimed([], 0.001, lambda run_ids: {})
+        worker.observe.claimed([], 0.001)
         assert get(f"{base}/readyz") == (200, "ok\n")
         worker.observe.loop_failed()
         assert get(f"{base}/readyz")[0] == 503

@@ -33,8 +33,8 @@ def test_a_claim_counts_each_label_set_once_with_its_tasks() -> None:
     metrics = WorkerMetrics()
     observer = Observer(queue="counted", metrics=metrics)
     tasks = [task("a", 0), task("b", 0), task("a", 1), task("a", 2, queue="other"), task("a", 3)]
-    observer.claimed(tasks, 0.002, lambda run_ids: {})
-    observer.claimed([task("b", 1)], 0.001, lambda run_ids: {})
+    observer.claimed(tasks, 0.002)
+    observer.claimed([task("b", 1)], 0.001)
     assert sample(metrics, "pgflow_tasks_claimed_total", "a") == 3
     assert sample(metrics, "pgflow_tasks_claimed_total", "b") == 2
     assert sample(metrics, "pgflow_tasks_claimed_total", "a", "other") == 1

@@ -39,7 +39,8 @@ def exporter() -> Iterator[InMemorySpanExporter]:
     found.shutdown()
 
 
-def task(run_id: uuid.UUID, index: int) -> ClaimedTask:
+def task(run_id: uuid.UUID, index: int, context: dict[str, str] | None = None) -> ClaimedTask:
+    """A claimed task; ``context`` is the trace context a traced claim read with it."""
     return ClaimedTask(
         flow_slug="sampled",
         run_id=run_id,
@@ -49,6 +50,7 @@ def task(run_id: uuid.UUID, index: int) -> ClaimedTask:
         attempt=1,
         input=None,
         queue="sampled",
+        trace_context=context,
     )
 
 
@@ -62,27 +64,22 @@ def drain(
     rate: float,
     runs: Sequence[uuid.UUID] = RUNS,
     contexts: dict[uuid.UUID, dict[str, str]] | None = None,
-) -> tuple[dict[str, list[Any]], list[list[uuid.UUID]]]:
-    """Claim and handle every task of ``runs`` at ``rate``: the finished spans by run id, and the
-    runs each trace-context lookup asked for."""
+) -> dict[str, list[Any]]:
+    """Claim and handle every task of ``runs`` at ``rate``, each carrying its run's trace context
+    from ``contexts``: the finished spans by run id."""
     exporter.clear()
     observer = Observer(worker_id=uuid.uuid4(), queue="sampled")
     with override_settings(PGFLOW={"TRACE_SAMPLE_RATE": rate}):
         observer.tracing = True
-    lookups: list[list[uuid.UUID]] = []
-
-    def lookup(run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, str]]:
-        lookups.append(list(run_ids))
-        return {run_id: found for run_id, found in (contexts or {}).items() if run_id in run_ids}
-
-    tasks = [task(run_id, index) for index in range(TASKS_PER_RUN) for run_id in runs]
-    observer.claimed(tasks, 0.001, lookup)
+    found = contexts or {}
+    tasks = [task(run_id, index, found.get(run_id)) for index in range(TASKS_PER_RUN) for run_id in runs]
+    observer.claimed(tasks, 0.001)
     for claimed in tasks:
         handle(observer, claimed)
     spans: dict[str, list[Any]] = {}
     for span in exporter.get_finished_spans():
         spans.setdefault(str((span.attributes or {})["pgflow.run_id"]), []).append(span)
-    return spans, lookups
+    return spans
 
 
 def hash_picks(run_id: uuid.UUID, rate: float) -> bool:
@@ -91,16 +88,14 @@ def hash_picks(run_id: uuid.UUID, rate: float) -> bool:
     return int.from_bytes(digest, "big") < rate * 2**64
 
 
-def test_rate_0_records_no_span_and_reads_no_trace_context(exporter: InMemorySpanExporter) -> None:
-    spans, lookups = drain(exporter, 0.0)
-    assert spans == {} and lookups == []
+def test_rate_0_records_no_span(exporter: InMemorySpanExporter) -> None:
+    assert drain(exporter, 0.0) == {}
 
 
 def test_rate_1_records_every_attempt(exporter: InMemorySpanExporter) -> None:
-    spans, lookups = drain(exporter, 1.0)
+    spans = drain(exporter, 1.0)
     assert sorted(spans) == sorted(map(str, RUNS))
     assert all(len(found) == TASKS_PER_RUN for found in spans.values())
-    assert len(lookups) == 1 and sorted(lookups[0]) == sorted(RUNS)
     first = spans[str(RUNS[0])][0]
     assert first.name == "pgflow sampled.each" and first.kind == trace.SpanKind.CONSUMER
     assert dict(first.attributes or {}) == {
@@ -120,11 +115,11 @@ def test_rate_half_records_the_runs_the_hash_picks_with_all_their_tasks(
 ) -> None:
     picked = {str(run_id) for run_id in RUNS if hash_picks(run_id, 0.5)}
     assert 0 < len(picked) < len(RUNS)
-    spans, _ = drain(exporter, 0.5)
+    spans = drain(exporter, 0.5)
     assert set(spans) == picked
     assert all(len(found) == TASKS_PER_RUN for found in spans.values())
     assert all(tracing.run_sampled(run_id, 0.5) == (str(run_id) in picked) for run_id in RUNS)
-    again, _ = drain(exporter, 0.5)
+    again = drain(exporter, 0.5)
     assert set(again) == picked, "another worker decides alike"
 
 
@@ -140,27 +135,17 @@ def test_a_run_started_in_a_trace_follows_its_decision(exporter: InMemorySpanExp
     sampled_parent, span_id = traceparent(True)
     unsampled_parent, _ = traceparent(False)
     contexts = {left_out: {"traceparent": sampled_parent}, picked: {"traceparent": unsampled_parent}}
-    spans, _ = drain(exporter, rate, [left_out, picked], contexts)
+    spans = drain(exporter, rate, [left_out, picked], contexts)
     assert set(spans) == {str(left_out)}
     for span in spans[str(left_out)]:
         assert span.parent is not None and format(span.parent.span_id, "016x") == span_id
 
 
-def test_a_run_whose_context_cannot_be_read_is_sampled_by_its_id(exporter: InMemorySpanExporter) -> None:
-    exporter.clear()
-    observer = Observer(queue="sampled")
-    with override_settings(PGFLOW={"TRACE_SAMPLE_RATE": 0.5}):
-        observer.tracing = True
-
-    def broken(run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, str]]:
-        raise RuntimeError("the database is away")
-
-    tasks = [task(run_id, 0) for run_id in RUNS]
-    observer.claimed(tasks, 0.001, broken)
-    for claimed in tasks:
-        handle(observer, claimed)
-    traced = {str((span.attributes or {})["pgflow.run_id"]) for span in exporter.get_finished_spans()}
-    assert traced == {str(run_id) for run_id in RUNS if hash_picks(run_id, 0.5)}
+def test_a_run_whose_context_is_unreadable_is_sampled_by_its_id(exporter: InMemorySpanExporter) -> None:
+    contexts = {run_id: {"traceparent": "not a traceparent"} for run_id in RUNS}
+    spans = drain(exporter, 0.5, RUNS, contexts)
+    assert set(spans) == {str(run_id) for run_id in RUNS if hash_picks(run_id, 0.5)}
+    assert all(span.parent is None for found in spans.values() for span in found)
 
 
 @pytest.mark.parametrize("value", [1.5, -0.1, "0.5", True, None])
