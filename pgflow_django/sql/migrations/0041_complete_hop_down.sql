@@ -1,5 +1,6 @@
 -- Frozen down delta of 0041_complete_hop: back to 0040_rate_refill (every completion takes the
--- general path; pgflow.complete_hop is dropped; pgflow.message_priority is pinned again).
+-- general path; pgflow.complete_hop is dropped; pgflow.message_priority is pinned again; a start
+-- runs pgflow.cascade again).
 
 -- 0018_function_message_priority.sql
 -- The priority of a PGMQ message: its headers' "priority" number (rounded, clamped to -100..100),
@@ -15,6 +16,95 @@ as $$
   select case when jsonb_typeof(headers -> 'priority') = 'number'
               then least(greatest(round((headers ->> 'priority')::numeric), -100), 100)::smallint
               else 0::smallint end
+$$;
+-- 0280_function_start_flows.sql
+-- Starts one run per element of the JSON array `inputs`, in one call. Every input is checked before
+-- any row is written: a flow whose root step is a map needs array inputs. start_delay (seconds)
+-- delays the runs: their first tasks' messages become visible no earlier than now + start_delay.
+-- priority (-100..100, NULL: the steps' and the flow's defaults) is every run's claim priority.
+-- Holds the flow's start lock in shared mode until the caller's transaction ends: starts run side by
+-- side, while a deletion (pgflow.delete_flow_and_data takes it exclusively) waits for them, and a
+-- start that comes during a deletion waits for it, then finds the flow gone.
+create or replace function pgflow.start_flows(
+  flow_slug text, inputs jsonb, run_ids uuid[] default null, start_delay integer default null,
+  priority integer default null
+)
+returns setof pgflow.runs
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_root_map text;
+  v_bad bigint;
+  v_ids uuid[];
+begin
+  perform pg_advisory_xact_lock_shared(hashtextextended('pgflow:start:' || flow_slug, 0));
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flows.flow_slug) then
+    raise exception 'flow % does not exist: compile it first (manage.py pgflow_compile)', quote_literal(coalesce(flow_slug, 'NULL'))
+      using errcode = '22023';
+  end if;
+  if inputs is null or jsonb_typeof(inputs) <> 'array' then
+    raise exception 'start_flows(%): inputs must be a JSON array of run inputs', flow_slug
+      using errcode = '22023';
+  end if;
+  if start_delay is not null and start_delay < 0 then
+    raise exception 'start_flows(%): start_delay must be >= 0 seconds, got %', flow_slug, start_delay
+      using errcode = '22023';
+  end if;
+  if priority is not null and priority not between -100 and 100 then
+    raise exception 'start_flows(%): priority must be a whole number from -100 to 100, got %', flow_slug, priority
+      using errcode = '22023';
+  end if;
+  if run_ids is not null and cardinality(run_ids) <> jsonb_array_length(inputs) then
+    raise exception 'start_flows(%): % inputs but % run ids', flow_slug, jsonb_array_length(inputs), cardinality(run_ids)
+      using errcode = '22023';
+  end if;
+
+  select s.step_slug into v_root_map
+    from pgflow.steps as s
+   where s.flow_slug = start_flows.flow_slug and s.step_type = 'map' and s.deps_count = 0
+   order by s.step_index limit 1;
+  if v_root_map is not null then
+    select min(e.n) - 1 into v_bad
+      from jsonb_array_elements(inputs) with ordinality as e(input, n)
+     where jsonb_typeof(e.input) <> 'array';
+    if v_bad is not null then
+      raise exception 'flow %: root map step % needs an array input, but input % is not an array',
+        flow_slug, v_root_map, v_bad
+        using errcode = '22023';
+    end if;
+  end if;
+
+  with new_runs as (
+    insert into pgflow.runs (run_id, flow_slug, input, remaining_steps, not_before, priority)
+    select coalesce(run_ids[e.n], pgflow.uuid_v7()), start_flows.flow_slug, e.input,
+           (select count(*) from pgflow.steps as s where s.flow_slug = start_flows.flow_slug),
+           case when start_flows.start_delay > 0
+                then clock_timestamp() + make_interval(secs => start_flows.start_delay) end,
+           start_flows.priority
+      from jsonb_array_elements(inputs) with ordinality as e(input, n)
+    returning runs.run_id, runs.input
+  ), states as (
+    insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks)
+    select start_flows.flow_slug, nr.run_id, s.step_slug, s.deps_count,
+           case when s.step_type = 'single' then 1
+                when s.deps_count = 0 then jsonb_array_length(nr.input)
+           end
+      from new_runs as nr
+      cross join pgflow.steps as s
+     where s.flow_slug = start_flows.flow_slug
+  )
+  select array_agg(nr.run_id) into v_ids from new_runs as nr;
+
+  perform pgflow.cascade(v_ids);
+
+  -- each new run by its own probe: joined to the array, a plan could walk every run and match the
+  -- whole batch against each
+  return query
+    select r.*
+      from unnest(v_ids) with ordinality as i(run_id, n)
+     cross join lateral (select * from pgflow.runs as x where x.run_id = i.run_id offset 0) as r
+     order by i.n;
+end;
 $$;
 -- 0310_function_complete_tasks.sql
 -- Completes many claims in one call. Each item names the claim it finishes (its attempt); an item
@@ -264,6 +354,9 @@ begin
 end;
 $$;
 -- 0990_settings_hot_path.sql (for the functions replaced above)
+alter function pgflow.start_flows(text,jsonb,uuid[],integer,integer)
+  set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
+  set enable_hashjoin = off set jit = off;
 alter function pgflow.complete_tasks(jsonb)
   set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
   set enable_hashjoin = off set jit = off;

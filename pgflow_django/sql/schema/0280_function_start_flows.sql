@@ -75,7 +75,22 @@ begin
   )
   select array_agg(nr.run_id) into v_ids from new_runs as nr;
 
-  perform pgflow.cascade(v_ids);
+  -- a new run's only moves are its root steps': when none of them has a condition and no root map
+  -- gets an empty array, starting them is all pgflow.cascade would do (every count is already
+  -- right, no step completes, so no run does), and its recounts are skipped (pgflow.fast_hop =
+  -- 'off' turns this off, as it does the completion's fast path)
+  if current_setting('pgflow.fast_hop', true) is distinct from 'off'
+     and exists (select 1 from pgflow.steps as s where s.flow_slug = start_flows.flow_slug)
+     and not exists (
+       select 1 from pgflow.steps as s
+        where s.flow_slug = start_flows.flow_slug and s.deps_count = 0
+          and (s.required_input_pattern is not null or s.forbidden_input_pattern is not null
+               or s.step_type = 'map' and exists (select 1 from jsonb_array_elements(inputs) as e(input)
+                                                   where e.input = '[]'::jsonb))) then
+    perform pgflow.start_ready_steps(v_ids);
+  else
+    perform pgflow.cascade(v_ids);
+  end if;
 
   -- each new run by its own probe: joined to the array, a plan could walk every run and match the
   -- whole batch against each

@@ -42,6 +42,8 @@ TAKEN: Counter[str] = Counter()
 @dataclass
 class Shape:
     steps: list[dict[str, Any]]
+    inputs: list[Any]
+    """Each run's input (arrays, some empty, for a flow whose first step is a map)."""
     feeds_map: set[str]
     step_priorities: dict[str, int]
     priority: int | None
@@ -66,18 +68,22 @@ def random_shape(seed: int) -> Shape:
         deps = (
             sorted(rng.sample(earlier, k=min(len(earlier), rng.choice([1, 1, 1, 2, 3])))) if earlier else []
         )
-        if i > 0 and not deps:
+        if i == 1 and rng.random() < 0.3:
+            deps = []  # a second root
+        elif i > 0 and not deps:
             deps = [earlier[-1]]
         options: dict[str, Any] = {}
-        if (
+        if i == 0 and rng.random() < 0.2:
+            options["step_type"] = "map"  # a root map: the runs' inputs are arrays, some empty
+        elif (
             len(deps) == 1
             and rng.random() < 0.2
             and deps[0] not in {s["slug"] for s in steps if s.get("step_type") == "map"}
         ):
             options["step_type"] = "map"
             feeds_map.add(deps[0])
-        if deps and rng.random() < 0.2:
-            options["required_input_pattern"] = {deps[0]: {"ok": True}}
+        if rng.random() < 0.2:
+            options["required_input_pattern"] = {deps[0]: {"ok": True}} if deps else {"ok": True}
             options["when_unmet"] = rng.choice(["skip", "skip-cascade", "fail"])
         if rng.random() < 0.3:
             options["max_attempts"] = rng.choice([1, 2, 3])
@@ -89,8 +95,13 @@ def random_shape(seed: int) -> Shape:
         if rng.random() < 0.1:
             options["when_exhausted"] = rng.choice(["skip", "skip-cascade"])
         steps.append(step(slug, *deps, **options))
+    root_map = steps[0].get("step_type") == "map"
     return Shape(
         steps=steps,
+        inputs=[
+            list(range(rng.choice([0, 1, 2, 3]))) if root_map else {"ok": rng.random() < 0.7, "n": n}
+            for n in range(RUNS)
+        ],
         feeds_map=feeds_map,
         step_priorities=step_priorities,
         priority=rng.choice([None, None, 3]),
@@ -142,10 +153,10 @@ def drive_runs(shape: Shape, flow: str, fast: bool) -> list[Any]:
     worker = new_worker(flow)
     runs = run_ids(flow)
     transcript: list[Any] = []
-    for n, (run_id, priority) in enumerate(zip(runs, shape.run_priorities, strict=True)):
+    for run_id, run_input, priority in zip(runs, shape.inputs, shape.run_priorities, strict=True):
         q(
             "select run_id from pgflow.start_flow(%s, %s::jsonb, %s::uuid, null, %s::int)",
-            [flow, jb({"ok": True, "n": n}), run_id, priority],
+            [flow, jb(run_input), run_id, priority],
         )
     generation = val("select generation as v from pgflow.flows where flow_slug = %s", [flow])
     support = [s["slug"] for s in shape.steps]
@@ -390,6 +401,7 @@ def test_the_fast_path_writes_what_the_general_path_writes(chunk: int) -> None:
 def test_a_chain_of_single_steps_takes_the_fast_path() -> None:
     shape = Shape(
         steps=[step("s0"), step("s1", "s0"), step("s2", "s1"), step("s3", "s1", "s2")],
+        inputs=[{"n": n} for n in range(RUNS)],
         feeds_map=set(),
         step_priorities={},
         priority=None,
@@ -407,6 +419,7 @@ def test_a_chain_of_single_steps_takes_the_fast_path() -> None:
 def test_a_limited_flow_takes_the_general_path() -> None:
     shape = Shape(
         steps=[step("s0"), step("s1", "s0")],
+        inputs=[{"n": n} for n in range(RUNS)],
         feeds_map=set(),
         step_priorities={},
         priority=None,

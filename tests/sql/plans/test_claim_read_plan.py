@@ -58,6 +58,7 @@ def test_the_read_is_an_index_walk_that_stops_after_the_batch() -> None:
         "step": None,
         "gen_flows": [],
         "gens": [],
+        "traced": False,
     }
     with connection.cursor() as cursor:
         statement = worker_queries.CLAIM.statement(table=table)
