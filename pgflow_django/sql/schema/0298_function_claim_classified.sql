@@ -25,12 +25,14 @@ begin
   -- meanwhile terminalizes its queued tasks, which the status recheck on the locked row sees; a
   -- row locked by another transaction is skipped, never waited for (see above)
   -- each task is locked by its own probe (a lateral subquery) and updated by the row version locked:
-  -- the plan stays an index probe per claimed message even if it was made while the table was empty
+  -- the plan stays an index probe per claimed message even if it was made while the table was empty.
+  -- A row version is named by its table and tuple id: on a partitioned history two partitions hold
+  -- rows at the same tuple id, and the tuple id alone matched a queued task of another partition
   with lockable as (
-    select t.row_id
+    select t.part, t.row_id
       from unnest(runs, steps, indexes, outcomes) as k(run_id, step_slug, task_index, outcome)
      cross join lateral (
-       select t.ctid as row_id
+       select t.tableoid as part, t.ctid as row_id
          from pgflow.step_tasks as t
         where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
           and t.status = 'queued'
@@ -42,7 +44,7 @@ begin
        set status = 'started', attempts_count = t.attempts_count + 1, started_at = clock_timestamp(),
            last_worker_id = claim_classified.worker_id
       from lockable as l
-     where t.ctid = l.row_id and t.status = 'queued'
+     where t.ctid = l.row_id and t.tableoid = l.part and t.status = 'queued'
     returning t.*
   )
   select array_agg(c) into v_claimed from claimed as c;
