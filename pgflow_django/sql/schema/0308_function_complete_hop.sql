@@ -220,14 +220,16 @@ begin
                pgflow.queue_access('send', g.queue_name, null, array[g.delay], g.messages, g.headers)
              ) as m(flow_slug, run_id, step_slug, msg_id, read_ct, enqueued_at, last_read_at, vt, body, headers)
     ), inserted as (
+      -- a handed task is queued and started at one instant, never started before it was queued
       insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name,
-                                     status, attempts_count, started_at, last_worker_id)
+                                     status, attempts_count, queued_at, started_at, last_worker_id)
       select m.flow_slug, m.run_id, m.step_slug, 0, m.msg_id, m.queue_name,
              case when m.handed then 'started' else 'queued' end,
              case when m.handed then 1 else 0 end,
-             case when m.handed then clock_timestamp() end,
+             c.now, case when m.handed then c.now end,
              case when m.handed then complete_hop.worker_id end
         from sent as m
+       cross join lateral (select clock_timestamp() as now) as c
       returning step_tasks.message_id, step_tasks.flow_slug, step_tasks.run_id, step_tasks.step_slug,
                 step_tasks.status
     )
