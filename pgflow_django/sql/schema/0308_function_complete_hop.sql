@@ -22,7 +22,9 @@
 -- timeout + 2 s, so a worker that dies holding one loses it to stalled recovery as any claim.
 -- Returns one row per item ('completed', message columns NULL), then one 'claimed' row per task
 -- handed off, as pgflow.complete_and_hand_off returns them. pgflow.fast_hop = 'off' (a setting)
--- turns this path off: the equivalence tests drive both paths with it.
+-- turns this path off: the equivalence tests drive both paths with it. It states no planner settings
+-- of its own: it runs inside complete_tasks and complete_and_hand_off, whose settings
+-- (0990_settings_hot_path.sql) it plans under, and switching them again would cost each call.
 create or replace function pgflow.complete_hop(
   items jsonb, queue_name text, worker_id uuid, support_flows text[], support_steps text[],
   support_generations bigint[], free_slots integer
