@@ -4,7 +4,8 @@
 -- statements and 15 nested calls per hop). It applies to a batch only when every item
 -- - names a distinct run, task 0 of a single step, and is the current claim (the task started in
 --   that attempt, its step and run started);
--- - belongs to a flow without flow control (no pgflow.flow_limits rows, no limit_holds of the run);
+-- - belongs to a flow without flow control (no pgflow.flow_limits rows, no limit_holds or
+--   limit_waits of the run);
 -- - feeds only single steps still created, with no condition and no start delay, in a run not
 --   delayed (not_before passed).
 -- Otherwise it returns no row and writes nothing (it has locked the batch's runs, in the order
@@ -71,6 +72,7 @@ begin
            and s.step_type = 'single'
            and not exists (select 1 from pgflow.flow_limits as l where l.flow_slug = r.flow_slug)
            and not exists (select 1 from pgflow.limit_holds as h where h.run_id = i.run_id)
+           and not exists (select 1 from pgflow.limit_waits as w where w.run_id = i.run_id)
            and not exists (
              select 1
                from pgflow.deps as d
@@ -181,6 +183,9 @@ begin
                                    complete_hop.support_generations) as p(flow_slug, step_slug, generation)
                       where p.flow_slug = r.flow_slug and p.step_slug = n.step_slug
                         and p.generation = f.generation) and s.queue_name = lower(complete_hop.queue_name)
+             -- read again here: a flow that got its first limits since the check above has its tasks
+             -- left to a claim, which takes their slots (as pgflow.limit_claim does in a hand-off)
+             and not exists (select 1 from pgflow.flow_limits as l where l.flow_slug = r.flow_slug)
                as supported
         from unnest(v_new_runs, v_new_steps) with ordinality as n(run_id, step_slug, k)
        cross join lateral (
