@@ -23,13 +23,12 @@ def fast_path_takes(rec: dict[str, Any], output: Any) -> bool:
             "output": output,
         }
     ]
-    sid = transaction.savepoint()
-    try:
-        return bool(
+    with transaction.atomic():
+        taken = bool(
             q("select 1 from pgflow.complete_hop(%s::jsonb, null, null, null, null, null, 0)", [jb(items)])
         )
-    finally:
-        transaction.savepoint_rollback(sid)
+        transaction.set_rollback(True)
+    return taken
 
 
 def test_a_run_waiting_on_a_removed_limit_goes_through_the_general_path() -> None:
