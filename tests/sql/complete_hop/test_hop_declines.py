@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
-
+from tests.sql.complete_hop.support import fast_path_takes
 from tests.sql.limit_claim.support import concurrency, set_limits
-from tests.sql.support import claim, complete, jb, make_flow, make_visible, q, start, step
+from tests.sql.support import claim, complete, make_flow, make_visible, q, start, step
 
 
-def fast_path_takes(rec: dict[str, Any], output: Any) -> bool:
-    """Whether pgflow.complete_hop takes this completion (asked in a savepoint rolled back)."""
-    items = [
+def completion(rec: dict[str, Any], output: Any) -> list[dict[str, Any]]:
+    """The one-item batch that completes the claim ``rec`` with ``output``."""
+    return [
         {
             "run_id": str(rec["run_id"]),
             "step_slug": rec["step_slug"],
@@ -23,12 +22,6 @@ def fast_path_takes(rec: dict[str, Any], output: Any) -> bool:
             "output": output,
         }
     ]
-    with transaction.atomic():
-        taken = bool(
-            q("select 1 from pgflow.complete_hop(%s::jsonb, null, null, null, null, null, 0)", [jb(items)])
-        )
-        transaction.set_rollback(True)
-    return taken
 
 
 def test_a_run_waiting_on_a_removed_limit_goes_through_the_general_path() -> None:
@@ -43,7 +36,7 @@ def test_a_run_waiting_on_a_removed_limit_goes_through_the_general_path() -> Non
     [waiting] = claim("declines")
     assert waiting["run_id"] == second
 
-    assert not fast_path_takes(waiting, 1), "a run with a limit_waits row"
+    assert not fast_path_takes(completion(waiting, 1)), "a run with a limit_waits row"
     assert complete(waiting, 1) == "completed"
     assert q("select run_id from pgflow.limit_waits") == [], "the general path's release cleared it"
-    assert fast_path_takes({**held}, 1) is False, "the first run still holds its slot (limit_holds)"
+    assert fast_path_takes(completion(held, 1)) is False, "the first run still holds its slot (limit_holds)"

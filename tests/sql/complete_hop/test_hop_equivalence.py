@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.db import transaction
 
+from tests.sql.complete_hop.support import fast_path_takes
 from tests.sql.limit_claim.support import concurrency, set_limits
 from tests.sql.support import jb, make_flow, new_worker, q, qtable, step, val
 
@@ -207,7 +207,8 @@ def drive_runs(shape: Shape, flow: str, fast: bool) -> list[Any]:
         if not items:
             continue
         if fast:
-            TAKEN["fast" if hop_applies(items, flow, worker, support, generation, shape) else "general"] += 1
+            taken = fast_path_takes(items, flow, worker, support, generation, shape.free_slots)
+            TAKEN["fast" if taken else "general"] += 1
         rows = complete_rows(items, flow, worker, support, generation, shape.free_slots)
         handed = sorted((r for r in rows if r["outcome"] == "claimed"), key=_key)
         if fate(shape, runs.index(batch[0]["run_id"]), {**batch[0], "attempt": -1})[0] == "fail":
@@ -239,35 +240,6 @@ def complete_rows(
         " %s::bigint[], %s) as c",
         [jb(items), flow, worker, [flow] * len(support), support, [generation] * len(support), slots],
     )
-
-
-def hop_applies(
-    items: list[dict[str, Any]],
-    flow: str,
-    worker: uuid.UUID,
-    support: list[str],
-    generation: int,
-    shape: Shape,
-) -> bool:
-    """Whether complete_hop takes this batch: asked in a transaction that is rolled back."""
-    with transaction.atomic():
-        taken = bool(
-            q(
-                "select 1 from pgflow.complete_hop(%s::jsonb, %s, %s::uuid, %s::text[], %s::text[],"
-                " %s::bigint[], %s)",
-                [
-                    jb(items),
-                    flow,
-                    worker,
-                    [flow] * len(support),
-                    support,
-                    [generation] * len(support),
-                    shape.free_slots,
-                ],
-            )
-        )
-        transaction.set_rollback(True)
-    return taken
 
 
 def normalized(flow: str, value: Any) -> Any:
