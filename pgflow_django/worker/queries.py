@@ -56,14 +56,12 @@ with stale as materialized (
            order by q.vt
            limit 1) as seconds
     from ids
-)
-select ids.n as read_count, next_visible.seconds as next_visible,
-       t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input::text as input,
-       t.outcome, stale.flows as stale_flows, read.priority,
-       case when %(traced)s::boolean and t.outcome = 'claimed'
-            then (select r.trace_context from pgflow.runs as r where r.run_id = t.run_id) end as trace_context
-from ids cross join next_visible cross join stale
-left join lateral """
+), claimed as materialized (
+  select ids.n as read_count, next_visible.seconds as next_visible,
+         t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id, t.attempt, t.input::text as input,
+         t.outcome, stale.flows as stale_flows, read.priority
+  from ids cross join next_visible cross join stale
+  left join lateral """
 """Read and claim in one statement: one round trip, and a crash in between leaves nothing hidden.
 
 The read is ``pgmq.read``'s own statement written out for this queue's table: PGMQ builds it as dynamic
@@ -82,6 +80,9 @@ only, so a delayed message needs a timed read to be picked up on time.
 
 Each task row carries its message's priority, so the worker runs what it holds in the claim's order,
 and, when ``traced`` (the worker records spans), its run's trace context: no second statement reads it.
+The trace contexts come from ``pgflow.task_details``, so the statement reads no history table itself:
+planned under the session's settings, its own probe of a partitioned ``runs`` was priced over every
+partition and, past ``jit_above_cost``, JIT-compiled on each execution.
 
 ``stale`` lists the worker's flows whose generation in ``pgflow.flows`` is no longer the one it compiled
 against (replaced or recompiled since): then nothing is read. The check and the read share the
@@ -94,11 +95,23 @@ The statement ends where the two claims differ: which function turns the read me
 """
 
 
+_CLAIM_TRACED: Final = """
+), traced as materialized (
+  select d.run_id, d.trace_context
+    from pgflow.task_details(array(select c.run_id from claimed as c where c.outcome = 'claimed'),
+                             array(select c.step_slug from claimed as c where c.outcome = 'claimed'), true) as d
+   where %(traced)s::boolean
+)
+select c.*, (select d.trace_context from traced as d where d.run_id = c.run_id limit 1) as trace_context
+  from claimed as c
+"""
+
+
 def _claim(name: str, start_tasks: str) -> Query[ClaimRow]:
     return Query(
         name,
-        f"{_CLAIM_READ}{start_tasks} as t\n       on cardinality(ids.arr) > 0\n"
-        "left join msgs as read on read.msg_id = t.message_id\n",
+        f"{_CLAIM_READ}{start_tasks} as t\n         on cardinality(ids.arr) > 0\n"
+        f"  left join msgs as read on read.msg_id = t.message_id{_CLAIM_TRACED}",
         ClaimRow,
     )
 
@@ -277,22 +290,33 @@ class HandOffRow(NamedTuple):
 
 COMPLETE_AND_HAND_OFF: Final = Query(
     "complete_and_hand_off",
-    "select c.outcome, c.message_id, c.flow_slug, c.run_id, c.step_slug, c.task_index, c.attempt,"
-    " c.input::text as input,"
-    " case when c.outcome = 'claimed' then (select coalesce(r.priority, s.opt_priority, f.opt_priority, 0)"
-    " from pgflow.runs as r join pgflow.flows as f on f.flow_slug = r.flow_slug"
-    " join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = c.step_slug"
-    " where r.run_id = c.run_id) end as priority,"
-    " case when %(traced)s::boolean and c.outcome = 'claimed'"
-    " then (select r.trace_context from pgflow.runs as r where r.run_id = c.run_id) end as trace_context"
-    " from pgflow.complete_and_hand_off(%(items)s::jsonb, %(queue)s, %(worker)s, %(flows)s::text[],"
-    " %(steps)s::text[], %(gens)s::bigint[], %(slots)s) as c",
+    """
+with done as materialized (
+  select c.*
+    from pgflow.complete_and_hand_off(%(items)s::jsonb, %(queue)s, %(worker)s, %(flows)s::text[],
+                                      %(steps)s::text[], %(gens)s::bigint[], %(slots)s)
+         with ordinality as c(outcome, message_id, flow_slug, run_id, step_slug, task_index, attempt, input, n)
+), details as materialized (
+  select d.*
+    from pgflow.task_details(array(select h.run_id from done as h where h.outcome = 'claimed'),
+                             array(select h.step_slug from done as h where h.outcome = 'claimed'),
+                             %(traced)s::boolean) as d
+   where exists (select 1 from done as h where h.outcome = 'claimed')
+)
+select h.outcome, h.message_id, h.flow_slug, h.run_id, h.step_slug, h.task_index, h.attempt,
+       h.input::text as input, d.priority, d.trace_context
+  from done as h
+  left join details as d on h.outcome = 'claimed' and d.run_id = h.run_id and d.step_slug = h.step_slug
+ order by h.n
+""",
     HandOffRow,
 )
 """Complete a batch and take, for this worker, the tasks it made ready on its queue (direct hand-off):
 the next step of a chain starts without a notification, a read and a claim. A handed task's priority
 is its message's (the run's, else the step's, else the flow's), for the order the worker runs them in;
-when ``traced``, a handed task also carries its run's trace context, as a claimed one does."""
+when ``traced``, a handed task also carries its run's trace context, as a claimed one does. Both come
+from ``pgflow.task_details``, called only when a task was handed off, so the statement reads no history
+table itself (see the claim)."""
 
 
 COMPLETE_TASK: Final = value_query(
@@ -412,31 +436,9 @@ class Transition(NamedTuple):
 
 TRANSITIONS: Final = Query(
     "transitions",
-    """
-    select t.flow_slug, t.run_id, t.step_slug, t.task_index,
-           coalesce(ss.status = 'completed' and t.status = 'completed' and not exists (
-             select 1 from pgflow.step_tasks as o
-              where o.run_id = t.run_id and o.step_slug = t.step_slug and o.completed_at > t.completed_at
-           ), false) as step_completed,
-           coalesce(ss.status = 'failed' and t.status = 'failed' and not exists (
-             select 1 from pgflow.step_tasks as o
-              where o.run_id = t.run_id and o.step_slug = t.step_slug and o.failed_at < t.failed_at
-           ), false) as step_failed,
-           coalesce(r.status = 'completed' and t.status = 'completed' and not exists (
-             select 1 from pgflow.step_tasks as o
-              where o.run_id = t.run_id and o.completed_at > t.completed_at
-           ), false) as run_completed,
-           coalesce(r.status = 'failed' and t.status = 'failed' and not exists (
-             select 1 from pgflow.step_tasks as o
-              where o.run_id = t.run_id and o.failed_at < t.failed_at
-           ), false) as run_failed,
-           t.error_message
-      from unnest(%s::uuid[], %s::text[], %s::int[]) as k(run_id, step_slug, task_index)
-      join pgflow.step_tasks as t
-        on t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
-      join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
-      join pgflow.runs as r on r.run_id = t.run_id
-    """,
+    "select t.* from pgflow.task_transitions(%s::uuid[], %s::text[], %s::int[]) as t",
     Transition,
 )
-"""The step and run transitions some just-recorded task results made (for ``pgflow_django.signals``)."""
+"""The step and run transitions some just-recorded task results made (for ``pgflow_django.signals``),
+read by ``pgflow.task_transitions`` under the hot path's planner settings: sent as it was, the statement
+was planned under the session's, and on a partitioned history JIT-compiled on each batch."""

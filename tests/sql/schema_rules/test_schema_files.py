@@ -50,6 +50,8 @@ HOT_PATH = frozenset(
         "start_ready_steps",
         "start_shared_tasks",
         "start_tasks",
+        "task_details",
+        "task_transitions",
     }
 )
 
