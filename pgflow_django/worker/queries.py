@@ -99,7 +99,8 @@ _CLAIM_TRACED: Final = """
 ), traced as materialized (
   select d.run_id, d.trace_context
     from pgflow.task_details(array(select c.run_id from claimed as c where c.outcome = 'claimed'),
-                             array(select c.step_slug from claimed as c where c.outcome = 'claimed'), true) as d
+                             array(select c.step_slug from claimed as c where c.outcome = 'claimed'),
+                             true) as d
    where %(traced)s::boolean
 )
 select c.*, (select d.trace_context from traced as d where d.run_id = c.run_id limit 1) as trace_context
@@ -295,7 +296,8 @@ with done as materialized (
   select c.*
     from pgflow.complete_and_hand_off(%(items)s::jsonb, %(queue)s, %(worker)s, %(flows)s::text[],
                                       %(steps)s::text[], %(gens)s::bigint[], %(slots)s)
-         with ordinality as c(outcome, message_id, flow_slug, run_id, step_slug, task_index, attempt, input, n)
+         with ordinality
+         as c(outcome, message_id, flow_slug, run_id, step_slug, task_index, attempt, input, n)
 ), details as materialized (
   select d.*
     from pgflow.task_details(array(select h.run_id from done as h where h.outcome = 'claimed'),
