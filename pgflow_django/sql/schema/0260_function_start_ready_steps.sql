@@ -5,7 +5,9 @@
 -- A task's priority (the run's, else its step's default, else its flow's) travels in its message's
 -- headers, {"priority": N}; a priority of 0 sends no headers (pgflow.message_priority reads 0).
 -- The n-th id returned by the send belongs to the n-th message sent. The step states are read by
--- the batch and each run by its own probe (see cascade).
+-- the batch and each run by its own probe (see cascade), both also between the batch's lowest and
+-- highest run ids, so that a generic plan on a partitioned history sets up only the partitions
+-- that hold them (see pgflow.complete_hop).
 create or replace function pgflow.start_ready_steps(run_ids uuid[])
 returns void
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -13,14 +15,18 @@ as $$
 declare
   v_batches jsonb;
   v_batch record;
+  v_lo uuid;
+  v_hi uuid;
 begin
+  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
+    from unnest(run_ids) as r;
   with started as (
     update pgflow.step_states as ss
        set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
       from pgflow.steps as s, pgflow.flows as f
-     where ss.run_id = any(run_ids) and ss.status = 'created' and ss.remaining_deps = 0
-       and ss.initial_tasks > 0
-       and (select r.status from pgflow.runs as r where r.run_id = ss.run_id) = 'started'
+     where ss.run_id = any(run_ids) and ss.run_id between v_lo and v_hi and ss.status = 'created'
+       and ss.remaining_deps = 0 and ss.initial_tasks > 0
+       and (select r.status from pgflow.runs as r where r.run_id = ss.run_id and r.run_id between v_lo and v_hi) = 'started'
        and s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
        and f.flow_slug = ss.flow_slug
     returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks, s.opt_start_delay,
@@ -32,7 +38,8 @@ begin
            coalesce(r.priority, st.step_priority, st.flow_priority) as priority
       from started as st
      cross join lateral (
-       select r.not_before, r.priority from pgflow.runs as r where r.run_id = st.run_id offset 0
+       select r.not_before, r.priority from pgflow.runs as r
+        where r.run_id = st.run_id and r.run_id between v_lo and v_hi offset 0
      ) as r
   ), messages as (
     select st.queue_name, st.start_delay,

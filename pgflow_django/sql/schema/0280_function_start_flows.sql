@@ -16,6 +16,8 @@ declare
   v_root_map text;
   v_bad bigint;
   v_ids uuid[];
+  v_lo uuid;
+  v_hi uuid;
 begin
   perform pg_advisory_xact_lock_shared(hashtextextended('pgflow:start:' || flow_slug, 0));
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = start_flows.flow_slug) then
@@ -73,7 +75,10 @@ begin
       cross join pgflow.steps as s
      where s.flow_slug = start_flows.flow_slug
   )
-  select array_agg(nr.run_id) into v_ids from new_runs as nr;
+  select array_agg(nr.run_id), (array_agg(nr.run_id order by nr.run_id))[1],
+         (array_agg(nr.run_id order by nr.run_id desc))[1]
+    into v_ids, v_lo, v_hi
+    from new_runs as nr;
 
   -- a new run's only moves are its root steps': when none of them has a condition and no root map
   -- gets an empty array, starting them is all pgflow.cascade would do (every count is already
@@ -93,11 +98,14 @@ begin
   end if;
 
   -- each new run by its own probe: joined to the array, a plan could walk every run and match the
-  -- whole batch against each
+  -- whole batch against each; between the batch's lowest and highest ids, so that on a partitioned
+  -- history only the partitions holding them are set up (see pgflow.complete_hop)
   return query
     select r.*
       from unnest(v_ids) with ordinality as i(run_id, n)
-     cross join lateral (select * from pgflow.runs as x where x.run_id = i.run_id offset 0) as r
+     cross join lateral (
+       select * from pgflow.runs as x where x.run_id = i.run_id and x.run_id between v_lo and v_hi offset 0
+     ) as r
      order by i.n;
 end;
 $$;

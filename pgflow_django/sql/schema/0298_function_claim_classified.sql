@@ -19,7 +19,15 @@ language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_claimed pgflow.step_tasks[];
+  v_lo uuid;
+  v_hi uuid;
 begin
+  -- the batch's lowest and highest run ids bound every history read below, so that on a
+  -- partitioned history a generic plan sets up only the partitions that hold them (see
+  -- pgflow.complete_hop)
+  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
+    from unnest(runs) as r
+   where r is not null;
   outcomes := pgflow.limit_claim(claim_classified.queue_name, ids, runs, steps, indexes, outcomes);
   -- the callers checked each task's run and step; a run that fails or a step that is skipped
   -- meanwhile terminalizes its queued tasks, which the status recheck on the locked row sees; a
@@ -34,8 +42,8 @@ begin
      cross join lateral (
        select t.tableoid as part, t.ctid as row_id
          from pgflow.step_tasks as t
-        where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
-          and t.status = 'queued'
+        where t.run_id = k.run_id and t.run_id between v_lo and v_hi and t.step_slug = k.step_slug
+          and t.task_index = k.task_index and t.status = 'queued'
           for no key update skip locked
      ) as t
      where k.outcome = 'claimed'
@@ -44,7 +52,7 @@ begin
        set status = 'started', attempts_count = t.attempts_count + 1, started_at = clock_timestamp(),
            last_worker_id = claim_classified.worker_id
       from lockable as l
-     where t.ctid = l.row_id and t.tableoid = l.part and t.status = 'queued'
+     where t.ctid = l.row_id and t.tableoid = l.part and t.status = 'queued' and t.run_id between v_lo and v_hi
     returning t.*
   )
   select array_agg(c) into v_claimed from claimed as c;
@@ -64,8 +72,8 @@ begin
     cross join lateral (
       select t.flow_slug, t.step_slug, t.message_id, t.started_at
         from pgflow.step_tasks as t
-       where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
-         and t.status = 'started'
+       where t.run_id = k.run_id and t.run_id between v_lo and v_hi and t.step_slug = k.step_slug
+         and t.task_index = k.task_index and t.status = 'started'
       offset 0
     ) as t
      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
@@ -85,18 +93,20 @@ begin
              when s.step_type = 'map' then (
                select dst.output -> c.task_index
                  from pgflow.deps as d
-                 join pgflow.step_states as dst on dst.run_id = c.run_id and dst.step_slug = d.dep_slug
+                 join pgflow.step_states as dst
+                   on dst.run_id = c.run_id and dst.run_id between v_lo and v_hi and dst.step_slug = d.dep_slug
                 where d.flow_slug = c.flow_slug and d.step_slug = c.step_slug)
              when s.deps_count = 0 then r.input
              else coalesce((
                select jsonb_object_agg(d.dep_slug, dst.output)
                  from pgflow.deps as d
-                 join pgflow.step_states as dst on dst.run_id = c.run_id and dst.step_slug = d.dep_slug
+                 join pgflow.step_states as dst
+                   on dst.run_id = c.run_id and dst.run_id between v_lo and v_hi and dst.step_slug = d.dep_slug
                 where d.flow_slug = c.flow_slug and d.step_slug = c.step_slug and dst.status = 'completed'),
                '{}'::jsonb)
            end
       from unnest(coalesce(v_claimed, '{}')) as c
-      join pgflow.runs as r on r.run_id = c.run_id
+      join pgflow.runs as r on r.run_id = c.run_id and r.run_id between v_lo and v_hi
       join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
     union all
     select case when e.outcome = 'claimed' then 'started' else e.outcome end,

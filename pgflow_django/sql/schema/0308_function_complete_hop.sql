@@ -45,6 +45,8 @@ declare
   v_new_runs uuid[];
   v_new_steps text[];
   v_claimed pgflow.claim_record[];
+  v_lo uuid;
+  v_hi uuid;
 begin
   if current_setting('pgflow.fast_hop', true) = 'off' or items is null or jsonb_typeof(items) <> 'array' then
     return;
@@ -60,9 +62,15 @@ begin
   if v_runs is null then
     return;
   end if;
+  -- the batch's lowest and highest run ids: bounds of every history read below, redundant with its
+  -- keys, so that on a partitioned history a generic plan prunes, when it starts, the partitions
+  -- outside them (a key from an array prunes only as each row is read, after every partition's
+  -- scan has been set up: a quarter of a hop's time with 15 daily partitions)
+  v_lo := v_runs[1];
+  v_hi := v_runs[cardinality(v_runs)];
 
   -- one lock order for every writer of a run: the run row first
-  perform 1 from pgflow.runs as r where r.run_id = any(v_runs) order by r.run_id for update;
+  perform 1 from pgflow.runs as r where r.run_id = any(v_runs) and r.run_id between v_lo and v_hi order by r.run_id for update;
 
   -- each item's run, step and task by its own probe (see cascade)
   select bool_and(coalesce(
@@ -77,7 +85,8 @@ begin
              select 1
                from pgflow.deps as d
                join pgflow.steps as ds on ds.flow_slug = d.flow_slug and ds.step_slug = d.step_slug
-               left join pgflow.step_states as dss on dss.run_id = i.run_id and dss.step_slug = d.step_slug
+               left join pgflow.step_states as dss
+                      on dss.run_id = i.run_id and dss.run_id between v_lo and v_hi and dss.step_slug = d.step_slug
               where d.flow_slug = r.flow_slug and d.dep_slug = i.step_slug
                 and not coalesce(ds.step_type = 'single' and ds.required_input_pattern is null
                                  and ds.forbidden_input_pattern is null and coalesce(ds.opt_start_delay, 0) = 0
@@ -86,15 +95,17 @@ begin
     into v_eligible
     from unnest(v_runs, v_steps, v_indexes, v_attempts) as i(run_id, step_slug, task_index, attempt)
     left join lateral (
-      select r.flow_slug, r.status, r.not_before from pgflow.runs as r where r.run_id = i.run_id offset 0
+      select r.flow_slug, r.status, r.not_before from pgflow.runs as r
+       where r.run_id = i.run_id and r.run_id between v_lo and v_hi offset 0
     ) as r on true
     left join lateral (
       select ss.status, ss.remaining_tasks from pgflow.step_states as ss
-       where ss.run_id = i.run_id and ss.step_slug = i.step_slug offset 0
+       where ss.run_id = i.run_id and ss.run_id between v_lo and v_hi and ss.step_slug = i.step_slug offset 0
     ) as ss on true
     left join lateral (
       select t.status, t.attempts_count, t.message_id from pgflow.step_tasks as t
-       where t.run_id = i.run_id and t.step_slug = i.step_slug and t.task_index = i.task_index offset 0
+       where t.run_id = i.run_id and t.run_id between v_lo and v_hi and t.step_slug = i.step_slug and t.task_index = i.task_index
+      offset 0
     ) as t on true
     left join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = i.step_slug;
   if not coalesce(v_eligible, false) then
@@ -108,23 +119,26 @@ begin
   with items as (
     select i.run_id, i.step_slug, i.task_index, i.output, r.flow_slug
       from unnest(v_runs, v_steps, v_indexes, v_outputs) as i(run_id, step_slug, task_index, output)
-     cross join lateral (select r.flow_slug from pgflow.runs as r where r.run_id = i.run_id offset 0) as r
+     cross join lateral (
+       select r.flow_slug from pgflow.runs as r where r.run_id = i.run_id and r.run_id between v_lo and v_hi offset 0
+     ) as r
   ), done as (
     update pgflow.step_tasks as t
        set status = 'completed', output = i.output, completed_at = clock_timestamp()
       from items as i
-     where t.run_id = i.run_id and t.step_slug = i.step_slug and t.task_index = i.task_index
+     where t.run_id = i.run_id and t.run_id between v_lo and v_hi and t.step_slug = i.step_slug and t.task_index = i.task_index
     returning t.queue_name, t.message_id
   ), completed_steps as (
     update pgflow.step_states as ss
        set remaining_tasks = 0, status = 'completed', completed_at = clock_timestamp(), output = i.output
       from items as i
-     where ss.run_id = i.run_id and ss.step_slug = i.step_slug
+     where ss.run_id = i.run_id and ss.run_id between v_lo and v_hi and ss.step_slug = i.step_slug
   ), counts as (
     select i.run_id, d.step_slug,
            (select count(*)
               from pgflow.deps as od
-              join pgflow.step_states as ost on ost.run_id = i.run_id and ost.step_slug = od.dep_slug
+              join pgflow.step_states as ost
+                on ost.run_id = i.run_id and ost.run_id between v_lo and v_hi and ost.step_slug = od.dep_slug
              where od.flow_slug = i.flow_slug and od.step_slug = d.step_slug and od.dep_slug <> i.step_slug
                and ost.status not in ('completed', 'skipped')) as open_deps
       from items as i
@@ -136,13 +150,13 @@ begin
            started_at = case when c.open_deps = 0 then clock_timestamp() else ss.started_at end,
            remaining_tasks = case when c.open_deps = 0 then ss.initial_tasks else ss.remaining_tasks end
       from counts as c
-     where ss.run_id = c.run_id and ss.step_slug = c.step_slug
+     where ss.run_id = c.run_id and ss.run_id between v_lo and v_hi and ss.step_slug = c.step_slug
        and (ss.remaining_deps <> c.open_deps or c.open_deps = 0)
     returning ss.run_id, ss.step_slug, ss.status
   ), run_counts as (
     select i.run_id,
            (select count(*) from pgflow.step_states as ss
-             where ss.run_id = i.run_id and ss.step_slug <> i.step_slug
+             where ss.run_id = i.run_id and ss.run_id between v_lo and v_hi and ss.step_slug <> i.step_slug
                and ss.status not in ('completed', 'skipped')) as open_steps
       from items as i
   ), finished_runs as (
@@ -154,7 +168,8 @@ begin
              select jsonb_object_agg(l.step_slug, l.output)
                from (select ss.step_slug, ss.output
                        from pgflow.step_states as ss
-                      where ss.run_id = i.run_id and ss.status = 'completed' and ss.step_slug <> i.step_slug
+                      where ss.run_id = i.run_id and ss.run_id between v_lo and v_hi and ss.status = 'completed'
+                        and ss.step_slug <> i.step_slug
                      union all
                      select i.step_slug, i.output) as l
               where not exists (select 1 from pgflow.deps as d
@@ -162,7 +177,7 @@ begin
            ) end
       from run_counts as c
       join items as i on i.run_id = c.run_id
-     where r.run_id = c.run_id and (r.remaining_steps <> c.open_steps or c.open_steps = 0)
+     where r.run_id = c.run_id and r.run_id between v_lo and v_hi and (r.remaining_steps <> c.open_steps or c.open_steps = 0)
   )
   select (select array_agg(d.queue_name) from done as d), (select array_agg(d.message_id) from done as d),
          (select array_agg(d.run_id order by d.run_id, d.step_slug) from dependents as d where d.status = 'started'),
@@ -189,7 +204,8 @@ begin
                as supported
         from unnest(v_new_runs, v_new_steps) with ordinality as n(run_id, step_slug, k)
        cross join lateral (
-         select r.flow_slug, r.priority from pgflow.runs as r where r.run_id = n.run_id offset 0
+         select r.flow_slug, r.priority from pgflow.runs as r
+          where r.run_id = n.run_id and r.run_id between v_lo and v_hi offset 0
        ) as r
         join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = n.step_slug
         join pgflow.flows as f on f.flow_slug = r.flow_slug
@@ -253,7 +269,8 @@ begin
     select 'claimed'::text, c.message_id, c.flow_slug, c.run_id, c.step_slug, 0, 1,
            coalesce((select jsonb_object_agg(d.dep_slug, dst.output)
                        from pgflow.deps as d
-                       join pgflow.step_states as dst on dst.run_id = c.run_id and dst.step_slug = d.dep_slug
+                       join pgflow.step_states as dst
+                         on dst.run_id = c.run_id and dst.run_id between v_lo and v_hi and dst.step_slug = d.dep_slug
                       where d.flow_slug = c.flow_slug and d.step_slug = c.step_slug and dst.status = 'completed'),
                     '{}'::jsonb)
       from unnest(coalesce(v_claimed, '{}')) as c
