@@ -19,6 +19,8 @@ declare
   v_done pgflow.claim_record[];
   v_runs uuid[];
   v_fast_hop text;
+  v_lo uuid;
+  v_hi uuid;
 begin
   if coalesce(free_slots, 0) > 0 then
     perform set_config('pgflow.defer_notify', 'on', true);
@@ -48,10 +50,14 @@ begin
   end if;
   if coalesce(free_slots, 0) > 0 then
     perform set_config('pgflow.defer_notify', 'off', true);
+    -- the runs' tasks between their lowest and highest ids: on a partitioned history a generic plan
+    -- then sets up only the partitions that hold them (see pgflow.complete_hop)
+    select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
+      from unnest(v_runs) as r;
     perform pg_notify('pgmq.' || pgmq.format_table_name(n.queue_name, 'q') || '.INSERT', null)
        from (select distinct t.queue_name
                from unnest(v_runs) as k(run_id)
-               join pgflow.step_tasks as t on t.run_id = k.run_id
+               join pgflow.step_tasks as t on t.run_id = k.run_id and t.run_id between v_lo and v_hi
               where t.status = 'queued' and t.queued_at >= statement_timestamp()) as n;
   end if;
 end;
