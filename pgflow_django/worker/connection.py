@@ -234,11 +234,10 @@ class Engine:
             "step": step_slug,
             "gen_flows": list(generations or ()),
             "gens": list((generations or {}).values()),
-            "traced": traced,
         }
-        query = queries.CLAIM
+        query = queries.CLAIM_TRACED if traced else queries.CLAIM
         if shared_support is not None:
-            query = queries.CLAIM_SHARED
+            query = queries.CLAIM_SHARED_TRACED if traced else queries.CLAIM_SHARED
             params["flows"] = [flow for flow, _ in shared_support]
             params["steps"] = [step for _, step in shared_support]
         rows = self._fetch(query, params, table=queue_table)

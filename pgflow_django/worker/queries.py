@@ -95,37 +95,55 @@ The statement ends where the two claims differ: which function turns the read me
 """
 
 
+_CLAIM_UNTRACED: Final = """
+)
+select c.*, null::jsonb as trace_context
+  from claimed as c
+"""
+
 _CLAIM_TRACED: Final = """
 ), traced as materialized (
   select d.run_id, d.trace_context
     from pgflow.task_details(array(select c.run_id from claimed as c where c.outcome = 'claimed'),
                              array(select c.step_slug from claimed as c where c.outcome = 'claimed'),
                              true) as d
-   where %(traced)s::boolean
 )
 select c.*, (select d.trace_context from traced as d where d.run_id = c.run_id limit 1) as trace_context
   from claimed as c
 """
 
 
-def _claim(name: str, start_tasks: str) -> Query[ClaimRow]:
+def _claim(name: str, start_tasks: str, *, traced: bool) -> Query[ClaimRow]:
+    """The claim with ``start_tasks`` turning the read messages into tasks; ``traced`` adds each task's
+    run's trace context. Two statements rather than one with a switch: a session that prepares
+    nothing (a transaction pooler, the testing toolkit) plans the claim on every call, and the
+    untraced one is the cheaper to plan."""
     return Query(
         name,
         f"{_CLAIM_READ}{start_tasks} as t\n         on cardinality(ids.arr) > 0\n"
-        f"  left join msgs as read on read.msg_id = t.message_id{_CLAIM_TRACED}",
+        f"  left join msgs as read on read.msg_id = t.message_id"
+        f"{_CLAIM_TRACED if traced else _CLAIM_UNTRACED}",
         ClaimRow,
     )
 
 
-CLAIM: Final = _claim("claim", "pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s, %(step)s)")
+_START_TASKS: Final = "pgflow.start_tasks(%(queue)s, %(flow)s, ids.arr, %(worker)s, %(step)s)"
+_START_SHARED_TASKS: Final = (
+    "pgflow.start_shared_tasks(%(queue)s, ids.arr, %(worker)s, %(flows)s::text[], %(steps)s::text[])"
+)
+
+CLAIM: Final = _claim("claim", _START_TASKS, traced=False)
 """The claim on a flow's queue (or one step's private queue); ``{table}`` is the queue's PGMQ table."""
 
+CLAIM_TRACED: Final = _claim("claim_traced", _START_TASKS, traced=True)
+"""``CLAIM`` with each task's run's trace context (``pgflow.task_details``), for a worker recording
+spans."""
 
-CLAIM_SHARED: Final = _claim(
-    "claim_shared",
-    "pgflow.start_shared_tasks(%(queue)s, ids.arr, %(worker)s, %(flows)s::text[], %(steps)s::text[])",
-)
+CLAIM_SHARED: Final = _claim("claim_shared", _START_SHARED_TASKS, traced=False)
 """The claim on a declared shared queue: it carries the worker's exact support set."""
+
+CLAIM_SHARED_TRACED: Final = _claim("claim_shared_traced", _START_SHARED_TASKS, traced=True)
+"""``CLAIM_SHARED`` with each task's run's trace context."""
 
 
 CLAIM_VISIBILITY: Final = value_query(

@@ -163,7 +163,12 @@ def test_the_statement_core_knows_no_domain_type() -> None:
 
 
 def test_the_shared_claim_differs_from_the_plain_one_only_in_its_start_function() -> None:
-    plain, shared = str(worker_queries.CLAIM.text), str(worker_queries.CLAIM_SHARED.text)
-    assert "pgflow.start_tasks(" in plain and "pgflow.start_shared_tasks(" not in plain
-    assert "pgflow.start_shared_tasks(" in shared and "pgflow.start_tasks(" not in shared
-    assert plain.split("left join lateral")[0] == shared.split("left join lateral")[0]
+    pairs = [
+        (worker_queries.CLAIM, worker_queries.CLAIM_SHARED),
+        (worker_queries.CLAIM_TRACED, worker_queries.CLAIM_SHARED_TRACED),
+    ]
+    for plain_query, shared_query in pairs:
+        plain, shared = str(plain_query.text), str(shared_query.text)
+        assert "pgflow.start_tasks(" in plain and "pgflow.start_shared_tasks(" not in plain
+        assert "pgflow.start_shared_tasks(" in shared and "pgflow.start_tasks(" not in shared
+        assert plain.split("left join lateral")[0] == shared.split("left join lateral")[0]

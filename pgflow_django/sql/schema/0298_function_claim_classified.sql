@@ -22,9 +22,9 @@ declare
   v_lo uuid;
   v_hi uuid;
 begin
-  -- the batch's lowest and highest run ids bound every history read below, so that on a
-  -- partitioned history a generic plan sets up only the partitions that hold them (see
-  -- pgflow.complete_hop)
+  -- the batch's lowest and highest run ids bound the history probes below, so that on a
+  -- partitioned history a generic plan sets up only the partitions that hold them (probes by a
+  -- run id parameter only: see pgflow.complete_hop)
   select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
     from unnest(runs) as r
    where r is not null;
@@ -52,7 +52,7 @@ begin
        set status = 'started', attempts_count = t.attempts_count + 1, started_at = clock_timestamp(),
            last_worker_id = claim_classified.worker_id
       from lockable as l
-     where t.ctid = l.row_id and t.tableoid = l.part and t.status = 'queued' and t.run_id between v_lo and v_hi
+     where t.ctid = l.row_id and t.tableoid = l.part and t.status = 'queued'
     returning t.*
   )
   select array_agg(c) into v_claimed from claimed as c;
@@ -106,7 +106,7 @@ begin
                '{}'::jsonb)
            end
       from unnest(coalesce(v_claimed, '{}')) as c
-      join pgflow.runs as r on r.run_id = c.run_id and r.run_id between v_lo and v_hi
+      join pgflow.runs as r on r.run_id = c.run_id
       join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
     union all
     select case when e.outcome = 'claimed' then 'started' else e.outcome end,

@@ -62,10 +62,13 @@ begin
   if v_runs is null then
     return;
   end if;
-  -- the batch's lowest and highest run ids: bounds of every history read below, redundant with its
+  -- the batch's lowest and highest run ids bound the history probes below, redundant with their
   -- keys, so that on a partitioned history a generic plan prunes, when it starts, the partitions
   -- outside them (a key from an array prunes only as each row is read, after every partition's
-  -- scan has been set up: a quarter of a hop's time with 15 daily partitions)
+  -- scan has been set up: a quarter of a hop's time with 15 daily partitions). Only probes whose
+  -- run id is a parameter (a lateral probe, a correlated subquery) take them: an UPDATE joined to
+  -- the batch keeps its keys alone, because there the bounds could become the index condition that
+  -- drives it and read every run in the range
   v_lo := v_runs[1];
   v_hi := v_runs[cardinality(v_runs)];
 
@@ -126,13 +129,13 @@ begin
     update pgflow.step_tasks as t
        set status = 'completed', output = i.output, completed_at = clock_timestamp()
       from items as i
-     where t.run_id = i.run_id and t.run_id between v_lo and v_hi and t.step_slug = i.step_slug and t.task_index = i.task_index
+     where t.run_id = i.run_id and t.step_slug = i.step_slug and t.task_index = i.task_index
     returning t.queue_name, t.message_id
   ), completed_steps as (
     update pgflow.step_states as ss
        set remaining_tasks = 0, status = 'completed', completed_at = clock_timestamp(), output = i.output
       from items as i
-     where ss.run_id = i.run_id and ss.run_id between v_lo and v_hi and ss.step_slug = i.step_slug
+     where ss.run_id = i.run_id and ss.step_slug = i.step_slug
   ), counts as (
     select i.run_id, d.step_slug,
            (select count(*)
@@ -150,7 +153,7 @@ begin
            started_at = case when c.open_deps = 0 then clock_timestamp() else ss.started_at end,
            remaining_tasks = case when c.open_deps = 0 then ss.initial_tasks else ss.remaining_tasks end
       from counts as c
-     where ss.run_id = c.run_id and ss.run_id between v_lo and v_hi and ss.step_slug = c.step_slug
+     where ss.run_id = c.run_id and ss.step_slug = c.step_slug
        and (ss.remaining_deps <> c.open_deps or c.open_deps = 0)
     returning ss.run_id, ss.step_slug, ss.status
   ), run_counts as (
@@ -177,7 +180,7 @@ begin
            ) end
       from run_counts as c
       join items as i on i.run_id = c.run_id
-     where r.run_id = c.run_id and r.run_id between v_lo and v_hi and (r.remaining_steps <> c.open_steps or c.open_steps = 0)
+     where r.run_id = c.run_id and (r.remaining_steps <> c.open_steps or c.open_steps = 0)
   )
   select (select array_agg(d.queue_name) from done as d), (select array_agg(d.message_id) from done as d),
          (select array_agg(d.run_id order by d.run_id, d.step_slug) from dependents as d where d.status = 'started'),

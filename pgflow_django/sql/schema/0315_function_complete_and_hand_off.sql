@@ -57,8 +57,12 @@ begin
     perform pg_notify('pgmq.' || pgmq.format_table_name(n.queue_name, 'q') || '.INSERT', null)
        from (select distinct t.queue_name
                from unnest(v_runs) as k(run_id)
-               join pgflow.step_tasks as t on t.run_id = k.run_id and t.run_id between v_lo and v_hi
-              where t.status = 'queued' and t.queued_at >= statement_timestamp()) as n;
+              cross join lateral (
+                select t.queue_name from pgflow.step_tasks as t
+                 where t.run_id = k.run_id and t.run_id between v_lo and v_hi
+                   and t.status = 'queued' and t.queued_at >= statement_timestamp()
+                offset 0
+              ) as t) as n;
   end if;
 end;
 $$;

@@ -43,7 +43,16 @@ def history_reads(query: Query[Any], params: dict[str, Any] | list[Any], **ident
     ]
 
 
-@pytest.mark.parametrize("query", [worker_queries.CLAIM, worker_queries.CLAIM_SHARED], ids=lambda q: q.name)
+@pytest.mark.parametrize(
+    "query",
+    [
+        worker_queries.CLAIM,
+        worker_queries.CLAIM_TRACED,
+        worker_queries.CLAIM_SHARED,
+        worker_queries.CLAIM_SHARED_TRACED,
+    ],
+    ids=lambda q: q.name,
+)
 def test_the_claim_reads_no_history_table_itself(query: Query[Any]) -> None:
     flow = make_flow("plan_claim_hist", step("a"))
     params = {
