@@ -376,6 +376,8 @@ def scans(
         condition = str(plan.get("Index Cond", plan.get("Recheck Cond", "")))
         if node == "Bitmap Heap Scan" and rescanned and "= ANY (" in condition:
             node = "Array rescanned per outer row"
+        elif node == "Bitmap Heap Scan" and not binds_a_key(table_of(plan["Relation Name"]), condition):
+            node = "Index Scan not by its row's key"
         elif node in {"Index Scan", "Index Only Scan"}:
             first = leading.get(str(plan.get("Index Name", "")))
             if limited and str(plan.get("Index Name", "")).endswith("_priority_idx"):
@@ -399,11 +401,12 @@ def scans(
 
 
 def binds_a_key(table: str, condition: str) -> bool:
-    """Whether an index condition names a column that identifies the history table's rows (a run, a
-    message): any other condition (a queue, a status) selects a share of the history that grows."""
+    """Whether an index condition binds a column that identifies the history table's rows (a run, a
+    message) by equality: any other condition (a queue, a status, a range of run ids) selects a share
+    of the history that grows."""
     if table == "runs" and "status = 'started'" in condition:
         return True  # the runs in flight (with the index's first column, checked before)
-    return not KEYS.get(table) or any(re.search(rf"\b{key}\b", condition) for key in KEYS[table])
+    return not KEYS.get(table) or any(re.search(rf"\b{key} = ", condition) for key in KEYS[table])
 
 
 def table_of(relation: str) -> str:
@@ -614,3 +617,31 @@ def test_the_check_sees_a_node_the_settings_disable() -> None:
     pg18 = {"Node Type": "Seq Scan", "Relation Name": "flows", "Total Cost": 16.6, "Disabled": True}
     assert disabled_nodes([{**pg18, "Query Text": "q"}]) == {("Seq Scan flows", "q")}
     assert disabled_nodes([{**scan, "Total Cost": 16.6, "Query Text": "q"}]) == set()
+
+
+def test_the_check_sees_a_range_of_run_ids_driving_a_scan() -> None:
+    """A batch's lowest and highest run ids bound its probes for partition pruning; as the only
+    condition of a scan (an UPDATE joined to the batch, planned on small tables) they read every run
+    in the range, matched against the batch row by row."""
+    ranged = {
+        "Node Type": "Bitmap Heap Scan",
+        "Relation Name": "step_tasks",
+        "Recheck Cond": "((run_id >= $20) AND (run_id <= $21))",
+        "Query Text": "q",
+    }
+    ranged_index = {
+        "Node Type": "Index Scan",
+        "Relation Name": "runs",
+        "Index Name": "runs_pkey",
+        "Index Cond": "((run_id >= $20) AND (run_id <= $21))",
+        "Query Text": "q",
+    }
+    probe = {**ranged_index, "Index Cond": "((run_id >= $20) AND (run_id <= $21) AND (run_id = i.run_id))"}
+    leading = {"runs_pkey": "run_id"}
+    assert growing_table_scans([ranged, ranged_index, probe], leading) == (
+        {
+            ("Index Scan not by its row's key", "step_tasks", "q"),
+            ("Index Scan not by its row's key", "runs", "q"),
+        },
+        {"runs"},
+    )
