@@ -157,7 +157,9 @@ begin
        and (ss.remaining_deps <> c.open_deps or c.open_deps = 0)
     returning ss.run_id, ss.step_slug, ss.status
   ), run_counts as (
-    select i.run_id,
+    -- each item with its run's open steps, so that the run's update reads one row per item (joined
+    -- to the items again, the batch was matched against itself: 10,000 comparisons for 100 items)
+    select i.run_id, i.step_slug, i.output, i.flow_slug,
            (select count(*) from pgflow.step_states as ss
              where ss.run_id = i.run_id and ss.run_id between v_lo and v_hi and ss.step_slug <> i.step_slug
                and ss.status not in ('completed', 'skipped')) as open_steps
@@ -171,15 +173,14 @@ begin
              select jsonb_object_agg(l.step_slug, l.output)
                from (select ss.step_slug, ss.output
                        from pgflow.step_states as ss
-                      where ss.run_id = i.run_id and ss.run_id between v_lo and v_hi and ss.status = 'completed'
-                        and ss.step_slug <> i.step_slug
+                      where ss.run_id = c.run_id and ss.run_id between v_lo and v_hi and ss.status = 'completed'
+                        and ss.step_slug <> c.step_slug
                      union all
-                     select i.step_slug, i.output) as l
+                     select c.step_slug, c.output) as l
               where not exists (select 1 from pgflow.deps as d
-                                 where d.flow_slug = i.flow_slug and d.dep_slug = l.step_slug)
+                                 where d.flow_slug = c.flow_slug and d.dep_slug = l.step_slug)
            ) end
       from run_counts as c
-      join items as i on i.run_id = c.run_id
      where r.run_id = c.run_id and (r.remaining_steps <> c.open_steps or c.open_steps = 0)
   )
   select (select array_agg(d.queue_name) from done as d), (select array_agg(d.message_id) from done as d),
