@@ -103,21 +103,26 @@ select c.*, null::jsonb as trace_context
 
 _CLAIM_TRACED: Final = """
 ), traced as materialized (
-  select d.run_id, d.trace_context
+  select distinct on (d.run_id) d.run_id, d.trace_context
     from pgflow.task_details(array(select c.run_id from claimed as c where c.outcome = 'claimed'),
                              array(select c.step_slug from claimed as c where c.outcome = 'claimed'),
                              true) as d
+   where exists (select 1 from claimed as c where c.outcome = 'claimed')
+   order by d.run_id
 )
-select c.*, (select d.trace_context from traced as d where d.run_id = c.run_id limit 1) as trace_context
+select c.*, d.trace_context
   from claimed as c
+  left join traced as d on c.outcome = 'claimed' and d.run_id = c.run_id
+ order by c.message_id
 """
 
 
 def _claim(name: str, start_tasks: str, *, traced: bool) -> Query[ClaimRow]:
-    """The claim with ``start_tasks`` turning the read messages into tasks; ``traced`` adds each task's
-    run's trace context. Two statements rather than one with a switch: a session that prepares
-    nothing (a transaction pooler, the testing toolkit) plans the claim on every call, and the
-    untraced one is the cheaper to plan."""
+    """The claim with ``start_tasks`` turning the read messages into tasks (one row per message, in
+    message id order); ``traced`` adds each task's run's trace context, read only when a task was
+    claimed. Two statements rather than one with a switch: a session that prepares nothing (a
+    transaction pooler, the testing toolkit) plans the claim on every call, and the untraced one is
+    the cheaper to plan."""
     return Query(
         name,
         f"{_CLAIM_READ}{start_tasks} as t\n         on cardinality(ids.arr) > 0\n"

@@ -36,7 +36,8 @@ declare
   v_hi uuid;
 begin
   select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(run_ids) as r;
+    from unnest(run_ids) as r
+   where r is not null;
   with started as (
     update pgflow.step_states as ss
        set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
@@ -237,7 +238,7 @@ declare
 begin
   -- the batch's lowest and highest run ids bound the history probes below, so that on a
   -- partitioned history a generic plan sets up only the partitions that hold them (probes by a
-  -- run id parameter only: see pgflow.complete_hop)
+  -- run id parameter, never a scan joined to the batch: see pgflow.complete_hop)
   select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
     from unnest(runs) as r
    where r is not null;
@@ -319,7 +320,10 @@ begin
                '{}'::jsonb)
            end
       from unnest(coalesce(v_claimed, '{}')) as c
-      join pgflow.runs as r on r.run_id = c.run_id
+     cross join lateral (
+       select r.input from pgflow.runs as r
+        where r.run_id = c.run_id and r.run_id between v_lo and v_hi offset 0
+     ) as r
       join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
     union all
     select case when e.outcome = 'claimed' then 'started' else e.outcome end,
@@ -398,10 +402,10 @@ begin
   -- the batch's lowest and highest run ids bound the history probes below, redundant with their
   -- keys, so that on a partitioned history a generic plan prunes, when it starts, the partitions
   -- outside them (a key from an array prunes only as each row is read, after every partition's
-  -- scan has been set up: a quarter of a hop's time with 15 daily partitions). Only probes whose
-  -- run id is a parameter (a lateral probe, a correlated subquery) take them: an UPDATE joined to
-  -- the batch keeps its keys alone, because there the bounds could become the index condition that
-  -- drives it and read every run in the range
+  -- scan has been set up: a quarter of a hop's time with 15 daily partitions). Only reads whose
+  -- run id is a parameter (a lateral probe, a correlated subquery) or an array (= any) take them:
+  -- an UPDATE joined to the batch keeps its keys alone, because there the bounds could become the
+  -- index condition that drives it and read every run in the range
   v_lo := v_runs[1];
   v_hi := v_runs[cardinality(v_runs)];
 
@@ -670,7 +674,8 @@ begin
     -- the runs' tasks between their lowest and highest ids: on a partitioned history a generic plan
     -- then sets up only the partitions that hold them (see pgflow.complete_hop)
     select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-      from unnest(v_runs) as r;
+      from unnest(v_runs) as r
+     where r is not null;
     perform pg_notify('pgmq.' || pgmq.format_table_name(n.queue_name, 'q') || '.INSERT', null)
        from (select distinct t.queue_name
                from unnest(v_runs) as k(run_id)
@@ -703,7 +708,8 @@ declare
   v_hi uuid;
 begin
   select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(task_details.run_ids) as r;
+    from unnest(task_details.run_ids) as r
+   where r is not null;
   return query
     select k.run_id, k.step_slug, coalesce(r.priority, s.opt_priority, f.opt_priority, 0),
            case when task_details.traced then r.trace_context end
@@ -730,24 +736,33 @@ returns table (flow_slug text, run_id uuid, step_slug text, task_index integer, 
                step_failed boolean, run_completed boolean, run_failed boolean, error_message text)
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
+declare
+  v_lo uuid;
+  v_hi uuid;
 begin
+  -- the tasks' lowest and highest run ids bound each probe (see pgflow.complete_hop)
+  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
+    from unnest(task_transitions.run_ids) as r
+   where r is not null;
   return query
     select t.flow_slug, t.run_id, t.step_slug, t.task_index,
            coalesce(ss.status = 'completed' and t.status = 'completed' and not exists (
              select 1 from pgflow.step_tasks as o
-              where o.run_id = t.run_id and o.step_slug = t.step_slug and o.completed_at > t.completed_at
+              where o.run_id = t.run_id and o.run_id between v_lo and v_hi and o.step_slug = t.step_slug
+                and o.completed_at > t.completed_at
            ), false),
            coalesce(ss.status = 'failed' and t.status = 'failed' and not exists (
              select 1 from pgflow.step_tasks as o
-              where o.run_id = t.run_id and o.step_slug = t.step_slug and o.failed_at < t.failed_at
+              where o.run_id = t.run_id and o.run_id between v_lo and v_hi and o.step_slug = t.step_slug
+                and o.failed_at < t.failed_at
            ), false),
            coalesce(r.status = 'completed' and t.status = 'completed' and not exists (
              select 1 from pgflow.step_tasks as o
-              where o.run_id = t.run_id and o.completed_at > t.completed_at
+              where o.run_id = t.run_id and o.run_id between v_lo and v_hi and o.completed_at > t.completed_at
            ), false),
            coalesce(r.status = 'failed' and t.status = 'failed' and not exists (
              select 1 from pgflow.step_tasks as o
-              where o.run_id = t.run_id and o.failed_at < t.failed_at
+              where o.run_id = t.run_id and o.run_id between v_lo and v_hi and o.failed_at < t.failed_at
            ), false),
            t.error_message
       from unnest(task_transitions.run_ids, task_transitions.step_slugs, task_transitions.task_indexes)
@@ -756,14 +771,17 @@ begin
        select t.flow_slug, t.run_id, t.step_slug, t.task_index, t.status, t.completed_at, t.failed_at,
               t.error_message
          from pgflow.step_tasks as t
-        where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index offset 0
+        where t.run_id = k.run_id and t.run_id between v_lo and v_hi and t.step_slug = k.step_slug
+          and t.task_index = k.task_index
+       offset 0
      ) as t
      cross join lateral (
        select ss.status from pgflow.step_states as ss
-        where ss.run_id = k.run_id and ss.step_slug = k.step_slug offset 0
+        where ss.run_id = k.run_id and ss.run_id between v_lo and v_hi and ss.step_slug = k.step_slug offset 0
      ) as ss
      cross join lateral (
-       select r.status from pgflow.runs as r where r.run_id = k.run_id offset 0
+       select r.status from pgflow.runs as r
+        where r.run_id = k.run_id and r.run_id between v_lo and v_hi offset 0
      ) as r;
 end;
 $$;

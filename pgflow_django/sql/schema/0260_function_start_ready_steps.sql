@@ -19,7 +19,8 @@ declare
   v_hi uuid;
 begin
   select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(run_ids) as r;
+    from unnest(run_ids) as r
+   where r is not null;
   with started as (
     update pgflow.step_states as ss
        set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks

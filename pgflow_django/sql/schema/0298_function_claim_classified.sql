@@ -24,7 +24,7 @@ declare
 begin
   -- the batch's lowest and highest run ids bound the history probes below, so that on a
   -- partitioned history a generic plan sets up only the partitions that hold them (probes by a
-  -- run id parameter only: see pgflow.complete_hop)
+  -- run id parameter, never a scan joined to the batch: see pgflow.complete_hop)
   select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
     from unnest(runs) as r
    where r is not null;
@@ -106,7 +106,10 @@ begin
                '{}'::jsonb)
            end
       from unnest(coalesce(v_claimed, '{}')) as c
-      join pgflow.runs as r on r.run_id = c.run_id
+     cross join lateral (
+       select r.input from pgflow.runs as r
+        where r.run_id = c.run_id and r.run_id between v_lo and v_hi offset 0
+     ) as r
       join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
     union all
     select case when e.outcome = 'claimed' then 'started' else e.outcome end,

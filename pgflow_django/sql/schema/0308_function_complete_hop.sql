@@ -65,10 +65,10 @@ begin
   -- the batch's lowest and highest run ids bound the history probes below, redundant with their
   -- keys, so that on a partitioned history a generic plan prunes, when it starts, the partitions
   -- outside them (a key from an array prunes only as each row is read, after every partition's
-  -- scan has been set up: a quarter of a hop's time with 15 daily partitions). Only probes whose
-  -- run id is a parameter (a lateral probe, a correlated subquery) take them: an UPDATE joined to
-  -- the batch keeps its keys alone, because there the bounds could become the index condition that
-  -- drives it and read every run in the range
+  -- scan has been set up: a quarter of a hop's time with 15 daily partitions). Only reads whose
+  -- run id is a parameter (a lateral probe, a correlated subquery) or an array (= any) take them:
+  -- an UPDATE joined to the batch keeps its keys alone, because there the bounds could become the
+  -- index condition that drives it and read every run in the range
   v_lo := v_runs[1];
   v_hi := v_runs[cardinality(v_runs)];
 

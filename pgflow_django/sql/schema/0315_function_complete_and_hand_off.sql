@@ -53,7 +53,8 @@ begin
     -- the runs' tasks between their lowest and highest ids: on a partitioned history a generic plan
     -- then sets up only the partitions that hold them (see pgflow.complete_hop)
     select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-      from unnest(v_runs) as r;
+      from unnest(v_runs) as r
+     where r is not null;
     perform pg_notify('pgmq.' || pgmq.format_table_name(n.queue_name, 'q') || '.INSERT', null)
        from (select distinct t.queue_name
                from unnest(v_runs) as k(run_id)

@@ -10,24 +10,33 @@ returns table (flow_slug text, run_id uuid, step_slug text, task_index integer, 
                step_failed boolean, run_completed boolean, run_failed boolean, error_message text)
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
+declare
+  v_lo uuid;
+  v_hi uuid;
 begin
+  -- the tasks' lowest and highest run ids bound each probe (see pgflow.complete_hop)
+  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
+    from unnest(task_transitions.run_ids) as r
+   where r is not null;
   return query
     select t.flow_slug, t.run_id, t.step_slug, t.task_index,
            coalesce(ss.status = 'completed' and t.status = 'completed' and not exists (
              select 1 from pgflow.step_tasks as o
-              where o.run_id = t.run_id and o.step_slug = t.step_slug and o.completed_at > t.completed_at
+              where o.run_id = t.run_id and o.run_id between v_lo and v_hi and o.step_slug = t.step_slug
+                and o.completed_at > t.completed_at
            ), false),
            coalesce(ss.status = 'failed' and t.status = 'failed' and not exists (
              select 1 from pgflow.step_tasks as o
-              where o.run_id = t.run_id and o.step_slug = t.step_slug and o.failed_at < t.failed_at
+              where o.run_id = t.run_id and o.run_id between v_lo and v_hi and o.step_slug = t.step_slug
+                and o.failed_at < t.failed_at
            ), false),
            coalesce(r.status = 'completed' and t.status = 'completed' and not exists (
              select 1 from pgflow.step_tasks as o
-              where o.run_id = t.run_id and o.completed_at > t.completed_at
+              where o.run_id = t.run_id and o.run_id between v_lo and v_hi and o.completed_at > t.completed_at
            ), false),
            coalesce(r.status = 'failed' and t.status = 'failed' and not exists (
              select 1 from pgflow.step_tasks as o
-              where o.run_id = t.run_id and o.failed_at < t.failed_at
+              where o.run_id = t.run_id and o.run_id between v_lo and v_hi and o.failed_at < t.failed_at
            ), false),
            t.error_message
       from unnest(task_transitions.run_ids, task_transitions.step_slugs, task_transitions.task_indexes)
@@ -36,14 +45,17 @@ begin
        select t.flow_slug, t.run_id, t.step_slug, t.task_index, t.status, t.completed_at, t.failed_at,
               t.error_message
          from pgflow.step_tasks as t
-        where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index offset 0
+        where t.run_id = k.run_id and t.run_id between v_lo and v_hi and t.step_slug = k.step_slug
+          and t.task_index = k.task_index
+       offset 0
      ) as t
      cross join lateral (
        select ss.status from pgflow.step_states as ss
-        where ss.run_id = k.run_id and ss.step_slug = k.step_slug offset 0
+        where ss.run_id = k.run_id and ss.run_id between v_lo and v_hi and ss.step_slug = k.step_slug offset 0
      ) as ss
      cross join lateral (
-       select r.status from pgflow.runs as r where r.run_id = k.run_id offset 0
+       select r.status from pgflow.runs as r
+        where r.run_id = k.run_id and r.run_id between v_lo and v_hi offset 0
      ) as r;
 end;
 $$;
