@@ -29,6 +29,24 @@ def test_given_run_ids_are_used_in_order() -> None:
     assert {r["run_id"]: r["input"]["i"] for r in returned} == {ids[0]: 0, ids[1]: 1}
 
 
+def test_runs_come_back_in_input_order_whatever_order_their_ids_sort_in() -> None:
+    """The n-th row is the n-th input's run. Ids made in one millisecond differ in random bits, so
+    they sort in no particular order, and given ids may be in any; a start that returned them by id
+    (PostgreSQL 16 and later may sort an aggregate's input for a neighbouring ordered aggregate)
+    paired callers' inputs with the wrong runs."""
+    make_flow("f", step("a"))
+    inputs = [{"i": i} for i in range(40)]
+    made = q("select run_id, input from pgflow.start_flows('f', %s::jsonb)", [jb(inputs)])
+    assert [row["input"]["i"] for row in made] == list(range(40))
+    given = sorted((uuid.uuid4() for _ in range(40)), reverse=True)
+    returned = q(
+        "select run_id, input from pgflow.start_flows('f', %s::jsonb, %s::uuid[])", [jb(inputs), given]
+    )
+    assert [(row["run_id"], row["input"]["i"]) for row in returned] == list(
+        zip(given, range(40), strict=True)
+    )
+
+
 def test_root_map_runs_get_their_own_sizes() -> None:
     make_flow("f", step("m", step_type="map"))
     returned = q("select * from pgflow.start_flows('f', %s::jsonb)", [jb([[1], [1, 2, 3], []])])
