@@ -10,10 +10,27 @@
 -- * pgflow.complete_hop, pgflow.complete_and_hand_off, pgflow.claim_classified, pgflow.start_flows
 --   and pgflow.start_ready_steps bound each history read by the batch's lowest and highest run ids,
 --   redundant with its keys, so that a generic plan prunes the other partitions when it starts
---   instead of setting up a scan of every partition for each read.
+--   instead of setting up a scan of every partition for each read. The bounds come from
+--   pgflow.run_id_bounds, an inlined SQL function.
 -- * pgflow.complete_hop updates the runs from one row per item, no longer from the items joined to
 --   themselves (a batch of 100 was matched 10,000 times).
 
+-- 0019_function_run_id_bounds.sql
+-- The lowest and highest of some run ids (NULLs left out; both NULL when none is left). The hot
+-- path bounds its probes of the history by them, redundant with each probe's own key, so that on a
+-- partitioned history (range-partitioned by run_id) a generic plan prunes, when it starts, the
+-- partitions outside them (see pgflow.complete_hop). PostgreSQL 15 has no min() or max() of uuid.
+-- No pinned search_path, so that it is inlined into the caller's statement: every name it looks up
+-- is pg_catalog's, and the ordering is the uuid type's own.
+create or replace function pgflow.run_id_bounds(run_ids uuid[])
+returns table (lo uuid, hi uuid)
+language sql
+immutable parallel safe
+as $$
+  select (pg_catalog.array_agg(r order by r))[1], (pg_catalog.array_agg(r order by r desc))[1]
+    from pg_catalog.unnest(run_ids) as r
+   where r is not null
+$$;
 -- 0260_function_start_ready_steps.sql
 -- Starts every ready step (created, no open dependencies, at least one task) of the given started
 -- runs: creates its tasks and sends their messages to the step's persisted queue, one send per
@@ -35,9 +52,7 @@ declare
   v_lo uuid;
   v_hi uuid;
 begin
-  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(run_ids) as r
-   where r is not null;
+  select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(run_ids) as b;
   with started as (
     update pgflow.step_states as ss
        set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks
@@ -180,8 +195,7 @@ begin
   select array_agg(nr.run_id) into v_ids from new_runs as nr;
   -- the bounds by a statement of their own: an ordered aggregate beside the one above lets
   -- PostgreSQL 16 and later sort the input for it, and v_ids would lose the inputs' order
-  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(v_ids) as r;
+  select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(v_ids) as b;
 
   -- a new run's only moves are its root steps': when none of them has a condition and no root map
   -- gets an empty array, starting them is all pgflow.cascade would do (every count is already
@@ -240,9 +254,7 @@ begin
   -- the batch's lowest and highest run ids bound the history probes below, so that on a
   -- partitioned history a generic plan sets up only the partitions that hold them (probes by a
   -- run id parameter, never a scan joined to the batch: see pgflow.complete_hop)
-  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(runs) as r
-   where r is not null;
+  select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(runs) as b;
   outcomes := pgflow.limit_claim(claim_classified.queue_name, ids, runs, steps, indexes, outcomes);
   -- the callers checked each task's run and step; a run that fails or a step that is skipped
   -- meanwhile terminalizes its queued tasks, which the status recheck on the locked row sees; a
@@ -674,9 +686,7 @@ begin
     perform set_config('pgflow.defer_notify', 'off', true);
     -- the runs' tasks between their lowest and highest ids: on a partitioned history a generic plan
     -- then sets up only the partitions that hold them (see pgflow.complete_hop)
-    select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-      from unnest(v_runs) as r
-     where r is not null;
+    select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(v_runs) as b;
     perform pg_notify('pgmq.' || pgmq.format_table_name(n.queue_name, 'q') || '.INSERT', null)
        from (select distinct t.queue_name
                from unnest(v_runs) as k(run_id)
@@ -708,9 +718,7 @@ declare
   v_lo uuid;
   v_hi uuid;
 begin
-  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(task_details.run_ids) as r
-   where r is not null;
+  select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(task_details.run_ids) as b;
   return query
     select k.run_id, k.step_slug, coalesce(r.priority, s.opt_priority, f.opt_priority, 0),
            case when task_details.traced then r.trace_context end
@@ -742,9 +750,7 @@ declare
   v_hi uuid;
 begin
   -- the tasks' lowest and highest run ids bound each probe (see pgflow.complete_hop)
-  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(task_transitions.run_ids) as r
-   where r is not null;
+  select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(task_transitions.run_ids) as b;
   return query
     select t.flow_slug, t.run_id, t.step_slug, t.task_index,
            coalesce(ss.status = 'completed' and t.status = 'completed' and not exists (

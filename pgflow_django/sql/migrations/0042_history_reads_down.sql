@@ -4,6 +4,7 @@
 
 drop function pgflow.task_transitions(uuid[], text[], integer[]);
 drop function pgflow.task_details(uuid[], text[], boolean);
+drop function pgflow.run_id_bounds(uuid[]);
 -- 0260_function_start_ready_steps.sql
 -- Starts every ready step (created, no open dependencies, at least one task) of the given started
 -- runs: creates its tasks and sends their messages to the step's persisted queue, one send per

@@ -18,9 +18,7 @@ declare
   v_lo uuid;
   v_hi uuid;
 begin
-  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(run_ids) as r
-   where r is not null;
+  select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(run_ids) as b;
   with started as (
     update pgflow.step_states as ss
        set status = 'started', started_at = clock_timestamp(), remaining_tasks = ss.initial_tasks

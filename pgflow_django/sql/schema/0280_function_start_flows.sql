@@ -78,8 +78,7 @@ begin
   select array_agg(nr.run_id) into v_ids from new_runs as nr;
   -- the bounds by a statement of their own: an ordered aggregate beside the one above lets
   -- PostgreSQL 16 and later sort the input for it, and v_ids would lose the inputs' order
-  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(v_ids) as r;
+  select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(v_ids) as b;
 
   -- a new run's only moves are its root steps': when none of them has a condition and no root map
   -- gets an empty array, starting them is all pgflow.cascade would do (every count is already

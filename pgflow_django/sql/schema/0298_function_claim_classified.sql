@@ -25,9 +25,7 @@ begin
   -- the batch's lowest and highest run ids bound the history probes below, so that on a
   -- partitioned history a generic plan sets up only the partitions that hold them (probes by a
   -- run id parameter, never a scan joined to the batch: see pgflow.complete_hop)
-  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(runs) as r
-   where r is not null;
+  select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(runs) as b;
   outcomes := pgflow.limit_claim(claim_classified.queue_name, ids, runs, steps, indexes, outcomes);
   -- the callers checked each task's run and step; a run that fails or a step that is skipped
   -- meanwhile terminalizes its queued tasks, which the status recheck on the locked row sees; a

@@ -52,9 +52,7 @@ begin
     perform set_config('pgflow.defer_notify', 'off', true);
     -- the runs' tasks between their lowest and highest ids: on a partitioned history a generic plan
     -- then sets up only the partitions that hold them (see pgflow.complete_hop)
-    select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-      from unnest(v_runs) as r
-     where r is not null;
+    select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(v_runs) as b;
     perform pg_notify('pgmq.' || pgmq.format_table_name(n.queue_name, 'q') || '.INSERT', null)
        from (select distinct t.queue_name
                from unnest(v_runs) as k(run_id)

@@ -16,9 +16,7 @@ declare
   v_lo uuid;
   v_hi uuid;
 begin
-  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(task_details.run_ids) as r
-   where r is not null;
+  select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(task_details.run_ids) as b;
   return query
     select k.run_id, k.step_slug, coalesce(r.priority, s.opt_priority, f.opt_priority, 0),
            case when task_details.traced then r.trace_context end

@@ -15,9 +15,7 @@ declare
   v_hi uuid;
 begin
   -- the tasks' lowest and highest run ids bound each probe (see pgflow.complete_hop)
-  select (array_agg(r order by r))[1], (array_agg(r order by r desc))[1] into v_lo, v_hi
-    from unnest(task_transitions.run_ids) as r
-   where r is not null;
+  select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(task_transitions.run_ids) as b;
   return query
     select t.flow_slug, t.run_id, t.step_slug, t.task_index,
            coalesce(ss.status = 'completed' and t.status = 'completed' and not exists (

@@ -1,10 +1,11 @@
 """Rules every schema file and every function of schema ``pgflow`` keeps, checked on the migrated catalog.
 
 * Each function pins its ``search_path`` to ``pg_catalog, pgflow, pgmq``: what a name in its body
-  means never depends on the caller's path. The two exceptions, ``is_valid_queue_name`` (a CHECK
-  constraint's validator) and ``message_priority`` (the queues' priority index), unpinned so that
-  they are inlined, name everything with ``pg_catalog``: each is checked to be inlined and to judge
-  the same under a path that redefines its operators.
+  means never depends on the caller's path. The three exceptions, ``is_valid_queue_name`` (a CHECK
+  constraint's validator), ``message_priority`` (the queues' priority index) and ``run_id_bounds``
+  (the hot path's partition bounds), unpinned so that they are inlined, name everything with
+  ``pg_catalog``: each is checked to be inlined, and the first two to judge the same under a path
+  that redefines their operators (``run_id_bounds`` uses no operator, only the uuid type's order).
 * The functions of the claim/complete/start path plan once per session and by key
   (``plan_cache_mode = force_generic_plan``, no sequential scans, merge or hash joins, no JIT;
   ``tests/sql/plans`` shows those plans are index probes), and no other function does. One file,
@@ -18,12 +19,15 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 
 from pgflow_django.sql import SCHEMA_DIR, schema_files
 from tests.sql.support import q
 
 PINNED = "search_path=pg_catalog, pgflow, pgmq"
-INLINED = frozenset({"pgflow.is_valid_queue_name(text)", "pgflow.message_priority(jsonb)"})
+INLINED = frozenset(
+    {"pgflow.is_valid_queue_name(text)", "pgflow.message_priority(jsonb)", "pgflow.run_id_bounds(uuid[])"}
+)
 HOT_PLANS = [
     "plan_cache_mode=force_generic_plan",
     "enable_seqscan=off",
@@ -194,3 +198,25 @@ def test_the_message_priority_ignores_a_hostile_path() -> None:
     judged = q(PRIORITIES)
     q("set local search_path = pg_catalog, public")
     assert [row["priority"] for row in judged] == [7, 100, 0, 0, -3, 0]
+
+
+BOUNDS = (
+    "select b.lo, b.hi from pgflow.run_id_bounds(array["
+    "'00000000-0000-7000-8000-000000000002', null, '00000000-0000-7000-8000-000000000001',"
+    " 'ffffffff-0000-4000-8000-000000000000']::uuid[]) as b"
+)
+
+
+def test_the_run_id_bounds_are_inlined_and_leave_nulls_out() -> None:
+    [plan] = q(f"explain (verbose, format json) {BOUNDS}")[0]["QUERY PLAN"]
+    assert "run_id_bounds" not in json.dumps(plan)
+    assert q(BOUNDS) == [
+        {
+            "lo": uuid.UUID("00000000-0000-7000-8000-000000000001"),
+            "hi": uuid.UUID("ffffffff-0000-4000-8000-000000000000"),
+        }
+    ]
+    assert q("select b.lo, b.hi from pgflow.run_id_bounds(array[null]::uuid[]) as b") == [
+        {"lo": None, "hi": None}
+    ]
+    assert q("select b.lo, b.hi from pgflow.run_id_bounds('{}'::uuid[]) as b") == [{"lo": None, "hi": None}]
