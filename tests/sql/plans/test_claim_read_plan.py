@@ -7,13 +7,12 @@ entries that does not grow with the backlog."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from django.db import connection
 
 from pgflow_django.worker import queries as worker_queries
+from tests.sql.plans.support import nodes
 from tests.sql.support import make_flow, new_worker, q, qtable, step
 
 pytestmark = pytest.mark.django_db
@@ -21,12 +20,6 @@ pytestmark = pytest.mark.django_db
 PRIORITIES = (-50, 0, 10, 50)
 PER_PRIORITY = 2500
 QTY = 10
-
-
-def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from nodes(child)
 
 
 def test_the_read_is_an_index_walk_that_stops_after_the_batch() -> None:
@@ -58,7 +51,6 @@ def test_the_read_is_an_index_walk_that_stops_after_the_batch() -> None:
         "step": None,
         "gen_flows": [],
         "gens": [],
-        "traced": False,
     }
     with connection.cursor() as cursor:
         statement = worker_queries.CLAIM.statement(table=table)

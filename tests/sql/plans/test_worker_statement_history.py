@@ -9,7 +9,6 @@ took about 50 ms instead of 3)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,17 +16,12 @@ from django.db import connection
 
 from pgflow_django.db.query import Query
 from pgflow_django.worker import queries as worker_queries
+from tests.sql.plans.support import nodes
 from tests.sql.support import make_flow, new_worker, qtable, step
 
 pytestmark = pytest.mark.django_db
 
 HISTORY = ("runs", "step_states", "step_tasks")
-
-
-def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from nodes(child)
 
 
 def history_reads(query: Query[Any], params: dict[str, Any] | list[Any], **identifiers: str) -> list[str]:
@@ -66,7 +60,6 @@ def test_the_claim_reads_no_history_table_itself(query: Query[Any]) -> None:
         "steps": ["a"],
         "gen_flows": [],
         "gens": [],
-        "traced": True,
     }
     assert history_reads(query, params, table=qtable(flow)) == []
 

@@ -39,7 +39,6 @@ def claim(flow: str, worker: uuid.UUID, qty: int = 1) -> list[worker_queries.Cla
                 "step": None,
                 "gen_flows": [],
                 "gens": [],
-                "traced": False,
             },
             table=qtable(flow),
         )
@@ -115,7 +114,6 @@ def test_foreign_headers_do_not_break_the_read() -> None:
                 "step": None,
                 "gen_flows": [],
                 "gens": [],
-                "traced": False,
             },
             table=qtable(flow),
         )
