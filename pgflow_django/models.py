@@ -86,6 +86,17 @@ class StepType(models.TextChoices):
     MAP = "map"
 
 
+class StepKind(models.TextChoices):
+    HANDLER = "handler", "runs a handler"
+    EVENT = "event", "waits for an event"
+    SLEEP = "sleep", "sleeps until a time"
+
+
+class WaitKind(models.TextChoices):
+    EVENT = "event"
+    SLEEP = "sleep"
+
+
 class QueueMode(models.TextChoices):
     FLOW = "flow", "one queue for the flow"
     STEP = "step", "a private queue per step"
@@ -197,6 +208,15 @@ class Step(ReadOnlyModel):
     queue_name = models.TextField()
     opt_priority = models.SmallIntegerField(null=True)
     """The claim priority of this step's tasks in a run started without one (None: the flow's)."""
+    step_kind = models.TextField(choices=StepKind.choices, default=StepKind.HANDLER)
+    """What completes the step's task: a worker's handler, an event, or a time (docs/durable.md)."""
+    wait_event = models.TextField(null=True)
+    wait_key = models.TextField(null=True)
+    """An event step's key: a JSON path into the run's input whose value the event is sent with."""
+    wait_seconds = models.IntegerField(null=True)
+    """An event step's timeout; a sleep step's fixed duration."""
+    sleep_until = models.TextField(null=True)
+    """A sleep step's time: a JSON path into its input naming an ISO-8601 timestamp."""
 
     class Meta:
         managed = False
@@ -422,6 +442,82 @@ class StepTask(ReadOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.run_id}.{self.step_slug}[{self.task_index}]"
+
+
+class StepWait(ReadOnlyModel):
+    """``pgflow.step_waits``: an event or sleep task that waits now (the row goes when the wait ends)."""
+
+    pk = models.CompositePrimaryKey("run_id", "step_slug", "task_index")
+    run = _run_fk("step_waits")
+    step_slug = models.TextField()
+    task_index = models.IntegerField(default=0)
+    flow = _flow_fk("step_waits")
+    attempt = models.IntegerField()
+    kind = models.TextField(choices=WaitKind.choices)
+    event_name = models.TextField(null=True)
+    event_key = models.TextField(null=True)
+    """The text of the run's value at the step's wait key (None: the wait is not keyed)."""
+    due_at = models.DateTimeField(null=True)
+    """A sleep's time, an event wait's timeout (None: it waits for its event however long)."""
+    since = models.DateTimeField()
+    event_seq = models.BigIntegerField(null=True)
+    """An event pinned to the wait, delivered by the next ``pgflow.wake_waits``."""
+    error_message = models.TextField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."step_waits'
+        indexes = [
+            models.Index(fields=["due_at"], name="step_waits_due_at_idx", condition=Q(due_at__isnull=False)),
+            models.Index(
+                fields=["event_name", "event_key"],
+                name="step_waits_event_key_idx",
+                condition=Q(event_key__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}.{self.step_slug}[{self.task_index}] waits"
+
+
+class Event(ReadOnlyModel):
+    """``pgflow.events``: a sent event, kept until ``expires_at`` for the waits that start later."""
+
+    event_seq = models.BigIntegerField(primary_key=True)
+    event_name = models.TextField()
+    run_id = models.UUIDField(null=True)
+    event_key = models.TextField(null=True)
+    payload = models.JSONField()
+    event_id = models.TextField(null=True)
+    sent_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = 'pgflow"."events'
+        indexes = [
+            models.Index(
+                fields=["event_name", "run_id", "event_seq"],
+                name="events_run_idx",
+                condition=Q(run_id__isnull=False),
+            ),
+            models.Index(
+                fields=["event_name", "event_key", "event_seq"],
+                name="events_key_idx",
+                condition=Q(event_key__isnull=False),
+            ),
+            models.Index(fields=["expires_at"], name="events_expires_at_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["event_name", "event_id"],
+                name="events_event_id_key",
+                condition=Q(event_id__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_name} #{self.event_seq}"
 
 
 class WorkerPause(ReadOnlyModel):

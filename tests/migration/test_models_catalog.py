@@ -25,12 +25,15 @@ MODELS: list[type[models.Model]] = list(apps.get_app_config("pgflow").get_models
 PROBE = "pgflow_model_catalog_probe"
 
 # Relations the models declare that the tables keep without a foreign key (no lock on the flow's row
-# per start and task): pgflow.refuse_flow_in_use refuses to delete a flow that runs still name.
+# per start and task): pgflow.refuse_flow_in_use refuses to delete a flow that runs still name. A wait
+# row lives only while its task waits; its run's end (pgflow.fail_run, the completion) deletes it.
 GUARDED_WITHOUT_KEY = frozenset(
     {
         ("pgflow.runs", "flow_slug", "pgflow.flows", "flow_slug"),
         ("pgflow.step_states", "flow_slug", "pgflow.flows", "flow_slug"),
         ("pgflow.step_tasks", "flow_slug", "pgflow.flows", "flow_slug"),
+        ("pgflow.step_waits", "flow_slug", "pgflow.flows", "flow_slug"),
+        ("pgflow.step_waits", "run_id", "pgflow.runs", "run_id"),
     }
 )
 

@@ -1,7 +1,8 @@
 -- The failure path of a run. The caller holds the run's row lock. Every unfinished task is
 -- cancelled and its message archived, so nothing of a failed run stays queued, started or visible;
 -- a step that had started reads 'cancelled' (its tasks will never finish). remaining_steps keeps
--- counting the steps that neither completed nor were skipped, as on every other path. Its
+-- counting the steps that neither completed nor were skipped, as on every other path. Its waits
+-- (pgflow.step_waits) end with it. Its
 -- concurrency slots are freed here, or, inside pgflow.complete_tasks, by that completion's release.
 create or replace function pgflow.fail_run(run_id uuid, error_message text)
 returns void
@@ -33,6 +34,7 @@ begin
   select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_msgs from cancelled as c;
 
   perform pgflow.archive_task_messages(v_queues, v_msgs);
+  delete from pgflow.step_waits as w where w.run_id = fail_run.run_id;
   -- inside pgflow.complete_tasks the completion's own release, its last statement, frees them
   if current_setting('pgflow.slots_released_at_end', true) is distinct from 'on' then
     perform pgflow.release_limit_slots(array[fail_run.run_id]);

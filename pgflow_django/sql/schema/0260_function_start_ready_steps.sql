@@ -1,7 +1,8 @@
 -- Starts every ready step (created, no open dependencies, at least one task) of the given started
 -- runs: creates its tasks and sends their messages to the step's persisted queue, one send per
 -- queue and start delay (pgflow.queue_access) (the step's start_delay, or what remains of a delayed run's not_before);
--- each task stores that queue as its immutable snapshot. No queue DDL here.
+-- each task stores that queue as its immutable snapshot. No queue DDL here. An event or sleep
+-- step's task is created started, with no message, and waits (pgflow.start_waits).
 -- A task's priority (the run's, else its step's default, else its flow's) travels in its message's
 -- headers, {"priority": N}; a priority of 0 sends no headers (pgflow.message_priority reads 0).
 -- The n-th id returned by the send belongs to the n-th message sent. The step states are read by
@@ -17,6 +18,7 @@ declare
   v_batch record;
   v_lo uuid;
   v_hi uuid;
+  v_waits integer;
 begin
   select b.lo, b.hi into v_lo, v_hi from pgflow.run_id_bounds(run_ids) as b;
   with started as (
@@ -29,7 +31,14 @@ begin
        and s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
        and f.flow_slug = ss.flow_slug
     returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks, s.opt_start_delay,
-              s.queue_name, s.opt_priority as step_priority, f.opt_priority as flow_priority
+              s.queue_name, s.opt_priority as step_priority, f.opt_priority as flow_priority, s.step_kind
+  ), waiting as (
+    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, queue_name, status, attempts_count,
+                                   started_at)
+    select st.flow_slug, st.run_id, st.step_slug, 0, st.queue_name, 'started', 1, clock_timestamp()
+      from started as st
+     where st.step_kind <> 'handler'
+    returning 1
   ), timed as (
     select st.flow_slug, st.run_id, st.step_slug, st.initial_tasks, st.queue_name,
            greatest(coalesce(st.opt_start_delay, 0),
@@ -40,6 +49,7 @@ begin
        select r.not_before, r.priority from pgflow.runs as r
         where r.run_id = st.run_id and r.run_id between v_lo and v_hi offset 0
      ) as r
+     where st.step_kind = 'handler'
   ), messages as (
     select st.queue_name, st.start_delay,
            jsonb_build_object('flow_slug', st.flow_slug, 'run_id', st.run_id,
@@ -49,12 +59,16 @@ begin
      cross join lateral generate_series(0, st.initial_tasks - 1) as i
   )
   select jsonb_agg(jsonb_build_object('queue_name', m.queue_name, 'start_delay', m.start_delay, 'messages', m.messages,
-                                       'headers', m.headers))
-    into v_batches
+                                       'headers', m.headers)),
+         (select count(*) from waiting)
+    into v_batches, v_waits
     from (select queue_name, start_delay, jsonb_agg(message) as messages,
                  case when bool_or(headers is not null) then jsonb_agg(headers) end as headers
             from messages group by queue_name, start_delay) as m;
 
+  if v_waits > 0 then
+    perform pgflow.start_waits(run_ids);
+  end if;
   if v_batches is null then
     return;
   end if;

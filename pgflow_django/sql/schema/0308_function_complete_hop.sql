@@ -6,7 +6,7 @@
 --   that attempt, its step and run started);
 -- - belongs to a flow without flow control (no pgflow.flow_limits rows, no limit_holds or
 --   limit_waits of the run);
--- - feeds only single steps still created, with no condition and no start delay, in a run not
+-- - feeds only single handler steps still created, with no condition and no start delay, in a run not
 --   delayed (not_before passed).
 -- Otherwise it returns no row and writes nothing (it has locked the batch's runs, in the order
 -- every writer locks them), and the caller takes the general path in the same transaction: a stale
@@ -91,7 +91,7 @@ begin
                left join pgflow.step_states as dss
                       on dss.run_id = i.run_id and dss.run_id between v_lo and v_hi and dss.step_slug = d.step_slug
               where d.flow_slug = r.flow_slug and d.dep_slug = i.step_slug
-                and not coalesce(ds.step_type = 'single' and ds.required_input_pattern is null
+                and not coalesce(ds.step_type = 'single' and ds.step_kind = 'handler' and ds.required_input_pattern is null
                                  and ds.forbidden_input_pattern is null and coalesce(ds.opt_start_delay, 0) = 0
                                  and dss.status = 'created' and dss.initial_tasks = 1, false)),
            false))

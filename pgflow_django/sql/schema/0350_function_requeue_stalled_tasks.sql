@@ -1,4 +1,5 @@
--- Recovers tasks whose worker vanished: started tasks of started runs and steps whose claim is older
+-- Recovers tasks whose worker vanished: started tasks of started runs and steps (of handler steps:
+-- an event or sleep task waits without a worker) whose claim is older
 -- than the step's effective timeout + 30 s. Each is requeued (visible now) while it has been
 -- requeued fewer than 3 times and has attempts left; otherwise it is marked permanently stalled and
 -- exhausted like a task out of attempts, so its run still ends. Runs locked by another writer are
@@ -30,7 +31,7 @@ begin
      select t.run_id, t.step_slug, t.status, t.started_at from pgflow.step_tasks as t where t.run_id = r.run_id offset 0
    ) as t
     join pgflow.steps as s on s.flow_slug = f.flow_slug and s.step_slug = t.step_slug
-   where t.status = 'started'
+   where t.status = 'started' and s.step_kind = 'handler'
      and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30);
   if v_candidates is null then
     if exists (select 1 from pgflow.limit_holds) or exists (select 1 from pgflow.limit_waits) then
@@ -55,7 +56,7 @@ begin
       join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug and ss.status = 'started'
       join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
       join pgflow.flows as f on f.flow_slug = t.flow_slug
-     where t.run_id = any(v_locked) and t.status = 'started'
+     where t.run_id = any(v_locked) and t.status = 'started' and s.step_kind = 'handler'
        and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
   ), requeued as (
     update pgflow.step_tasks as t

@@ -76,6 +76,7 @@ begin
     where to_regclass(format('pgmq.%I', pgmq.format_table_name(m.queue_name, 'q'))) is not null
     group by m.queue_name;
 
+  delete from pgflow.step_waits as w where w.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.step_states as ss
    where ss.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
   delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;

@@ -124,7 +124,8 @@ begin
              'when_unmet', coalesce(e->'when_unmet', '"skip"'),
              'when_exhausted', coalesce(e->'when_exhausted', '"fail"'),
              'required_input_pattern', coalesce(e->'required_input_pattern', 'null'),
-             'forbidden_input_pattern', coalesce(e->'forbidden_input_pattern', 'null')
+             'forbidden_input_pattern', coalesce(e->'forbidden_input_pattern', 'null'),
+             'wait', coalesce(jsonb_strip_nulls(nullif(e->'wait', 'null'::jsonb)), 'null')
            ) order by n), '[]'::jsonb))
       into v_expected
       from jsonb_array_elements(shape->'steps') with ordinality as x(e, n);
@@ -179,7 +180,7 @@ begin
                    coalesce(c.fo_e->k.key #>> '{}', 'null'), coalesce(c.ex_e->k.key #>> '{}', 'null'))
             from common as c
            cross join unnest(array['step_type', 'deps', 'when_unmet', 'when_exhausted',
-                                   'required_input_pattern', 'forbidden_input_pattern'])
+                                   'required_input_pattern', 'forbidden_input_pattern', 'wait'])
                       with ordinality as k(key, n)
            where c.ex_e->k.key is distinct from c.fo_e->k.key
           union all
@@ -288,6 +289,13 @@ begin
       case when v_mode = 'routed' then v_route->>(v_step->>'slug') end
     );
   end loop;
+  -- what an event or sleep step waits for (add_step creates every step as a handler step)
+  update pgflow.steps as s
+     set step_kind = x.e->'wait'->>'kind', wait_event = x.e->'wait'->>'event', wait_key = x.e->'wait'->>'key',
+         wait_seconds = (x.e->'wait'->>'seconds')::integer, sleep_until = x.e->'wait'->>'until'
+    from jsonb_array_elements(shape->'steps') as x(e)
+   where s.flow_slug = ensure_flow_compiled.flow_slug and s.step_slug = x.e->>'slug'
+     and jsonb_typeof(x.e->'wait') = 'object';
   -- priority defaults are runtime options kept beside create_flow's and add_step's
   update pgflow.flows as f set opt_priority = (v_options->>'priority')::integer
    where f.flow_slug = ensure_flow_compiled.flow_slug and v_options->>'priority' is not null;

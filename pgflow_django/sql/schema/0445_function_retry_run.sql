@@ -23,6 +23,7 @@ declare
   v_stuck text;
   v_count integer := 0;
   v_batch record;
+  v_waits integer;
 begin
   select r.status, r.error_message into v_status, v_error
     from pgflow.runs as r where r.run_id = retry_run.run_id for update;
@@ -67,6 +68,20 @@ begin
            'error', coalesce(v_error, 'cancelled'), 'failed_at', clock_timestamp()))
    where t.run_id = retry_run.run_id and t.status = 'cancelled' and t.attempts_count > 0
      and not t.attempt_errors @> jsonb_build_array(jsonb_build_object('attempt', t.attempts_count));
+
+  -- an event or sleep task waits again, in its next attempt, with no message (pgflow.start_waits)
+  update pgflow.step_tasks as t
+     set status = 'started', attempts_base = t.attempts_count, attempts_count = t.attempts_count + 1,
+         started_at = clock_timestamp(), error_message = null, failed_at = null, queued_at = clock_timestamp(),
+         requeued_count = 0, last_requeued_at = null, permanently_stalled_at = null
+    from pgflow.steps as s
+   where t.run_id = retry_run.run_id and t.status in ('failed', 'cancelled')
+     and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug and s.step_kind <> 'handler';
+  get diagnostics v_waits = row_count;
+  if v_waits > 0 then
+    perform pgflow.start_waits(array[retry_run.run_id]);
+    v_count := v_waits;
+  end if;
 
   for v_batch in
     select t.queue_name, array_agg(t.step_slug order by t.step_slug, t.task_index) as steps,

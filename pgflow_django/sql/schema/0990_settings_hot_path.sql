@@ -24,8 +24,8 @@ begin
              'archive_task_messages', 'cascade', 'claim_classified', 'classify_claim',
              'complete_and_hand_off', 'complete_tasks', 'fail_task', 'hand_off_tasks', 'limit_claim',
              'lock_claimed_task', 'maybe_complete_runs', 'release_limit_slots', 'requeue_stalled_tasks',
-             'start_flows', 'start_ready_steps', 'start_shared_tasks', 'start_tasks', 'task_details',
-             'task_transitions'])
+             'send_event', 'start_flows', 'start_ready_steps', 'start_shared_tasks', 'start_tasks',
+             'start_waits', 'task_details', 'task_transitions', 'wake_waits'])
      order by 1
   loop
     execute format(

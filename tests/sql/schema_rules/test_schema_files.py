@@ -26,7 +26,12 @@ from tests.sql.support import q
 
 PINNED = "search_path=pg_catalog, pgflow, pgmq"
 INLINED = frozenset(
-    {"pgflow.is_valid_queue_name(text)", "pgflow.message_priority(jsonb)", "pgflow.run_id_bounds(uuid[])"}
+    {
+        "pgflow.event_lock_key(text,text)",
+        "pgflow.is_valid_queue_name(text)",
+        "pgflow.message_priority(jsonb)",
+        "pgflow.run_id_bounds(uuid[])",
+    }
 )
 HOT_PLANS = [
     "plan_cache_mode=force_generic_plan",
@@ -50,12 +55,15 @@ HOT_PATH = frozenset(
         "maybe_complete_runs",
         "release_limit_slots",
         "requeue_stalled_tasks",
+        "send_event",
         "start_flows",
         "start_ready_steps",
         "start_shared_tasks",
         "start_tasks",
+        "start_waits",
         "task_details",
         "task_transitions",
+        "wake_waits",
     }
 )
 

@@ -1,0 +1,78 @@
+-- Starts the waits of the given runs' event and sleep tasks that are started and have none yet
+-- (pgflow.start_ready_steps created them, or pgflow.retry_run started them again): one
+-- pgflow.step_waits row each, with its key, its timeout or its time. The caller holds the runs' row
+-- locks. A keyed wait then takes its key's lock (pgflow.event_lock_key, in key order) and, like a
+-- wait for its run's own events, the earliest kept event that reaches it: the event is pinned to it
+-- and it is due at once, so the next pgflow.wake_waits completes it (a start never completes a step
+-- inside the completion that started it). A sleep whose time is not a timestamp is due at once with
+-- the reason and fails there. Returns the number of waits started.
+create or replace function pgflow.start_waits(run_ids uuid[])
+returns integer
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_started integer;
+begin
+  with pending as (
+    select t.run_id, t.step_slug, t.task_index, t.flow_slug, t.attempts_count, s.step_kind, s.wait_event,
+           s.wait_key, s.wait_seconds, s.sleep_until, s.deps_count, r.input
+      from pgflow.step_tasks as t
+      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+     cross join lateral (select r.input, r.status from pgflow.runs as r where r.run_id = t.run_id offset 0) as r
+     where t.run_id = any(run_ids) and t.status = 'started' and s.step_kind <> 'handler'
+       and r.status = 'started'
+       and not exists (select 1 from pgflow.step_waits as w
+                        where w.run_id = t.run_id and w.step_slug = t.step_slug and w.task_index = t.task_index)
+  ), timed as (
+    select p.*,
+           case when p.sleep_until is not null then
+             pgflow.timestamp_or_null(jsonb_path_query_first(
+               case when p.deps_count = 0 then p.input
+                    else coalesce((select jsonb_object_agg(d.dep_slug, dst.output)
+                                     from pgflow.deps as d
+                                     join pgflow.step_states as dst
+                                       on dst.run_id = p.run_id and dst.step_slug = d.dep_slug
+                                    where d.flow_slug = p.flow_slug and d.step_slug = p.step_slug
+                                      and dst.status = 'completed'), '{}'::jsonb) end,
+               p.sleep_until::jsonpath)) end as until_at
+      from pending as p
+  )
+  insert into pgflow.step_waits (run_id, step_slug, task_index, flow_slug, attempt, kind, event_name, event_key,
+                                 due_at, error_message)
+  select t.run_id, t.step_slug, t.task_index, t.flow_slug, t.attempts_count, t.step_kind, t.wait_event,
+         case when t.wait_key is not null then jsonb_path_query_first(t.input, t.wait_key::jsonpath) #>> '{}' end,
+         case when t.step_kind = 'event' then clock_timestamp() + make_interval(secs => t.wait_seconds)
+              when t.wait_seconds is not null then clock_timestamp() + make_interval(secs => t.wait_seconds)
+              else coalesce(t.until_at, clock_timestamp()) end,
+         case when t.step_kind = 'sleep' and t.sleep_until is not null and t.until_at is null
+              then format('sleep time %s is not an ISO-8601 timestamp in the step''s input', t.sleep_until) end
+    from timed as t;
+  get diagnostics v_started = row_count;
+  if v_started = 0 then
+    return 0;
+  end if;
+
+  perform pg_advisory_xact_lock(k.lock_key)
+     from (select distinct pgflow.event_lock_key(w.event_name, w.event_key) as lock_key
+             from pgflow.step_waits as w
+            where w.run_id = any(run_ids) and w.event_key is not null and w.event_seq is null
+            order by 1) as k;
+
+  update pgflow.step_waits as w
+     set event_seq = e.event_seq, due_at = clock_timestamp()
+    from (
+      select w2.run_id, w2.step_slug, w2.task_index,
+             least((select min(e.event_seq) from pgflow.events as e
+                     where e.event_name = w2.event_name and e.run_id = w2.run_id
+                       and e.expires_at > clock_timestamp()),
+                   (select min(e.event_seq) from pgflow.events as e
+                     where w2.event_key is not null and e.event_name = w2.event_name
+                       and e.event_key = w2.event_key and e.expires_at > clock_timestamp())) as event_seq
+        from pgflow.step_waits as w2
+       where w2.run_id = any(run_ids) and w2.kind = 'event' and w2.event_seq is null
+    ) as e
+   where e.event_seq is not null
+     and w.run_id = e.run_id and w.step_slug = e.step_slug and w.task_index = e.task_index;
+  return v_started;
+end;
+$$;
