@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         start_flows,
         wait_for_run,
     )
+    from pgflow_django.runs.events import send_event
     from pgflow_django.runs.operations import FlowNotFound
     from pgflow_django.schedules import schedule
 
@@ -61,6 +62,7 @@ _LAZY = {
     "FlowNotFound": "pgflow_django.runs.operations",
     "NotMigrated": "pgflow_django.db.dbguard",
     "schedule": "pgflow_django.schedules",
+    "send_event": "pgflow_django.runs.events",
 }
 
 __all__ = [
@@ -91,6 +93,7 @@ __all__ = [
     "get_run",
     "route_flow",
     "schedule",
+    "send_event",
     "start_flow",
     "start_flows",
     "wait_for_run",

@@ -22,6 +22,17 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _retention_seconds(value: Any) -> int:
+    """``EVENT_RETENTION_SECONDS``: whole seconds, 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"PGFLOW['EVENT_RETENTION_SECONDS'] must be whole seconds (0 or more), got {value!r}"
+        )
+    return value
+
+
 def _optional_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -96,6 +107,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     # The Django alias of the pgflow database the admin shows and whose runs its actions change; its
     # pages read where the project's routers send pgflow reads (a replica), see admin_database.
     Setting("ADMIN_DATABASE", "default", str),
+    # How long a sent event is kept for the waits that start after it (and its event_id remembered).
+    Setting("EVENT_RETENTION_SECONDS", 86400, _retention_seconds),
 )
 """The one table of the settings' defaults: ``PgflowSettings``, ``WorkerOptions`` and the
 ``pgflow_worker`` options (which default to the setting) all take theirs from here."""
@@ -135,6 +148,7 @@ class PgflowSettings:
     pooler: Pooler | None
     listen_database: str | None
     admin_database: str
+    event_retention_seconds: int
     scheduler: Scheduler
     trace_sample_rate: float = 1.0
 

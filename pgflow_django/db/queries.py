@@ -107,6 +107,28 @@ def requeue_stalled(cursor: Any, *, wait: bool) -> list[RecoveryCount] | None:
     return fetch_all(cursor, REQUEUE_STALLED)
 
 
+class WakeCount(NamedTuple):
+    outcome: str
+    wait_count: int
+
+
+WAKE_WAITS: Final = Query(
+    "wake_waits",
+    "select outcome, wait_count from pgflow.wake_waits(%s)",
+    WakeCount,
+)
+"""End the due waits: sleeps past their time, waits pinned to an event, event waits past their
+timeout (docs/durable.md). Sent by the worker's wait pass and by the testing toolkit."""
+
+WAKE_BATCH: Final = 1000
+"""The most waits one pass ends; the next pass takes the rest."""
+
+
+def wake_waits(cursor: Any) -> dict[str, int]:
+    """One pass of ``pgflow.wake_waits`` in the caller's transaction: waits ended, by outcome."""
+    return {row.outcome: int(row.wait_count) for row in fetch_all(cursor, WAKE_WAITS, [WAKE_BATCH])}
+
+
 # -- flow control and queue depths ----------------------------------------------------------------------
 
 

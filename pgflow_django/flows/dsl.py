@@ -23,6 +23,7 @@ from pgflow_django.flows.slugs import (
     validate_flow_slug,
     validate_slug,
 )
+from pgflow_django.flows.waits import InvalidWait, WaitSpec, event_wait, sleep_wait, waiting_handler
 
 StepType: TypeAlias = Literal["single", "map"]
 QueueMode: TypeAlias = Literal["flow", "step", "routed"]
@@ -118,6 +119,8 @@ class StepDefinition:
     """Whether the handler takes ``(input, ctx)``; otherwise it is called with the input alone."""
     limits: tuple[Limit, ...] = field(default=(), compare=False)
     """The step's ``concurrency=`` and ``rate_limit=`` (not part of the shape: updated in place)."""
+    wait: WaitSpec | None = None
+    """What an event or sleep step waits for; None for a step a worker's handler runs."""
 
     @property
     def is_root(self) -> bool:
@@ -126,6 +129,11 @@ class StepDefinition:
     @property
     def is_map(self) -> bool:
         return self.step_type == "map"
+
+    @property
+    def runs_handler(self) -> bool:
+        """Whether a worker runs this step (an event or sleep step completes without one)."""
+        return self.wait is None
 
     def shape(self) -> dict[str, Any]:
         """This step's entry in the compiler's shape (docs/sql-api.md)."""
@@ -138,6 +146,7 @@ class StepDefinition:
             "required_input_pattern": self.required_input_pattern,
             "forbidden_input_pattern": self.forbidden_input_pattern,
             "options": self.options.as_dict(),
+            "wait": None if self.wait is None else self.wait.shape(),
         }
 
 
@@ -271,6 +280,69 @@ class Flow:
 
         return decorate
 
+    def wait_for_event(
+        self,
+        slug: str,
+        *,
+        event: str,
+        depends_on: Iterable[StepRef] | StepRef = (),
+        key: str | None = None,
+        timeout: int | None = None,
+        when_timeout: WhenMode = "fail",
+        if_: Mapping[str, Any] | None = None,
+        if_not: Mapping[str, Any] | None = None,
+        when_unmet: WhenMode = "skip",
+    ) -> str:
+        """Add a step that waits for the event ``event`` sent to its run (``send_event(event,
+        run_id=...)``) or, with ``key`` (a JSON path into the flow input such as ``"$.order_id"``), sent
+        with that value (``send_event(event, key=...)``). No worker holds it while it waits. Its output
+        is the event's payload. After ``timeout`` seconds it fails; ``when_timeout`` (``fail``, ``skip``,
+        ``skip-cascade``) decides what follows, as ``when_exhausted`` does. Returns the step's slug."""
+        owner = f"step {slug!r} of flow {self._slug!r}"
+        seconds = _int_option(owner, "timeout", timeout, 1, optional=True)
+        when = _when(owner, "when_timeout", when_timeout)
+        try:
+            wait = event_wait(owner, event, key, seconds)
+        except InvalidWait as exc:
+            raise FlowDefinitionError(str(exc)) from None
+        options: StepKeywords = {
+            "slug": slug,
+            "depends_on": depends_on,
+            "if_": if_,
+            "if_not": if_not,
+            "when_unmet": when_unmet,
+            "when_exhausted": when,
+        }
+        return self._add(waiting_handler(owner, wait), "single", (), options, wait=wait)
+
+    def sleep(
+        self,
+        slug: str,
+        *,
+        depends_on: Iterable[StepRef] | StepRef = (),
+        seconds: int | None = None,
+        until: str | None = None,
+        if_: Mapping[str, Any] | None = None,
+        if_not: Mapping[str, Any] | None = None,
+        when_unmet: WhenMode = "skip",
+    ) -> str:
+        """Add a step that completes ``seconds`` after it starts, or at the ISO-8601 timestamp found at
+        ``until`` (a JSON path into the step's input, such as ``"$.charge.refund_after"``), with no worker
+        holding it meanwhile. Its output is ``{"slept_until": <time>}``. Returns the step's slug."""
+        owner = f"step {slug!r} of flow {self._slug!r}"
+        try:
+            wait = sleep_wait(owner, _int_option(owner, "seconds", seconds, 0, optional=True), until)
+        except InvalidWait as exc:
+            raise FlowDefinitionError(str(exc)) from None
+        options: StepKeywords = {
+            "slug": slug,
+            "depends_on": depends_on,
+            "if_": if_,
+            "if_not": if_not,
+            "when_unmet": when_unmet,
+        }
+        return self._add(waiting_handler(owner, wait), "single", (), options, wait=wait)
+
     def copy(self, *, slug: str) -> Flow:
         """The same DAG and options under another slug: a new version, or a side-by-side deployment."""
         twin = Flow(slug, **_options_of(self))
@@ -321,8 +393,14 @@ class Flow:
         )
 
     def _add(
-        self, handler: Handler, step_type: StepType, array: tuple[StepRef, ...], options: StepKeywords
-    ) -> None:
+        self,
+        handler: Handler,
+        step_type: StepType,
+        array: tuple[StepRef, ...],
+        options: StepKeywords,
+        *,
+        wait: WaitSpec | None = None,
+    ) -> str:
         """Validate everything first, then record the step, so a refused step leaves the flow unchanged."""
         if self._fixed_reason is not None:
             raise FlowDefinitionError(self._fixed_reason)
@@ -377,8 +455,10 @@ class Flow:
             atomic=_flag(owner, "atomic", options.get("atomic", False)),
             accepts_context=handler_accepts_context(owner, handler),
             limits=_limits(owner, step_slug, options.get("concurrency"), options.get("rate_limit")),
+            wait=wait,
         )
         self._steps[step_slug] = definition
+        return step_slug
 
     def _resolve(self, ref: object, dependent: str | None) -> str:
         """Turn a step function or slug into this flow's slug; ``dependent`` names who asks, for errors."""

@@ -6,7 +6,11 @@ from django.db import migrations, models
 
 from pgflow_django.sql.runsql import RunSqlFile
 
-STEP_KINDS = [("handler", "runs a handler"), ("event", "waits for an event"), ("sleep", "sleeps until a time")]
+STEP_KINDS = [
+    ("handler", "runs a handler"),
+    ("event", "waits for an event"),
+    ("sleep", "sleeps until a time"),
+]
 
 
 class Migration(migrations.Migration):
@@ -43,7 +47,12 @@ class Migration(migrations.Migration):
                 (
                     "pk",
                     models.CompositePrimaryKey(
-                        "run_id", "step_slug", "task_index", blank=True, editable=False, primary_key=True,
+                        "run_id",
+                        "step_slug",
+                        "task_index",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
                         serialize=False,
                     ),
                 ),

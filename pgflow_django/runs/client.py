@@ -25,6 +25,7 @@ from pgflow_django.db.query import fetch_all, fetch_one, fetch_value
 from pgflow_django.flows import task_names
 from pgflow_django.flows.dsl import Flow, StepType, priority_problem
 from pgflow_django.flows.slugs import validate_flow_slug
+from pgflow_django.flows.waits import StepKind
 from pgflow_django.observability import tracing
 from pgflow_django.runs import queries, run_keys
 from pgflow_django.runs.encoding import (
@@ -112,6 +113,23 @@ class StepStateView:
     completed_at: datetime | None
     failed_at: datetime | None
     skipped_at: datetime | None
+    kind: StepKind = "handler"
+    """``handler``, or ``event`` / ``sleep`` for a step that waits without a worker (docs/durable.md)."""
+    waiting: WaitView | None = None
+    """What the step waits for now (None: it does not wait)."""
+
+
+@dataclass(frozen=True)
+class WaitView:
+    """What an event or sleep step waits for now."""
+
+    event: str | None
+    """The event's name (None for a sleep)."""
+    key: str | None
+    """The run's value of the step's wait key, as text (None: only events sent to the run reach it)."""
+    since: datetime
+    until: datetime | None
+    """A sleep's time, or an event wait's timeout (None: no timeout)."""
 
 
 def run_priority(value: int | None) -> str:
@@ -463,6 +481,10 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
             completed_at=row.step_completed_at,
             failed_at=row.step_failed_at,
             skipped_at=row.step_skipped_at,
+            kind=cast(StepKind, row.step_kind),
+            waiting=None
+            if row.waiting_since is None
+            else WaitView(row.wait_event, row.wait_key, row.waiting_since, row.waiting_until),
         )
         for row in rows
         if row.step_slug is not None

@@ -118,6 +118,11 @@ class RunStepRow(NamedTuple):
     step_completed_at: datetime | None
     step_failed_at: datetime | None
     step_skipped_at: datetime | None
+    step_kind: str | None
+    wait_event: str | None
+    wait_key: str | None
+    waiting_since: datetime | None
+    waiting_until: datetime | None
 
 
 GET_RUN: Final = Query(
@@ -129,10 +134,13 @@ GET_RUN: Final = Query(
            s.output::text as step_output, s.error_message as step_error_message, s.skip_reason,
            s.remaining_tasks, s.initial_tasks, s.created_at as step_created_at,
            s.started_at as step_started_at, s.completed_at as step_completed_at,
-           s.failed_at as step_failed_at, s.skipped_at as step_skipped_at
+           s.failed_at as step_failed_at, s.skipped_at as step_skipped_at,
+           st.step_kind, w.event_name as wait_event, w.event_key as wait_key,
+           w.since as waiting_since, w.due_at as waiting_until
       from pgflow.runs r
       left join pgflow.step_states s on s.run_id = r.run_id
       left join pgflow.steps st on st.flow_slug = s.flow_slug and st.step_slug = s.step_slug
+      left join pgflow.step_waits w on w.run_id = s.run_id and w.step_slug = s.step_slug and w.task_index = 0
      where r.run_id = %s
      order by st.step_index
     """,
@@ -260,6 +268,13 @@ RETRY_RUN: Final = value_query("retry_run", "select pgflow.retry_run(%s) as valu
 """Continue a failed run from where it failed (the admin's retry action); how many tasks it queued."""
 
 
+SEND_EVENT: Final = value_query(
+    "send_event", "select pgflow.send_event(%s, %s::jsonb, %s, %s, %s, %s) as value"
+)
+"""Send an event (name, payload, run id or null, key or null, event id or null, retention seconds):
+how many waits it ended (docs/durable.md)."""
+
+
 # -- coverage ------------------------------------------------------------------------------------------
 
 
@@ -336,6 +351,7 @@ select n.flow_slug, n.step_slug, s.step_index, n.queue_name, f.queue_mode, n.in_
   from needed as n
   join pgflow.flows as f on f.flow_slug = n.flow_slug
   join pgflow.steps as s on s.flow_slug = n.flow_slug and s.step_slug = n.step_slug
+ where s.step_kind = 'handler'  -- an event or sleep step waits without a worker
  order by n.flow_slug, s.step_index, n.in_route desc, n.queue_name;
 """
 )
@@ -376,7 +392,7 @@ FLOW_SERVICE: Final = Query(
              as live_workers
       from pgflow.steps as s
       join pgflow.flows as f on f.flow_slug = s.flow_slug
-     where s.flow_slug = any(%(flows)s)
+     where s.flow_slug = any(%(flows)s) and s.step_kind = 'handler'
      order by s.flow_slug, s.step_index
     """,
     StepServiceRow,
@@ -393,7 +409,7 @@ RUN_UNSERVED_STEPS: Final = Query(
               from pgflow.step_tasks as t
               join pgflow.flows as f on f.flow_slug = t.flow_slug
               join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-             where t.run_id = %(run_id)s and t.status in ('queued', 'started')
+             where t.run_id = %(run_id)s and t.status in ('queued', 'started') and s.step_kind = 'handler'
                and {_LIVE_STEP_WORKERS.format(queue="t.queue_name", flow="t.flow_slug", step="t.step_slug")}
                    = 0) as u
      order by u.step_index, u.queue_name

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pgflow_django.testing.clock import Waiting, advance
 from pgflow_django.testing.drain import DrainStuck, DrainSummary, drain, run_flow
+from pgflow_django.testing.events import send_event
 from pgflow_django.testing.inprocess import IN_PROCESS_WORKER_ID
 from pgflow_django.testing.overrides import FailNext, fail_next, override_handler, reset
 from pgflow_django.testing.results import Run, TaskView, load_run
@@ -29,4 +30,5 @@ __all__ = [
     "override_handler",
     "reset",
     "run_flow",
+    "send_event",
 ]

@@ -46,12 +46,22 @@ def waiting(flow_slugs: Sequence[str] | None = None, *, using: str = "default") 
 
 def advance(seconds: float, *, flows: Sequence[Any] | None = None, using: str = "default") -> int:
     """Let ``seconds`` pass for delayed work (of ``flows``, default every flow): hidden messages of
-    queued tasks and delayed runs' ``not_before`` move that much earlier. Returns how many messages
-    became visible. Nothing sleeps; call ``drain()`` afterwards to run what is now due."""
+    queued tasks, delayed runs' ``not_before``, sleeps' times and event waits' timeouts move that much
+    earlier, and the waits now due end (``pgflow.wake_waits``). Returns how many messages became
+    visible. Nothing sleeps; call ``drain()`` afterwards to run what is now due."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
         raise ValueError(f"advance: seconds must be a number >= 0, got {seconds!r}")
     slugs = None if flows is None else [flow if isinstance(flow, str) else flow.slug for flow in flows]
-    return _shift(float(seconds), slugs, queue_tables(slugs, using=using), using)[1]
+    visible = _shift(float(seconds), slugs, queue_tables(slugs, using=using), using)[1]
+    with _cursor(using) as cursor:
+        fetch_all(cursor, queries.SHIFT_WAITS, {"secs": float(seconds), "flows": slugs})
+        wake_due_waits(cursor)
+    return visible
+
+
+def wake_due_waits(cursor: Any) -> int:
+    """End the waits due now, as a worker's wait pass does; how many ended (completed or failed)."""
+    return sum(db_queries.wake_waits(cursor).values())
 
 
 def queue_tables(flow_slugs: Sequence[str] | None, *, using: str = "default") -> list[tuple[str, str]]:

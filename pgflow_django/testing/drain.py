@@ -275,6 +275,9 @@ def _drain(
         )
         if progressed and not settled:
             continue
+        with connections[using].cursor() as cursor:  # sleeps due now, events pinned to their waits
+            if clock.wake_due_waits(cursor):
+                continue
         # The claims that read nothing also saw no hidden message on their queues: nothing to bring forward
         if skip_delays and not (settled and nothing_hidden):
             queues = [(sub.queue, session.queue_table(sub.queue)) for sub in subscriptions]

@@ -63,20 +63,44 @@ class OpenTask(NamedTuple):
     message_id: int | None
 
 
+class ShiftedWait(NamedTuple):
+    run_id: uuid.UUID
+
+
 OPEN_TASKS: Final = Query(
     "open_tasks",
     """
     select r.run_id, r.flow_slug, t.step_slug, t.task_index, t.status, t.attempts_count as attempts,
            t.last_worker_id, t.message_id
       from pgflow.runs as r
-      left join pgflow.step_tasks as t on t.run_id = r.run_id and t.status in ('queued', 'started')
+      left join pgflow.step_tasks as t
+             on t.run_id = r.run_id and t.status in ('queued', 'started')
+            and not exists (select 1 from pgflow.step_waits as w
+                             where w.run_id = t.run_id and w.step_slug = t.step_slug
+                               and w.task_index = t.task_index)
      where r.status = 'started' and (%(flows)s::text[] is null or r.flow_slug = any(%(flows)s::text[]))
+       and (t.run_id is not null
+            or not exists (select 1 from pgflow.step_waits as w where w.run_id = r.run_id))
      order by r.started_at, r.run_id, t.step_slug, t.task_index
      limit 200
     """,
     OpenTask,
 )
-"""What a drain left unfinished: started runs and their open tasks, oldest first."""
+"""What a drain left unfinished: started runs and their open tasks, oldest first. A task that waits
+for an event or a time is not unfinished work (``advance()`` and ``send_event`` move it on)."""
+
+
+SHIFT_WAITS: Final = Query(
+    "shift_waits",
+    """
+    update pgflow.step_waits as w
+       set due_at = w.due_at - make_interval(secs => %(secs)s)
+     where w.due_at is not null and (%(flows)s::text[] is null or w.flow_slug = any(%(flows)s::text[]))
+    returning w.run_id
+    """,
+    ShiftedWait,
+)
+"""Bring the sleeps' times and the event waits' timeouts ``secs`` seconds earlier (``advance()``)."""
 
 
 class TaskRow(NamedTuple):

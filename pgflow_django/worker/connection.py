@@ -353,6 +353,12 @@ class Engine:
         with conn.transaction(), conn.cursor() as cursor:
             return db_queries.requeue_stalled(cursor, wait=False)
 
+    def wake_waits(self) -> dict[str, int]:
+        """End the due waits of event and sleep steps (``pgflow.wake_waits``): waits ended by outcome."""
+        conn = self.conn
+        with conn.transaction(), conn.cursor() as cursor:
+            return db_queries.wake_waits(cursor)
+
     def create_history_partitions(self) -> int:
         """Create the missing future partitions of a partitioned history (0 on a plain install, when
         none is missing, or when another worker is creating them); ``LockNotAvailable`` when the

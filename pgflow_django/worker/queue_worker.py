@@ -1,5 +1,5 @@
 """The worker process: start-up checks, the claim loop, and a graceful stop (its chores on their own
-timers, the heartbeat, recovery, upkeep and the scheduler pass, live in ``worker.chores``).
+timers, the heartbeat, recovery, upkeep, the wait pass and the scheduler pass, live in ``worker.chores``).
 
 Threads: the main thread claims (engine connection), one listener thread (LISTEN connection), one
 completer thread (completion connection), and ``concurrency`` handler threads, each with at most one
@@ -30,6 +30,7 @@ from pgflow_django.worker.chores.heartbeat import Heartbeat
 from pgflow_django.worker.chores.recovery import StalledRecovery
 from pgflow_django.worker.chores.scheduler import SchedulerPass
 from pgflow_django.worker.chores.upkeep import HistoryUpkeep
+from pgflow_django.worker.chores.waits import WaitPass
 from pgflow_django.worker.completer import Completer
 from pgflow_django.worker.connection import (
     Claim,
@@ -391,6 +392,7 @@ class QueueWorker:
             Heartbeat(self, opts.heartbeat_seconds),
             StalledRecovery(self.state, self.observe, opts.stalled_check_seconds),
             HistoryUpkeep(self.observe, opts.stalled_check_seconds),
+            WaitPass(self.observe),
         ]
         if opts.scheduler:
             chores.append(SchedulerPass())

@@ -167,7 +167,9 @@ def subscriptions_for(
             for queue in flow.queues:
                 shared.setdefault(queue, {}).setdefault(flow.slug, flow)
         elif flow.queue_mode == "step" and not step_slug:
-            plain.extend(flow_subscription(flow, step) for step in flow.steps)
+            plain.extend(
+                flow_subscription(flow, slug) for slug, step in flow.steps.items() if step.runs_handler
+            )
         else:
             plain.append(flow_subscription(flow, step_slug))
     for queue, flow in shared_flows:

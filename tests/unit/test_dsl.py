@@ -271,6 +271,7 @@ def test_shape_matches_the_documented_json() -> None:
                 "when_exhausted": "fail",
                 "required_input_pattern": None,
                 "forbidden_input_pattern": None,
+                "wait": None,
                 "options": {
                     "max_attempts": None,
                     "base_delay": None,
@@ -287,6 +288,7 @@ def test_shape_matches_the_documented_json() -> None:
                 "when_exhausted": "fail",
                 "required_input_pattern": None,
                 "forbidden_input_pattern": None,
+                "wait": None,
                 "options": {
                     "max_attempts": None,
                     "base_delay": None,
@@ -303,6 +305,7 @@ def test_shape_matches_the_documented_json() -> None:
                 "when_exhausted": "fail",
                 "required_input_pattern": None,
                 "forbidden_input_pattern": None,
+                "wait": None,
                 "options": {
                     "max_attempts": None,
                     "base_delay": None,
@@ -319,6 +322,7 @@ def test_shape_matches_the_documented_json() -> None:
                 "when_exhausted": "fail",
                 "required_input_pattern": {"charge": {"captured": True}},
                 "forbidden_input_pattern": None,
+                "wait": None,
                 "options": {
                     "max_attempts": None,
                     "base_delay": None,

@@ -27,7 +27,10 @@ def test_settings_and_worker_options_take_their_defaults_from_the_table() -> Non
         assert getattr(settings, setting.attribute) == setting.default, setting.key
         if setting.option is not None:
             assert option_fields[setting.option] == setting.default, setting.key
-    assert {s.key for s in SETTINGS if s.option is None} == {"ADMIN_DATABASE"}, "not a worker option"
+    assert {s.key for s in SETTINGS if s.option is None} == {
+        "ADMIN_DATABASE",
+        "EVENT_RETENTION_SECONDS",
+    }, "not a worker option"
 
 
 def test_worker_options_no_longer_carry_a_flow_slug() -> None:

@@ -301,6 +301,7 @@ create or replace function pgflow.send_event(
 returns integer
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
+#variable_conflict use_column
 declare
   v_seq bigint;
   v_locked uuid[];
