@@ -49,6 +49,13 @@ class ApprovalTests(TestCase):
         run = run_flow(approval, {"order_id": 55, "total": 12})
         assert run.outputs["approved"] == {"by": "grace"}
 
+    def test_the_send_from_a_view_completes_the_wait(self):
+        run = run_flow(approval, {"order_id": 1042, "total": 99})
+
+        send_event("order.approved", {"by": "ada"}, key=1042)
+
+        assert get_run(run.run_id).step("approved").output == {"by": "ada"}
+
     def test_a_repeated_event_id_is_a_no_op(self):
         run = run_flow(approval, {"order_id": 8, "total": 1})
         assert send_event("order.approved", {"by": "ada"}, run_id=run.run_id, event_id="approval-8") == 1

@@ -1,0 +1,5 @@
+"""Settings of the worker subprocesses that run docs/durable.md's flows."""
+
+from testproject.settings import *  # noqa: F403
+
+PGFLOW = {"FLOWS": ["tests.integration.durable.docs_flows"]}
