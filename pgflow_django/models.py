@@ -90,11 +90,13 @@ class StepKind(models.TextChoices):
     HANDLER = "handler", "runs a handler"
     EVENT = "event", "waits for an event"
     SLEEP = "sleep", "sleeps until a time"
+    SUBFLOW = "subflow", "runs a child flow"
 
 
 class WaitKind(models.TextChoices):
     EVENT = "event"
     SLEEP = "sleep"
+    SUBFLOW = "subflow"
 
 
 class QueueMode(models.TextChoices):
@@ -217,6 +219,8 @@ class Step(ReadOnlyModel):
     """An event step's timeout; a sleep step's fixed duration."""
     sleep_until = models.TextField(null=True)
     """A sleep step's time: a JSON path into its input naming an ISO-8601 timestamp."""
+    subflow_slug = models.TextField(null=True)
+    """A subflow step's child flow: each of its tasks is one run of it."""
 
     class Meta:
         managed = False
@@ -355,6 +359,10 @@ class Run(ReadOnlyModel):
     """The W3C trace context of the code that started the run (OpenTelemetry), when it was traced."""
     priority = models.SmallIntegerField(null=True)
     """The claim priority the run was started with (-100..100), or None: its steps' and flow's defaults."""
+    parent_run_id = models.UUIDField(null=True)
+    """A child run's parent: the run whose subflow step started it (docs/durable.md)."""
+    parent_step_slug = models.TextField(null=True)
+    parent_task_index = models.IntegerField(null=True)
 
     class Meta:
         managed = False
@@ -363,6 +371,11 @@ class Run(ReadOnlyModel):
             models.Index(fields=["flow", "status"], name="runs_flow_status_idx"),
             models.Index(fields=["started_at"], name="runs_started_at_idx"),
             models.Index(fields=["rerun_of"], name="runs_rerun_of_idx", condition=Q(rerun_of__isnull=False)),
+            models.Index(
+                fields=["parent_run_id"],
+                name="runs_parent_run_id_idx",
+                condition=Q(parent_run_id__isnull=False),
+            ),
         ]
         permissions = [
             ("cancel_run", "Can cancel a started run"),
@@ -463,6 +476,8 @@ class StepWait(ReadOnlyModel):
     event_seq = models.BigIntegerField(null=True)
     """An event pinned to the wait, delivered by the next ``pgflow.wake_waits``."""
     error_message = models.TextField(null=True)
+    child_run_id = models.UUIDField(null=True)
+    """A subflow task's child run, whose end makes the wait due."""
 
     class Meta:
         managed = False
@@ -473,6 +488,11 @@ class StepWait(ReadOnlyModel):
                 fields=["event_name", "event_key"],
                 name="step_waits_event_key_idx",
                 condition=Q(event_key__isnull=False),
+            ),
+            models.Index(
+                fields=["child_run_id"],
+                name="step_waits_child_run_id_idx",
+                condition=Q(child_run_id__isnull=False),
             ),
         ]
 

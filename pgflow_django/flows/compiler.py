@@ -21,7 +21,7 @@ from pgflow_django.conf import get_settings
 from pgflow_django.db.dbguard import raise_if_not_migrated
 from pgflow_django.db.query import fetch_value
 from pgflow_django.flows import queries
-from pgflow_django.flows.dsl import Flow
+from pgflow_django.flows.dsl import Flow, descendant_flows
 
 logger = logging.getLogger("pgflow_django.flows.compiler")
 
@@ -107,8 +107,14 @@ def compile_flow(
     ``on_change`` None follows ``PGFLOW["ON_SHAPE_CHANGE"]`` (default ``"refuse"``). ``"replace"``
     deletes the flow with its runs and compiles it again; with ``confirmed_runs`` (the run count a
     person confirmed) it refuses instead when the flow has more runs by then.
+
+    The flows it starts as child flows (``flow.subflow(flow=<Flow>)``) are compiled first, under
+    ``PGFLOW["ON_SHAPE_CHANGE"]``; a cycle of child flows is a ``FlowDefinitionError``.
     """
+    children = descendant_flows(flow)
     try:
+        for child in children:
+            _compile_flow(child, None, None, using)
         return _compile_flow(flow, on_change, confirmed_runs, using)
     except ProgrammingError as exc:
         raise_if_not_migrated(exc, using)

@@ -23,7 +23,14 @@ from pgflow_django.flows.slugs import (
     validate_flow_slug,
     validate_slug,
 )
-from pgflow_django.flows.waits import InvalidWait, WaitSpec, event_wait, sleep_wait, waiting_handler
+from pgflow_django.flows.waits import (
+    InvalidWait,
+    WaitSpec,
+    event_wait,
+    sleep_wait,
+    subflow_wait,
+    waiting_handler,
+)
 
 StepType: TypeAlias = Literal["single", "map"]
 QueueMode: TypeAlias = Literal["flow", "step", "routed"]
@@ -343,6 +350,57 @@ class Flow:
         }
         return self._add(waiting_handler(owner, wait), "single", (), options, wait=wait)
 
+    def subflow(
+        self,
+        slug: str,
+        *,
+        flow: Flow | str,
+        depends_on: Iterable[StepRef] | StepRef = (),
+        array: StepRef | None = None,
+        if_: Mapping[str, Any] | None = None,
+        if_not: Mapping[str, Any] | None = None,
+        when_unmet: WhenMode = "skip",
+        when_exhausted: WhenMode = "fail",
+    ) -> str:
+        """Add a step that starts a run of ``flow`` (a ``Flow``, or a compiled flow's slug) with the
+        step's input and completes with that run's output; with ``array`` (a step), one child run per
+        element of that step's output, completing with their outputs in element order, like a map.
+        A failed child fails the step (``when_exhausted`` applies); its own retries happen inside it.
+        No worker holds the step while its children run. Returns the step's slug."""
+        owner = f"step {slug!r} of flow {self._slug!r}"
+        child: Flow | None = flow if isinstance(flow, Flow) else None
+        if child is None and not isinstance(flow, str):
+            raise FlowDefinitionError(
+                f"{owner}: flow= must be a Flow or a flow's slug, got {type(flow).__name__}"
+            )
+        try:
+            child_slug = child.slug if child is not None else validate_flow_slug(cast(str, flow))
+        except InvalidSlug as exc:
+            raise FlowDefinitionError(f"{owner}: flow= {exc}") from None
+        if child is self or child_slug == self._slug:
+            raise FlowDefinitionError(f"{owner}: a flow cannot start itself as a child flow")
+        options: StepKeywords = {
+            "slug": slug,
+            "depends_on": depends_on,
+            "if_": if_,
+            "if_not": if_not,
+            "when_unmet": when_unmet,
+            "when_exhausted": when_exhausted,
+        }
+        wait = subflow_wait(child_slug, child)
+        step_type: StepType = "single" if array is None else "map"
+        return self._add(
+            waiting_handler(owner, wait), step_type, () if array is None else (array,), options, wait=wait
+        )
+
+    def child_flows(self) -> tuple[Flow, ...]:
+        """The flows this flow's subflow steps were given as ``Flow`` objects, in step order."""
+        found: dict[str, Flow] = {}
+        for step in self._steps.values():
+            if step.wait is not None and isinstance(step.wait.child, Flow):
+                found.setdefault(step.wait.child.slug, step.wait.child)
+        return tuple(found.values())
+
     def copy(self, *, slug: str) -> Flow:
         """The same DAG and options under another slug: a new version, or a side-by-side deployment."""
         twin = Flow(slug, **_options_of(self))
@@ -650,6 +708,30 @@ def route_flow(flow: Flow, *, queues: Mapping[str, str]) -> RoutedFlow:
             f"flow {flow.slug!r} already has a route ({flow.queue_mode}); route the plain flow instead"
         )
     return RoutedFlow(flow, queues)
+
+
+def descendant_flows(flow: Flow) -> list[Flow]:
+    """The flows ``flow`` starts as child flows (given as ``Flow`` objects), transitively, each listed
+    before every flow that starts it: the order to compile them in. A cycle is refused: a flow may
+    not start itself, directly or through others."""
+    ordered: list[Flow] = []
+    done: set[str] = set()
+
+    def visit(current: Flow, path: tuple[str, ...]) -> None:
+        for child in current.child_flows():
+            if child.slug in path:
+                cycle = " -> ".join((*path[path.index(child.slug) :], child.slug))
+                raise FlowDefinitionError(
+                    f"flow {flow.slug!r}: its child flows form a cycle ({cycle}); a flow cannot start "
+                    "itself, directly or through other flows"
+                )
+            if child.slug not in done:
+                visit(child, (*path, child.slug))
+                done.add(child.slug)
+                ordered.append(child)
+
+    visit(flow, (flow.slug,))
+    return ordered
 
 
 def _check_keywords(decorator: str, options: Mapping[str, object]) -> None:

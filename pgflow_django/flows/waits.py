@@ -8,11 +8,11 @@ with no worker, thread or queue message holding it meanwhile.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NoReturn, TypeAlias
 
-WaitKind: TypeAlias = Literal["event", "sleep"]
-StepKind: TypeAlias = Literal["handler", "event", "sleep"]
+WaitKind: TypeAlias = Literal["event", "sleep", "subflow"]
+StepKind: TypeAlias = Literal["handler", "event", "sleep", "subflow"]
 """What completes a step's task: a worker's handler, an event, or a time."""
 
 JSON_PATH: Final = re.compile(r"^\$(\.[A-Za-z_][A-Za-z0-9_]*|\[[0-9]+\])+$")
@@ -26,14 +26,18 @@ class InvalidWait(ValueError):
 
 @dataclass(frozen=True)
 class WaitSpec:
-    """What an event step waits for (``event``, ``key``, ``seconds`` as its timeout) or when a sleep
-    step wakes (``seconds`` after it starts, or the timestamp at ``until`` in its input)."""
+    """What an event step waits for (``event``, ``key``, ``seconds`` as its timeout), when a sleep
+    step wakes (``seconds`` after it starts, or the timestamp at ``until`` in its input), or which
+    flow a subflow step runs (``flow``)."""
 
     kind: WaitKind
     event: str | None = None
     key: str | None = None
     seconds: int | None = None
     until: str | None = None
+    flow: str | None = None
+    child: Any = field(default=None, compare=False)
+    """The child ``Flow`` itself when the step was given one (compiled before its parent)."""
 
     def shape(self) -> dict[str, Any]:
         """This wait in the compiler's shape: the set options only (``pgflow.flow_shape`` strips NULLs)."""
@@ -43,6 +47,7 @@ class WaitSpec:
             "key": self.key,
             "seconds": self.seconds,
             "until": self.until,
+            "flow": self.flow,
         }
         return {name: value for name, value in fields.items() if value is not None}
 
@@ -52,6 +57,8 @@ class WaitSpec:
             keyed = f" by {self.key}" if self.key else ""
             timeout = f", {self.seconds}s timeout" if self.seconds is not None else ""
             return f"event {self.event}{keyed}{timeout}"
+        if self.kind == "subflow":
+            return f"child runs of flow {self.flow}"
         return f"sleep {self.seconds}s" if self.seconds is not None else f"sleep until {self.until}"
 
 
@@ -74,6 +81,11 @@ def sleep_wait(owner: str, seconds: int | None, until: object) -> WaitSpec:
             "an ISO-8601 timestamp), exactly one"
         )
     return WaitSpec("sleep", seconds=seconds, until=_path(owner, "until", until))
+
+
+def subflow_wait(slug: str, child: Any) -> WaitSpec:
+    """A subflow step's wait: its child flow, by slug (``child``: the ``Flow`` when one was given)."""
+    return WaitSpec("subflow", flow=slug, child=child)
 
 
 def _path(owner: str, name: str, value: object) -> str | None:

@@ -1,6 +1,6 @@
 """Steps that wait without a worker: event steps completed by pgflow.send_event (or failed by their
-timeout) and sleep steps completed at a time, with the tables that hold what waits now and the events
-kept for waits that start later."""
+timeout), sleep steps completed at a time and subflow steps completed by their child runs, with the
+tables that hold what waits now and the events kept for waits that start later."""
 
 from django.db import migrations, models
 
@@ -10,6 +10,7 @@ STEP_KINDS = [
     ("handler", "runs a handler"),
     ("event", "waits for an event"),
     ("sleep", "sleeps until a time"),
+    ("subflow", "runs a child flow"),
 ]
 
 
@@ -27,6 +28,10 @@ class Migration(migrations.Migration):
         migrations.AddField(model_name="step", name="wait_key", field=models.TextField(null=True)),
         migrations.AddField(model_name="step", name="wait_seconds", field=models.IntegerField(null=True)),
         migrations.AddField(model_name="step", name="sleep_until", field=models.TextField(null=True)),
+        migrations.AddField(model_name="step", name="subflow_slug", field=models.TextField(null=True)),
+        migrations.AddField(model_name="run", name="parent_run_id", field=models.UUIDField(null=True)),
+        migrations.AddField(model_name="run", name="parent_step_slug", field=models.TextField(null=True)),
+        migrations.AddField(model_name="run", name="parent_task_index", field=models.IntegerField(null=True)),
         migrations.CreateModel(
             name="Event",
             fields=[
@@ -81,13 +86,19 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("attempt", models.IntegerField()),
-                ("kind", models.TextField(choices=[("event", "Event"), ("sleep", "Sleep")])),
+                (
+                    "kind",
+                    models.TextField(
+                        choices=[("event", "Event"), ("sleep", "Sleep"), ("subflow", "Subflow")]
+                    ),
+                ),
                 ("event_name", models.TextField(null=True)),
                 ("event_key", models.TextField(null=True)),
                 ("due_at", models.DateTimeField(null=True)),
                 ("since", models.DateTimeField()),
                 ("event_seq", models.BigIntegerField(null=True)),
                 ("error_message", models.TextField(null=True)),
+                ("child_run_id", models.UUIDField(null=True)),
             ],
             options={"db_table": 'pgflow"."step_waits', "managed": False},
         ),

@@ -130,6 +130,8 @@ class WaitView:
     since: datetime
     until: datetime | None
     """A sleep's time, or an event wait's timeout (None: no timeout)."""
+    child_run_id: uuid.UUID | None = None
+    """A subflow step's (first unfinished) child run."""
 
 
 def run_priority(value: int | None) -> str:
@@ -152,6 +154,10 @@ class RunView:
     completed_at: datetime | None
     failed_at: datetime | None
     steps: tuple[StepStateView, ...]
+    parent_run_id: uuid.UUID | None = None
+    """A child run's parent: the run whose subflow step started it (docs/durable.md)."""
+    child_run_ids: tuple[uuid.UUID, ...] = ()
+    """The runs this run's subflow steps started, in step and element order."""
 
     @property
     def is_terminal(self) -> bool:
@@ -484,7 +490,9 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
             kind=cast(StepKind, row.step_kind),
             waiting=None
             if row.waiting_since is None
-            else WaitView(row.wait_event, row.wait_key, row.waiting_since, row.waiting_until),
+            else WaitView(
+                row.wait_event, row.wait_key, row.waiting_since, row.waiting_until, row.waiting_child_run_id
+            ),
         )
         for row in rows
         if row.step_slug is not None
@@ -501,6 +509,8 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
         completed_at=first.completed_at,
         failed_at=first.failed_at,
         steps=steps,
+        parent_run_id=first.parent_run_id,
+        child_run_ids=tuple(first.child_run_ids or ()),
     )
 
 

@@ -123,6 +123,9 @@ class RunStepRow(NamedTuple):
     wait_key: str | None
     waiting_since: datetime | None
     waiting_until: datetime | None
+    waiting_child_run_id: uuid.UUID | None
+    parent_run_id: uuid.UUID | None
+    child_run_ids: list[uuid.UUID] | None
 
 
 GET_RUN: Final = Query(
@@ -136,11 +139,18 @@ GET_RUN: Final = Query(
            s.started_at as step_started_at, s.completed_at as step_completed_at,
            s.failed_at as step_failed_at, s.skipped_at as step_skipped_at,
            st.step_kind, w.event_name as wait_event, w.event_key as wait_key,
-           w.since as waiting_since, w.due_at as waiting_until
+           w.since as waiting_since, w.due_at as waiting_until, w.child_run_id as waiting_child_run_id,
+           r.parent_run_id,
+           array(select c.run_id from pgflow.runs as c where c.parent_run_id = r.run_id
+                  order by c.parent_step_slug, c.parent_task_index, c.run_id) as child_run_ids
       from pgflow.runs r
       left join pgflow.step_states s on s.run_id = r.run_id
       left join pgflow.steps st on st.flow_slug = s.flow_slug and st.step_slug = s.step_slug
-      left join pgflow.step_waits w on w.run_id = s.run_id and w.step_slug = s.step_slug and w.task_index = 0
+      left join lateral (
+        select w.* from pgflow.step_waits as w
+         where w.run_id = s.run_id and w.step_slug = s.step_slug
+         order by w.task_index limit 1
+      ) as w on true
      where r.run_id = %s
      order by st.step_index
     """,
@@ -351,7 +361,7 @@ select n.flow_slug, n.step_slug, s.step_index, n.queue_name, f.queue_mode, n.in_
   from needed as n
   join pgflow.flows as f on f.flow_slug = n.flow_slug
   join pgflow.steps as s on s.flow_slug = n.flow_slug and s.step_slug = n.step_slug
- where s.step_kind = 'handler'  -- an event or sleep step waits without a worker
+ where s.step_kind = 'handler'  -- an event, sleep or subflow step waits without a worker
  order by n.flow_slug, s.step_index, n.in_route desc, n.queue_name;
 """
 )

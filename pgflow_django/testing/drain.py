@@ -19,7 +19,7 @@ from django.db import connections
 
 from pgflow_django.db import queries as db_queries
 from pgflow_django.db.query import fetch_all
-from pgflow_django.flows.dsl import Flow, RoutedFlow
+from pgflow_django.flows.dsl import Flow, RoutedFlow, descendant_flows
 from pgflow_django.flows.slugs import default_queue_name
 from pgflow_django.testing import clock, overrides, queries
 from pgflow_django.testing.flows import known_flows, resolve_flow
@@ -195,7 +195,9 @@ class _Session:
 def _scope(flows: Iterable[Flow | str] | None, using: str) -> tuple[list[Flow], list[str] | None]:
     """The flows to run, and the slugs that limit the checks (None: every flow with a started run)."""
     if flows is not None:
-        resolved = [resolve_flow(flow) for flow in flows]
+        named = [resolve_flow(flow) for flow in flows]
+        # child flows run with their parents: a parent waits for them
+        resolved = list({f.slug: f for flow in named for f in (*descendant_flows(flow), flow)}.values())
         return resolved, [flow.slug for flow in resolved]
     with connections[using].cursor() as cursor:
         active = [row.flow_slug for row in fetch_all(cursor, queries.FLOWS_WITH_STARTED_RUNS)]
@@ -275,9 +277,10 @@ def _drain(
         )
         if progressed and not settled:
             continue
-        with connections[using].cursor() as cursor:  # sleeps due now, events pinned to their waits
-            if clock.wake_due_waits(cursor):
-                continue
+        if any(not step.runs_handler for flow in scope for step in flow.steps.values()):
+            with connections[using].cursor() as cursor:  # sleeps due now, events pinned, children ended
+                if clock.wake_due_waits(cursor):
+                    continue
         # The claims that read nothing also saw no hidden message on their queues: nothing to bring forward
         if skip_delays and not (settled and nothing_hidden):
             queues = [(sub.queue, session.queue_table(sub.queue)) for sub in subscriptions]

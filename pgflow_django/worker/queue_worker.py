@@ -43,7 +43,7 @@ from pgflow_django.worker.connection import (
     listen_params,
 )
 from pgflow_django.worker.limits import TaskBudget, UntilEmpty
-from pgflow_django.worker.listener import Listener, insert_channel
+from pgflow_django.worker.listener import WAITS_CHANNEL, WAITS_DUE, Listener, insert_channel
 from pgflow_django.worker.observe import Observer
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.pool import HandlerPool
@@ -260,7 +260,8 @@ class QueueWorker:
         self.completer.start()
         self.listener = Listener(
             self._listen_params or {},
-            {insert_channel(sub.queue_table): sub.queue for sub in self.subscriptions},
+            {insert_channel(sub.queue_table): sub.queue for sub in self.subscriptions}
+            | {WAITS_CHANNEL: WAITS_DUE},
             self.state,
         )
         if self._listen_params is None:
@@ -333,6 +334,7 @@ class QueueWorker:
         engine = self.engine
         backoff = Backoff()
         chores = self._chores()
+        wait_pass = next(chore for chore in chores if isinstance(chore, WaitPass))
         while not self.state.stopping.is_set():
             self.observe.beat()
             try:
@@ -344,7 +346,13 @@ class QueueWorker:
                 if free <= 0:
                     self.state.wait_for_slot(maintenance_at - time.monotonic())
                     continue
-                due = self._due(self.state.take_notifications())
+                notified = self.state.take_notifications()
+                if WAITS_DUE in notified:  # a child run ended: its parent's wait is due now
+                    notified.discard(WAITS_DUE)
+                    wait_pass.next_at = 0.0
+                    if not notified:
+                        continue
+                due = self._due(notified)
                 if not due:
                     next_poll = min(
                         (sub.next_poll for sub in self.subscriptions if sub.paused is None),

@@ -1,5 +1,5 @@
 -- Frozen migration delta 0043_durable_waits (loaded by pgflow_django/migrations/0043_durable_waits.py):
--- steps that wait without a worker.
+-- steps that wait without a worker, and child flows.
 -- * pgflow.steps.step_kind: 'handler' (as before), 'event' (waits for pgflow.send_event, keyed by a
 --   JSON path into the run's input, with a timeout) or 'sleep' (completes at a time).
 -- * pgflow.step_waits (what waits now) and pgflow.events (sent events, kept for waits that start
@@ -9,21 +9,36 @@
 --   without a message; pgflow.retry_run waits again; stalled recovery leaves waiting tasks alone;
 --   a failed run's waits end; the fast completion path leaves a dependent event or sleep step to
 --   the general path; the flow's shape carries what a step waits for.
+-- * Subflow steps ('subflow', pgflow.steps.subflow_slug): each task starts one run of another flow
+--   (pgflow.start_child_runs) and completes with its output; runs.parent_run_id, parent_step_slug
+--   and parent_task_index name the task; a child's end makes its parent's wait due
+--   (pgflow.maybe_complete_runs, pgflow.fail_run), and a failed run fails its unfinished children.
 
 -- 0110_table_steps.sql (the columns it adds)
 alter table pgflow.steps
   add column step_kind text not null default 'handler' constraint steps_step_kind_check
-    check (step_kind in ('handler', 'event', 'sleep')),
+    check (step_kind in ('handler', 'event', 'sleep', 'subflow')),
   add column wait_event text constraint steps_wait_event_check check (wait_event <> ''),
   add column wait_key text constraint steps_wait_key_check check (wait_key ~ '^\$(\.[A-Za-z_][A-Za-z0-9_]*|\[[0-9]+\])+$'),
   add column wait_seconds integer constraint steps_wait_seconds_check check (wait_seconds >= 0),
   add column sleep_until text constraint steps_sleep_until_check
     check (sleep_until ~ '^\$(\.[A-Za-z_][A-Za-z0-9_]*|\[[0-9]+\])+$'),
+  add column subflow_slug text constraint steps_subflow_slug_check check (subflow_slug is null or pgflow.is_valid_slug(subflow_slug)),
   add constraint steps_wait_check check (case step_kind
     when 'handler' then wait_event is null and wait_key is null and wait_seconds is null and sleep_until is null
-    when 'event' then wait_event is not null and sleep_until is null and step_type = 'single'
-    else wait_event is null and wait_key is null and (wait_seconds is null) <> (sleep_until is null)
-         and step_type = 'single' end);
+                        and subflow_slug is null
+    when 'event' then wait_event is not null and sleep_until is null and subflow_slug is null and step_type = 'single'
+    when 'sleep' then wait_event is null and wait_key is null and (wait_seconds is null) <> (sleep_until is null)
+                      and subflow_slug is null and step_type = 'single'
+    else subflow_slug is not null and wait_event is null and wait_key is null and wait_seconds is null
+         and sleep_until is null end);
+
+-- 0140_table_runs.sql (the columns and the index it adds)
+alter table pgflow.runs
+  add column parent_run_id uuid,
+  add column parent_step_slug text,
+  add column parent_task_index integer;
+create index runs_parent_run_id_idx on pgflow.runs (parent_run_id) where parent_run_id is not null;
 
 -- 0021_function_timestamp_or_null.sql
 -- The timestamp a JSON value names, or NULL when it names none: a sleep's time comes from a run's
@@ -56,7 +71,7 @@ as $$
 $$;
 
 -- 0188_table_step_waits.sql
--- The tasks of event and sleep steps that wait now: one row from the moment the task starts until it
+-- The tasks of event, sleep and subflow steps that wait now: one row from the moment the task starts until it
 -- ends (its event, its time, its timeout, or its run failing), so the table holds only what waits
 -- and its size never grows with the history. A waiting task holds no queue message and no worker.
 -- event_seq: the event pinned to this wait by a start that found one kept, or by a send that could
@@ -68,7 +83,7 @@ create table pgflow.step_waits (
   flow_slug text not null,
   -- the task's attempt this wait belongs to: the completion is fenced by it
   attempt integer not null check (attempt >= 1),
-  kind text not null check (kind in ('event', 'sleep')),
+  kind text not null check (kind in ('event', 'sleep', 'subflow')),
   event_name text,
   -- the text of the JSON value at the step's wait_key in the run's input (NULL: not keyed)
   event_key text,
@@ -76,17 +91,23 @@ create table pgflow.step_waits (
   due_at timestamptz,
   since timestamptz not null default clock_timestamp(),
   event_seq bigint,
-  -- why the wait cannot go on (a sleep time that is not a timestamp): it fails when due
+  -- why the wait cannot go on (a sleep time that is not a timestamp, a child flow not compiled): it
+  -- fails when due
   error_message text,
+  -- a subflow task's child run: its end makes the wait due
+  child_run_id uuid,
   primary key (run_id, step_slug, task_index),
   check ((kind = 'event') = (event_name is not null)),
-  check (kind = 'event' or event_seq is null)
+  check (kind = 'event' or event_seq is null),
+  check (kind = 'subflow' or child_run_id is null)
 );
 
 -- the due waits, read by pgflow.wake_waits in time order
 create index step_waits_due_at_idx on pgflow.step_waits (due_at) where due_at is not null;
 -- the waits a keyed event ends (a run's own are found by the primary key)
 create index step_waits_event_key_idx on pgflow.step_waits (event_name, event_key) where event_key is not null;
+-- the wait a child run's end makes due
+create index step_waits_child_run_id_idx on pgflow.step_waits (child_run_id) where child_run_id is not null;
 
 -- 0189_table_events.sql
 -- The events pgflow.send_event delivered, kept until expires_at for the waits that start later (an
@@ -112,14 +133,15 @@ create index events_key_idx on pgflow.events (event_name, event_key, event_seq) 
 create index events_expires_at_idx on pgflow.events (expires_at);
 
 -- 0262_function_start_waits.sql
--- Starts the waits of the given runs' event and sleep tasks that are started and have none yet
+-- Starts the waits of the given runs' event, sleep and subflow tasks that are started and have none yet
 -- (pgflow.start_ready_steps created them, or pgflow.retry_run started them again): one
 -- pgflow.step_waits row each, with its key, its timeout or its time. The caller holds the runs' row
 -- locks. A keyed wait then takes its key's lock (pgflow.event_lock_key, in key order) and, like a
 -- wait for its run's own events, the earliest kept event that reaches it: the event is pinned to it
 -- and it is due at once, so the next pgflow.wake_waits completes it (a start never completes a step
 -- inside the completion that started it). A sleep whose time is not a timestamp is due at once with
--- the reason and fails there. Returns the number of waits started.
+-- the reason and fails there. A subflow task's wait is its child run (pgflow.start_child_runs).
+-- Returns the number of waits started.
 create or replace function pgflow.start_waits(run_ids uuid[])
 returns integer
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -133,7 +155,7 @@ begin
       from pgflow.step_tasks as t
       join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
      cross join lateral (select r.input, r.status from pgflow.runs as r where r.run_id = t.run_id offset 0) as r
-     where t.run_id = any(run_ids) and t.status = 'started' and s.step_kind <> 'handler'
+     where t.run_id = any(run_ids) and t.status = 'started' and s.step_kind in ('event', 'sleep')
        and r.status = 'started'
        and not exists (select 1 from pgflow.step_waits as w
                         where w.run_id = t.run_id and w.step_slug = t.step_slug and w.task_index = t.task_index)
@@ -162,6 +184,7 @@ begin
               then format('sleep time %s is not an ISO-8601 timestamp in the step''s input', t.sleep_until) end
     from timed as t;
   get diagnostics v_started = row_count;
+  v_started := v_started + pgflow.start_child_runs(run_ids);
   if v_started = 0 then
     return 0;
   end if;
@@ -191,12 +214,116 @@ begin
 end;
 $$;
 
+-- 0263_function_start_child_runs.sql
+-- Starts the child runs of the given runs' subflow tasks that are started and have no wait yet: one
+-- run of the step's flow (subflow_slug) per task, with the step's input (a map's: the task's
+-- element), through pgflow.start_flows, one call per child flow. Each task gets a pgflow.step_waits
+-- row naming its child run, written before the child starts so that a child that ends inside its
+-- own start makes the wait due at once; the child's parent_run_id, parent_step_slug and
+-- parent_task_index name the task. A child flow that is not compiled, or an input its root map
+-- cannot take, gives the task a wait that is due at once with the reason and fails there, alone.
+-- Starting a child is part of the transaction that starts the step: a start that does not commit
+-- leaves no child, and a step never has two children for one attempt. Returns the number of waits.
+create or replace function pgflow.start_child_runs(run_ids uuid[])
+returns integer
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_pending jsonb;
+  v_child record;
+  v_count integer;
+  v_finished uuid[];
+begin
+  with pending as (
+    select t.run_id, t.step_slug, t.task_index, t.flow_slug, t.attempts_count, s.subflow_slug, s.step_type,
+           case when s.deps_count = 0 then r.input
+                else coalesce((select jsonb_object_agg(d.dep_slug, dst.output)
+                                 from pgflow.deps as d
+                                 join pgflow.step_states as dst
+                                   on dst.run_id = t.run_id and dst.step_slug = d.dep_slug
+                                where d.flow_slug = t.flow_slug and d.step_slug = t.step_slug
+                                  and dst.status = 'completed'), '{}'::jsonb) end as step_input
+      from pgflow.step_tasks as t
+      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+     cross join lateral (select r.input, r.status from pgflow.runs as r where r.run_id = t.run_id offset 0) as r
+     where t.run_id = any(run_ids) and t.status = 'started' and s.step_kind = 'subflow' and r.status = 'started'
+       and not exists (select 1 from pgflow.step_waits as w
+                        where w.run_id = t.run_id and w.step_slug = t.step_slug and w.task_index = t.task_index)
+  ), inputs as (
+    select p.*,
+           case when p.step_type = 'map' and p.step_input is not null
+                then case when jsonb_typeof(p.step_input) = 'array' then p.step_input -> p.task_index
+                          else (select e.value from jsonb_each(p.step_input) as e limit 1) -> p.task_index end
+                else p.step_input end as child_input
+      from pending as p
+  ), checked as (
+    select i.*, pgflow.uuid_v7() as child_run_id,
+           case when not exists (select 1 from pgflow.flows as f where f.flow_slug = i.subflow_slug)
+                  then format('child flow %s is not compiled: compile it (manage.py pgflow_compile %s)',
+                              i.subflow_slug, i.subflow_slug)
+                when jsonb_typeof(coalesce(i.child_input, 'null'::jsonb)) <> 'array'
+                     and exists (select 1 from pgflow.steps as cs
+                                  where cs.flow_slug = i.subflow_slug and cs.step_type = 'map' and cs.deps_count = 0)
+                  then format('child flow %s starts with a map, which needs an array input, got %s',
+                              i.subflow_slug, jsonb_typeof(coalesce(i.child_input, 'null'::jsonb)))
+           end as problem
+      from inputs as i
+  ), waits as (
+    insert into pgflow.step_waits (run_id, step_slug, task_index, flow_slug, attempt, kind, child_run_id, due_at,
+                                   error_message)
+    select c.run_id, c.step_slug, c.task_index, c.flow_slug, c.attempts_count, 'subflow',
+           case when c.problem is null then c.child_run_id end,
+           case when c.problem is not null then clock_timestamp() end, c.problem
+      from checked as c
+    returning 1
+  )
+  select (select count(*) from waits),
+         jsonb_agg(jsonb_build_object('flow', c.subflow_slug, 'run_id', c.child_run_id,
+                                      'input', coalesce(c.child_input, 'null'::jsonb), 'parent', c.run_id,
+                                      'step', c.step_slug, 'task', c.task_index)
+                   order by c.run_id, c.step_slug, c.task_index) filter (where c.problem is null)
+    into v_count, v_pending
+    from checked as c;
+
+  if v_pending is null then
+    return coalesce(v_count, 0);
+  end if;
+
+  for v_child in
+    select p->>'flow' as flow_slug, jsonb_agg(p->'input' order by n) as inputs,
+           array_agg((p->>'run_id')::uuid order by n) as ids
+      from jsonb_array_elements(v_pending) with ordinality as x(p, n)
+     group by p->>'flow'
+     order by 1
+  loop
+    perform 1 from pgflow.start_flows(v_child.flow_slug, v_child.inputs, v_child.ids);
+  end loop;
+
+  update pgflow.runs as r
+     set parent_run_id = (p->>'parent')::uuid, parent_step_slug = p->>'step', parent_task_index = (p->>'task')::integer
+    from jsonb_array_elements(v_pending) as x(p)
+   where r.run_id = (p->>'run_id')::uuid;
+
+  -- a child that ended inside its own start (every step skipped, an empty map) ends its wait now
+  select array_agg(r.run_id) into v_finished
+    from jsonb_array_elements(v_pending) as x(p)
+    join pgflow.runs as r on r.run_id = (p->>'run_id')::uuid
+   where r.status <> 'started';
+  if v_finished is not null then
+    update pgflow.step_waits as w set due_at = clock_timestamp()
+     where w.child_run_id = any(v_finished) and w.due_at is null;
+  end if;
+  return v_count;
+end;
+$$;
+
 -- 0460_function_wake_waits.sql
 -- Ends the waits that are due, at most max_waits of them, oldest due first: a sleep past its time
 -- completes with {"slept_until": its time}; a wait with a pinned event completes with the event's
 -- payload; an event wait past its timeout fails as a task out of attempts ('timed out waiting for
 -- event ...'), so its step's when_exhausted (the DSL's when_timeout) decides what follows; a sleep
--- whose time could not be read fails the same way with the reason. Runs another writer holds are
+-- whose time could not be read fails the same way with the reason; a subflow task whose child run
+-- ended completes with the child's output, or fails when the child failed. Runs another writer holds are
 -- left for the next call. Also deletes up to max_waits expired events. Every worker calls it on a
 -- timer (the same pass as the scheduler's); pg_cron or any session may call it too. Returns the
 -- number of waits completed and failed.
@@ -237,12 +364,17 @@ begin
      where w.run_id = any(coalesce(v_locked, '{}')) and w.due_at <= clock_timestamp()
     returning w.*
   ), resolved as (
-    select en.*, ev.payload,
+    select en.*, coalesce(ev.payload, ch.output) as payload,
            case when en.error_message is not null then en.error_message
                 when en.kind = 'event' and ev.event_seq is null
-                  then format('timed out waiting for event %s', en.event_name) end as failure
+                  then format('timed out waiting for event %s', en.event_name)
+                when en.kind = 'subflow' and ch.status is distinct from 'completed'
+                  then format('child run %s failed: %s', en.child_run_id,
+                              coalesce(ch.error_message, 'it no longer exists')) end as failure
       from ended as en
       left join pgflow.events as ev on ev.event_seq = en.event_seq
+      left join lateral (select c.status, c.output, c.error_message from pgflow.runs as c
+                          where c.run_id = en.child_run_id offset 0) as ch on true
   )
   select jsonb_agg(jsonb_build_object('run_id', r.run_id, 'step_slug', r.step_slug, 'task_index', r.task_index,
                                       'attempt', r.attempt,
@@ -390,7 +522,8 @@ $$;
 -- cancelled and its message archived, so nothing of a failed run stays queued, started or visible;
 -- a step that had started reads 'cancelled' (its tasks will never finish). remaining_steps keeps
 -- counting the steps that neither completed nor were skipped, as on every other path. Its waits
--- (pgflow.step_waits) end with it. Its
+-- (pgflow.step_waits) end with it, and its unfinished child runs fail first; a failed child run makes
+-- its parent's wait due (pgflow.wake_waits fails the parent's task). Its
 -- concurrency slots are freed here, or, inside pgflow.complete_tasks, by that completion's release.
 create or replace function pgflow.fail_run(run_id uuid, error_message text)
 returns void
@@ -399,15 +532,28 @@ as $$
 declare
   v_queues text[];
   v_msgs bigint[];
+  v_parent uuid;
+  v_child uuid;
 begin
   update pgflow.runs as r
      set status = 'failed', failed_at = clock_timestamp(), error_message = fail_run.error_message,
          remaining_steps = (select count(*) from pgflow.step_states as ss
                              where ss.run_id = r.run_id and ss.status not in ('completed', 'skipped'))
-   where r.run_id = fail_run.run_id and r.status = 'started';
+   where r.run_id = fail_run.run_id and r.status = 'started'
+  returning r.parent_run_id into v_parent;
   if not found then
     return;
   end if;
+
+  -- its unfinished child runs fail with it (each locked in turn, before any wait row of this run)
+  for v_child in
+    select w.child_run_id from pgflow.step_waits as w
+     where w.run_id = fail_run.run_id and w.child_run_id is not null
+     order by w.child_run_id
+  loop
+    perform 1 from pgflow.runs as r where r.run_id = v_child for update;
+    perform pgflow.fail_run(v_child, format('parent run %s failed', fail_run.run_id));
+  end loop;
 
   update pgflow.step_states as ss
      set status = 'cancelled'
@@ -423,9 +569,72 @@ begin
 
   perform pgflow.archive_task_messages(v_queues, v_msgs);
   delete from pgflow.step_waits as w where w.run_id = fail_run.run_id;
+  -- a failed child run: its parent's subflow task is due, for pgflow.wake_waits
+  if v_parent is not null then
+    update pgflow.step_waits as w set due_at = clock_timestamp()
+     where w.child_run_id = fail_run.run_id and w.due_at is null;
+    perform pg_notify('pgflow_waits', '');
+  end if;
   -- inside pgflow.complete_tasks the completion's own release, its last statement, frees them
   if current_setting('pgflow.slots_released_at_end', true) is distinct from 'on' then
     perform pgflow.release_limit_slots(array[fail_run.run_id]);
+  end if;
+end;
+$$;
+
+-- 0250_function_maybe_complete_runs.sql
+-- Recounts each started run's unfinished steps and completes the runs that have none left. The run
+-- output maps each completed leaf step (a step nothing depends on) to its output; skipped leaves
+-- are absent, and a run with no completed leaf (no steps, or every leaf skipped) has no output
+-- (NULL), as in pgflow. Each distinct run id of the batch is probed on its own, then its step
+-- states (see cascade). A completed child run makes its parent's wait due and notifies the channel
+-- pgflow_waits, on which workers run their wait pass at once.
+create or replace function pgflow.maybe_complete_runs(run_ids uuid[])
+returns void
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_children uuid[];
+begin
+  with counts as (
+    select r.run_id,
+           count(ss.step_slug) filter (where ss.status not in ('completed', 'skipped')) as open_steps
+      from (select distinct u.run_id from unnest(run_ids) as u(run_id)) as b
+     cross join lateral (
+       select r.run_id, r.status from pgflow.runs as r where r.run_id = b.run_id offset 0
+     ) as r
+      left join lateral (
+        select ss.step_slug, ss.status from pgflow.step_states as ss where ss.run_id = r.run_id offset 0
+      ) as ss on true
+     where r.status = 'started'
+     group by r.run_id
+  )
+  , finished as (
+  update pgflow.runs as r
+     set remaining_steps = c.open_steps,
+         status = case when c.open_steps = 0 then 'completed' else r.status end,
+         completed_at = case when c.open_steps = 0 then clock_timestamp() end,
+         output = case when c.open_steps = 0 then (
+           select jsonb_object_agg(ss.step_slug, ss.output)
+             from pgflow.step_states as ss
+            where ss.run_id = r.run_id and ss.status = 'completed'
+              and not exists (select 1 from pgflow.deps as d
+                               where d.flow_slug = ss.flow_slug and d.dep_slug = ss.step_slug)
+         ) end
+    from counts as c
+   where r.run_id = c.run_id
+     and (r.remaining_steps <> c.open_steps or c.open_steps = 0)
+  returning r.run_id, r.status, r.parent_run_id
+  )
+  select array_agg(f.run_id) into v_children
+    from finished as f where f.status = 'completed' and f.parent_run_id is not null;
+
+  -- a completed child run: its parent's subflow task is due, for pgflow.wake_waits (which locks the
+  -- parent: a child never waits for its parent's lock)
+  if v_children is not null then
+    update pgflow.step_waits as w set due_at = clock_timestamp()
+     where w.child_run_id = any(v_children) and w.due_at is null;
+    perform pg_notify('pgflow_waits', '');
   end if;
 end;
 $$;
@@ -435,7 +644,8 @@ $$;
 -- runs: creates its tasks and sends their messages to the step's persisted queue, one send per
 -- queue and start delay (pgflow.queue_access) (the step's start_delay, or what remains of a delayed run's not_before);
 -- each task stores that queue as its immutable snapshot. No queue DDL here. An event or sleep
--- step's task is created started, with no message, and waits (pgflow.start_waits).
+-- step's task (a subflow step's tasks) is created started, with no message, and waits
+-- (pgflow.start_waits).
 -- A task's priority (the run's, else its step's default, else its flow's) travels in its message's
 -- headers, {"priority": N}; a priority of 0 sends no headers (pgflow.message_priority reads 0).
 -- The n-th id returned by the send belongs to the n-th message sent. The step states are read by
@@ -468,8 +678,9 @@ begin
   ), waiting as (
     insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, queue_name, status, attempts_count,
                                    started_at)
-    select st.flow_slug, st.run_id, st.step_slug, 0, st.queue_name, 'started', 1, clock_timestamp()
+    select st.flow_slug, st.run_id, st.step_slug, i, st.queue_name, 'started', 1, clock_timestamp()
       from started as st
+     cross join lateral generate_series(0, st.initial_tasks - 1) as i
      where st.step_kind <> 'handler'
     returning 1
   ), timed as (
@@ -534,7 +745,7 @@ $$;
 -- cascade, start_ready_steps, maybe_complete_runs, hand_off_tasks, claim_classified: about 40
 -- statements and 15 nested calls per hop). It applies to a batch only when every item
 -- - names a distinct run, task 0 of a single step, and is the current claim (the task started in
---   that attempt, its step and run started);
+--   that attempt, its step and run started), of a run that is no flow's child;
 -- - belongs to a flow without flow control (no pgflow.flow_limits rows, no limit_holds or
 --   limit_waits of the run);
 -- - feeds only single handler steps still created, with no condition and no start delay, in a run not
@@ -609,6 +820,7 @@ begin
   -- each item's run, step and task by its own probe (see cascade)
   select bool_and(coalesce(
            r.status = 'started' and (r.not_before is null or r.not_before <= clock_timestamp())
+           and r.parent_run_id is null
            and ss.status = 'started' and ss.remaining_tasks = 1
            and t.status = 'started' and t.attempts_count = i.attempt and t.message_id is not null
            and s.step_type = 'single'
@@ -629,7 +841,7 @@ begin
     into v_eligible
     from unnest(v_runs, v_steps, v_indexes, v_attempts) as i(run_id, step_slug, task_index, attempt)
     left join lateral (
-      select r.flow_slug, r.status, r.not_before from pgflow.runs as r
+      select r.flow_slug, r.status, r.not_before, r.parent_run_id from pgflow.runs as r
        where r.run_id = i.run_id and r.run_id between v_lo and v_hi offset 0
     ) as r on true
     left join lateral (
@@ -1023,7 +1235,7 @@ $$;
 -- 0380_function_flow_shape.sql
 -- The persisted shape of a flow, in the compiler's JSON form: ordered steps with slug, type, sorted
 -- dependencies, when_unmet, when_exhausted, condition patterns and, for an event or sleep step, what
--- it waits for (wait: kind, event, key, seconds, until; NULL for a handler step). Runtime options are
+-- it waits for (wait: kind, event, key, seconds, until, flow; NULL for a handler step). Runtime options are
 -- not shape.
 create or replace function pgflow.flow_shape(flow_slug text)
 returns jsonb
@@ -1041,7 +1253,7 @@ as $$
            'forbidden_input_pattern', s.forbidden_input_pattern,
            'wait', case when s.step_kind <> 'handler' then jsonb_strip_nulls(jsonb_build_object(
                      'kind', s.step_kind, 'event', s.wait_event, 'key', s.wait_key, 'seconds', s.wait_seconds,
-                     'until', s.sleep_until)) end
+                     'until', s.sleep_until, 'flow', s.subflow_slug)) end
          ) order by s.step_index), '[]'::jsonb))
     from pgflow.steps as s
    where s.flow_slug = flow_shape.flow_slug
@@ -1339,10 +1551,11 @@ begin
       case when v_mode = 'routed' then v_route->>(v_step->>'slug') end
     );
   end loop;
-  -- what an event or sleep step waits for (add_step creates every step as a handler step)
+  -- what an event, sleep or subflow step waits for (add_step creates every step as a handler step)
   update pgflow.steps as s
      set step_kind = x.e->'wait'->>'kind', wait_event = x.e->'wait'->>'event', wait_key = x.e->'wait'->>'key',
-         wait_seconds = (x.e->'wait'->>'seconds')::integer, sleep_until = x.e->'wait'->>'until'
+         wait_seconds = (x.e->'wait'->>'seconds')::integer, sleep_until = x.e->'wait'->>'until',
+         subflow_slug = x.e->'wait'->>'flow'
     from jsonb_array_elements(shape->'steps') as x(e)
    where s.flow_slug = ensure_flow_compiled.flow_slug and s.step_slug = x.e->>'slug'
      and jsonb_typeof(x.e->'wait') = 'object';
@@ -1490,6 +1703,9 @@ alter function pgflow.wake_waits(integer)
   set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
   set enable_hashjoin = off set jit = off;
 alter function pgflow.send_event(text,jsonb,uuid,text,text,integer)
+  set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
+  set enable_hashjoin = off set jit = off;
+alter function pgflow.maybe_complete_runs(uuid[])
   set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
   set enable_hashjoin = off set jit = off;
 alter function pgflow.start_ready_steps(uuid[])

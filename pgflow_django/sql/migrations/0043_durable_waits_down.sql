@@ -1,13 +1,16 @@
 -- Frozen migration delta 0043_durable_waits_down: restores the schema of 0042_history_reads.
 drop function pgflow.send_event(text,jsonb,uuid,text,text,integer);
 drop function pgflow.wake_waits(integer);
+drop function pgflow.start_child_runs(uuid[]);
 drop function pgflow.start_waits(uuid[]);
 drop function pgflow.event_lock_key(text,text);
 drop function pgflow.timestamp_or_null(jsonb);
 drop table pgflow.events;
 drop table pgflow.step_waits;
-alter table pgflow.steps drop constraint steps_wait_check, drop column sleep_until, drop column wait_seconds,
-  drop column wait_key, drop column wait_event, drop column step_kind;
+drop index pgflow.runs_parent_run_id_idx;
+alter table pgflow.runs drop column parent_task_index, drop column parent_step_slug, drop column parent_run_id;
+alter table pgflow.steps drop constraint steps_wait_check, drop column subflow_slug, drop column sleep_until,
+  drop column wait_seconds, drop column wait_key, drop column wait_event, drop column step_kind;
 -- 0230_function_fail_run.sql
 -- The failure path of a run. The caller holds the run's row lock. Every unfinished task is
 -- cancelled and its message archived, so nothing of a failed run stays queued, started or visible;
@@ -48,6 +51,46 @@ begin
   if current_setting('pgflow.slots_released_at_end', true) is distinct from 'on' then
     perform pgflow.release_limit_slots(array[fail_run.run_id]);
   end if;
+end;
+$$;
+-- 0250_function_maybe_complete_runs.sql
+-- Recounts each started run's unfinished steps and completes the runs that have none left. The run
+-- output maps each completed leaf step (a step nothing depends on) to its output; skipped leaves
+-- are absent, and a run with no completed leaf (no steps, or every leaf skipped) has no output
+-- (NULL), as in pgflow. Each distinct run id of the batch is probed on its own, then its step
+-- states (see cascade).
+create or replace function pgflow.maybe_complete_runs(run_ids uuid[])
+returns void
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+begin
+  with counts as (
+    select r.run_id,
+           count(ss.step_slug) filter (where ss.status not in ('completed', 'skipped')) as open_steps
+      from (select distinct u.run_id from unnest(run_ids) as u(run_id)) as b
+     cross join lateral (
+       select r.run_id, r.status from pgflow.runs as r where r.run_id = b.run_id offset 0
+     ) as r
+      left join lateral (
+        select ss.step_slug, ss.status from pgflow.step_states as ss where ss.run_id = r.run_id offset 0
+      ) as ss on true
+     where r.status = 'started'
+     group by r.run_id
+  )
+  update pgflow.runs as r
+     set remaining_steps = c.open_steps,
+         status = case when c.open_steps = 0 then 'completed' else r.status end,
+         completed_at = case when c.open_steps = 0 then clock_timestamp() end,
+         output = case when c.open_steps = 0 then (
+           select jsonb_object_agg(ss.step_slug, ss.output)
+             from pgflow.step_states as ss
+            where ss.run_id = r.run_id and ss.status = 'completed'
+              and not exists (select 1 from pgflow.deps as d
+                               where d.flow_slug = ss.flow_slug and d.dep_slug = ss.step_slug)
+         ) end
+    from counts as c
+   where r.run_id = c.run_id
+     and (r.remaining_steps <> c.open_steps or c.open_steps = 0);
 end;
 $$;
 -- 0260_function_start_ready_steps.sql
@@ -1053,6 +1096,9 @@ end;
 $$;
 
 -- 0990_settings_hot_path.sql (for the functions replaced above)
+alter function pgflow.maybe_complete_runs(uuid[])
+  set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
+  set enable_hashjoin = off set jit = off;
 alter function pgflow.start_ready_steps(uuid[])
   set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
   set enable_hashjoin = off set jit = off;

@@ -18,6 +18,11 @@ create table pgflow.runs (
   -- the priority the run was started with (-100..100; higher is claimed first), or NULL: its steps'
   -- and its flow's defaults apply (pgflow.start_ready_steps sends it in each message's headers)
   priority smallint check (priority between -100 and 100),
+  -- a child run: the run, step and task (one per element of a map) of the subflow step that started
+  -- it (no foreign key: a pruned parent leaves them as they were)
+  parent_run_id uuid,
+  parent_step_slug text,
+  parent_task_index integer,
   check (completed_at is null or status = 'completed'),
   check (failed_at is null or status = 'failed')
 ) with (fillfactor = 50);
@@ -31,3 +36,5 @@ create index runs_started_at_idx on pgflow.runs (started_at);
 -- the reruns of a run: deleting a run sets their rerun_of to NULL, a probe here instead of a scan of
 -- runs per deleted run (which made pruning quadratic in the history's size)
 create index runs_rerun_of_idx on pgflow.runs (rerun_of) where rerun_of is not null;
+-- the children of a run (get_run's child_run_ids, a parent's cancel), by probe
+create index runs_parent_run_id_idx on pgflow.runs (parent_run_id) where parent_run_id is not null;

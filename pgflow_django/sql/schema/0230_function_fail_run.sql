@@ -2,7 +2,8 @@
 -- cancelled and its message archived, so nothing of a failed run stays queued, started or visible;
 -- a step that had started reads 'cancelled' (its tasks will never finish). remaining_steps keeps
 -- counting the steps that neither completed nor were skipped, as on every other path. Its waits
--- (pgflow.step_waits) end with it. Its
+-- (pgflow.step_waits) end with it, and its unfinished child runs fail first; a failed child run makes
+-- its parent's wait due (pgflow.wake_waits fails the parent's task). Its
 -- concurrency slots are freed here, or, inside pgflow.complete_tasks, by that completion's release.
 create or replace function pgflow.fail_run(run_id uuid, error_message text)
 returns void
@@ -11,15 +12,28 @@ as $$
 declare
   v_queues text[];
   v_msgs bigint[];
+  v_parent uuid;
+  v_child uuid;
 begin
   update pgflow.runs as r
      set status = 'failed', failed_at = clock_timestamp(), error_message = fail_run.error_message,
          remaining_steps = (select count(*) from pgflow.step_states as ss
                              where ss.run_id = r.run_id and ss.status not in ('completed', 'skipped'))
-   where r.run_id = fail_run.run_id and r.status = 'started';
+   where r.run_id = fail_run.run_id and r.status = 'started'
+  returning r.parent_run_id into v_parent;
   if not found then
     return;
   end if;
+
+  -- its unfinished child runs fail with it (each locked in turn, before any wait row of this run)
+  for v_child in
+    select w.child_run_id from pgflow.step_waits as w
+     where w.run_id = fail_run.run_id and w.child_run_id is not null
+     order by w.child_run_id
+  loop
+    perform 1 from pgflow.runs as r where r.run_id = v_child for update;
+    perform pgflow.fail_run(v_child, format('parent run %s failed', fail_run.run_id));
+  end loop;
 
   update pgflow.step_states as ss
      set status = 'cancelled'
@@ -35,6 +49,12 @@ begin
 
   perform pgflow.archive_task_messages(v_queues, v_msgs);
   delete from pgflow.step_waits as w where w.run_id = fail_run.run_id;
+  -- a failed child run: its parent's subflow task is due, for pgflow.wake_waits
+  if v_parent is not null then
+    update pgflow.step_waits as w set due_at = clock_timestamp()
+     where w.child_run_id = fail_run.run_id and w.due_at is null;
+    perform pg_notify('pgflow_waits', '');
+  end if;
   -- inside pgflow.complete_tasks the completion's own release, its last statement, frees them
   if current_setting('pgflow.slots_released_at_end', true) is distinct from 'on' then
     perform pgflow.release_limit_slots(array[fail_run.run_id]);

@@ -2,7 +2,8 @@
 -- runs: creates its tasks and sends their messages to the step's persisted queue, one send per
 -- queue and start delay (pgflow.queue_access) (the step's start_delay, or what remains of a delayed run's not_before);
 -- each task stores that queue as its immutable snapshot. No queue DDL here. An event or sleep
--- step's task is created started, with no message, and waits (pgflow.start_waits).
+-- step's task (a subflow step's tasks) is created started, with no message, and waits
+-- (pgflow.start_waits).
 -- A task's priority (the run's, else its step's default, else its flow's) travels in its message's
 -- headers, {"priority": N}; a priority of 0 sends no headers (pgflow.message_priority reads 0).
 -- The n-th id returned by the send belongs to the n-th message sent. The step states are read by
@@ -35,8 +36,9 @@ begin
   ), waiting as (
     insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, queue_name, status, attempts_count,
                                    started_at)
-    select st.flow_slug, st.run_id, st.step_slug, 0, st.queue_name, 'started', 1, clock_timestamp()
+    select st.flow_slug, st.run_id, st.step_slug, i, st.queue_name, 'started', 1, clock_timestamp()
       from started as st
+     cross join lateral generate_series(0, st.initial_tasks - 1) as i
      where st.step_kind <> 'handler'
     returning 1
   ), timed as (

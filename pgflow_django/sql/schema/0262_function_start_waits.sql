@@ -1,11 +1,12 @@
--- Starts the waits of the given runs' event and sleep tasks that are started and have none yet
+-- Starts the waits of the given runs' event, sleep and subflow tasks that are started and have none yet
 -- (pgflow.start_ready_steps created them, or pgflow.retry_run started them again): one
 -- pgflow.step_waits row each, with its key, its timeout or its time. The caller holds the runs' row
 -- locks. A keyed wait then takes its key's lock (pgflow.event_lock_key, in key order) and, like a
 -- wait for its run's own events, the earliest kept event that reaches it: the event is pinned to it
 -- and it is due at once, so the next pgflow.wake_waits completes it (a start never completes a step
 -- inside the completion that started it). A sleep whose time is not a timestamp is due at once with
--- the reason and fails there. Returns the number of waits started.
+-- the reason and fails there. A subflow task's wait is its child run (pgflow.start_child_runs).
+-- Returns the number of waits started.
 create or replace function pgflow.start_waits(run_ids uuid[])
 returns integer
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -19,7 +20,7 @@ begin
       from pgflow.step_tasks as t
       join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
      cross join lateral (select r.input, r.status from pgflow.runs as r where r.run_id = t.run_id offset 0) as r
-     where t.run_id = any(run_ids) and t.status = 'started' and s.step_kind <> 'handler'
+     where t.run_id = any(run_ids) and t.status = 'started' and s.step_kind in ('event', 'sleep')
        and r.status = 'started'
        and not exists (select 1 from pgflow.step_waits as w
                         where w.run_id = t.run_id and w.step_slug = t.step_slug and w.task_index = t.task_index)
@@ -48,6 +49,7 @@ begin
               then format('sleep time %s is not an ISO-8601 timestamp in the step''s input', t.sleep_until) end
     from timed as t;
   get diagnostics v_started = row_count;
+  v_started := v_started + pgflow.start_child_runs(run_ids);
   if v_started = 0 then
     return 0;
   end if;

@@ -3,7 +3,7 @@
 -- cascade, start_ready_steps, maybe_complete_runs, hand_off_tasks, claim_classified: about 40
 -- statements and 15 nested calls per hop). It applies to a batch only when every item
 -- - names a distinct run, task 0 of a single step, and is the current claim (the task started in
---   that attempt, its step and run started);
+--   that attempt, its step and run started), of a run that is no flow's child;
 -- - belongs to a flow without flow control (no pgflow.flow_limits rows, no limit_holds or
 --   limit_waits of the run);
 -- - feeds only single handler steps still created, with no condition and no start delay, in a run not
@@ -78,6 +78,7 @@ begin
   -- each item's run, step and task by its own probe (see cascade)
   select bool_and(coalesce(
            r.status = 'started' and (r.not_before is null or r.not_before <= clock_timestamp())
+           and r.parent_run_id is null
            and ss.status = 'started' and ss.remaining_tasks = 1
            and t.status = 'started' and t.attempts_count = i.attempt and t.message_id is not null
            and s.step_type = 'single'
@@ -98,7 +99,7 @@ begin
     into v_eligible
     from unnest(v_runs, v_steps, v_indexes, v_attempts) as i(run_id, step_slug, task_index, attempt)
     left join lateral (
-      select r.flow_slug, r.status, r.not_before from pgflow.runs as r
+      select r.flow_slug, r.status, r.not_before, r.parent_run_id from pgflow.runs as r
        where r.run_id = i.run_id and r.run_id between v_lo and v_hi offset 0
     ) as r on true
     left join lateral (

@@ -1,6 +1,6 @@
 -- The persisted shape of a flow, in the compiler's JSON form: ordered steps with slug, type, sorted
 -- dependencies, when_unmet, when_exhausted, condition patterns and, for an event or sleep step, what
--- it waits for (wait: kind, event, key, seconds, until; NULL for a handler step). Runtime options are
+-- it waits for (wait: kind, event, key, seconds, until, flow; NULL for a handler step). Runtime options are
 -- not shape.
 create or replace function pgflow.flow_shape(flow_slug text)
 returns jsonb
@@ -18,7 +18,7 @@ as $$
            'forbidden_input_pattern', s.forbidden_input_pattern,
            'wait', case when s.step_kind <> 'handler' then jsonb_strip_nulls(jsonb_build_object(
                      'kind', s.step_kind, 'event', s.wait_event, 'key', s.wait_key, 'seconds', s.wait_seconds,
-                     'until', s.sleep_until)) end
+                     'until', s.sleep_until, 'flow', s.subflow_slug)) end
          ) order by s.step_index), '[]'::jsonb))
     from pgflow.steps as s
    where s.flow_slug = flow_shape.flow_slug

@@ -289,10 +289,11 @@ begin
       case when v_mode = 'routed' then v_route->>(v_step->>'slug') end
     );
   end loop;
-  -- what an event or sleep step waits for (add_step creates every step as a handler step)
+  -- what an event, sleep or subflow step waits for (add_step creates every step as a handler step)
   update pgflow.steps as s
      set step_kind = x.e->'wait'->>'kind', wait_event = x.e->'wait'->>'event', wait_key = x.e->'wait'->>'key',
-         wait_seconds = (x.e->'wait'->>'seconds')::integer, sleep_until = x.e->'wait'->>'until'
+         wait_seconds = (x.e->'wait'->>'seconds')::integer, sleep_until = x.e->'wait'->>'until',
+         subflow_slug = x.e->'wait'->>'flow'
     from jsonb_array_elements(shape->'steps') as x(e)
    where s.flow_slug = ensure_flow_compiled.flow_slug and s.step_slug = x.e->>'slug'
      and jsonb_typeof(x.e->'wait') = 'object';

@@ -2,7 +2,8 @@
 -- completes with {"slept_until": its time}; a wait with a pinned event completes with the event's
 -- payload; an event wait past its timeout fails as a task out of attempts ('timed out waiting for
 -- event ...'), so its step's when_exhausted (the DSL's when_timeout) decides what follows; a sleep
--- whose time could not be read fails the same way with the reason. Runs another writer holds are
+-- whose time could not be read fails the same way with the reason; a subflow task whose child run
+-- ended completes with the child's output, or fails when the child failed. Runs another writer holds are
 -- left for the next call. Also deletes up to max_waits expired events. Every worker calls it on a
 -- timer (the same pass as the scheduler's); pg_cron or any session may call it too. Returns the
 -- number of waits completed and failed.
@@ -43,12 +44,17 @@ begin
      where w.run_id = any(coalesce(v_locked, '{}')) and w.due_at <= clock_timestamp()
     returning w.*
   ), resolved as (
-    select en.*, ev.payload,
+    select en.*, coalesce(ev.payload, ch.output) as payload,
            case when en.error_message is not null then en.error_message
                 when en.kind = 'event' and ev.event_seq is null
-                  then format('timed out waiting for event %s', en.event_name) end as failure
+                  then format('timed out waiting for event %s', en.event_name)
+                when en.kind = 'subflow' and ch.status is distinct from 'completed'
+                  then format('child run %s failed: %s', en.child_run_id,
+                              coalesce(ch.error_message, 'it no longer exists')) end as failure
       from ended as en
       left join pgflow.events as ev on ev.event_seq = en.event_seq
+      left join lateral (select c.status, c.output, c.error_message from pgflow.runs as c
+                          where c.run_id = en.child_run_id offset 0) as ch on true
   )
   select jsonb_agg(jsonb_build_object('run_id', r.run_id, 'step_slug', r.step_slug, 'task_index', r.task_index,
                                       'attempt', r.attempt,

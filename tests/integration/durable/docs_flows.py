@@ -43,3 +43,32 @@ reminder.sleep("until_trial_ends", depends_on=[sign_up], until="$.sign_up.remind
 @reminder.step(depends_on=["a_day_later", "until_trial_ends", sign_up])
 def remind(deps):
     return {"sent_to": deps["sign_up"]["email"]}
+
+
+shipping = Flow("durable_shipping")
+
+
+@shipping.step()
+def book_courier(parcel):
+    return {"tracking": f"TRK-{parcel['id']}"}
+
+
+@shipping.step(depends_on=[book_courier])
+def notify_customer(deps):
+    return {"tracking": deps["book_courier"]["tracking"], "notified": True}
+
+
+orders = Flow("durable_orders")
+
+
+@orders.step()
+def pack(order):
+    return order["parcels"]
+
+
+orders.subflow("ship", flow=shipping, array=pack)
+
+
+@orders.step(depends_on=["ship"])
+def confirm(deps):
+    return {"tracking": [parcel["notify_customer"]["tracking"] for parcel in deps["ship"]]}

@@ -12,7 +12,7 @@ from django.test import TestCase
 from pgflow_django import compile_flow, get_run, send_event
 from pgflow_django.testing import advance, drain, run_flow
 from pgflow_django.testing import send_event as send_and_drain
-from tests.integration.durable.docs_flows import approval, reminder
+from tests.integration.durable.docs_flows import approval, orders, reminder
 
 HERE = Path(__file__).resolve().parent
 DOC = HERE.parents[2] / "docs" / "durable.md"
@@ -77,6 +77,18 @@ class ReminderTests(TestCase):
         assert run.status == "completed"
         assert run.outputs["remind"] == {"sent_to": "ada@example.com"}
         assert set(run.outputs["until_trial_ends"]) == {"slept_until"}
+
+
+class ParcelTests(TestCase):
+    def test_each_parcel_ships_in_a_child_run(self):
+        run = run_flow(orders, {"parcels": [{"id": 1}, {"id": 2}]})
+
+        assert run.status == "completed"
+        assert run.outputs["confirm"] == {"tracking": ["TRK-1", "TRK-2"]}
+        assert len(run.child_run_ids) == 2
+        child = get_run(run.child_run_ids[0])
+        assert child.parent_run_id == run.run_id
+        assert child.outputs["notify_customer"] == {"tracking": "TRK-1", "notified": True}
 
 
 def _blocks() -> list[str]:

@@ -1,6 +1,7 @@
-"""docs/durable.md's approval and reminder flows under a real ``pgflow_worker`` process: an event sent
-from another process completes the wait, the worker's wait pass ends sleeps and timeouts with no
-task held meanwhile, and what follows runs on the worker. Nothing is run twice."""
+"""docs/durable.md's approval, reminder and parcel flows under a real ``pgflow_worker`` process: an
+event sent from another process completes the wait, the worker's wait pass ends sleeps and timeouts
+with no task held meanwhile, child runs end their parent's step, and what follows runs on the worker.
+Nothing is run twice."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ import pytest
 from django.db import connection
 
 from pgflow_django import compile_flow, get_run, send_event, start_flow
-from tests.integration.durable.docs_flows import approval, reminder
+from tests.integration.durable.docs_flows import approval, orders, reminder, shipping
 from tests.sql.support import q, val
 from tests.workers import spawn_worker_process, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-FLOWS = (approval, reminder)
+FLOWS = (approval, reminder, orders, shipping)
 
 
 @pytest.fixture
@@ -45,6 +46,20 @@ def worker(database_url: str) -> Iterator[subprocess.Popen[str]]:
 def finished(run_id: object) -> object:
     run = get_run(run_id)
     return run if run.status != "started" else None
+
+
+def test_each_parcel_ships_in_a_child_run_on_a_real_worker(worker: subprocess.Popen[str]) -> None:
+    started = time.monotonic()
+    order = start_flow(orders, {"parcels": [{"id": 1}, {"id": 2}, {"id": 3}]})
+    run = wait_until(lambda: finished(order), 30, "the order to finish")
+    elapsed = time.monotonic() - started
+    assert run.status == "completed"
+    assert run.outputs["confirm"] == {"tracking": ["TRK-1", "TRK-2", "TRK-3"]}
+    assert len(run.child_run_ids) == 3
+    assert {get_run(child).parent_run_id for child in run.child_run_ids} == {order}
+    # the children's ends notify the worker (pgflow_waits): no wait for the next one-second pass
+    assert elapsed < 5, elapsed
+    assert val("select count(*) from pgflow.runs where flow_slug = 'durable_shipping'") == 3
 
 
 def due_now(run_id: object, step: str) -> None:
