@@ -57,6 +57,7 @@ from bench.phases import (
 from bench.priorities import measure_priorities
 from bench.report import Figure, Report, Target
 from bench.starvation import StarvationSizes, measure_starvation
+from bench.waiting import start_waiting_runs
 from bench.workers import RssSampler, WorkerGroup
 
 FLOWS = (
@@ -107,6 +108,20 @@ TARGETS = (
         1.2,
         versus="latency_client_p50_ms",
     ),
+    Target(
+        "1-step drain with waiting runs vs without",
+        "drain_bench_one_2_waiting",
+        ">=",
+        0.9,
+        versus="drain_bench_one_2_no_waits",
+    ),
+    Target(
+        "chain p50 with waiting runs vs without",
+        "latency_client_p50_ms_waiting",
+        "<=",
+        1.1,
+        versus="latency_client_p50_ms_no_waits",
+    ),
     Target("worker peak RSS (MB)", "rss_peak", "<=", 100.0),
     Target("metrics on: throughput kept (% of off)", "obs_metrics_kept_pct", ">=", 95.0),
     Target("tracing, SDK recording: throughput kept (% of off)", "obs_tracing_kept_pct", ">=", 85.0),
@@ -131,6 +146,8 @@ class Sizes:
     latency_runs: int
     history: int
     """Finished runs preloaded for the history phase (0: no history phase)."""
+    waiting: int
+    """Runs that wait for an event and sleep, started for the waiting phase (0: no waiting phase)."""
     timeout: float
     counts: dict[str, tuple[int, ...]]
     """Worker (and SQL-only) process counts measured, by flow slug."""
@@ -153,6 +170,7 @@ FULL = Sizes(
     runs={"bench_one": 6000, "bench_chain": 2000, "bench_map": 60},
     latency_runs=200,
     history=1_000_000,
+    waiting=10_000,
     timeout=600.0,
     counts={"bench_one": (1, 2), "bench_chain": (1, 2), "bench_map": (1, 2)},
     starvation=StarvationSizes(
@@ -165,6 +183,7 @@ QUICK = Sizes(
     runs={"bench_one": 20, "bench_chain": 10, "bench_map": 2},
     latency_runs=5,
     history=2000,
+    waiting=200,
     timeout=120.0,
     counts={"bench_one": (1, 2), "bench_chain": (1,), "bench_map": (1,)},
     starvation=StarvationSizes(
@@ -248,6 +267,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         help="finished runs preloaded for the history phase (default 1,000,000; --quick 2,000; 0 skips it)",
+    )
+    parser.add_argument(
+        "--waiting",
+        type=int,
+        default=None,
+        help="runs that wait (an event and a day's sleep each) for the waiting phase (default 10,000;"
+        " --quick 200; 0 skips it)",
+    )
+    parser.add_argument(
+        "--only-waiting",
+        action="store_true",
+        help="run only the waiting phase (1-step drain and chain latency without, then with waiting runs)",
     )
     parser.add_argument(
         "--only-history",
@@ -531,6 +562,19 @@ class Bench:
             )
         return started.ids
 
+    def measure_waiting(self, sampler: RssSampler, log_dir: Path) -> None:
+        """The 1-step drain (2 workers) and the chain's latency without waiting runs, then with
+        ``sizes.waiting`` runs each waiting for an event and sleeping (two wait rows per run)."""
+        self.worker_phase(FLOWS[0], 2, sampler, log_dir, end_to_end_too=False, variant="no_waits")
+        self.worker_phase(FLOWS[1], 1, sampler, log_dir, end_to_end_too=True, variant="no_waits")
+        runs = self.sizes.waiting
+        seconds = start_waiting_runs(self.url, runs)
+        self.report.meta["waiting"] = {"runs": runs, "waits": 2 * runs, "start_seconds": round(seconds, 1)}
+        self.say(f"  started {runs:,} waiting runs ({2 * runs:,} waits) in {seconds:.1f} s")
+        vacuum_analyze(self.url)
+        self.worker_phase(FLOWS[0], 2, sampler, log_dir, end_to_end_too=False, variant="waiting")
+        self.worker_phase(FLOWS[1], 1, sampler, log_dir, end_to_end_too=True, variant="waiting")
+
     def measure_history(self, sampler: RssSampler, log_dir: Path) -> None:
         """Preload finished runs, then the start rate, the 1-step drain (2 workers) and the chain's
         latency again, with the same options, beside the figures measured before the history."""
@@ -606,6 +650,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         analyze_only_between_phases()
     if args.history is not None:
         sizes = replace(sizes, history=max(0, args.history))
+    if args.waiting is not None:
+        sizes = replace(sizes, waiting=max(0, args.waiting))
     started = datetime.now(UTC)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
 
@@ -646,10 +692,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         url=url, sizes=sizes, report=report, console=console, worker_args=shlex.split(throughput_args)
     )
     try:
-        if not args.only_history:
+        if not args.only_history and not args.only_waiting:
             bench.say("raw PGMQ cycles")
             bench.measure_raw((1, 2), "first")
-        if not args.only_history and not args.only_floor:
+        if not args.only_history and not args.only_floor and not args.only_waiting:
             bench.say("SQL-only engine loop")
             bench.measure_sql_only(args.sql_batch, sizes.plan())
         if args.no_workers:
@@ -663,6 +709,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.only_observability
                     or args.only_priorities
                     or args.only_history
+                    or args.only_waiting
                     or args.only_project
                     or args.only_floor
                 )
@@ -702,6 +749,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         timeout=sizes.timeout,
                     ):
                         bench.add(figure)
+                if sizes.waiting and (not only_some or args.only_waiting):
+                    bench.say(f"waiting: drain and latency without, then with {sizes.waiting:,} waiting runs")
+                    bench.measure_waiting(sampler, Path(logs) / "waiting")
                 if sizes.history and (not only_some or args.only_history):
                     bench.say(
                         f"history: {sizes.history:,} finished runs, then start, drain and latency again"
@@ -730,7 +780,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 measure_sync_off(bench, args, has_worker)
             finally:
                 set_database_option(server, args.database, "synchronous_commit", "on")
-        if not args.only_history and not args.only_floor:
+        if not args.only_history and not args.only_floor and not args.only_waiting:
             bench.say("raw PGMQ cycles again (the reference keeps the best window)")
             bench.measure_raw((1, 2), "last")
             bench.note_raw_spread()

@@ -38,7 +38,7 @@ from pgflow_django.admin.schedules import ScheduleAdmin
 from pgflow_django.db import queries as db_queries
 from pgflow_django.db.query import fetch_all, fetch_value
 from pgflow_django.flows.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
-from pgflow_django.models import Dep, Flow, Run, Schedule, Step, StepState, StepTask, Worker
+from pgflow_django.models import Dep, Flow, Run, Schedule, Step, StepState, StepTask, StepWait, Worker
 from pgflow_django.runs import operations
 from pgflow_django.runs.client import (
     CancelResult,
@@ -115,6 +115,20 @@ def _diagram(svg: str) -> SafeString:
     """An SVG drawn by :mod:`pgflow_django.admin.diagrams.dag` (every text in it escaped), in a container
     it fits."""
     return format_html('<div class="pgflow-diagram">{}</div>', mark_safe(svg))
+
+
+def _waited_for(wait: StepWait) -> SafeString | str:
+    """What one wait waits for: the event (and key), the pinned event, the sleep, the child run."""
+    if wait.kind == "event":
+        keyed = f" with key {wait.event_key}" if wait.event_key is not None else ""
+        pinned = " (delivered; completes at the next wait pass)" if wait.event_seq is not None else ""
+        return f"event {wait.event_name}{keyed}{pinned}"
+    if wait.kind == "subflow":
+        if wait.child_run_id is None:
+            return wait.error_message or "-"
+        url = reverse("admin:pgflow_run_change", args=[wait.child_run_id])
+        return format_html('child run <a href="{}">{}</a>', url, wait.child_run_id)
+    return wait.error_message or "its time"
 
 
 def _move_after(fields: Sequence[Any], anchor: str, name: str) -> list[Any]:
@@ -276,8 +290,16 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     search_fields = ("run_id",)
     date_hierarchy = "started_at"
     ordering = ("-started_at",)
-    readonly_fields = ("dag_picture", "timeline_picture", "step_states_table", "tasks_link")
-    exclude = ("error_message",)
+    readonly_fields = (
+        "dag_picture",
+        "timeline_picture",
+        "parent_link",
+        "waits_table",
+        "children_table",
+        "step_states_table",
+        "tasks_link",
+    )
+    exclude = ("error_message", "parent_run_id", "parent_step_slug", "parent_task_index")
     actions = ("cancel_runs", "retry_runs", "rerun_runs")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
@@ -286,9 +308,13 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         return ["error" if name == "error_message" else name for name in fields]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
-        """The DAG right after the status, above the run's input and output, which can be long."""
+        """The parent run and the DAG right after the status, then the timeline, what the run waits for
+        and its child runs, above the run's input and output, which can be long."""
         fields = _move_after(super().get_fields(request, obj), "status", "dag_picture")
-        return _move_after(fields, "dag_picture", "timeline_picture")
+        fields = _move_after(fields, "dag_picture", "timeline_picture")
+        fields = _move_after(fields, "timeline_picture", "waits_table")
+        fields = _move_after(fields, "waits_table", "children_table")
+        return _move_after(fields, "status", "parent_link")
 
     short_run = admin_lists.id_column("run_id", "run")
     started = admin_lists.time_column("started", "started_at")
@@ -336,6 +362,68 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     @admin.display(description="timeline")
     def timeline_picture(self, obj: Run) -> SafeString:
         return _diagram(dag.run_timeline_svg(obj))
+
+    @admin.display(description="parent run")
+    def parent_link(self, obj: Run) -> SafeString | str:
+        """A child run's parent, linked, with the subflow step (and element) that started it."""
+        if obj.parent_run_id is None:
+            return "-"
+        url = reverse("admin:pgflow_run_change", args=[obj.parent_run_id])
+        return format_html(
+            '<a href="{}">{}</a> (step {}, task {})',
+            url,
+            obj.parent_run_id,
+            obj.parent_step_slug,
+            obj.parent_task_index,
+        )
+
+    @admin.display(description="waits")
+    def waits_table(self, obj: Run) -> SafeString | str:
+        """What the run's event, sleep and subflow steps wait for now (docs/durable.md)."""
+        waits = list(
+            StepWait.objects.using(database_of(obj))
+            .filter(run_id=obj.run_id)
+            .order_by("step_slug", "task_index")
+        )
+        if not waits:
+            return "-"
+        rows = [
+            (
+                wait.step_slug if wait.kind != "subflow" else f"{wait.step_slug}[{wait.task_index}]",
+                wait.kind,
+                _waited_for(wait),
+                when(wait.since),
+                (when(wait.due_at) if wait.due_at else "-")
+                + (" (timeout)" if wait.kind == "event" and wait.due_at and wait.event_seq is None else ""),
+            )
+            for wait in waits
+        ]
+        return _table(("step", "kind", "waits for", "since", "until"), rows, "pgflow-waits")
+
+    @admin.display(description="child runs")
+    def children_table(self, obj: Run) -> SafeString | str:
+        """The runs this run's subflow steps started, linked, in step and element order."""
+        children = list(
+            Run.objects.using(database_of(obj))
+            .filter(parent_run_id=obj.run_id)
+            .order_by("parent_step_slug", "parent_task_index", "run_id")
+        )
+        if not children:
+            return "-"
+        rows = [
+            (
+                format_html(
+                    '<a href="{}">{}</a>', reverse("admin:pgflow_run_change", args=[c.run_id]), c.run_id
+                ),
+                c.flow_id,
+                f"{c.parent_step_slug}[{c.parent_task_index}]",
+                c.status,
+                when(c.started_at),
+                took(c.started_at, c.completed_at or c.failed_at),
+            )
+            for c in children
+        ]
+        return _table(("run", "flow", "step", "status", "started", "duration"), rows, "pgflow-children")
 
     @admin.display(description="step states")
     def step_states_table(self, obj: Run) -> SafeString:

@@ -203,13 +203,28 @@ def _deps_by_step(flow_slug: str, database: str) -> dict[str, list[str]]:
     return deps
 
 
+def wait_line(step: Step) -> str:
+    """What an event, sleep or subflow step waits for, in a few words ("" for a handler step)."""
+    if step.step_kind == "event":
+        return f"waits for {step.wait_event}"
+    if step.step_kind == "sleep":
+        return (
+            f"sleeps {step.wait_seconds}s"
+            if step.wait_seconds is not None
+            else f"sleeps until {step.sleep_until}"
+        )
+    if step.step_kind == "subflow":
+        return f"runs flow {step.subflow_slug}"
+    return ""
+
+
 def flow_nodes(steps: Sequence[Step], deps: Mapping[str, Sequence[str]]) -> tuple[list[Node], dict[str, str]]:
     colours = queue_colours(step.queue_name for step in steps)
     nodes = [
         Node(
             slug=step.step_slug,
             deps=tuple(deps.get(step.step_slug, ())),
-            lines=(step.step_type, f"\u2192 {step.queue_name}"),
+            lines=(step.step_type, wait_line(step) or f"\u2192 {step.queue_name}"),
             fill=colours[step.queue_name],
             css_class=f"pgflow-queue-{step.queue_name}",
         )
@@ -270,7 +285,11 @@ def run_nodes(
         state = progress.get(step.step_slug, StepProgress("", 0, 0))
         status = state.status or "unknown"
         counts = f"tasks {state.done}/{state.total}"
-        lines = [status, f"{counts} \u00b7 {state.duration}" if state.duration else counts]
+        waits = wait_line(step)
+        if waits and step.step_type != "map":
+            counts = waits  # one task, and what it waits for says more than 0/1
+        shown = "waiting" if waits and status == "started" else status
+        lines = [shown, f"{counts} \u00b7 {state.duration}" if state.duration else counts]
         nodes.append(
             Node(
                 slug=step.step_slug,
