@@ -30,8 +30,11 @@ begin
       join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
      cross join lateral (select r.input, r.status from pgflow.runs as r where r.run_id = t.run_id offset 0) as r
      where t.run_id = any(run_ids) and t.status = 'started' and s.step_kind = 'subflow' and r.status = 'started'
+       -- a probe by key (offset 0 keeps it one): as an anti-join planned on an empty table, it read
+       -- every wait for each task
        and not exists (select 1 from pgflow.step_waits as w
-                        where w.run_id = t.run_id and w.step_slug = t.step_slug and w.task_index = t.task_index)
+                        where w.run_id = t.run_id and w.step_slug = t.step_slug and w.task_index = t.task_index
+                        offset 0)
   ), inputs as (
     select p.*,
            case when p.step_type = 'map' and p.step_input is not null

@@ -20,14 +20,17 @@ declare
   v_failure record;
   v_completed integer := 0;
   v_failed integer := 0;
+  -- a variable, not clock_timestamp() in the conditions: a volatile call is no index condition, and the
+  -- reads below would walk every wait and event in time order
+  v_now timestamptz := clock_timestamp();
 begin
   delete from pgflow.events as e
    where e.event_seq in (select x.event_seq from pgflow.events as x
-                          where x.expires_at <= clock_timestamp() order by x.expires_at limit max_waits);
+                          where x.expires_at <= v_now order by x.expires_at limit max_waits);
 
   select array_agg(distinct d.run_id) into v_candidates
     from (select w.run_id from pgflow.step_waits as w
-           where w.due_at <= clock_timestamp() order by w.due_at limit max_waits) as d;
+           where w.due_at <= v_now order by w.due_at limit max_waits) as d;
   if v_candidates is null then
     return query select 'completed'::text, 0 union all select 'failed', 0;
     return;
@@ -41,7 +44,7 @@ begin
 
   with ended as (
     delete from pgflow.step_waits as w
-     where w.run_id = any(coalesce(v_locked, '{}')) and w.due_at <= clock_timestamp()
+     where w.run_id = any(coalesce(v_locked, '{}')) and w.due_at <= v_now
     returning w.*
   ), resolved as (
     select en.*, coalesce(ev.payload, ch.output) as payload,
