@@ -152,6 +152,25 @@ def _stalled(cursor: Any, names: dict[str, str]) -> Panel:
     return Panel("stalled", "Stalled tasks", _table(headers, rows, "No stalled task."))
 
 
+WAIT_KINDS = {"event": "wait for an event", "sleep": "sleep", "subflow": "wait for child runs"}
+
+
+def _waits(cursor: Any, names: dict[str, str]) -> Panel:
+    rows = [
+        (
+            names.get(row.flow_slug, row.flow_slug),
+            WAIT_KINDS.get(row.kind, row.kind),
+            row.runs,
+            row.waits,
+            when(row.oldest),
+            when(row.next_due) if row.next_due else "-",
+        )
+        for row in fetch_all(cursor, queries.DASHBOARD_WAITS)
+    ]
+    headers = ("flow", "runs that", "runs", "waits", "waiting since", "next due")
+    return Panel("waits", "Waiting and sleeping runs", _table(headers, rows, "No run waits."))
+
+
 def _flow_control(cursor: Any) -> Panel:
     rows = [
         flow_control_cells(row)
@@ -172,6 +191,7 @@ def panels(now: datetime) -> list[Panel]:
             _workers(cursor),
             _pauses(cursor, names),
             _stalled(cursor, names),
+            _waits(cursor, names),
             _flow_control(cursor),
         ]
 

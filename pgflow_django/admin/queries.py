@@ -122,7 +122,7 @@ DASHBOARD_STALLED_TASKS: Final = Query(
       join pgflow.runs as r on r.run_id = t.run_id and r.status = 'started'
       join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
       join pgflow.flows as f on f.flow_slug = t.flow_slug
-     where t.status = 'started'
+     where t.status = 'started' and s.step_kind = 'handler'
        and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
      order by t.started_at
      limit 50
@@ -130,4 +130,30 @@ DASHBOARD_STALLED_TASKS: Final = Query(
     StalledTaskRow,
 )
 """Started tasks whose claim is older than their step's timeout + 30 s: what
-``pgflow.requeue_stalled_tasks`` will recover on its next pass (the same condition)."""
+``pgflow.requeue_stalled_tasks`` will recover on its next pass (the same condition; a task that waits
+for an event, a time or a child run has no claim to lose)."""
+
+
+class WaitingRow(NamedTuple):
+    flow_slug: str
+    kind: str
+    runs: int
+    waits: int
+    oldest: datetime
+    next_due: datetime | None
+
+
+DASHBOARD_WAITS: Final = Query(
+    "dashboard_waits",
+    """
+    select w.flow_slug, w.kind, count(distinct w.run_id)::int as runs, count(*)::int as waits,
+           min(w.since) as oldest, min(w.due_at) as next_due
+      from pgflow.step_waits as w
+     group by w.flow_slug, w.kind
+     order by w.flow_slug, w.kind
+     limit 50
+    """,
+    WaitingRow,
+)
+"""The runs that wait now, by flow and kind (an event, a sleep, child runs): the table holds only
+what waits, so the count reads it whole."""

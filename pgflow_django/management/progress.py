@@ -69,7 +69,7 @@ def steps_table(view: RunView, *, title: str | None = None) -> FitTable:
     for state in view.steps:
         table.add_row(
             printable(state.step_slug),
-            printable(state.step_type),
+            printable(state.step_type if state.kind == "handler" else state.kind),
             status_text(state.status),
             tasks_done(state),
             _note(state),
@@ -89,11 +89,36 @@ def run_title(view: RunView) -> Text:
 
 
 def _note(state: StepStateView) -> str:
+    if state.waiting is not None:
+        return waiting_note(state)
     if state.error_message:
         return error_summary(state.error_message)
     if state.skip_reason:
         return printable(state.skip_reason.replace("_", " "))
     return ""
+
+
+def waiting_note(state: StepStateView) -> str:
+    """What a step waits for now, in one line: ``waits for order.approved (key 1042) until 12:00``."""
+    wait = state.waiting
+    assert wait is not None
+    until = f" until {wait.until:%Y-%m-%d %H:%M:%S}" if wait.until is not None else ""
+    if state.kind == "event":
+        keyed = f" (key {wait.key})" if wait.key is not None else ""
+        return printable(f"waits for {wait.event}{keyed}{until}")
+    if state.kind == "subflow":
+        return f"waits for child run {wait.child_run_id}" if wait.child_run_id else "waits for its child runs"
+    return f"sleeps{until}"
+
+
+def parent_and_children(view: RunView) -> str:
+    """``parent run X`` and ``child runs: A, B``, for a run started by or starting other runs."""
+    lines = []
+    if view.parent_run_id is not None:
+        lines.append(f"parent run {view.parent_run_id}")
+    if view.child_run_ids:
+        lines.append("child runs: " + ", ".join(str(child) for child in view.child_run_ids))
+    return "\n".join(lines)
 
 
 def _elapsed(start: datetime | None, end: datetime | None) -> str:
@@ -124,10 +149,24 @@ def run_dict(view: RunView) -> dict[str, Any]:
         "started_at": view.started_at,
         "completed_at": view.completed_at,
         "failed_at": view.failed_at,
+        "parent_run_id": None if view.parent_run_id is None else str(view.parent_run_id),
+        "child_run_ids": [str(child) for child in view.child_run_ids],
         "steps": [
             {
                 "step_slug": state.step_slug,
                 "step_type": state.step_type,
+                "kind": state.kind,
+                "waiting": None
+                if state.waiting is None
+                else {
+                    "event": state.waiting.event,
+                    "key": state.waiting.key,
+                    "since": state.waiting.since,
+                    "until": state.waiting.until,
+                    "child_run_id": None
+                    if state.waiting.child_run_id is None
+                    else str(state.waiting.child_run_id),
+                },
                 "status": state.status,
                 "tasks_total": state.initial_tasks,
                 "tasks_remaining": state.remaining_tasks,

@@ -33,6 +33,7 @@ from pgflow_django.management.progress import (
     error_traceback,
     format_seconds,
     json_text,
+    parent_and_children,
     run_dict,
     run_title,
     status_text,
@@ -280,6 +281,9 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
             return
         console = self.console(no_color=options["no_color"])
         console.print(run_title(view))
+        related = parent_and_children(view)
+        if related:
+            console.print(related, soft_wrap=True)
         console.print(steps_table(view))
         if view.error_message:
             console.print(f"error: {error_summary(view.error_message)}", style="red")
