@@ -13,6 +13,7 @@ from django.test import Client
 
 from pgflow_django import compile_flow, get_run, start_flow
 from pgflow_django.testing import drain
+from pgflow_django.testing import send_event as send_and_drain
 from tests.integration.commands_support import call
 from tests.integration.durable.docs_flows import approval, orders, reminder
 from tests.sql import support
@@ -72,3 +73,15 @@ def test_the_dashboard_counts_waiting_and_sleeping_runs(admin_client: Client) ->
     assert "durable_approval wait for an event 2 2" in cells
     assert "durable_reminder sleep 1 2" in cells
     assert "No stalled task." in html  # a waiting task is no stalled claim
+
+
+def test_a_schedule_starts_a_flow_that_waits_and_sleeps() -> None:
+    from pgflow_django.schedules import create_schedule, trigger_now
+
+    compile_flow(approval)
+    create_schedule(approval, cron="0 9 * * *", name="durable-daily", input={"order_id": 31, "total": 2})
+    run_id = trigger_now("durable-daily")
+    drain(flows=[approval])
+    assert get_run(run_id).step("approved").waiting is not None
+    assert send_and_drain("order.approved", {"by": "cron"}, key=31, flows=[approval]) == 1
+    assert get_run(run_id).outputs["ship"] == {"shipped": True, "approved_by": "cron"}
