@@ -85,3 +85,59 @@ def test_malformed_waits_are_refused_when_defined(call: Any, message: str) -> No
     with pytest.raises(FlowDefinitionError, match=message):
         call(flow)
     assert not flow.steps  # a refused step leaves the flow unchanged
+
+
+def test_a_subflow_step_names_its_child_flow_and_maps_over_an_array() -> None:
+    child = Flow("waits_child")
+
+    @child.step()
+    def work(item: Any) -> Any: ...
+
+    parent = Flow("waits_parent")
+
+    @parent.step()
+    def items(order: Any) -> Any: ...
+
+    assert parent.subflow("each", flow=child, array=items) == "each"
+    parent.subflow("once", flow="waits_elsewhere", depends_on=["each"], when_exhausted="skip")
+    each, once = parent.get_step("each"), parent.get_step("once")
+    assert (each.step_type, each.deps, each.shape()["wait"]) == (
+        "map",
+        ("items",),
+        {"kind": "subflow", "flow": "waits_child"},
+    )
+    assert (once.step_type, once.when_exhausted, once.wait.child if once.wait else None) == (
+        "single",
+        "skip",
+        None,
+    )
+    assert parent.child_flows() == (child,)
+
+
+def test_a_flow_cannot_start_itself_directly_or_through_others() -> None:
+    from pgflow_django.flows.dsl import descendant_flows
+
+    loop = Flow("waits_loop")
+    with pytest.raises(FlowDefinitionError, match=r"a flow cannot start itself as a child flow"):
+        loop.subflow("again", flow=loop)
+    with pytest.raises(FlowDefinitionError, match=r"a flow cannot start itself as a child flow"):
+        loop.subflow("again", flow="waits_loop")
+
+    first, second, third = Flow("waits_a"), Flow("waits_b"), Flow("waits_c")
+    first.subflow("to_b", flow=second)
+    second.subflow("to_c", flow=third)
+    assert descendant_flows(first) == [third, second]  # each child before the flow that starts it
+    third.subflow("to_a", flow=first)
+    with pytest.raises(
+        FlowDefinitionError, match=r"child flows form a cycle \(waits_a -> waits_b -> waits_c -> waits_a\)"
+    ):
+        descendant_flows(first)
+
+
+def test_subflow_refuses_what_is_not_a_flow() -> None:
+    flow = Flow("waits_bad_child")
+    with pytest.raises(FlowDefinitionError, match=r"flow= must be a Flow or a flow's slug, got int"):
+        flow.subflow("x", flow=3)  # type: ignore[arg-type]
+    with pytest.raises(FlowDefinitionError, match=r"flow= "):
+        flow.subflow("x", flow="Not A Slug!")
+    assert not flow.steps
