@@ -190,6 +190,14 @@ def _failures(run: Run) -> dict[str, list[Failure]]:
     return found
 
 
+WAITING_SUMMARY = {
+    "event": "waiting for an event",
+    "sleep": "sleeping",
+    "subflow": "waiting for {count} child run(s)",
+}
+"""What the bar of a started event, sleep or subflow step says: it waits, no worker runs it."""
+
+
 def _summary(total: int, counts: dict[str, Any], failures: int) -> str:
     """``12 completed · 2 failures``: a map step's outcomes (its task count is in the label)."""
     parts = [f"{counts[name]} {name}" for name in ("completed", "failed", "started") if counts[name]]
@@ -204,12 +212,13 @@ def run_rows(run: Run, tasks_href: dict[str, str] | None = None) -> list[Row]:
     """The rows of a run's timeline: one bounded aggregate per step, failures from attempt_errors;
     read from the run's database."""
     database = database_of(run)
-    steps = list(
+    kinds = dict(
         Step.objects.using(database)
         .filter(flow_id=run.flow_id)
         .order_by("step_index")
-        .values_list("step_slug", flat=True)
+        .values_list("step_slug", "step_kind")
     )
+    steps = list(kinds)
     statuses = dict(
         StepState.objects.using(database).filter(run_id=run.run_id).values_list("step_slug", "status")
     )
@@ -240,6 +249,8 @@ def run_rows(run: Run, tasks_href: dict[str, str] | None = None) -> list[Row]:
             continue
         counts = {"completed": agg["completed"], "failed": agg["failed"], "started": agg["running"]}
         summary = _summary(agg["total"], counts, len(failures.get(slug, [])))
+        if status == "started" and kinds.get(slug, "handler") != "handler":
+            summary = WAITING_SUMMARY[kinds[slug]].format(count=agg["running"])
         rows.append(
             Row(
                 slug,

@@ -27,6 +27,7 @@ def test_a_waiting_runs_page_shows_the_event_the_key_and_the_timeout(admin_clien
     assert "event order.approved with key 77" in html
     assert "(timeout)" in html
     assert ">waiting</text>" in html and "waits for order.approved" in html  # the DAG's box
+    assert "waiting for an event" in html  # the timeline's bar
 
 
 def test_a_sleeping_runs_page_shows_the_sleep(admin_client: Client) -> None:
@@ -47,6 +48,7 @@ def test_parent_and_child_runs_link_to_each_other(admin_client: Client) -> None:
 
     parent = page(admin_client, reverse("admin:pgflow_run_change", args=[run_id]))
     assert 'class="pgflow-children"' in parent and "<td>ship[1]</td>" in parent
+    assert "waiting for 2 child run(s)" in parent
     for child in children:
         assert reverse("admin:pgflow_run_change", args=[child]) in parent  # in the waits and the children
 
