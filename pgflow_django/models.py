@@ -494,6 +494,11 @@ class StepWait(ReadOnlyModel):
                 name="step_waits_child_run_id_idx",
                 condition=Q(child_run_id__isnull=False),
             ),
+            models.Index(
+                fields=["event_seq"],
+                name="step_waits_event_seq_idx",
+                condition=Q(event_seq__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

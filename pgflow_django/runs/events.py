@@ -31,10 +31,12 @@ def send_event(
     using: str = "default",
 ) -> int:
     """Send the event ``event`` to the run ``run_id``, or to every run whose wait key has the value
-    ``key``: each event step waiting for it now completes with ``payload`` as its output, and the
-    event is kept for ``PGFLOW["EVENT_RETENTION_SECONDS"]`` for the waits that start later. With
-    ``event_id``, a second send of the same event and id while the first is kept is a no-op.
-    Returns how many waits it completed (``pgflow.send_event``). Joins the caller's transaction."""
+    ``key``: each event step waiting for it now takes it, and the worker's next wait pass (at once:
+    workers are notified when the transaction commits) completes the step with ``payload`` as its
+    output. The event is also kept for ``PGFLOW["EVENT_RETENTION_SECONDS"]`` for the waits that
+    start later. With ``event_id``, a second send of the same event and id while the first is kept
+    is a no-op. Returns how many waiting steps it was delivered to (``pgflow.send_event``). Joins
+    the caller's transaction: nothing is delivered unless it commits."""
     name = event_name(event)
     target_run, target_key = event_target(run_id, key)
     if event_id is not None:

@@ -22,9 +22,10 @@ def send_event(
     flows: Iterable[Flow | str] | None = None,
     using: str = "default",
 ) -> int:
-    """``pgflow_django.send_event`` inside the test's transaction, then ``drain(flows=flows)``, so the
-    steps after the wait run before it returns (``flows``: those of ``PGFLOW["FLOWS"]`` when None).
-    Returns how many waits the event completed."""
+    """``pgflow_django.send_event`` inside the test's transaction, then ``drain(flows=flows)`` (whose
+    wait pass completes the waits the event reached, as a worker's does), so the steps after the wait
+    have run when it returns (``flows``: those of ``PGFLOW["FLOWS"]`` when None). Returns how many
+    waiting steps the event reached."""
     completed = send(event, payload, run_id=run_id, key=key, event_id=event_id, using=using)
     drain(flows=flows, using=using)
     return completed

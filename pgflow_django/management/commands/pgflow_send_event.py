@@ -14,8 +14,9 @@ from pgflow_django.runs.events import send_event
 class Command(PgflowCommand):
     help = (
         "Send an event to one run (--run) or to every run whose wait key has a value (--key): each\n"
-        "event step waiting for it completes with the payload as its output, and the event is kept\n"
-        "for PGFLOW['EVENT_RETENTION_SECONDS'] for the waits that start later."
+        "event step waiting for it takes it, and a worker's wait pass completes the step with the\n"
+        "payload as its output; the event is kept for PGFLOW['EVENT_RETENTION_SECONDS'] for the\n"
+        "waits that start later."
     )
     examples = """
   manage.py pgflow_send_event order.approved --key 1042 --payload '{"by": 1}'
@@ -23,8 +24,8 @@ class Command(PgflowCommand):
       --run 0b4e6c1e-8f5a-4d2b-9a57-3c1f2e8d9a10
   manage.py pgflow_send_event order.approved --key 1042 --event-id a-1042
 
-exit codes: 0 sent (the count of waits it completed is printed, 0 when none waits yet); 1 an error;
-2 bad arguments
+exit codes: 0 sent (the count of waiting steps it reached is printed, 0 when none waits yet); 1 an
+error; 2 bad arguments
 """
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -61,5 +62,5 @@ exit codes: 0 sent (the count of waits it completed is printed, 0 when none wait
             raise CommandError(printable(exc), returncode=USAGE_ERROR) from None
         target = f"run {options['run']}" if options["run"] else f"key {printable(options['key'])}"
         self.stdout.write(
-            f"event {printable(options['event'])} sent to {target}: {completed} waiting step(s) completed"
+            f"event {printable(options['event'])} sent to {target}: delivered to {completed} waiting step(s)"
         )

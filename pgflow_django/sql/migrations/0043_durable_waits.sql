@@ -59,15 +59,21 @@ end;
 $$;
 
 -- 0022_function_event_lock_key.sql
--- The advisory lock of the keyed events named event_name with key event_key: pgflow.start_waits
--- takes it after writing a keyed wait and before reading the kept events, pgflow.send_event before
--- keeping its event and reading the waits, so that of a wait and an event written at the same time
--- the later one always sees the earlier (a run's own events are ordered by the run's row lock).
+-- The advisory lock that orders the starts of waits and the sends of events meeting on one event:
+-- the event's name with its key (a keyed event) or with 'run:' and the run id (an event sent to one
+-- run). pgflow.start_waits takes it shared after writing its waits and before reading the kept
+-- events, pgflow.send_event exclusively before keeping its event and reading the waits, so of a wait
+-- and an event written at the same time the later one always sees the earlier. The name and key are
+-- hashed into one of 256 locks, so that a start of thousands of waits takes at most 256 of them (the
+-- shared lock table holds max_locks_per_transaction per connection); two events that share a lock
+-- only wait for each other's send.
 create or replace function pgflow.event_lock_key(event_name text, event_key text)
 returns bigint
 language sql immutable parallel safe
 as $$
-  select pg_catalog.hashtextextended('pgflow:event:' || event_name || pg_catalog.chr(31) || event_key, 0)
+  select pg_catalog.hashtextextended(
+    'pgflow:event:' || (pg_catalog.hashtext(event_name || pg_catalog.chr(31) || event_key) operator(pg_catalog.&) 255)::text,
+    0)
 $$;
 
 -- 0188_table_step_waits.sql
@@ -92,7 +98,8 @@ create table pgflow.step_waits (
   since timestamptz not null default clock_timestamp(),
   event_seq bigint,
   -- why the wait cannot go on (a sleep time that is not a timestamp, a child flow not compiled): it
-  -- fails when due
+  -- fails when due. On a subflow wait with a child run: the reason its child must fail (its run failed
+  -- or its step was skipped while another writer held the child; pgflow.end_waits)
   error_message text,
   -- a subflow task's child run: its end makes the wait due
   child_run_id uuid,
@@ -108,6 +115,8 @@ create index step_waits_due_at_idx on pgflow.step_waits (due_at) where due_at is
 create index step_waits_event_key_idx on pgflow.step_waits (event_name, event_key) where event_key is not null;
 -- the wait a child run's end makes due
 create index step_waits_child_run_id_idx on pgflow.step_waits (child_run_id) where child_run_id is not null;
+-- the events pinned to a wait, which pgflow.wake_waits keeps past their expiry until delivered
+create index step_waits_event_seq_idx on pgflow.step_waits (event_seq) where event_seq is not null;
 
 -- 0189_table_events.sql
 -- The events pgflow.send_event delivered, kept until expires_at for the waits that start later (an
@@ -136,10 +145,10 @@ create index events_expires_at_idx on pgflow.events (expires_at);
 -- Starts the waits of the given runs' event, sleep and subflow tasks that are started and have none yet
 -- (pgflow.start_ready_steps created them, or pgflow.retry_run started them again): one
 -- pgflow.step_waits row each, with its key, its timeout or its time. The caller holds the runs' row
--- locks. A keyed wait then takes its key's lock (pgflow.event_lock_key, in key order) and, like a
--- wait for its run's own events, the earliest kept event that reaches it: the event is pinned to it
--- and it is due at once, so the next pgflow.wake_waits completes it (a start never completes a step
--- inside the completion that started it). A sleep whose time is not a timestamp is due at once with
+-- locks. An event wait then takes the locks of its run's and its key's events (pgflow.event_lock_key,
+-- shared, in lock order) and the earliest kept event that reaches it: the event is pinned to it and it
+-- is due at once, so the next pgflow.wake_waits completes it (a start never completes a step inside
+-- the completion that started it). A sleep whose time is not a timestamp is due at once with
 -- the reason and fails there. A subflow task's wait is its child run (pgflow.start_child_runs).
 -- Returns the number of waits started.
 create or replace function pgflow.start_waits(run_ids uuid[])
@@ -201,11 +210,13 @@ begin
   end if;
 
   -- the new event waits only, from what the insert returned: a read of step_waits by run could be
-  -- planned on a partial index and walk every wait
-  perform pg_advisory_xact_lock(k.lock_key)
-     from (select distinct pgflow.event_lock_key(n.event_name, n.event_key) as lock_key
-             from jsonb_to_recordset(v_events) as n(event_name text, event_key text)
-            where n.event_key is not null
+  -- planned on a partial index and walk every wait. Shared: starts never wait for each other, only
+  -- for a send of one of their events (which waits for nothing once it holds its lock)
+  perform pg_advisory_xact_lock_shared(k.lock_key)
+     from (select distinct pgflow.event_lock_key(n.event_name, c.channel) as lock_key
+             from jsonb_to_recordset(v_events) as n(run_id uuid, event_name text, event_key text)
+            cross join lateral (values ('run:' || n.run_id::text), (n.event_key)) as c(channel)
+            where c.channel is not null
             order by 1) as k;
 
   update pgflow.step_waits as w
@@ -340,7 +351,9 @@ $$;
 -- event ...'), so its step's when_exhausted (the DSL's when_timeout) decides what follows; a sleep
 -- whose time could not be read fails the same way with the reason; a subflow task whose child run
 -- ended completes with the child's output, or fails when the child failed. Runs another writer holds are
--- left for the next call. Also deletes up to max_waits expired events. Every worker calls it on a
+-- left for the next call; a subflow task's child that its run's failure or its step's skip could
+-- not fail then (another writer held it) fails here when free. Also deletes up to max_waits expired
+-- events (pgflow.delete_expired_events), after delivering those pinned to waits. Every worker calls it on a
 -- timer (the same pass as the scheduler's); pg_cron or any session may call it too. Returns the
 -- number of waits completed and failed.
 create or replace function pgflow.wake_waits(max_waits integer default 1000)
@@ -354,20 +367,19 @@ declare
   v_items jsonb;
   v_failures jsonb;
   v_failure record;
+  v_orphan record;
+  v_ended jsonb;
   v_completed integer := 0;
   v_failed integer := 0;
   -- a variable, not clock_timestamp() in the conditions: a volatile call is no index condition, and the
   -- reads below would walk every wait and event in time order
   v_now timestamptz := clock_timestamp();
 begin
-  delete from pgflow.events as e
-   where e.event_seq in (select x.event_seq from pgflow.events as x
-                          where x.expires_at <= v_now order by x.expires_at limit max_waits);
-
   select array_agg(distinct d.run_id) into v_candidates
     from (select w.run_id from pgflow.step_waits as w
            where w.due_at <= v_now order by w.due_at limit max_waits) as d;
   if v_candidates is null then
+    perform pgflow.delete_expired_events(v_now, max_waits);
     return query select 'completed'::text, 0 union all select 'failed', 0;
     return;
   end if;
@@ -377,11 +389,43 @@ begin
     from (select r.run_id from pgflow.runs as r
            where r.run_id = any(v_candidates) order by r.run_id offset 0
              for update skip locked) as l;
+  v_locked := coalesce(v_locked, '{}');
+
+  -- a wait whose run is gone (deleted by hand) would be due for ever, ahead of every other
+  delete from pgflow.step_waits as w
+   where w.run_id = any(v_candidates) and not (w.run_id = any(v_locked))
+     and not exists (select 1 from pgflow.runs as r where r.run_id = w.run_id offset 0);
+
+  -- children whose parent failed, or whose step was skipped, while another writer held them
+  for v_orphan in
+    select w.run_id, w.step_slug, w.task_index, w.child_run_id, w.error_message
+      from pgflow.step_waits as w
+     where w.run_id = any(v_locked) and w.due_at <= v_now and w.kind = 'subflow'
+       and w.child_run_id is not null and w.error_message is not null
+  loop
+    if pgflow.fail_child_run(v_orphan.child_run_id, v_orphan.error_message) then
+      delete from pgflow.step_waits as w
+       where w.run_id = v_orphan.run_id and w.step_slug = v_orphan.step_slug and w.task_index = v_orphan.task_index;
+    end if;
+  end loop;
 
   with ended as (
     delete from pgflow.step_waits as w
-     where w.run_id = any(coalesce(v_locked, '{}')) and w.due_at <= v_now
+     where w.run_id = any(v_locked) and w.due_at <= v_now
+       and not (w.kind = 'subflow' and w.child_run_id is not null and w.error_message is not null)
     returning w.*
+  )
+  select jsonb_agg(to_jsonb(en)) into v_ended from ended as en;
+  if v_ended is null then
+    perform pgflow.delete_expired_events(v_now, max_waits);
+    return query select 'completed'::text, 0 union all select 'failed', 0;
+    return;
+  end if;
+
+  -- a statement of its own: a delete that waited for a send's delivery to commit sees the wait as
+  -- the send left it, but not the event the send kept, which only a later snapshot holds
+  with ended as (
+    select * from jsonb_populate_recordset(null::pgflow.step_waits, v_ended)
   ), resolved as (
     select en.*, coalesce(ev.payload, ch.output) as payload,
            case when en.error_message is not null then en.error_message
@@ -430,21 +474,104 @@ begin
     end if;
   end loop;
 
+  perform pgflow.delete_expired_events(v_now, max_waits);
   return query select 'completed'::text, v_completed union all select 'failed', v_failed;
+end;
+$$;
+
+-- 0461_function_fail_child_run.sql
+-- Fails a started child run (pgflow.fail_run with error_message) if no other transaction holds it,
+-- without waiting: its parent's writer holds the parent and may hold other runs, and waiting for a
+-- child locked after them would break the order every writer locks runs in. True when the child no
+-- longer needs failing (failed now, finished, or gone); false when another writer holds it (the
+-- caller leaves its wait due, and the next pgflow.wake_waits tries again).
+create or replace function pgflow.fail_child_run(child_run_id uuid, error_message text)
+returns boolean
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+begin
+  perform 1 from pgflow.runs as r where r.run_id = fail_child_run.child_run_id for update skip locked;
+  if found then
+    perform pgflow.fail_run(fail_child_run.child_run_id, fail_child_run.error_message);
+    return true;
+  end if;
+  return not exists (select 1 from pgflow.runs as r
+                      where r.run_id = fail_child_run.child_run_id and r.status = 'started');
+end;
+$$;
+
+-- 0462_function_end_waits.sql
+-- Ends the waits of a run's tasks that no longer wait, because the run failed (step_slugs NULL) or
+-- those steps were skipped: event and sleep waits are deleted; a subflow task's unfinished child run
+-- fails with reason (pgflow.fail_child_run), and its wait is deleted, or, when another writer holds
+-- the child, kept due at once with the reason, for pgflow.wake_waits to fail the child later. The
+-- caller holds the run's lock.
+create or replace function pgflow.end_waits(run_id uuid, reason text, step_slugs text[] default null)
+returns void
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_child record;
+begin
+  delete from pgflow.step_waits as w
+   where w.run_id = end_waits.run_id and w.kind <> 'subflow'
+     and (end_waits.step_slugs is null or w.step_slug = any(end_waits.step_slugs));
+  for v_child in
+    select w.step_slug, w.task_index, w.child_run_id
+      from pgflow.step_waits as w
+     where w.run_id = end_waits.run_id and w.kind = 'subflow'
+       and (end_waits.step_slugs is null or w.step_slug = any(end_waits.step_slugs))
+     order by w.child_run_id
+  loop
+    if v_child.child_run_id is null or pgflow.fail_child_run(v_child.child_run_id, end_waits.reason) then
+      delete from pgflow.step_waits as w
+       where w.run_id = end_waits.run_id and w.step_slug = v_child.step_slug and w.task_index = v_child.task_index;
+    else
+      update pgflow.step_waits as w
+         set due_at = clock_timestamp(), error_message = end_waits.reason
+       where w.run_id = end_waits.run_id and w.step_slug = v_child.step_slug and w.task_index = v_child.task_index;
+    end if;
+  end loop;
+end;
+$$;
+
+-- 0463_function_delete_expired_events.sql
+-- Deletes up to max_events events kept past their expiry (pgflow.events.expires_at at or before
+-- expired_at), oldest first, but not one pinned to a wait that has not taken it yet: the wait pass
+-- delivers it first, however late. Called by pgflow.wake_waits; skips rows another pass is deleting.
+create or replace function pgflow.delete_expired_events(expired_at timestamptz, max_events integer)
+returns integer
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_deleted integer;
+begin
+  delete from pgflow.events as e
+   where e.event_seq in (
+           select x.event_seq from pgflow.events as x
+            where x.expires_at <= delete_expired_events.expired_at
+              and not exists (select 1 from pgflow.step_waits as w where w.event_seq = x.event_seq offset 0)
+            order by x.expires_at
+            limit delete_expired_events.max_events
+              for update skip locked);
+  get diagnostics v_deleted = row_count;
+  return v_deleted;
 end;
 $$;
 
 -- 0465_function_send_event.sql
 -- Sends the event event_name with payload to one run (run_id) or to every run whose wait key has the
--- value key (its text: 42 and '42' are the same key). Every event wait for it that waits now ends:
--- its step completes with the payload (one whose run another writer holds at that moment is pinned
--- the event and completed by the next pgflow.wake_waits). The event is also kept for
--- retention_seconds, and every wait for it that starts meanwhile takes it (pgflow.start_waits).
--- A wait takes at most one event. With event_id, a second send of the same event name and id while
--- the first is kept changes nothing and returns 0. Runs in the caller's transaction: nothing is
--- delivered until it commits. Returns the number of waits it ended.
--- Lock order: the runs of the waits it can see (in run order), then the key's lock
--- (pgflow.event_lock_key), then, without waiting, the runs of waits that started meanwhile.
+-- value key (its text: 42 and '42' are the same key). Every event wait for it that waits now takes it
+-- (the event is pinned to the wait, which is due at once), and the next pgflow.wake_waits completes
+-- the wait's step with the payload; workers run that pass as soon as this transaction commits
+-- (NOTIFY pgflow_waits). The event is also kept for retention_seconds, and every wait for it that
+-- starts meanwhile takes it (pgflow.start_waits). A wait takes at most one event. With event_id, a
+-- second send of the same event name and id while the first is kept changes nothing and returns 0.
+-- Runs in the caller's transaction: nothing is delivered unless it commits. Returns the number of
+-- waits the event was delivered to.
+-- Locks: the event's lock (pgflow.event_lock_key, exclusive), then no lock is waited for: a wait row
+-- another transaction holds (ending it, or delivering it another event) is left to it. So a send
+-- never waits for a run, and a start (which holds runs) never waits for a send that waits for it.
 create or replace function pgflow.send_event(
   event_name text, payload jsonb default null, run_id uuid default null, key text default null,
   event_id text default null, retention_seconds integer default 86400
@@ -455,10 +582,7 @@ as $$
 #variable_conflict use_column
 declare
   v_seq bigint;
-  v_locked uuid[];
-  v_items jsonb;
-  v_pinned integer;
-  v_completed integer := 0;
+  v_delivered integer;
 begin
   if coalesce(event_name, '') = '' then
     raise exception 'send_event: the event name must be a non-empty text' using errcode = '22023';
@@ -478,16 +602,8 @@ begin
     return 0;
   end if;
 
-  if send_event.run_id is not null then
-    perform 1 from pgflow.runs as r where r.run_id = send_event.run_id for update;
-  else
-    perform 1 from pgflow.runs as r
-     where r.run_id in (select w.run_id from pgflow.step_waits as w
-                         where w.event_name = send_event.event_name and w.event_key = send_event.key)
-     order by r.run_id
-       for update;
-    perform pg_advisory_xact_lock(pgflow.event_lock_key(send_event.event_name, send_event.key));
-  end if;
+  perform pg_advisory_xact_lock(pgflow.event_lock_key(send_event.event_name,
+                                                      coalesce('run:' || send_event.run_id::text, send_event.key)));
 
   insert into pgflow.events (event_name, run_id, event_key, payload, event_id, expires_at)
   values (send_event.event_name, send_event.run_id, send_event.key, coalesce(send_event.payload, 'null'::jsonb),
@@ -498,41 +614,29 @@ begin
     return 0;
   end if;
 
-  select array_agg(l.run_id) into v_locked
-    from (select r.run_id from pgflow.runs as r
-           where r.run_id in (select w.run_id from pgflow.step_waits as w
-                               where w.event_name = send_event.event_name and w.event_seq is null
-                                 and (w.run_id = send_event.run_id or w.event_key = send_event.key))
-           order by r.run_id offset 0
-             for update skip locked) as l;
-
-  with ended as (
-    delete from pgflow.step_waits as w
-     where w.event_name = send_event.event_name and w.event_seq is null
-       and (w.run_id = send_event.run_id or w.event_key = send_event.key)
-       and w.run_id = any(coalesce(v_locked, '{}'))
-    returning w.run_id, w.step_slug, w.task_index, w.attempt
-  )
-  select jsonb_agg(jsonb_build_object('run_id', en.run_id, 'step_slug', en.step_slug, 'task_index', en.task_index,
-                                      'attempt', en.attempt, 'output', coalesce(send_event.payload, 'null'::jsonb))
-                   order by en.run_id, en.step_slug, en.task_index)
-    into v_items
-    from ended as en;
-
-  -- a wait whose run another writer holds, or that another call is ending: pinned, or left to it
-  update pgflow.step_waits as w
-     set event_seq = v_seq, due_at = clock_timestamp()
-   where (w.run_id, w.step_slug, w.task_index) in (
-           select x.run_id, x.step_slug, x.task_index from pgflow.step_waits as x
-            where x.event_name = send_event.event_name and x.event_seq is null
-              and (x.run_id = send_event.run_id or x.event_key = send_event.key)
-              for update skip locked);
-  get diagnostics v_pinned = row_count;
-
-  if v_items is not null then
-    select count(*) filter (where c.outcome = 'completed') into v_completed from pgflow.complete_tasks(v_items) as c;
+  -- one branch per target, each by its own index: an OR of both could walk every wait
+  if send_event.run_id is not null then
+    update pgflow.step_waits as w
+       set event_seq = v_seq, due_at = clock_timestamp()
+     where (w.run_id, w.step_slug, w.task_index) in (
+             select x.run_id, x.step_slug, x.task_index from pgflow.step_waits as x
+              where x.run_id = send_event.run_id and x.event_name = send_event.event_name
+                and x.event_seq is null
+                for update skip locked);
+  else
+    update pgflow.step_waits as w
+       set event_seq = v_seq, due_at = clock_timestamp()
+     where (w.run_id, w.step_slug, w.task_index) in (
+             select x.run_id, x.step_slug, x.task_index from pgflow.step_waits as x
+              where x.event_name = send_event.event_name and x.event_key = send_event.key
+                and x.event_seq is null
+                for update skip locked);
   end if;
-  return v_completed + v_pinned;
+  get diagnostics v_delivered = row_count;
+  if v_delivered > 0 then
+    perform pg_notify('pgflow_waits', '');
+  end if;
+  return v_delivered;
 end;
 $$;
 
@@ -541,8 +645,8 @@ $$;
 -- cancelled and its message archived, so nothing of a failed run stays queued, started or visible;
 -- a step that had started reads 'cancelled' (its tasks will never finish). remaining_steps keeps
 -- counting the steps that neither completed nor were skipped, as on every other path. Its waits
--- (pgflow.step_waits) end with it, and its unfinished child runs fail first; a failed child run makes
--- its parent's wait due (pgflow.wake_waits fails the parent's task). Its
+-- (pgflow.step_waits) end with it, and its unfinished child runs fail (pgflow.end_waits); a failed
+-- child run makes its parent's wait due (pgflow.wake_waits fails the parent's task). Its
 -- concurrency slots are freed here, or, inside pgflow.complete_tasks, by that completion's release.
 create or replace function pgflow.fail_run(run_id uuid, error_message text)
 returns void
@@ -552,7 +656,6 @@ declare
   v_queues text[];
   v_msgs bigint[];
   v_parent uuid;
-  v_child uuid;
 begin
   update pgflow.runs as r
      set status = 'failed', failed_at = clock_timestamp(), error_message = fail_run.error_message,
@@ -564,15 +667,8 @@ begin
     return;
   end if;
 
-  -- its unfinished child runs fail with it (each locked in turn, before any wait row of this run)
-  for v_child in
-    select w.child_run_id from pgflow.step_waits as w
-     where w.run_id = fail_run.run_id and w.child_run_id is not null
-     order by w.child_run_id
-  loop
-    perform 1 from pgflow.runs as r where r.run_id = v_child for update;
-    perform pgflow.fail_run(v_child, format('parent run %s failed', fail_run.run_id));
-  end loop;
+  -- its waits end, and its unfinished child runs fail with it (now, or at the next wait pass)
+  perform pgflow.end_waits(fail_run.run_id, format('parent run %s failed', fail_run.run_id));
 
   update pgflow.step_states as ss
      set status = 'cancelled'
@@ -587,7 +683,6 @@ begin
   select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_msgs from cancelled as c;
 
   perform pgflow.archive_task_messages(v_queues, v_msgs);
-  delete from pgflow.step_waits as w where w.run_id = fail_run.run_id;
   -- a failed child run: its parent's subflow task is due, for pgflow.wake_waits
   if v_parent is not null then
     update pgflow.step_waits as w set due_at = clock_timestamp()
@@ -597,6 +692,59 @@ begin
   -- inside pgflow.complete_tasks the completion's own release, its last statement, frees them
   if current_setting('pgflow.slots_released_at_end', true) is distinct from 'on' then
     perform pgflow.release_limit_slots(array[fail_run.run_id]);
+  end if;
+end;
+$$;
+
+-- 0240_function_skip_step.sql
+-- Skips one step of a started run, and with cascade every step downstream of it. Tasks of skipped
+-- steps are terminalized as skipped and their messages archived, and the waits of those that waited
+-- end (pgflow.end_waits: a subflow task's child run fails). The caller holds the run's lock
+-- and runs pgflow.cascade afterwards so dependents see the skip.
+create or replace function pgflow.skip_step(run_id uuid, step_slug text, skip_reason text, cascade boolean)
+returns void
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_queues text[];
+  v_msgs bigint[];
+  v_started text[];
+begin
+  with recursive targets as (
+    select skip_step.step_slug as step_slug, skip_step.skip_reason as reason
+    union
+    select d.step_slug, 'dependency_skipped'
+      from targets as tg
+      join pgflow.step_states as ss on ss.run_id = skip_step.run_id and ss.step_slug = tg.step_slug
+      join pgflow.deps as d on d.flow_slug = ss.flow_slug and d.dep_slug = tg.step_slug
+     where skip_step.cascade
+  ), skipped as (
+    update pgflow.step_states as ss
+       set status = 'skipped', skip_reason = tg.reason, skipped_at = clock_timestamp(), remaining_tasks = null
+      from (select distinct on (t.step_slug) t.step_slug, t.reason
+              from targets as t
+             order by t.step_slug, (t.reason = 'dependency_skipped')) as tg
+     where ss.run_id = skip_step.run_id and ss.step_slug = tg.step_slug
+       and ss.status in ('created', 'started')
+    returning ss.step_slug
+  ), tasks as (
+    update pgflow.step_tasks as t
+       set status = 'skipped'
+      from skipped as s
+     where t.run_id = skip_step.run_id and t.step_slug = s.step_slug and t.status in ('queued', 'started')
+    returning t.queue_name, t.message_id, t.step_slug, t.message_id is null as waited
+  )
+  select array_agg(t.queue_name), array_agg(t.message_id),
+         array_agg(distinct t.step_slug) filter (where t.waited)
+    into v_queues, v_msgs, v_started
+    from tasks as t;
+
+  perform pgflow.archive_task_messages(v_queues, v_msgs);
+  -- the skipped tasks that waited (a map subflow step's other children, when one of them failed)
+  if v_started is not null then
+    perform pgflow.end_waits(skip_step.run_id,
+                             format('step %s of parent run %s was skipped', skip_step.step_slug, skip_step.run_id),
+                             v_started);
   end if;
 end;
 $$;
@@ -1154,6 +1302,120 @@ begin
 end;
 $$;
 
+-- 0360_function_prune_data_older_than.sql
+-- Deletes finished runs (completed or failed before now - retention) with their step states and
+-- tasks, archived messages older than the retention in every private queue a step routes to, and
+-- workers stopped or silent for that long. Archives of shared queues are left alone: several flows'
+-- messages meet there, so their retention is queue-wide (pgflow.prune_shared_archive)
+-- (a worker that sent a heartbeat in the last 10 minutes is never pruned, whatever the retention).
+-- A partitioned history (pgflow.partition_history) drops whole partitions instead: every interval
+-- that ended before the cutoff and whose runs all finished before it goes with one DROP TABLE of
+-- its three partitions (reruns naming its runs get rerun_of = NULL); the rest (the default
+-- partitions, which hold the ids that are not time-ordered, and an old interval that still has a run
+-- in progress or finished later) is deleted row by row as before, reading only the partitions that
+-- can hold such runs. 'partitions' counts the intervals dropped. A partitioned archive drops its
+-- old partitions too (pgflow.prune_queue_archive). The rows go by a join with the
+-- pruned ids (a hash join or index probes), not by `= any(array)`, which tests every row against
+-- every id.
+create or replace function pgflow.prune_data_older_than(retention interval)
+returns jsonb
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_cutoff timestamptz := now() - retention;
+  v_runs uuid[];
+  v_tasks integer;
+  v_states integer;
+  v_workers integer;
+  v_archived bigint := 0;
+  v_queue text;
+  v_count bigint;
+  v_dropped integer := 0;
+  v_partitioned boolean;
+  v_part record;
+  v_unfinished bigint;
+  v_dropped_runs bigint := 0;
+  v_dropped_states bigint := 0;
+  v_dropped_tasks bigint := 0;
+  v_upper uuid;
+begin
+  if retention is null or retention < interval '0' then
+    raise exception 'prune_data_older_than: retention must be a non-negative interval' using errcode = '22023';
+  end if;
+
+  v_partitioned := exists (select 1 from pgflow.history_partitioning);
+  if v_partitioned then
+    for v_part in
+      select substr(c.relname, 6) as suffix, pgflow.uuid_v7_bound(lo) as lo, pgflow.uuid_v7_bound(lo + hp.partition_interval) as hi
+        from pg_inherits as inh
+        join pg_class as c on c.oid = inh.inhrelid
+        cross join pgflow.history_partitioning as hp
+        cross join lateral (select to_date(substr(c.relname, 7), 'YYYYMMDD')::timestamp at time zone 'UTC' as lo) as b
+       where inh.inhparent = 'pgflow.runs'::regclass and c.relname ~ '^runs_p[0-9]{8}$'
+         and b.lo + hp.partition_interval <= v_cutoff
+       order by c.relname
+    loop
+      execute format('select count(*), count(*) filter (where status not in (''completed'', ''failed'')'
+                     ' or coalesce(completed_at, failed_at) >= $1) from pgflow.%I', 'runs_' || v_part.suffix)
+        into v_count, v_unfinished using v_cutoff;
+      continue when v_unfinished > 0;
+      v_dropped_runs := v_dropped_runs + v_count;
+      execute format('select count(*) from pgflow.%I', 'step_states_' || v_part.suffix) into v_count;
+      v_dropped_states := v_dropped_states + v_count;
+      execute format('select count(*) from pgflow.%I', 'step_tasks_' || v_part.suffix) into v_count;
+      v_dropped_tasks := v_dropped_tasks + v_count;
+      update pgflow.runs as r set rerun_of = null where r.rerun_of >= v_part.lo and r.rerun_of < v_part.hi;
+      execute format('drop table pgflow.%I, pgflow.%I, pgflow.%I',
+                     'step_tasks_' || v_part.suffix, 'step_states_' || v_part.suffix, 'runs_' || v_part.suffix);
+      v_dropped := v_dropped + 1;
+    end loop;
+    -- time-ordered ids of runs finished before the cutoff sort below its bound; the others are in the
+    -- default partitions, which no range excludes
+    select pgflow.uuid_v7_bound(coalesce(max(to_date(substr(c.relname, 7), 'YYYYMMDD')::timestamp at time zone 'UTC'
+                                             + hp.partition_interval), v_cutoff))
+      into v_upper
+      from pg_inherits as inh join pg_class as c on c.oid = inh.inhrelid cross join pgflow.history_partitioning as hp
+     where inh.inhparent = 'pgflow.runs'::regclass and c.relname ~ '^runs_p[0-9]{8}$';
+    select array_agg(r.run_id) into v_runs
+      from pgflow.runs as r
+     where (r.run_id < pgflow.uuid_v7_bound(v_cutoff) or r.run_id >= v_upper)
+       and r.status in ('completed', 'failed') and coalesce(r.completed_at, r.failed_at) < v_cutoff;
+    v_runs := coalesce(v_runs, '{}');
+    update pgflow.runs as r set rerun_of = null from unnest(v_runs) as p(run_id) where r.rerun_of = p.run_id;
+  else
+    select array_agg(r.run_id) into v_runs
+      from pgflow.runs as r
+     where r.status in ('completed', 'failed') and coalesce(r.completed_at, r.failed_at) < v_cutoff;
+    v_runs := coalesce(v_runs, '{}');
+  end if;
+
+  delete from pgflow.step_waits as w using unnest(v_runs) as p(run_id) where w.run_id = p.run_id;
+  delete from pgflow.step_tasks as t using unnest(v_runs) as p(run_id) where t.run_id = p.run_id;
+  get diagnostics v_tasks = row_count;
+  delete from pgflow.step_states as ss using unnest(v_runs) as p(run_id) where ss.run_id = p.run_id;
+  get diagnostics v_states = row_count;
+  delete from pgflow.runs as r using unnest(v_runs) as p(run_id) where r.run_id = p.run_id;
+
+  delete from pgflow.workers as w
+   where coalesce(w.stopped_at, w.last_heartbeat_at) < v_cutoff
+     and (w.stopped_at is not null or w.last_heartbeat_at < now() - interval '10 minutes');
+  get diagnostics v_workers = row_count;
+
+  for v_queue in
+    select distinct s.queue_name from pgflow.steps as s
+     where to_regclass(format('pgmq.%I', pgmq.format_table_name(s.queue_name, 'a'))) is not null
+       and not exists (select 1 from pgflow.shared_queues as sq where sq.queue_name = s.queue_name)
+     order by s.queue_name
+  loop
+    v_archived := v_archived + pgflow.prune_queue_archive(v_queue, v_cutoff);
+  end loop;
+
+  return jsonb_build_object('runs', cardinality(v_runs) + v_dropped_runs, 'step_states', v_states + v_dropped_states,
+                            'step_tasks', v_tasks + v_dropped_tasks, 'workers', v_workers,
+                            'archived_messages', v_archived, 'partitions', v_dropped);
+end;
+$$;
+
 -- 0370_function_delete_flow_and_data.sql
 -- Deletes one concrete flow: runs, states, tasks, steps and dependencies, then drops the queues
 -- generated for it (a plain flow's default queue, a step-queued flow's private step queues, with
@@ -1234,6 +1496,9 @@ begin
     group by m.queue_name;
 
   delete from pgflow.step_waits as w where w.flow_slug = delete_flow_and_data.flow_slug;
+  -- parents of this flow's runs: their subflow tasks fail at the next wait pass (the child is gone)
+  update pgflow.step_waits as w set due_at = clock_timestamp()
+   where w.child_run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
   delete from pgflow.step_states as ss
    where ss.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
   delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;
@@ -1718,7 +1983,19 @@ $$;
 alter function pgflow.start_waits(uuid[])
   set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
   set enable_hashjoin = off set jit = off;
+alter function pgflow.start_child_runs(uuid[])
+  set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
+  set enable_hashjoin = off set jit = off;
 alter function pgflow.wake_waits(integer)
+  set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
+  set enable_hashjoin = off set jit = off;
+alter function pgflow.fail_child_run(uuid,text)
+  set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
+  set enable_hashjoin = off set jit = off;
+alter function pgflow.end_waits(uuid,text,text[])
+  set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
+  set enable_hashjoin = off set jit = off;
+alter function pgflow.delete_expired_events(timestamptz,integer)
   set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_mergejoin = off
   set enable_hashjoin = off set jit = off;
 alter function pgflow.send_event(text,jsonb,uuid,text,text,integer)

@@ -1,5 +1,8 @@
 -- Frozen migration delta 0043_durable_waits_down: restores the schema of 0042_history_reads.
 drop function pgflow.send_event(text,jsonb,uuid,text,text,integer);
+drop function pgflow.delete_expired_events(timestamptz,integer);
+drop function pgflow.end_waits(uuid,text,text[]);
+drop function pgflow.fail_child_run(uuid,text);
 drop function pgflow.wake_waits(integer);
 drop function pgflow.start_child_runs(uuid[]);
 drop function pgflow.start_waits(uuid[]);
@@ -51,6 +54,47 @@ begin
   if current_setting('pgflow.slots_released_at_end', true) is distinct from 'on' then
     perform pgflow.release_limit_slots(array[fail_run.run_id]);
   end if;
+end;
+$$;
+-- 0240_function_skip_step.sql
+-- Skips one step of a started run, and with cascade every step downstream of it. Tasks of skipped
+-- steps are terminalized as skipped and their messages archived. The caller holds the run's lock
+-- and runs pgflow.cascade afterwards so dependents see the skip.
+create or replace function pgflow.skip_step(run_id uuid, step_slug text, skip_reason text, cascade boolean)
+returns void
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_queues text[];
+  v_msgs bigint[];
+begin
+  with recursive targets as (
+    select skip_step.step_slug as step_slug, skip_step.skip_reason as reason
+    union
+    select d.step_slug, 'dependency_skipped'
+      from targets as tg
+      join pgflow.step_states as ss on ss.run_id = skip_step.run_id and ss.step_slug = tg.step_slug
+      join pgflow.deps as d on d.flow_slug = ss.flow_slug and d.dep_slug = tg.step_slug
+     where skip_step.cascade
+  ), skipped as (
+    update pgflow.step_states as ss
+       set status = 'skipped', skip_reason = tg.reason, skipped_at = clock_timestamp(), remaining_tasks = null
+      from (select distinct on (t.step_slug) t.step_slug, t.reason
+              from targets as t
+             order by t.step_slug, (t.reason = 'dependency_skipped')) as tg
+     where ss.run_id = skip_step.run_id and ss.step_slug = tg.step_slug
+       and ss.status in ('created', 'started')
+    returning ss.step_slug
+  ), tasks as (
+    update pgflow.step_tasks as t
+       set status = 'skipped'
+      from skipped as s
+     where t.run_id = skip_step.run_id and t.step_slug = s.step_slug and t.status in ('queued', 'started')
+    returning t.queue_name, t.message_id
+  )
+  select array_agg(t.queue_name), array_agg(t.message_id) into v_queues, v_msgs from tasks as t;
+
+  perform pgflow.archive_task_messages(v_queues, v_msgs);
 end;
 $$;
 -- 0250_function_maybe_complete_runs.sql
@@ -566,6 +610,118 @@ begin
   end if;
 
   return query select 'requeued'::text, v_requeued union all select 'permanently_stalled', v_exhausted;
+end;
+$$;
+-- 0360_function_prune_data_older_than.sql
+-- Deletes finished runs (completed or failed before now - retention) with their step states and
+-- tasks, archived messages older than the retention in every private queue a step routes to, and
+-- workers stopped or silent for that long. Archives of shared queues are left alone: several flows'
+-- messages meet there, so their retention is queue-wide (pgflow.prune_shared_archive)
+-- (a worker that sent a heartbeat in the last 10 minutes is never pruned, whatever the retention).
+-- A partitioned history (pgflow.partition_history) drops whole partitions instead: every interval
+-- that ended before the cutoff and whose runs all finished before it goes with one DROP TABLE of
+-- its three partitions (reruns naming its runs get rerun_of = NULL); the rest (the default
+-- partitions, which hold the ids that are not time-ordered, and an old interval that still has a run
+-- in progress or finished later) is deleted row by row as before, reading only the partitions that
+-- can hold such runs. 'partitions' counts the intervals dropped. A partitioned archive drops its
+-- old partitions too (pgflow.prune_queue_archive). The rows go by a join with the
+-- pruned ids (a hash join or index probes), not by `= any(array)`, which tests every row against
+-- every id.
+create or replace function pgflow.prune_data_older_than(retention interval)
+returns jsonb
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_cutoff timestamptz := now() - retention;
+  v_runs uuid[];
+  v_tasks integer;
+  v_states integer;
+  v_workers integer;
+  v_archived bigint := 0;
+  v_queue text;
+  v_count bigint;
+  v_dropped integer := 0;
+  v_partitioned boolean;
+  v_part record;
+  v_unfinished bigint;
+  v_dropped_runs bigint := 0;
+  v_dropped_states bigint := 0;
+  v_dropped_tasks bigint := 0;
+  v_upper uuid;
+begin
+  if retention is null or retention < interval '0' then
+    raise exception 'prune_data_older_than: retention must be a non-negative interval' using errcode = '22023';
+  end if;
+
+  v_partitioned := exists (select 1 from pgflow.history_partitioning);
+  if v_partitioned then
+    for v_part in
+      select substr(c.relname, 6) as suffix, pgflow.uuid_v7_bound(lo) as lo, pgflow.uuid_v7_bound(lo + hp.partition_interval) as hi
+        from pg_inherits as inh
+        join pg_class as c on c.oid = inh.inhrelid
+        cross join pgflow.history_partitioning as hp
+        cross join lateral (select to_date(substr(c.relname, 7), 'YYYYMMDD')::timestamp at time zone 'UTC' as lo) as b
+       where inh.inhparent = 'pgflow.runs'::regclass and c.relname ~ '^runs_p[0-9]{8}$'
+         and b.lo + hp.partition_interval <= v_cutoff
+       order by c.relname
+    loop
+      execute format('select count(*), count(*) filter (where status not in (''completed'', ''failed'')'
+                     ' or coalesce(completed_at, failed_at) >= $1) from pgflow.%I', 'runs_' || v_part.suffix)
+        into v_count, v_unfinished using v_cutoff;
+      continue when v_unfinished > 0;
+      v_dropped_runs := v_dropped_runs + v_count;
+      execute format('select count(*) from pgflow.%I', 'step_states_' || v_part.suffix) into v_count;
+      v_dropped_states := v_dropped_states + v_count;
+      execute format('select count(*) from pgflow.%I', 'step_tasks_' || v_part.suffix) into v_count;
+      v_dropped_tasks := v_dropped_tasks + v_count;
+      update pgflow.runs as r set rerun_of = null where r.rerun_of >= v_part.lo and r.rerun_of < v_part.hi;
+      execute format('drop table pgflow.%I, pgflow.%I, pgflow.%I',
+                     'step_tasks_' || v_part.suffix, 'step_states_' || v_part.suffix, 'runs_' || v_part.suffix);
+      v_dropped := v_dropped + 1;
+    end loop;
+    -- time-ordered ids of runs finished before the cutoff sort below its bound; the others are in the
+    -- default partitions, which no range excludes
+    select pgflow.uuid_v7_bound(coalesce(max(to_date(substr(c.relname, 7), 'YYYYMMDD')::timestamp at time zone 'UTC'
+                                             + hp.partition_interval), v_cutoff))
+      into v_upper
+      from pg_inherits as inh join pg_class as c on c.oid = inh.inhrelid cross join pgflow.history_partitioning as hp
+     where inh.inhparent = 'pgflow.runs'::regclass and c.relname ~ '^runs_p[0-9]{8}$';
+    select array_agg(r.run_id) into v_runs
+      from pgflow.runs as r
+     where (r.run_id < pgflow.uuid_v7_bound(v_cutoff) or r.run_id >= v_upper)
+       and r.status in ('completed', 'failed') and coalesce(r.completed_at, r.failed_at) < v_cutoff;
+    v_runs := coalesce(v_runs, '{}');
+    update pgflow.runs as r set rerun_of = null from unnest(v_runs) as p(run_id) where r.rerun_of = p.run_id;
+  else
+    select array_agg(r.run_id) into v_runs
+      from pgflow.runs as r
+     where r.status in ('completed', 'failed') and coalesce(r.completed_at, r.failed_at) < v_cutoff;
+    v_runs := coalesce(v_runs, '{}');
+  end if;
+
+  delete from pgflow.step_tasks as t using unnest(v_runs) as p(run_id) where t.run_id = p.run_id;
+  get diagnostics v_tasks = row_count;
+  delete from pgflow.step_states as ss using unnest(v_runs) as p(run_id) where ss.run_id = p.run_id;
+  get diagnostics v_states = row_count;
+  delete from pgflow.runs as r using unnest(v_runs) as p(run_id) where r.run_id = p.run_id;
+
+  delete from pgflow.workers as w
+   where coalesce(w.stopped_at, w.last_heartbeat_at) < v_cutoff
+     and (w.stopped_at is not null or w.last_heartbeat_at < now() - interval '10 minutes');
+  get diagnostics v_workers = row_count;
+
+  for v_queue in
+    select distinct s.queue_name from pgflow.steps as s
+     where to_regclass(format('pgmq.%I', pgmq.format_table_name(s.queue_name, 'a'))) is not null
+       and not exists (select 1 from pgflow.shared_queues as sq where sq.queue_name = s.queue_name)
+     order by s.queue_name
+  loop
+    v_archived := v_archived + pgflow.prune_queue_archive(v_queue, v_cutoff);
+  end loop;
+
+  return jsonb_build_object('runs', cardinality(v_runs) + v_dropped_runs, 'step_states', v_states + v_dropped_states,
+                            'step_tasks', v_tasks + v_dropped_tasks, 'workers', v_workers,
+                            'archived_messages', v_archived, 'partitions', v_dropped);
 end;
 $$;
 -- 0370_function_delete_flow_and_data.sql

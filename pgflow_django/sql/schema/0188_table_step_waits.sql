@@ -19,7 +19,8 @@ create table pgflow.step_waits (
   since timestamptz not null default clock_timestamp(),
   event_seq bigint,
   -- why the wait cannot go on (a sleep time that is not a timestamp, a child flow not compiled): it
-  -- fails when due
+  -- fails when due. On a subflow wait with a child run: the reason its child must fail (its run failed
+  -- or its step was skipped while another writer held the child; pgflow.end_waits)
   error_message text,
   -- a subflow task's child run: its end makes the wait due
   child_run_id uuid,
@@ -35,3 +36,5 @@ create index step_waits_due_at_idx on pgflow.step_waits (due_at) where due_at is
 create index step_waits_event_key_idx on pgflow.step_waits (event_name, event_key) where event_key is not null;
 -- the wait a child run's end makes due
 create index step_waits_child_run_id_idx on pgflow.step_waits (child_run_id) where child_run_id is not null;
+-- the events pinned to a wait, which pgflow.wake_waits keeps past their expiry until delivered
+create index step_waits_event_seq_idx on pgflow.step_waits (event_seq) where event_seq is not null;

@@ -2,8 +2,8 @@
 -- cancelled and its message archived, so nothing of a failed run stays queued, started or visible;
 -- a step that had started reads 'cancelled' (its tasks will never finish). remaining_steps keeps
 -- counting the steps that neither completed nor were skipped, as on every other path. Its waits
--- (pgflow.step_waits) end with it, and its unfinished child runs fail first; a failed child run makes
--- its parent's wait due (pgflow.wake_waits fails the parent's task). Its
+-- (pgflow.step_waits) end with it, and its unfinished child runs fail (pgflow.end_waits); a failed
+-- child run makes its parent's wait due (pgflow.wake_waits fails the parent's task). Its
 -- concurrency slots are freed here, or, inside pgflow.complete_tasks, by that completion's release.
 create or replace function pgflow.fail_run(run_id uuid, error_message text)
 returns void
@@ -13,7 +13,6 @@ declare
   v_queues text[];
   v_msgs bigint[];
   v_parent uuid;
-  v_child uuid;
 begin
   update pgflow.runs as r
      set status = 'failed', failed_at = clock_timestamp(), error_message = fail_run.error_message,
@@ -25,15 +24,8 @@ begin
     return;
   end if;
 
-  -- its unfinished child runs fail with it (each locked in turn, before any wait row of this run)
-  for v_child in
-    select w.child_run_id from pgflow.step_waits as w
-     where w.run_id = fail_run.run_id and w.child_run_id is not null
-     order by w.child_run_id
-  loop
-    perform 1 from pgflow.runs as r where r.run_id = v_child for update;
-    perform pgflow.fail_run(v_child, format('parent run %s failed', fail_run.run_id));
-  end loop;
+  -- its waits end, and its unfinished child runs fail with it (now, or at the next wait pass)
+  perform pgflow.end_waits(fail_run.run_id, format('parent run %s failed', fail_run.run_id));
 
   update pgflow.step_states as ss
      set status = 'cancelled'
@@ -48,7 +40,6 @@ begin
   select array_agg(c.queue_name), array_agg(c.message_id) into v_queues, v_msgs from cancelled as c;
 
   perform pgflow.archive_task_messages(v_queues, v_msgs);
-  delete from pgflow.step_waits as w where w.run_id = fail_run.run_id;
   -- a failed child run: its parent's subflow task is due, for pgflow.wake_waits
   if v_parent is not null then
     update pgflow.step_waits as w set due_at = clock_timestamp()

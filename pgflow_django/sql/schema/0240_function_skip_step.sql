@@ -1,5 +1,6 @@
 -- Skips one step of a started run, and with cascade every step downstream of it. Tasks of skipped
--- steps are terminalized as skipped and their messages archived. The caller holds the run's lock
+-- steps are terminalized as skipped and their messages archived, and the waits of those that waited
+-- end (pgflow.end_waits: a subflow task's child run fails). The caller holds the run's lock
 -- and runs pgflow.cascade afterwards so dependents see the skip.
 create or replace function pgflow.skip_step(run_id uuid, step_slug text, skip_reason text, cascade boolean)
 returns void
@@ -8,6 +9,7 @@ as $$
 declare
   v_queues text[];
   v_msgs bigint[];
+  v_started text[];
 begin
   with recursive targets as (
     select skip_step.step_slug as step_slug, skip_step.skip_reason as reason
@@ -31,10 +33,19 @@ begin
        set status = 'skipped'
       from skipped as s
      where t.run_id = skip_step.run_id and t.step_slug = s.step_slug and t.status in ('queued', 'started')
-    returning t.queue_name, t.message_id
+    returning t.queue_name, t.message_id, t.step_slug, t.message_id is null as waited
   )
-  select array_agg(t.queue_name), array_agg(t.message_id) into v_queues, v_msgs from tasks as t;
+  select array_agg(t.queue_name), array_agg(t.message_id),
+         array_agg(distinct t.step_slug) filter (where t.waited)
+    into v_queues, v_msgs, v_started
+    from tasks as t;
 
   perform pgflow.archive_task_messages(v_queues, v_msgs);
+  -- the skipped tasks that waited (a map subflow step's other children, when one of them failed)
+  if v_started is not null then
+    perform pgflow.end_waits(skip_step.run_id,
+                             format('step %s of parent run %s was skipped', skip_step.step_slug, skip_step.run_id),
+                             v_started);
+  end if;
 end;
 $$;

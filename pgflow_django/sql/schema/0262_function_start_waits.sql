@@ -1,10 +1,10 @@
 -- Starts the waits of the given runs' event, sleep and subflow tasks that are started and have none yet
 -- (pgflow.start_ready_steps created them, or pgflow.retry_run started them again): one
 -- pgflow.step_waits row each, with its key, its timeout or its time. The caller holds the runs' row
--- locks. A keyed wait then takes its key's lock (pgflow.event_lock_key, in key order) and, like a
--- wait for its run's own events, the earliest kept event that reaches it: the event is pinned to it
--- and it is due at once, so the next pgflow.wake_waits completes it (a start never completes a step
--- inside the completion that started it). A sleep whose time is not a timestamp is due at once with
+-- locks. An event wait then takes the locks of its run's and its key's events (pgflow.event_lock_key,
+-- shared, in lock order) and the earliest kept event that reaches it: the event is pinned to it and it
+-- is due at once, so the next pgflow.wake_waits completes it (a start never completes a step inside
+-- the completion that started it). A sleep whose time is not a timestamp is due at once with
 -- the reason and fails there. A subflow task's wait is its child run (pgflow.start_child_runs).
 -- Returns the number of waits started.
 create or replace function pgflow.start_waits(run_ids uuid[])
@@ -66,11 +66,13 @@ begin
   end if;
 
   -- the new event waits only, from what the insert returned: a read of step_waits by run could be
-  -- planned on a partial index and walk every wait
-  perform pg_advisory_xact_lock(k.lock_key)
-     from (select distinct pgflow.event_lock_key(n.event_name, n.event_key) as lock_key
-             from jsonb_to_recordset(v_events) as n(event_name text, event_key text)
-            where n.event_key is not null
+  -- planned on a partial index and walk every wait. Shared: starts never wait for each other, only
+  -- for a send of one of their events (which waits for nothing once it holds its lock)
+  perform pg_advisory_xact_lock_shared(k.lock_key)
+     from (select distinct pgflow.event_lock_key(n.event_name, c.channel) as lock_key
+             from jsonb_to_recordset(v_events) as n(run_id uuid, event_name text, event_key text)
+            cross join lateral (values ('run:' || n.run_id::text), (n.event_key)) as c(channel)
+            where c.channel is not null
             order by 1) as k;
 
   update pgflow.step_waits as w

@@ -84,6 +84,7 @@ begin
     v_runs := coalesce(v_runs, '{}');
   end if;
 
+  delete from pgflow.step_waits as w using unnest(v_runs) as p(run_id) where w.run_id = p.run_id;
   delete from pgflow.step_tasks as t using unnest(v_runs) as p(run_id) where t.run_id = p.run_id;
   get diagnostics v_tasks = row_count;
   delete from pgflow.step_states as ss using unnest(v_runs) as p(run_id) where ss.run_id = p.run_id;

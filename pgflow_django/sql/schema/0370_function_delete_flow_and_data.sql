@@ -77,6 +77,9 @@ begin
     group by m.queue_name;
 
   delete from pgflow.step_waits as w where w.flow_slug = delete_flow_and_data.flow_slug;
+  -- parents of this flow's runs: their subflow tasks fail at the next wait pass (the child is gone)
+  update pgflow.step_waits as w set due_at = clock_timestamp()
+   where w.child_run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
   delete from pgflow.step_states as ss
    where ss.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
   delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;

@@ -4,7 +4,9 @@
 -- event ...'), so its step's when_exhausted (the DSL's when_timeout) decides what follows; a sleep
 -- whose time could not be read fails the same way with the reason; a subflow task whose child run
 -- ended completes with the child's output, or fails when the child failed. Runs another writer holds are
--- left for the next call. Also deletes up to max_waits expired events. Every worker calls it on a
+-- left for the next call; a subflow task's child that its run's failure or its step's skip could
+-- not fail then (another writer held it) fails here when free. Also deletes up to max_waits expired
+-- events (pgflow.delete_expired_events), after delivering those pinned to waits. Every worker calls it on a
 -- timer (the same pass as the scheduler's); pg_cron or any session may call it too. Returns the
 -- number of waits completed and failed.
 create or replace function pgflow.wake_waits(max_waits integer default 1000)
@@ -18,20 +20,19 @@ declare
   v_items jsonb;
   v_failures jsonb;
   v_failure record;
+  v_orphan record;
+  v_ended jsonb;
   v_completed integer := 0;
   v_failed integer := 0;
   -- a variable, not clock_timestamp() in the conditions: a volatile call is no index condition, and the
   -- reads below would walk every wait and event in time order
   v_now timestamptz := clock_timestamp();
 begin
-  delete from pgflow.events as e
-   where e.event_seq in (select x.event_seq from pgflow.events as x
-                          where x.expires_at <= v_now order by x.expires_at limit max_waits);
-
   select array_agg(distinct d.run_id) into v_candidates
     from (select w.run_id from pgflow.step_waits as w
            where w.due_at <= v_now order by w.due_at limit max_waits) as d;
   if v_candidates is null then
+    perform pgflow.delete_expired_events(v_now, max_waits);
     return query select 'completed'::text, 0 union all select 'failed', 0;
     return;
   end if;
@@ -41,11 +42,43 @@ begin
     from (select r.run_id from pgflow.runs as r
            where r.run_id = any(v_candidates) order by r.run_id offset 0
              for update skip locked) as l;
+  v_locked := coalesce(v_locked, '{}');
+
+  -- a wait whose run is gone (deleted by hand) would be due for ever, ahead of every other
+  delete from pgflow.step_waits as w
+   where w.run_id = any(v_candidates) and not (w.run_id = any(v_locked))
+     and not exists (select 1 from pgflow.runs as r where r.run_id = w.run_id offset 0);
+
+  -- children whose parent failed, or whose step was skipped, while another writer held them
+  for v_orphan in
+    select w.run_id, w.step_slug, w.task_index, w.child_run_id, w.error_message
+      from pgflow.step_waits as w
+     where w.run_id = any(v_locked) and w.due_at <= v_now and w.kind = 'subflow'
+       and w.child_run_id is not null and w.error_message is not null
+  loop
+    if pgflow.fail_child_run(v_orphan.child_run_id, v_orphan.error_message) then
+      delete from pgflow.step_waits as w
+       where w.run_id = v_orphan.run_id and w.step_slug = v_orphan.step_slug and w.task_index = v_orphan.task_index;
+    end if;
+  end loop;
 
   with ended as (
     delete from pgflow.step_waits as w
-     where w.run_id = any(coalesce(v_locked, '{}')) and w.due_at <= v_now
+     where w.run_id = any(v_locked) and w.due_at <= v_now
+       and not (w.kind = 'subflow' and w.child_run_id is not null and w.error_message is not null)
     returning w.*
+  )
+  select jsonb_agg(to_jsonb(en)) into v_ended from ended as en;
+  if v_ended is null then
+    perform pgflow.delete_expired_events(v_now, max_waits);
+    return query select 'completed'::text, 0 union all select 'failed', 0;
+    return;
+  end if;
+
+  -- a statement of its own: a delete that waited for a send's delivery to commit sees the wait as
+  -- the send left it, but not the event the send kept, which only a later snapshot holds
+  with ended as (
+    select * from jsonb_populate_recordset(null::pgflow.step_waits, v_ended)
   ), resolved as (
     select en.*, coalesce(ev.payload, ch.output) as payload,
            case when en.error_message is not null then en.error_message
@@ -94,6 +127,7 @@ begin
     end if;
   end loop;
 
+  perform pgflow.delete_expired_events(v_now, max_waits);
   return query select 'completed'::text, v_completed union all select 'failed', v_failed;
 end;
 $$;

@@ -1,13 +1,15 @@
 -- Sends the event event_name with payload to one run (run_id) or to every run whose wait key has the
--- value key (its text: 42 and '42' are the same key). Every event wait for it that waits now ends:
--- its step completes with the payload (one whose run another writer holds at that moment is pinned
--- the event and completed by the next pgflow.wake_waits). The event is also kept for
--- retention_seconds, and every wait for it that starts meanwhile takes it (pgflow.start_waits).
--- A wait takes at most one event. With event_id, a second send of the same event name and id while
--- the first is kept changes nothing and returns 0. Runs in the caller's transaction: nothing is
--- delivered until it commits. Returns the number of waits it ended.
--- Lock order: the runs of the waits it can see (in run order), then the key's lock
--- (pgflow.event_lock_key), then, without waiting, the runs of waits that started meanwhile.
+-- value key (its text: 42 and '42' are the same key). Every event wait for it that waits now takes it
+-- (the event is pinned to the wait, which is due at once), and the next pgflow.wake_waits completes
+-- the wait's step with the payload; workers run that pass as soon as this transaction commits
+-- (NOTIFY pgflow_waits). The event is also kept for retention_seconds, and every wait for it that
+-- starts meanwhile takes it (pgflow.start_waits). A wait takes at most one event. With event_id, a
+-- second send of the same event name and id while the first is kept changes nothing and returns 0.
+-- Runs in the caller's transaction: nothing is delivered unless it commits. Returns the number of
+-- waits the event was delivered to.
+-- Locks: the event's lock (pgflow.event_lock_key, exclusive), then no lock is waited for: a wait row
+-- another transaction holds (ending it, or delivering it another event) is left to it. So a send
+-- never waits for a run, and a start (which holds runs) never waits for a send that waits for it.
 create or replace function pgflow.send_event(
   event_name text, payload jsonb default null, run_id uuid default null, key text default null,
   event_id text default null, retention_seconds integer default 86400
@@ -18,10 +20,7 @@ as $$
 #variable_conflict use_column
 declare
   v_seq bigint;
-  v_locked uuid[];
-  v_items jsonb;
-  v_pinned integer;
-  v_completed integer := 0;
+  v_delivered integer;
 begin
   if coalesce(event_name, '') = '' then
     raise exception 'send_event: the event name must be a non-empty text' using errcode = '22023';
@@ -41,16 +40,8 @@ begin
     return 0;
   end if;
 
-  if send_event.run_id is not null then
-    perform 1 from pgflow.runs as r where r.run_id = send_event.run_id for update;
-  else
-    perform 1 from pgflow.runs as r
-     where r.run_id in (select w.run_id from pgflow.step_waits as w
-                         where w.event_name = send_event.event_name and w.event_key = send_event.key)
-     order by r.run_id
-       for update;
-    perform pg_advisory_xact_lock(pgflow.event_lock_key(send_event.event_name, send_event.key));
-  end if;
+  perform pg_advisory_xact_lock(pgflow.event_lock_key(send_event.event_name,
+                                                      coalesce('run:' || send_event.run_id::text, send_event.key)));
 
   insert into pgflow.events (event_name, run_id, event_key, payload, event_id, expires_at)
   values (send_event.event_name, send_event.run_id, send_event.key, coalesce(send_event.payload, 'null'::jsonb),
@@ -61,40 +52,28 @@ begin
     return 0;
   end if;
 
-  select array_agg(l.run_id) into v_locked
-    from (select r.run_id from pgflow.runs as r
-           where r.run_id in (select w.run_id from pgflow.step_waits as w
-                               where w.event_name = send_event.event_name and w.event_seq is null
-                                 and (w.run_id = send_event.run_id or w.event_key = send_event.key))
-           order by r.run_id offset 0
-             for update skip locked) as l;
-
-  with ended as (
-    delete from pgflow.step_waits as w
-     where w.event_name = send_event.event_name and w.event_seq is null
-       and (w.run_id = send_event.run_id or w.event_key = send_event.key)
-       and w.run_id = any(coalesce(v_locked, '{}'))
-    returning w.run_id, w.step_slug, w.task_index, w.attempt
-  )
-  select jsonb_agg(jsonb_build_object('run_id', en.run_id, 'step_slug', en.step_slug, 'task_index', en.task_index,
-                                      'attempt', en.attempt, 'output', coalesce(send_event.payload, 'null'::jsonb))
-                   order by en.run_id, en.step_slug, en.task_index)
-    into v_items
-    from ended as en;
-
-  -- a wait whose run another writer holds, or that another call is ending: pinned, or left to it
-  update pgflow.step_waits as w
-     set event_seq = v_seq, due_at = clock_timestamp()
-   where (w.run_id, w.step_slug, w.task_index) in (
-           select x.run_id, x.step_slug, x.task_index from pgflow.step_waits as x
-            where x.event_name = send_event.event_name and x.event_seq is null
-              and (x.run_id = send_event.run_id or x.event_key = send_event.key)
-              for update skip locked);
-  get diagnostics v_pinned = row_count;
-
-  if v_items is not null then
-    select count(*) filter (where c.outcome = 'completed') into v_completed from pgflow.complete_tasks(v_items) as c;
+  -- one branch per target, each by its own index: an OR of both could walk every wait
+  if send_event.run_id is not null then
+    update pgflow.step_waits as w
+       set event_seq = v_seq, due_at = clock_timestamp()
+     where (w.run_id, w.step_slug, w.task_index) in (
+             select x.run_id, x.step_slug, x.task_index from pgflow.step_waits as x
+              where x.run_id = send_event.run_id and x.event_name = send_event.event_name
+                and x.event_seq is null
+                for update skip locked);
+  else
+    update pgflow.step_waits as w
+       set event_seq = v_seq, due_at = clock_timestamp()
+     where (w.run_id, w.step_slug, w.task_index) in (
+             select x.run_id, x.step_slug, x.task_index from pgflow.step_waits as x
+              where x.event_name = send_event.event_name and x.event_key = send_event.key
+                and x.event_seq is null
+                for update skip locked);
   end if;
-  return v_completed + v_pinned;
+  get diagnostics v_delivered = row_count;
+  if v_delivered > 0 then
+    perform pg_notify('pgflow_waits', '');
+  end if;
+  return v_delivered;
 end;
 $$;

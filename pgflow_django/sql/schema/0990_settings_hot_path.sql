@@ -25,7 +25,8 @@ begin
              'complete_and_hand_off', 'complete_tasks', 'fail_task', 'hand_off_tasks', 'limit_claim',
              'lock_claimed_task', 'maybe_complete_runs', 'release_limit_slots', 'requeue_stalled_tasks',
              'send_event', 'start_flows', 'start_ready_steps', 'start_shared_tasks', 'start_tasks',
-             'start_waits', 'task_details', 'task_transitions', 'wake_waits'])
+             'start_waits', 'task_details', 'task_transitions', 'wake_waits', 'start_child_runs',
+             'delete_expired_events', 'end_waits', 'fail_child_run'])
      order by 1
   loop
     execute format(

@@ -49,10 +49,11 @@ def test_pgflow_send_event_sends_and_counts() -> None:
     run_id = start_flow(approval, {"order_id": 9, "total": 3})
     drain(flows=[approval])
     out, _ = call("pgflow_send_event", "order.approved", "--key", "9", "--payload", '{"by": "cli"}')
-    assert out.strip() == "event order.approved sent to key 9: 1 waiting step(s) completed"
+    assert out.strip() == "event order.approved sent to key 9: delivered to 1 waiting step(s)"
+    drain(flows=[approval])  # the wait pass a worker runs
     assert get_run(run_id).step("approved").output == {"by": "cli"}
     out, _ = call("pgflow_send_event", "order.approved", "--run", str(run_id), "--event-id", "x")
-    assert out.strip().endswith(": 0 waiting step(s) completed")
+    assert out.strip().endswith(": delivered to 0 waiting step(s)")
 
 
 def test_pgflow_send_event_refuses_a_payload_that_is_not_json() -> None:

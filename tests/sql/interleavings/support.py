@@ -97,6 +97,7 @@ def _drop(conn: Conn, flow_slug: str) -> None:
     conn.execute(
         "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where flow_slug = %s", [flow_slug]
     )
+    conn.execute("delete from pgflow.events where event_name like 'ilv.%'")  # kept a day otherwise
 
 
 def start_run(conn: Conn, flow_slug: str, flow_input: str = "{}") -> uuid.UUID:

@@ -25,7 +25,7 @@ from tests.support.scratch import scratch_database, server_params
 pytestmark = [pytest.mark.django_db]
 
 KEYED = {
-    "step_waits": ("run_id", "event_name", "child_run_id", "due_at"),
+    "step_waits": ("run_id", "event_name", "child_run_id", "due_at", "event_seq"),
     "events": ("event_seq", "event_name", "expires_at"),
 }
 """A read of these tables must bind one of these columns in its index condition."""

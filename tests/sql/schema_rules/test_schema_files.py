@@ -64,6 +64,10 @@ HOT_PATH = frozenset(
         "task_details",
         "task_transitions",
         "wake_waits",
+        "start_child_runs",
+        "delete_expired_events",
+        "end_waits",
+        "fail_child_run",
     }
 )
 

@@ -170,3 +170,39 @@ def test_get_runs_columns_name_parent_and_children() -> None:
         "parent_step_slug": "sub",
         "parent_task_index": 0,
     }
+
+
+def test_a_skipped_map_subflow_step_fails_its_other_children() -> None:
+    compile_flow("sf_skip_child", shape(shape_step("x"), max_attempts=1))
+    compile_flow(
+        "sf_skip_parent",
+        shape(
+            shape_step("items"),
+            subflow_step("each", "sf_skip_child", "items", step_type="map", when_exhausted="skip"),
+        ),
+    )
+    parent = start("sf_skip_parent")
+    complete(claim_one("sf_skip_parent"), ["a", "b"])
+    first, second = children(parent)
+    records = {r["run_id"]: r for r in claim("sf_skip_child")}
+    assert fail(records[first["run_id"]], "no") == "failed"
+    assert wake() == {"completed": 0, "failed": 1}
+    assert state(parent, "each")["status"] == "skipped"
+    assert run(parent)["status"] == "completed"
+    assert run(second["run_id"])["status"] == "failed"
+    assert run(second["run_id"])["error_message"] == f"step each of parent run {parent} was skipped"
+    assert val("select count(*) from pgflow.step_waits") == 0
+    assert complete(records[second["run_id"]], "late") == "stale"
+
+
+def test_deleting_a_child_flow_fails_the_parents_step() -> None:
+    compile_flow("sf_gone_child", shape(shape_step("x")))
+    compile_flow("sf_gone_parent", shape(subflow_step("sub", "sf_gone_child")))
+    parent = start("sf_gone_parent")
+    [child] = children(parent)
+    val("select pgflow.delete_flow_and_data('sf_gone_child')")
+    assert wake() == {"completed": 0, "failed": 1}
+    assert (
+        run(parent)["error_message"]
+        == f"step sub failed: child run {child['run_id']} failed: it no longer exists"
+    )

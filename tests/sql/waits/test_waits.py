@@ -78,7 +78,9 @@ def test_an_event_step_waits_without_a_message_and_completes_with_the_payload() 
     assert [(w["kind"], w["event_name"], w["due_at"]) for w in waits(run_id)] == [("event", "go", None)]
     assert val("select count(*) from pgmq.q_ev_basic") == 0  # nothing queued while it waits
 
-    assert send("go", {"ok": True}, run_id=run_id) == 1
+    assert send("go", {"ok": True}, run_id=run_id) == 1  # delivered: the wait pass completes it
+    assert state(run_id, "approved")["status"] == "started"
+    assert wake() == {"completed": 1, "failed": 0}
     assert state(run_id, "approved")["output"] == {"ok": True}
     assert waits(run_id) == []
     assert claim_one("ev_basic")["step_slug"] == "b"  # its dependent was queued by the send
@@ -91,6 +93,7 @@ def test_a_keyed_event_reaches_every_run_with_that_key_and_only_them() -> None:
     assert [w["event_key"] for w in waits(first)] == ["42"]
 
     assert send("go", "yes", key="42") == 2
+    assert wake()["completed"] == 2
     assert [state(r, "approved")["status"] for r in (first, second, other)] == [
         "completed",
         "completed",
@@ -119,6 +122,7 @@ def test_a_repeated_event_id_is_a_no_op_and_a_null_payload_is_json_null() -> Non
     assert send("go", run_id=first, event_id="d-1") == 1
     assert send("go", run_id=first, event_id="d-1") == 0
     assert send("go", run_id=second, event_id="d-1") == 0  # the id is the event's, whatever the target
+    assert wake()["completed"] == 1
     assert state(first, "approved")["output"] is None
     assert (
         val(
@@ -240,6 +244,7 @@ def test_retry_run_after_a_timeout_waits_again_for_a_new_timeout() -> None:
     [wait] = waits(run_id)
     assert wait["attempt"] == 2 and wait["due_at"] > wait["since"]
     assert send("go", "late but welcome", run_id=run_id) == 1
+    assert wake()["completed"] == 1
     assert run(run_id)["status"] == "completed"
     assert task(run_id, "approved")["attempts_count"] == 2
 
@@ -281,3 +286,19 @@ def test_expired_events_are_deleted_by_the_pass() -> None:
     assert q1("select count(*) as n from pgflow.events where event_key = 'z'")["n"] == 0
     run_id = start("ev_expiry", {"k": "z"})
     assert waits(run_id)[0]["event_seq"] is None  # an expired event reaches no wait
+
+
+def test_a_pinned_event_is_delivered_even_after_it_expires() -> None:
+    compile_flow("ev_pinned_expiry", shape(shape_step("a"), event_step("approved", "a", key="$.k")))
+    run_id = start("ev_pinned_expiry", {"k": "late"})
+    val("select pgflow.send_event('go', '\"kept briefly\"'::jsonb, key => 'late', retention_seconds => 60)")
+    complete(claim_one("ev_pinned_expiry"), None)  # the wait starts and takes the kept event
+    assert waits(run_id)[0]["event_seq"] is not None
+    q(
+        "update pgflow.events set expires_at = now() - interval '1 second'"
+        " where event_key = 'late' returning 1"
+    )
+    assert wake() == {"completed": 1, "failed": 0}
+    assert state(run_id, "approved")["output"] == "kept briefly"
+    wake()
+    assert val("select count(*) from pgflow.events where event_key = 'late'") == 0  # gone once delivered
