@@ -45,7 +45,7 @@ def test_dashboard_panels_show_rates_queues_workers_pauses_and_stalled_tasks(adm
     panel_statements = [
         q["sql"] for q in captured.captured_queries if "pgflow." in q["sql"] or "pgmq." in q["sql"]
     ]
-    assert len(panel_statements) == 7, "one statement per panel, and one naming the task flows"
+    assert len(panel_statements) == 8, "one statement per panel, and one naming the task flows"
     assert '<meta http-equiv="refresh" content="15">' in html
 
     greet = re.search(r'<svg[^>]*class="pgflow-rates" data-flow="cmd_greet".*?</svg>', html, re.S)
