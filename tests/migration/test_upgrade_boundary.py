@@ -139,12 +139,12 @@ def test_previous_release_worker_drains_through_the_default_queue(cleanup: Any) 
 def previous_database(cleanup: Any) -> Iterator[Any]:
     """The test database migrated back to the previous release (0002); forward again afterwards."""
     latest = _latest()
-    # 0006's down refuses while routed flows or shared queues exist: tests that committed (task flows,
-    # the support flows) may have left some in this worker's database
+    # the downs of 0006 and 0005 refuse while routed or step-queued flows or shared queues exist: tests
+    # that committed (task flows, the support flows) may have left some in this worker's database
     clean_task_flows()
     with connection.cursor() as cursor:
         cursor.execute(
-            "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where queue_mode = 'routed'"
+            "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where queue_mode <> 'flow'"
         )
         workers.drop_shared_queues(cursor)
     MigrationExecutor(connection).migrate([(APP, PREVIOUS)])
