@@ -1,18 +1,22 @@
 -- Frozen migration delta 0043_durable_waits (loaded by pgflow_django/migrations/0043_durable_waits.py):
 -- steps that wait without a worker, and child flows.
 -- * pgflow.steps.step_kind: 'handler' (as before), 'event' (waits for pgflow.send_event, keyed by a
---   JSON path into the run's input, with a timeout) or 'sleep' (completes at a time).
+--   JSON path into the run's input, with a timeout), 'sleep' (completes at a time) or 'subflow'
+--   (pgflow.steps.subflow_slug: each task starts one run of another flow and completes with its
+--   output); runs.parent_run_id, parent_step_slug and parent_task_index name a child's task.
 -- * pgflow.step_waits (what waits now) and pgflow.events (sent events, kept for waits that start
 --   later and for event_id deduplication).
--- * pgflow.start_waits, pgflow.wake_waits, pgflow.send_event, pgflow.timestamp_or_null and
---   pgflow.event_lock_key; pgflow.start_ready_steps creates an event or sleep task started and
---   without a message; pgflow.retry_run waits again; stalled recovery leaves waiting tasks alone;
---   a failed run's waits end; the fast completion path leaves a dependent event or sleep step to
---   the general path; the flow's shape carries what a step waits for.
--- * Subflow steps ('subflow', pgflow.steps.subflow_slug): each task starts one run of another flow
---   (pgflow.start_child_runs) and completes with its output; runs.parent_run_id, parent_step_slug
---   and parent_task_index name the task; a child's end makes its parent's wait due
---   (pgflow.maybe_complete_runs, pgflow.fail_run), and a failed run fails its unfinished children.
+-- * New: pgflow.send_event (marks the waits an event reaches), pgflow.wake_waits (the workers' wait
+--   pass: completes reached, due and ended waits, times out the others), pgflow.start_waits and
+--   pgflow.start_child_runs (called when such a step starts), pgflow.end_waits and
+--   pgflow.fail_child_run (a failed run or a skipped step ends its waits and fails its children),
+--   pgflow.delete_expired_events, pgflow.timestamp_or_null and pgflow.event_lock_key.
+-- * Changed: pgflow.start_ready_steps creates an event, sleep or subflow task started and without a
+--   message; pgflow.retry_run waits again; stalled recovery leaves waiting tasks alone; a completed
+--   or failed child makes its parent's wait due (maybe_complete_runs, fail_run); fail_run and
+--   skip_step end waits; the fast completion path leaves child runs and dependent waiting steps to
+--   the general path; prune and delete_flow_and_data handle waits; the flow's shape carries what a
+--   step waits for.
 
 -- 0110_table_steps.sql (the columns it adds)
 alter table pgflow.steps
