@@ -70,6 +70,30 @@ def test_admin_shows_waits_and_links_parent_and_child_runs(
         browser.save_screenshot(str(ARTIFACTS / "admin-run-child.png"))
         parent = browser.find_element(By.CSS_SELECTOR, "div.field-parent_link a")
         assert parent.text == str(order)
+
+        # a phone: the waits table and the dashboard's panel still say what waits
+        browser.set_window_size(390, 900)
+        browser.get(f"{live_server.url}/admin/pgflow/run/{waiting}/change/")
+        wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "table.pgflow-waits")))
+        browser.execute_script(
+            "const t = document.querySelector('table.pgflow-waits'); t.scrollIntoView();"
+            " t.parentElement.scrollLeft = t.scrollWidth"
+        )
+        browser.save_screenshot(str(ARTIFACTS / "admin-run-waiting-event-390.png"))
+        assert "order.approved" in browser.find_element(By.CSS_SELECTOR, "table.pgflow-waits").text
+        # wider than the phone, the table scrolls inside its field (as the step tables do), not clipped
+        assert (
+            browser.execute_script(
+                "const table = document.querySelector('table.pgflow-waits');"
+                " return getComputedStyle(table.parentElement).overflowX"
+            )
+            == "auto"
+        )
+        browser.get(f"{live_server.url}/admin/pgflow/run/dashboard/")
+        wait.until(expected_conditions.presence_of_element_located((By.ID, "panel-waits")))
+        browser.execute_script("document.getElementById('panel-waits').scrollIntoView()")
+        browser.save_screenshot(str(ARTIFACTS / "admin-dashboard-waits-390.png"))
+        assert "durable_approval" in browser.find_element(By.ID, "panel-waits").text
     finally:
         with connection.cursor() as cursor:
             for flow in (orders, shipping, approval):

@@ -387,6 +387,11 @@ def requeue_stalled() -> dict[str, int]:
     return result
 
 
+def wake_waits() -> dict[str, int]:
+    """One wait pass (``pgflow.wake_waits``): waits ended, by outcome."""
+    return {r["outcome"]: r["wait_count"] for r in q("select * from pgflow.wake_waits()")}
+
+
 def requeued_total(result: dict[str, int]) -> int:
     return sum(v for k, v in result.items() if "requeue" in k)
 

@@ -49,7 +49,7 @@ def finished(run_id: object) -> object:
     return run if run.status != "started" else None
 
 
-def test_each_parcel_ships_in_a_child_run_on_a_real_worker(worker: subprocess.Popen[str]) -> None:
+def each_parcel_ships_in_a_child_run() -> None:
     started = time.monotonic()
     order = start_flow(orders, {"parcels": [{"id": 1}, {"id": 2}, {"id": 3}]})
     run = wait_until(lambda: finished(order), 30, "the order to finish")
@@ -67,7 +67,8 @@ def due_now(run_id: object, step: str) -> None:
     q("update pgflow.step_waits set due_at = now() where run_id = %s and step_slug = %s", [run_id, step])
 
 
-def test_approval_and_reminder_run_on_a_real_worker(worker: subprocess.Popen[str]) -> None:
+def test_approval_reminder_and_parcels_run_on_a_real_worker(worker: subprocess.Popen[str]) -> None:
+    """One worker for the three examples: its start-up is the slow part."""
     approved = start_flow(approval, {"order_id": 501, "total": 10})
     ignored = start_flow(approval, {"order_id": 502, "total": 10})
     trial_ends = (datetime.now(UTC) + timedelta(seconds=2)).isoformat()
@@ -101,3 +102,5 @@ def test_approval_and_reminder_run_on_a_real_worker(worker: subprocess.Popen[str
         )
         == []
     )
+
+    each_parcel_ships_in_a_child_run()

@@ -22,15 +22,12 @@ from tests.sql.support import (
     state,
     task,
     val,
+    wake_waits,
 )
 
 
 def subflow_step(slug: str, child: str, *deps: str, **kw: Any) -> dict[str, Any]:
     return {**shape_step(slug, *deps, **kw), "wait": {"kind": "subflow", "flow": child}}
-
-
-def wake() -> dict[str, int]:
-    return {r["outcome"]: r["wait_count"] for r in q("select * from pgflow.wake_waits()")}
 
 
 def children(run_id: uuid.UUID) -> list[dict[str, Any]]:
@@ -60,7 +57,7 @@ def test_a_child_run_completes_its_parents_step_with_its_output() -> None:
     assert run(child["run_id"])["status"] == "completed"
     assert q1("select due_at is not null as due from pgflow.step_waits where run_id = %s", [parent])["due"]
 
-    assert wake() == {"completed": 1, "failed": 0}
+    assert wake_waits() == {"completed": 1, "failed": 0}
     assert state(parent, "sub")["output"] == {"double": 42}
     assert claim_one("sf_parent")["step_slug"] == "b"
 
@@ -78,7 +75,7 @@ def test_the_map_form_starts_one_child_per_element_and_keeps_element_order() -> 
     by_input = {r["run_id"]: r for r in claim("sf_map_child")}
     for rec in sorted(by_input.values(), key=lambda r: str(r["run_id"]), reverse=True):
         complete(rec, q1("select input from pgflow.runs where run_id = %s", [rec["run_id"]])["input"].upper())
-    assert wake()["completed"] == 3
+    assert wake_waits()["completed"] == 3
     assert state(parent, "each")["output"] == [{"echo": "X"}, {"echo": "Y"}, {"echo": "Z"}]
     assert run(parent)["status"] == "completed"
 
@@ -94,7 +91,7 @@ def test_a_failed_child_fails_the_step_and_when_exhausted_applies() -> None:
     assert fail(claim_one("sf_fail_child"), "first") == "retrying"  # the child's own retries apply inside it
     q("update pgmq.q_sf_fail_child set vt = now() returning msg_id")
     assert fail(claim_one("sf_fail_child"), "second") == "failed"
-    assert wake() == {"completed": 0, "failed": 1}
+    assert wake_waits() == {"completed": 0, "failed": 1}
     assert state(parent, "sub")["status"] == "skipped"
     assert (
         task(parent, "sub")["error_message"]
@@ -117,7 +114,7 @@ def test_a_failed_parent_fails_its_unfinished_children_and_their_children() -> N
     assert run(leaf["run_id"])["error_message"] == f"parent run {mid['run_id']} failed"
     assert val("select count(*) from pgflow.step_waits") == 0
     assert val("select count(*) from pgmq.q_sf_leaf") == 0  # its queued task's message is archived
-    assert wake() == {"completed": 0, "failed": 0}
+    assert wake_waits() == {"completed": 0, "failed": 0}
 
 
 def test_a_child_flow_that_is_not_compiled_fails_that_task_alone() -> None:
@@ -126,7 +123,7 @@ def test_a_child_flow_that_is_not_compiled_fails_that_task_alone() -> None:
     records = {r["run_id"]: r for r in claim("sf_orphan")}
     complete(records[good], 1)
     complete(records[bad], 2)
-    assert wake()["failed"] == 2
+    assert wake_waits()["failed"] == 2
     assert run(bad)["error_message"] == (
         "step sub failed: child flow sf_nowhere is not compiled: compile it"
         " (manage.py pgflow_compile sf_nowhere)"
@@ -139,7 +136,7 @@ def test_a_child_that_ends_inside_its_own_start_completes_the_parent_step_at_the
     parent = start("sf_empty_parent", [])
     [child] = children(parent)
     assert child["status"] == "completed"
-    assert wake()["completed"] == 1
+    assert wake_waits()["completed"] == 1
     assert run(parent)["output"] == {"sub": {"m": []}}
 
 
@@ -148,12 +145,12 @@ def test_retry_run_starts_one_new_child_for_the_new_attempt() -> None:
     compile_flow("sf_retry_parent", shape(subflow_step("sub", "sf_retry_child")))
     parent = start("sf_retry_parent", {"k": 1})
     assert fail(claim_one("sf_retry_child"), "nope") == "failed"
-    assert wake()["failed"] == 1
+    assert wake_waits()["failed"] == 1
     assert val("select pgflow.retry_run(%s)", [parent]) == 1
     first, second = children(parent)[0], children(parent)[1]
     assert {first["status"], second["status"]} == {"failed", "started"}
     complete(claim_one("sf_retry_child"), "ok")
-    assert wake()["completed"] == 1
+    assert wake_waits()["completed"] == 1
     assert run(parent)["status"] == "completed" and task(parent, "sub")["attempts_count"] == 2
 
 
@@ -186,7 +183,7 @@ def test_a_skipped_map_subflow_step_fails_its_other_children() -> None:
     first, second = children(parent)
     records = {r["run_id"]: r for r in claim("sf_skip_child")}
     assert fail(records[first["run_id"]], "no") == "failed"
-    assert wake() == {"completed": 0, "failed": 1}
+    assert wake_waits() == {"completed": 0, "failed": 1}
     assert state(parent, "each")["status"] == "skipped"
     assert run(parent)["status"] == "completed"
     assert run(second["run_id"])["status"] == "failed"
@@ -201,7 +198,7 @@ def test_deleting_a_child_flow_fails_the_parents_step() -> None:
     parent = start("sf_gone_parent")
     [child] = children(parent)
     val("select pgflow.delete_flow_and_data('sf_gone_child')")
-    assert wake() == {"completed": 0, "failed": 1}
+    assert wake_waits() == {"completed": 0, "failed": 1}
     assert (
         run(parent)["error_message"]
         == f"step sub failed: child run {child['run_id']} failed: it no longer exists"

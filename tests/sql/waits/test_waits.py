@@ -25,6 +25,7 @@ from tests.sql.support import (
     state,
     task,
     val,
+    wake_waits,
 )
 
 
@@ -56,10 +57,6 @@ def send(
     )
 
 
-def wake() -> dict[str, int]:
-    return {r["outcome"]: r["wait_count"] for r in q("select * from pgflow.wake_waits()")}
-
-
 def waits(run_id: uuid.UUID) -> list[dict[str, Any]]:
     return q("select * from pgflow.step_waits where run_id = %s order by step_slug", [run_id])
 
@@ -80,7 +77,7 @@ def test_an_event_step_waits_without_a_message_and_completes_with_the_payload() 
 
     assert send("go", {"ok": True}, run_id=run_id) == 1  # delivered: the wait pass completes it
     assert state(run_id, "approved")["status"] == "started"
-    assert wake() == {"completed": 1, "failed": 0}
+    assert wake_waits() == {"completed": 1, "failed": 0}
     assert state(run_id, "approved")["output"] == {"ok": True}
     assert waits(run_id) == []
     assert claim_one("ev_basic")["step_slug"] == "b"  # its dependent was queued by the send
@@ -93,7 +90,7 @@ def test_a_keyed_event_reaches_every_run_with_that_key_and_only_them() -> None:
     assert [w["event_key"] for w in waits(first)] == ["42"]
 
     assert send("go", "yes", key="42") == 2
-    assert wake()["completed"] == 2
+    assert wake_waits()["completed"] == 2
     assert [state(r, "approved")["status"] for r in (first, second, other)] == [
         "completed",
         "completed",
@@ -111,9 +108,9 @@ def test_an_event_sent_before_the_wait_is_kept_and_delivered_once_by_the_pass() 
 
     [pinned] = waits(run_id)
     assert pinned["event_seq"] is not None
-    assert wake() == {"completed": 1, "failed": 0}
+    assert wake_waits() == {"completed": 1, "failed": 0}
     assert state(run_id, "approved")["output"] == 1  # the earliest kept event
-    assert wake() == {"completed": 0, "failed": 0}
+    assert wake_waits() == {"completed": 0, "failed": 0}
 
 
 def test_a_repeated_event_id_is_a_no_op_and_a_null_payload_is_json_null() -> None:
@@ -122,7 +119,7 @@ def test_a_repeated_event_id_is_a_no_op_and_a_null_payload_is_json_null() -> Non
     assert send("go", run_id=first, event_id="d-1") == 1
     assert send("go", run_id=first, event_id="d-1") == 0
     assert send("go", run_id=second, event_id="d-1") == 0  # the id is the event's, whatever the target
-    assert wake()["completed"] == 1
+    assert wake_waits()["completed"] == 1
     assert state(first, "approved")["output"] is None
     assert (
         val(
@@ -156,9 +153,9 @@ def test_a_timeout_applies_when_timeout(
     [wait] = waits(run_id)
     assert 59 < (wait["due_at"] - wait["since"]).total_seconds() <= 61
 
-    assert wake() == {"completed": 0, "failed": 0}  # not due yet
+    assert wake_waits() == {"completed": 0, "failed": 0}  # not due yet
     due_now(run_id)
-    assert wake() == {"completed": 0, "failed": 1}
+    assert wake_waits() == {"completed": 0, "failed": 1}
     assert state(run_id, "approved")["status"] == step_status
     assert task(run_id, "approved")["error_message"] == "timed out waiting for event go"
     assert task(run_id, "approved")["attempt_errors"][0]["error"] == "timed out waiting for event go"
@@ -173,9 +170,9 @@ def test_a_sleep_completes_at_its_time_with_no_worker() -> None:
     run_id = start("sl_fixed")
     [wait] = waits(run_id)
     assert wait["kind"] == "sleep"
-    assert wake()["completed"] == 0
+    assert wake_waits()["completed"] == 0
     due_now(run_id)
-    assert wake()["completed"] == 1
+    assert wake_waits()["completed"] == 1
     assert set(state(run_id, "nap")["output"]) == {"slept_until"}
     assert claim_one("sl_fixed")["step_slug"] == "b"
 
@@ -215,7 +212,7 @@ def test_a_sleep_until_a_bad_time_fails_that_run_alone() -> None:
     assert [w["error_message"] for w in waits(bad)] == [
         "sleep time $.a.at is not an ISO-8601 timestamp in the step's input"
     ]
-    assert wake() == {"completed": 1, "failed": 1}
+    assert wake_waits() == {"completed": 1, "failed": 1}
     assert run(good)["status"] == "completed"
     assert state(good, "nap")["output"] == {"slept_until": "2000-01-01T00:00:00+00:00"}
     assert run(bad)["status"] == "failed"
@@ -237,14 +234,14 @@ def test_retry_run_after_a_timeout_waits_again_for_a_new_timeout() -> None:
     compile_flow("ev_retry", shape(event_step("approved", seconds=60)))
     run_id = start("ev_retry")
     due_now(run_id)
-    assert wake()["failed"] == 1
+    assert wake_waits()["failed"] == 1
     assert run(run_id)["status"] == "failed"
 
     assert val("select pgflow.retry_run(%s)", [run_id]) == 1
     [wait] = waits(run_id)
     assert wait["attempt"] == 2 and wait["due_at"] > wait["since"]
     assert send("go", "late but welcome", run_id=run_id) == 1
-    assert wake()["completed"] == 1
+    assert wake_waits()["completed"] == 1
     assert run(run_id)["status"] == "completed"
     assert task(run_id, "approved")["attempts_count"] == 2
 
@@ -282,7 +279,7 @@ def test_expired_events_are_deleted_by_the_pass() -> None:
     compile_flow("ev_expiry", shape(event_step("approved", key="$.k")))
     val("select pgflow.send_event('go', null, key => 'z', retention_seconds => 0)")
     assert q1("select count(*) as n from pgflow.events where event_key = 'z'")["n"] == 1
-    wake()
+    wake_waits()
     assert q1("select count(*) as n from pgflow.events where event_key = 'z'")["n"] == 0
     run_id = start("ev_expiry", {"k": "z"})
     assert waits(run_id)[0]["event_seq"] is None  # an expired event reaches no wait
@@ -298,7 +295,7 @@ def test_a_pinned_event_is_delivered_even_after_it_expires() -> None:
         "update pgflow.events set expires_at = now() - interval '1 second'"
         " where event_key = 'late' returning 1"
     )
-    assert wake() == {"completed": 1, "failed": 0}
+    assert wake_waits() == {"completed": 1, "failed": 0}
     assert state(run_id, "approved")["output"] == "kept briefly"
-    wake()
+    wake_waits()
     assert val("select count(*) from pgflow.events where event_key = 'late'") == 0  # gone once delivered
