@@ -8,10 +8,11 @@ from typing import Any, Final, Literal, TypeAlias
 
 Scheduler: TypeAlias = Literal["workers", "pg_cron"]
 SCHEDULERS: tuple[Scheduler, ...] = ("workers", "pg_cron")
-OnShapeChange: TypeAlias = Literal["refuse", "replace-if-idle"]
-SHAPE_CHANGE_POLICIES: tuple[OnShapeChange, ...] = ("refuse", "replace-if-idle")
-"""What start-up compilation may do with a changed flow. Never "replace": deleting runs that are
-still running is asked for per invocation (``pgflow_compile F --replace``), not configured."""
+OnShapeChange: TypeAlias = Literal["version", "refuse", "replace-if-idle"]
+SHAPE_CHANGE_POLICIES: tuple[OnShapeChange, ...] = ("version", "refuse", "replace-if-idle")
+"""What start-up compilation may do with a changed flow: add a version beside the others (the default;
+runs stay on the version they started on), refuse, or replace an idle flow. Never "replace": deleting
+runs that are still running is asked for per invocation (``pgflow_compile F --replace``), not configured."""
 
 
 def _optional_float(value: Any) -> float | None:
@@ -115,7 +116,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
 
 DEFAULTS: dict[str, Any] = {
     "FLOWS": [],
-    "ON_SHAPE_CHANGE": "refuse",
+    "ON_SHAPE_CHANGE": "version",
     "ALLOW_RECOMPILE": None,  # removed; False is accepted (it meant "refuse"), True is an error
     **{setting.key: setting.default for setting in SETTINGS},
     # "pg_cron": a pg_cron job also fires due schedules, on the server's clock (see docs/schedules.md)

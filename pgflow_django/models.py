@@ -178,11 +178,22 @@ class Flow(ReadOnlyModel):
     """A fresh number per compilation: a worker compiled against another one claims nothing."""
     opt_priority = models.SmallIntegerField(default=0)
     """The claim priority of a run started without one (a step's own ``opt_priority`` comes first)."""
+    version_of = models.TextField(editable=False)
+    """The slug the flow was defined with: version 1 is stored under it, version N >= 2 as ``slug___vN``."""
+    version_number = models.IntegerField(editable=False)
+    version = models.TextField(null=True)
+    """The code's ``Flow(..., version=)`` name, or ``shape:`` and a digest of its definition."""
 
     class Meta:
         managed = False
         db_table = 'pgflow"."flows'
-        constraints = [models.UniqueConstraint(Lower("flow_slug"), name="flows_slug_lower_key")]
+        constraints = [
+            models.UniqueConstraint(Lower("flow_slug"), name="flows_slug_lower_key"),
+            models.UniqueConstraint(
+                fields=["version_of", "version"], name="flows_version_key", condition=Q(version__isnull=False)
+            ),
+        ]
+        indexes = [models.Index(fields=["version_of", "version_number"], name="flows_version_of_idx")]
         permissions = [("pause_flow", "Can pause and resume a flow's workers")]
 
     def __str__(self) -> str:

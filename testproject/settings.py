@@ -79,7 +79,7 @@ TASKS = {
 
 PGFLOW = {
     "FLOWS": ["testproject.example.demo_flows"],
-    "ON_SHAPE_CHANGE": os.environ.get("PGFLOW_ON_SHAPE_CHANGE", "refuse"),
+    "ON_SHAPE_CHANGE": os.environ.get("PGFLOW_ON_SHAPE_CHANGE", "version"),
 }
 
 LOGGING = {

@@ -332,9 +332,10 @@ class MetricSample(NamedTuple):
 
 def database_metrics(queue_tables: Sequence[tuple[str, str]]) -> Query[MetricSample]:
     """Every database-wide gauge in one statement: per queue (given as (queue, table) pairs) its
-    visible and hidden messages and the age of its oldest visible one; runs by flow and status;
-    stalled tasks by flow and step; live workers and pauses by flow and step. Its parameter is
-    ``%(live_seconds)s``; its size grows with queues and steps, never with runs or messages' ids."""
+        visible and hidden messages and the age of its oldest visible one; runs by flow and status;
+        stalled tasks by flow and step; live workers (status ``superseded`` for an earlier version of a flow
+    with unfinished runs) and pauses by flow and step, for the versions that need workers. Its parameter is
+        ``%(live_seconds)s``; its size grows with queues and steps, never with runs or messages' ids."""
     per_queue = sql.SQL(" union all ").join(
         sql.SQL(
             "select {queue}::text as queue_name,"
@@ -354,15 +355,21 @@ def database_metrics(queue_tables: Sequence[tuple[str, str]]) -> Query[MetricSam
     statement = sql.SQL(
         """
         with q(queue_name, visible, hidden, oldest) as ({queues}),
-        support as (
+        support as (  -- the steps of the versions that need workers (pgflow.version_in_service)
           select s.flow_slug, s.step_slug, s.queue_name,
+                 case when exists (select 1 from pgflow.flows as newer
+                                    where newer.version_of = pgflow.version_of(s.flow_slug)
+                                      and newer.version_number > f.version_number)
+                      then 'superseded' else '' end as superseded,
                  (select count(*) from pgflow.worker_support as ws join pgflow.workers as w
                       on w.worker_id = ws.worker_id
                    where ws.flow_slug = s.flow_slug and ws.step_slug = s.step_slug
                      and coalesce(ws.queue_name, w.queue_name) = s.queue_name and {live}) as live,
                  p.reason
             from pgflow.steps as s
+            join pgflow.flows as f on f.flow_slug = s.flow_slug
             left join lateral pgflow.subscription_pause(s.flow_slug, s.step_slug) as p on true
+           where pgflow.version_in_service(s.flow_slug)
         )
         select 'queue_visible' as name, queue_name, '' as flow_slug, '' as step_slug, '' as status,
                visible as value from q
@@ -378,7 +385,8 @@ def database_metrics(queue_tables: Sequence[tuple[str, str]]) -> Query[MetricSam
                      and t.started_at
                          < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
                    group by t.queue_name, t.flow_slug, t.step_slug
-        union all select 'live_workers', queue_name, flow_slug, step_slug, '', live::float8 from support
+        union all select 'live_workers', queue_name, flow_slug, step_slug, superseded, live::float8
+                    from support
         union all select 'paused', '', flow_slug, step_slug, coalesce(reason, ''),
                          (reason is not null)::int::float8 from support
         """

@@ -1,10 +1,12 @@
 """Compile or verify a flow against the database: the one path used by worker startup and ``pgflow_compile``.
 
-All the comparing happens in SQL (``pgflow.ensure_flow_compiled``) under a per-flow advisory lock, so two
-workers starting at once cannot both compile, and a changed definition is reported, never half-applied.
-A changed flow is replaced only when asked: ``on_change="replace"`` (``pgflow_compile F --replace``,
-after showing the runs it deletes), or ``PGFLOW["ON_SHAPE_CHANGE"] = "replace-if-idle"`` for a flow
-with no unfinished run. Nothing is ever inferred from ``settings.DEBUG``.
+All the comparing happens in SQL (``pgflow.compile_flow_version``) under a per-flow advisory lock, so two
+workers starting at once cannot both compile, and a changed definition is never half-applied. By default
+a changed definition becomes a new version of the flow, beside the others: runs stay on the version they
+started on (docs/upgrading.md, "Deploying a changed flow"). ``PGFLOW["ON_SHAPE_CHANGE"] = "refuse"``
+refuses it instead; a flow is replaced only when asked: ``on_change="replace"`` (``pgflow_compile F
+--replace``, after showing the runs it deletes), or ``"replace-if-idle"`` for a flow with no unfinished
+run. Nothing is ever inferred from ``settings.DEBUG``.
 """
 
 from __future__ import annotations
@@ -25,20 +27,24 @@ from pgflow_django.flows.dsl import Flow, descendant_flows
 
 logger = logging.getLogger("pgflow_django.flows.compiler")
 
-CompileStatus: TypeAlias = Literal["compiled", "verified", "recompiled", "mismatch"]
-OnChange: TypeAlias = Literal["refuse", "replace-if-idle", "replace"]
+CompileStatus: TypeAlias = Literal["compiled", "verified", "versioned", "recompiled", "mismatch"]
+OnChange: TypeAlias = Literal["version", "refuse", "replace-if-idle", "replace"]
 
 
 @dataclass(frozen=True)
 class CompileResult:
-    """What ``ensure_flow_compiled`` did: created the flow, found it identical, or replaced it.
+    """What ``compile_flow_version`` did: created the flow, found its version, added a version
+    (``versioned``), or replaced it.
 
-    ``generation`` is the number the database gave this compilation (a worker's claim compares it);
-    after a replacement, ``runs`` and ``unfinished_runs`` count what was deleted.
+    ``flow_slug`` is the version's stored slug (``orders``, ``orders___v2``): bind the definition to it
+    (``flow.bound_to(result.flow_slug)``) to serve that version. ``generation`` is the number the
+    database gave this compilation (a worker's claim compares it); after a replacement, ``runs`` and
+    ``unfinished_runs`` count what was deleted.
     """
 
     flow_slug: str
     status: CompileStatus
+    version_number: int = 1
     differences: tuple[str, ...] = ()
     options_updated: tuple[str, ...] = ()
     generation: int = 0
@@ -90,8 +96,8 @@ class FlowMismatch(Exception):
         super().__init__(
             f"flow {flow_slug!r} differs from its compiled definition in the database "
             f"({what or 'definition'} differs: {listed}); {why}"
-            f"deploy the changed flow under a new slug (flow.copy(slug='{flow_slug}_v2')), or replace it "
-            f"with manage.py pgflow_compile {flow_slug} --replace ({cost})"
+            f"add it as a new version (PGFLOW['ON_SHAPE_CHANGE'] = 'version', the default; a named version "
+            f"needs a new name), or replace it with manage.py pgflow_compile {flow_slug} --replace ({cost})"
         )
 
 
@@ -104,7 +110,7 @@ def compile_flow(
 ) -> CompileResult:
     """Compile ``flow`` if new, verify it (updating runtime options) if known; raise ``FlowMismatch``.
 
-    ``on_change`` None follows ``PGFLOW["ON_SHAPE_CHANGE"]`` (default ``"refuse"``). ``"replace"``
+    ``on_change`` None follows ``PGFLOW["ON_SHAPE_CHANGE"]`` (default ``"version"``). ``"replace"``
     deletes the flow with its runs and compiles it again; with ``confirmed_runs`` (the run count a
     person confirmed) it refuses instead when the flow has more runs by then.
 
@@ -129,13 +135,14 @@ def _compile_flow(
         answer: dict[str, Any] = json.loads(
             fetch_value(
                 cursor,
-                queries.ENSURE_FLOW_COMPILED,
-                [flow.slug, json.dumps(flow.shape()), policy, confirmed_runs],
+                queries.COMPILE_FLOW_VERSION,
+                [flow.version_of, json.dumps(flow.shape()), flow.version_key, policy, confirmed_runs],
             )
         )
     result = CompileResult(
-        flow_slug=flow.slug,
+        flow_slug=str(answer.get("flow_slug") or flow.slug),
         status=cast(CompileStatus, answer["status"]),
+        version_number=int(answer.get("version_number") or 1),
         differences=tuple(answer.get("differences") or ()),
         options_updated=tuple(answer.get("options_updated") or ()),
         generation=int(answer.get("generation") or 0),
@@ -144,7 +151,7 @@ def _compile_flow(
     )
     if result.status == "mismatch":
         raise FlowMismatch(
-            flow.slug,
+            result.flow_slug,
             result.differences,
             answer.get("mismatch") or ("shape",),
             runs=result.runs,
@@ -153,12 +160,21 @@ def _compile_flow(
         )
     with connections[using].cursor() as cursor:
         fetch_value(
-            cursor, queries.SET_FLOW_LIMITS, [flow.slug, json.dumps([lim.row() for lim in flow.limits])]
+            cursor,
+            queries.SET_FLOW_LIMITS,
+            [result.flow_slug, json.dumps([lim.row() for lim in flow.limits])],
+        )
+    if result.status == "versioned":
+        logger.info(
+            "flow %s: its changed definition is version %d (%s); runs of earlier versions finish there",
+            flow.version_of,
+            result.version_number,
+            result.flow_slug,
         )
     if result.status == "recompiled":
         logger.warning(
             "replaced flow %s (on_change=%s): deleted %d run(s) (%d unfinished) and compiled it again: %s",
-            flow.slug,
+            result.flow_slug,
             policy,
             result.runs,
             result.unfinished_runs,

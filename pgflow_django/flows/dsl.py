@@ -6,6 +6,8 @@ is defined, before the compiler or the database sees it.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import inspect
 import json
 import weakref
@@ -22,6 +24,7 @@ from pgflow_django.flows.slugs import (
     step_queue_name,
     validate_flow_slug,
     validate_slug,
+    version_of,
 )
 from pgflow_django.flows.waits import (
     InvalidWait,
@@ -218,9 +221,14 @@ class Flow:
         priority: int = 0,
         concurrency: Concurrency | None = None,
         rate_limit: RateLimit | str | None = None,
+        version: str | None = None,
     ) -> None:
         self._slug = validate_flow_slug(slug)
         owner = f"flow {slug!r}"
+        self._version = _version_name(owner, version)
+        self._stored_slug = self._slug
+        self._bound_key = ""
+        """A bound version's ``version_key``, computed from the definition before binding."""
         self._options = FlowOptions(
             max_attempts=_int_option(owner, "max_attempts", max_attempts, 1),
             base_delay=_int_option(owner, "base_delay", base_delay, 0),
@@ -235,7 +243,46 @@ class Flow:
 
     @property
     def slug(self) -> str:
+        """The flow's own slug; a version bound by compiling answers with its stored slug
+        (``orders___v2``), the name its rows, queues and tasks carry."""
+        return self._stored_slug
+
+    @property
+    def version_of(self) -> str:
+        """The slug the flow was defined with, whichever version it is bound to."""
         return self._slug
+
+    @property
+    def version(self) -> str | None:
+        """The version name given to ``Flow(..., version=)``, or None (the definition identifies it)."""
+        return self._version
+
+    @property
+    def version_key(self) -> str:
+        """What identifies this definition's version in ``pgflow.flows.version``: its name, or
+        ``shape:`` and a digest of its shape (steps, dependencies, options, queue mode, route)."""
+        if self._version is not None:
+            return self._version
+        if self._stored_slug != self._slug:
+            return self._bound_key
+        canonical = json.dumps(self.shape(), sort_keys=True, separators=(",", ":"))
+        return "shape:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+    def bound_to(self, stored_slug: str) -> Flow:
+        """This definition as the version the database stores under ``stored_slug``: the same steps and
+        handlers, with the slug (and so the queues) of that version. The compiler returns the slug."""
+        if stored_slug == self.slug:
+            return self
+        if version_of(stored_slug) != self._slug:
+            raise ValueError(f"{stored_slug!r} is not a version of flow {self._slug!r}")
+        twin = copy.copy(self)
+        twin._bound_key = self.version_key
+        twin._stored_slug = stored_slug
+        twin._rebind()
+        return twin
+
+    def _rebind(self) -> None:
+        """Recompute what a bound version derives from its slug (a step-queued flow's queues)."""
 
     @property
     def options(self) -> FlowOptions:
@@ -402,8 +449,9 @@ class Flow:
         return tuple(found.values())
 
     def copy(self, *, slug: str) -> Flow:
-        """The same DAG and options under another slug: a new version, or a side-by-side deployment."""
-        twin = Flow(slug, **_options_of(self))
+        """The same DAG and options under another slug: a side-by-side deployment (versions of one slug
+        need no copy: compiling a changed definition adds a version)."""
+        twin = Flow(slug, version=self._version, **_options_of(self))
         twin._limits = self._limits
         twin._steps = dict(self._steps)
         return twin
@@ -416,7 +464,7 @@ class Flow:
     def queue_for(self, ref: StepRef) -> str:
         """The queue a step's tasks are sent to and its workers poll."""
         self._resolve(ref, None)
-        return default_queue_name(self._slug)
+        return default_queue_name(self.slug)
 
     def route(self) -> dict[str, str]:
         """Every step's queue, in definition order: what the compiler persists as the flow's routing."""
@@ -567,7 +615,7 @@ class _FixedRouteFlow(Flow):
     _queues: Mapping[str, str]
 
     def __init__(self, flow: Flow) -> None:
-        super().__init__(flow.slug, **_options_of(flow))
+        super().__init__(flow.slug, version=flow.version, **_options_of(flow))
         self._limits = flow._limits
 
     def _fix(
@@ -613,6 +661,11 @@ class StepQueuedFlow(_FixedRouteFlow):
 
     def __repr__(self) -> str:
         return f"<StepQueuedFlow {self.slug!r}: {', '.join(self._steps)}>"
+
+    def _rebind(self) -> None:
+        self._queues = MappingProxyType(
+            {step.slug: step_queue_name(self.slug, step.slug, step.index) for step in self._steps.values()}
+        )
 
     @property
     def queue_mode(self) -> QueueMode:
@@ -749,6 +802,24 @@ def _limits(owner: str, step_slug: str, concurrency: object, rate_limit: object)
         return limits_for(owner, step_slug, concurrency, rate_limit)
     except InvalidLimit as exc:
         raise FlowDefinitionError(str(exc)) from None
+
+
+def _version_name(owner: str, value: object) -> str | None:
+    """A version name as ``pgflow.flows.version`` takes it: 1 to 80 printable characters, and not
+    ``shape:...`` (the digests that identify unnamed versions)."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= 80
+        or not value.isprintable()
+        or value.startswith("shape:")
+    ):
+        raise FlowDefinitionError(
+            f"{owner}: version must be a name of 1 to 80 printable characters not starting with 'shape:' "
+            f'(e.g. version="2026-12"), got {value!r}'
+        )
+    return value
 
 
 def _options_of(flow: Flow) -> dict[str, Any]:

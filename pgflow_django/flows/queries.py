@@ -16,11 +16,12 @@ SET_FLOW_LIMITS: Final = value_query(
 """Replace a flow's concurrency and rate limits (after every compile or verification)."""
 
 
-ENSURE_FLOW_COMPILED: Final = value_query(
-    "ensure_flow_compiled",
-    "select pgflow.ensure_flow_compiled(%s, %s::jsonb, %s::text, %s::bigint)::text as value",
+COMPILE_FLOW_VERSION: Final = value_query(
+    "compile_flow_version",
+    "select pgflow.compile_flow_version(%s, %s::jsonb, %s::text, %s::text, %s::bigint)::text as value",
 )
-"""Compile or verify a flow (slug, shape json, shape-change policy, confirmed run count): a JSON answer."""
+"""Compile or verify a flow as one of its versions (slug, shape json, version key, shape-change policy,
+confirmed run count): a JSON answer naming the version's stored slug."""
 
 
 class TaskFlowRow(NamedTuple):

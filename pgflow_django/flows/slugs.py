@@ -161,3 +161,12 @@ def _task_slug_head(module_path: str) -> str:
 
 
 _TASK_DIGEST_RE: Final = re.compile(rf"[0-9a-f]{{{TASK_SLUG_DIGEST_CHARS}}}")
+
+
+_VERSION_SUFFIX_RE: Final = re.compile(r"___v([2-9]|[1-9][0-9]+)$")
+
+
+def version_of(stored_slug: str) -> str:
+    """The flow a version's stored slug belongs to, as SQL ``pgflow.version_of`` says: version N >= 2
+    of flow ``f`` is stored as ``f___vN`` (a name no slug or generated queue can take), version 1 as ``f``."""
+    return _VERSION_SUFFIX_RE.sub("", stored_slug)

@@ -44,6 +44,7 @@ from pgflow_django.flows.slugs import InvalidSlug
 from pgflow_django.runs.client import InvalidInput, RunIdInUse, RunNotFound
 from pgflow_django.runs.encoding import idempotency_key_problem
 from pgflow_django.runs.operations import FlowNotFound
+from pgflow_django.runs.versions import VersionInUse
 
 USAGE_ERROR: Final = 2
 """Exit code for bad arguments, as argparse uses."""
@@ -81,6 +82,7 @@ _EXPECTED_ERRORS: Final = (
     InvalidInput,
     RunIdInUse,
     RunNotFound,
+    VersionInUse,
 )
 """Configuration and input mistakes whose message is already the one line to show."""
 

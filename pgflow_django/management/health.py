@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from pgflow_django.flows.slugs import version_of
 from pgflow_django.worker.preflight import PreflightError, check_database
 
 
@@ -37,21 +38,29 @@ def problems(
 
 def _judge(samples: list[Any], wanted: set[str] | None, max_queue_age: float | None) -> list[str]:
     found: list[str] = []
-    steps = [s for s in samples if s.name == "live_workers" and (wanted is None or s.flow_slug in wanted)]
-    known = {s.flow_slug for s in steps}
+    steps = [s for s in samples if s.name == "live_workers" and _wanted(s.flow_slug, wanted)]
+    known = {s.flow_slug for s in steps} | {version_of(s.flow_slug) for s in steps}
     for slug in sorted((wanted or set()) - known):
         found.append(f"flow {slug!r} is not compiled in the database; run manage.py pgflow_compile {slug}")
     paused = {
         (s.flow_slug, s.step_slug): s.status
         for s in samples
-        if s.name == "paused" and s.value and (wanted is None or s.flow_slug in wanted)
+        if s.name == "paused" and s.value and _wanted(s.flow_slug, wanted)
     }
     for (flow, step), reason in sorted(paused.items()):
         found.append(
             f"flow {flow} step {step} is paused ({reason}); clear it with manage.py pgflow_resume {flow}"
         )
+    unfinished = {s.flow_slug: int(s.value) for s in samples if s.name == "runs" and s.status == "started"}
     for sample in sorted(steps, key=lambda s: (s.flow_slug, s.step_slug)):
-        if not sample.value and (sample.flow_slug, sample.step_slug) not in paused:
+        if not sample.value and (sample.flow_slug, sample.step_slug) not in paused and sample.status:
+            found.append(
+                f"flow {version_of(sample.flow_slug)}: {unfinished.get(sample.flow_slug, 0)} unfinished "
+                f"run(s) of an earlier version ({sample.flow_slug}) wait for step {sample.step_slug}, "
+                "which no live worker runs; start a worker with that version's code, or cancel them "
+                f"(manage.py pgflow_versions {version_of(sample.flow_slug)})"
+            )
+        elif not sample.value and (sample.flow_slug, sample.step_slug) not in paused:
             found.append(
                 f"no live worker runs flow {sample.flow_slug} step {sample.step_slug}; start "
                 f"manage.py pgflow_worker for it"
@@ -69,3 +78,8 @@ def _judge(samples: list[Any], wanted: set[str] | None, max_queue_age: float | N
                     f"(limit {max_queue_age:g}s); add workers or check they are running"
                 )
     return found
+
+
+def _wanted(flow_slug: str, wanted: set[str] | None) -> bool:
+    """``--flow F`` asks about every version of F (or one version, by its stored slug)."""
+    return wanted is None or flow_slug in wanted or version_of(flow_slug) in wanted

@@ -238,6 +238,7 @@ def _start_flow(
     using: str,
 ) -> tuple[uuid.UUID, bool]:
     slug = _flow_slug(flow_or_slug)
+    version = _version_key(flow_or_slug)
     body = encode_run_input(flow_or_slug, input, f"input of flow {slug!r}")
     chosen_priority = _priority(priority, "start_flow")
     keys = run_keys.stored_keys(flow_or_slug, [input])
@@ -245,16 +246,27 @@ def _start_flow(
         if run_id is not None:
             raise ValueError("start_flow takes run_id or idempotency_key, not both")
         chosen = idempotency_run_id(slug, idempotency_key)
-        return _start_chosen(slug, body, chosen, delay, chosen_priority, using, keyed=True, keys=keys)
+        return _start_chosen(
+            (slug, version), body, chosen, delay, chosen_priority, using, keyed=True, keys=keys
+        )
     if run_id is not None:
         return _start_chosen(
-            slug, body, _as_uuid(run_id), delay, chosen_priority, using, keyed=False, keys=keys
+            (slug, version), body, _as_uuid(run_id), delay, chosen_priority, using, keyed=False, keys=keys
         )
     trace_context = tracing.current_context()
     with _traced(trace_context, using, keys), connections[using].cursor() as cursor:
         with _unknown_flow_as_not_found(slug, using):
             started = fetch_value(
-                cursor, queries.START_FLOW, [slug, body, None, _delay_seconds(delay), chosen_priority]
+                cursor,
+                queries.START_FLOW,
+                _start_params(
+                    slug,
+                    version,
+                    input=body,
+                    run_id=None,
+                    delay=_delay_seconds(delay),
+                    priority=chosen_priority,
+                ),
             )
         new_id = _as_uuid(started)
         run_keys.record(cursor, [new_id], keys)
@@ -275,7 +287,7 @@ def _priority(value: object, caller: str) -> int | None:
 
 
 def _start_chosen(
-    slug: str,
+    flow: tuple[str, str | None],
     body: str,
     chosen: uuid.UUID,
     delay: timedelta | int | None,
@@ -286,14 +298,22 @@ def _start_chosen(
     keys: list[list[run_keys.RunKey]],
 ) -> tuple[uuid.UUID, bool]:
     """Start a run under a chosen id in a savepoint; when the id is taken (a concurrent start of the
-    same id waits for the other's commit first), return the run it names if it is the same start."""
+    same id waits for the other's commit first), return the run it names if it is the same start.
+    ``flow`` is the slug and the version key the start asks for."""
+    slug, version = flow
     seconds = _delay_seconds(delay)
     trace_context = tracing.current_context()
     for _ in range(2):  # the run found taken may be deleted before it is read: then start it again
         try:
             with transaction.atomic(using=using), connections[using].cursor() as cursor:
                 with _unknown_flow_as_not_found(slug, using):
-                    fetch_value(cursor, queries.START_FLOW, [slug, body, chosen, seconds, priority])
+                    fetch_value(
+                        cursor,
+                        queries.START_FLOW,
+                        _start_params(
+                            slug, version, input=body, run_id=chosen, delay=seconds, priority=priority
+                        ),
+                    )
                 run_keys.record(cursor, [chosen], keys)
                 if trace_context is not None:
                     tracing.record_on_runs(cursor, [chosen], trace_context)
@@ -321,7 +341,7 @@ KEYED_START_ATTEMPTS: Final = 3
 
 
 def _start_keyed(
-    slug: str,
+    flow: tuple[str, str | None],
     bodies: list[str],
     ids: list[uuid.UUID],
     priority: int | None,
@@ -331,6 +351,7 @@ def _start_keyed(
     """Start the runs of the keys that have none, in one savepointed call; a key repeated in the batch
     is one run (its first input). A concurrent start of one of the keys makes the call fail on the
     primary key once the other commits: the keys are read again and the rest started."""
+    slug, version = flow
     first_bodies: dict[uuid.UUID, str] = {}
     first_keys: dict[uuid.UUID, list[run_keys.RunKey]] = {}
     for run_id, body, run_key in zip(ids, bodies, keys, strict=True):
@@ -353,7 +374,11 @@ def _start_keyed(
             with transaction.atomic(using=using), connections[using].cursor() as cursor:
                 with _unknown_flow_as_not_found(slug, using):
                     body = f"[{','.join(first_bodies[run_id] for run_id in todo)}]"
-                    fetch_value(cursor, queries.START_FLOWS, [slug, body, todo, priority])
+                    fetch_value(
+                        cursor,
+                        queries.START_FLOWS,
+                        _start_params(slug, version, inputs=body, run_ids=todo, priority=priority),
+                    )
                 run_keys.record(cursor, todo, [first_keys[run_id] for run_id in todo])
                 if trace_context is not None:
                     tracing.record_on_runs(cursor, todo, trace_context)
@@ -416,6 +441,7 @@ def _start_flows(
     using: str,
 ) -> list[uuid.UUID]:
     slug = _flow_slug(flow_or_slug)
+    version = _version_key(flow_or_slug)
     chosen_priority = _priority(priority, "start_flows")
     values = list(inputs)
     bodies = [
@@ -436,7 +462,7 @@ def _start_flows(
             if problem is not None:
                 raise ValueError(f"idempotency_keys[{index}] {problem}")
         keyed_ids = [idempotency_run_id(slug, key) for key in idempotency_keys]
-        return _start_keyed(slug, bodies, keyed_ids, chosen_priority, using, keys)
+        return _start_keyed((slug, version), bodies, keyed_ids, chosen_priority, using, keys)
     if run_ids is None:
         ids = [new_run_id() for _ in bodies]
     elif len(run_ids) != len(bodies):
@@ -450,7 +476,13 @@ def _start_flows(
     trace_context = tracing.current_context()
     with _traced(trace_context, using, keys), connections[using].cursor() as cursor:
         with _unknown_flow_as_not_found(slug, using):
-            fetch_value(cursor, queries.START_FLOWS, [slug, f"[{','.join(bodies)}]", ids, chosen_priority])
+            fetch_value(
+                cursor,
+                queries.START_FLOWS,
+                _start_params(
+                    slug, version, inputs=f"[{','.join(bodies)}]", run_ids=ids, priority=chosen_priority
+                ),
+            )
         run_keys.record(cursor, ids, keys)
         if trace_context is not None:
             tracing.record_on_runs(cursor, ids, trace_context)
@@ -638,10 +670,11 @@ def _unknown_flow_as_not_found(slug: str, using: str) -> Iterator[None]:
     except DataError as exc:
         cause = exc.__cause__
         primary = getattr(getattr(cause, "diag", None), "message_primary", None) or ""
-        if (
-            not primary.startswith(f"flow '{slug}' does not exist")
-            or getattr(cause, "sqlstate", None) != "22023"
-        ):
+        if getattr(cause, "sqlstate", None) != "22023":
+            raise
+        if primary.startswith(f"flow '{slug}': the version this code defines"):
+            raise FlowNotFound(primary) from None
+        if not primary.startswith(f"flow '{slug}' does not exist"):
             raise
         compiled: list[str] = []
         tasks: list[str] = []
@@ -653,9 +686,29 @@ def _unknown_flow_as_not_found(slug: str, using: str) -> Iterator[None]:
 
 
 def _flow_slug(flow_or_slug: Flow | str) -> str:
+    """The flow's own slug (a bound version's too): idempotency keys and signals are per flow."""
     if isinstance(flow_or_slug, Flow):
-        return flow_or_slug.slug
+        return flow_or_slug.version_of
     return validate_flow_slug(flow_or_slug)
+
+
+def _version_key(flow_or_slug: Flow | str) -> str | None:
+    """Which version a start asks for: the one the code defines (a ``Flow``, or a slug this project
+    registers), else None for the newest compiled one."""
+    if isinstance(flow_or_slug, Flow):
+        return flow_or_slug.version_key
+    from pgflow_django.flows.registry import get_flows
+
+    try:
+        flow = get_flows().get(flow_or_slug)
+    except Exception:  # a project whose flows do not load starts by name, on the newest version
+        return None
+    return None if flow is None else flow.version_key
+
+
+def _start_params(slug: str, version: str | None, **values: Any) -> dict[str, Any]:
+    """The parameters of ``START_FLOW``/``START_FLOWS``: the flow and version, then the rest."""
+    return {"flow": slug, "version": version, **values}
 
 
 def encode_run_input(flow_or_slug: Flow | str, value: Any, what: str) -> str:

@@ -17,7 +17,7 @@ from pgflow_django.db import queries as db_queries
 from pgflow_django.db.queries import Pause
 from pgflow_django.db.query import fetch_all, fetch_one, fetch_value
 from pgflow_django.flows import task_names
-from pgflow_django.flows.slugs import validate_flow_slug
+from pgflow_django.flows.slugs import validate_flow_slug, version_of
 from pgflow_django.runs import queries
 
 __all__ = [
@@ -157,8 +157,9 @@ def prune_shared_archive(queue: str, older_than: timedelta, *, using: str = "def
 
 
 def describe_flow(slug: str, *, using: str = "default") -> FlowSummary:
-    """Counts shown before a deletion is confirmed; ``FlowNotFound`` when the flow is not compiled."""
-    validate_flow_slug(slug)
+    """Counts shown before a deletion is confirmed; ``FlowNotFound`` when the flow is not compiled.
+    ``slug`` may be one version's stored slug (``orders___v2``)."""
+    validate_flow_slug(version_of(slug))
     with connections[using].cursor() as cursor:
         usage = fetch_one(cursor, queries.FLOW_USAGE, {"slug": slug, "live_seconds": live_worker_seconds()})
     assert usage is not None

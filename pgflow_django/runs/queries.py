@@ -40,7 +40,9 @@ RESUME_SUBSCRIPTION: Final = value_query(
 
 START_FLOW: Final = value_query(
     "start_flow",
-    "select run_id as value from pgflow.start_flow(%s, %s::jsonb, %s::uuid, %s::integer, %s::integer)",
+    "select run_id as value"
+    " from pgflow.start_flow(coalesce(pgflow.flow_version(%(flow)s, %(version)s), %(flow)s),"
+    " %(input)s::jsonb, %(run_id)s::uuid, %(delay)s::integer, %(priority)s::integer)",
 )
 
 
@@ -51,7 +53,8 @@ class ExistingRun(NamedTuple):
 
 EXISTING_RUN: Final = Query(
     "existing_run",
-    "select flow_slug, input = %s::jsonb as same_input from pgflow.runs where run_id = %s",
+    "select pgflow.version_of(flow_slug) as flow_slug, input = %s::jsonb as same_input"
+    " from pgflow.runs where run_id = %s",
     ExistingRun,
 )
 """The run a chosen run id (or an idempotency key's) already names, and whether its input is this one."""
@@ -64,18 +67,22 @@ class TakenRunId(NamedTuple):
 
 TAKEN_RUN_IDS: Final = Query(
     "taken_run_ids",
-    "select run_id, flow_slug from pgflow.runs where run_id = any(%s::uuid[])",
+    "select run_id, pgflow.version_of(flow_slug) as flow_slug"
+    " from pgflow.runs where run_id = any(%s::uuid[])",
     TakenRunId,
 )
 """Which of a keyed ``start_flows``' run ids already name a run (they are not started again)."""
-"""Start one run (flow slug, input json, run id or null, delay seconds or null); its id."""
+"""Start one run of the flow's version the code defines (``pgflow.flow_version``; the newest for a
+version of None): its input json, run id or null, delay seconds or null, priority; its id."""
 
 
 START_FLOWS: Final = value_query(
     "start_flows",
-    "select count(*) as value from pgflow.start_flows(%s, %s::jsonb, %s::uuid[], null, %s::integer)",
+    "select count(*) as value from pgflow.start_flows(coalesce(pgflow.flow_version(%(flow)s, %(version)s),"
+    " %(flow)s), %(inputs)s::jsonb, %(run_ids)s::uuid[], null, %(priority)s::integer)",
 )
-"""Start one run per element of a JSON array of inputs, with the given run ids and priority."""
+"""Start one run per element of a JSON array of inputs, with the given run ids and priority, on the
+version ``START_FLOW`` chooses."""
 
 
 RECORD_RUN_KEYS: Final = value_query(
@@ -274,6 +281,58 @@ FLOW_USAGE: Final = Query(
 """What deleting a flow would remove, and who still uses it."""
 
 
+class VersionRow(NamedTuple):
+    flow_slug: str
+    version_of: str
+    version_number: int
+    version: str | None
+    created_at: datetime
+    newest: bool
+    started: int
+    completed: int
+    failed: int
+    first_started_at: datetime | None
+    last_started_at: datetime | None
+    live_workers: int
+
+
+FLOW_VERSIONS: Final = Query(
+    "flow_versions",
+    """
+    select f.flow_slug, f.version_of, f.version_number, f.version, f.created_at,
+           not exists (select 1 from pgflow.flows as n
+                        where n.version_of = f.version_of and n.version_number > f.version_number) as newest,
+           r.started, r.completed, r.failed, r.first_started_at, r.last_started_at,
+           (select count(*) from pgflow.workers as w
+             where """
+    + LIVE_WORKER.format(live_seconds="%(live_seconds)s").strip()
+    + """
+               and exists (select 1 from pgflow.worker_support as s
+                            where s.worker_id = w.worker_id and s.flow_slug = f.flow_slug)) as live_workers
+      from pgflow.flows as f
+     cross join lateral (
+       select count(*) filter (where r.status = 'started') as started,
+              count(*) filter (where r.status = 'completed') as completed,
+              count(*) filter (where r.status = 'failed') as failed,
+              min(r.started_at) as first_started_at, max(r.started_at) as last_started_at
+         from pgflow.runs as r where r.flow_slug = f.flow_slug
+     ) as r
+     where f.version_of = pgflow.version_of(%(slug)s)
+     order by f.version_number
+    """,
+    VersionRow,
+)
+"""Every version of a flow: its identity, its runs by status, first and last start, live workers."""
+
+
+HOLD_FLOW_STARTS: Final = value_query(
+    "hold_flow_starts",
+    "select pg_advisory_xact_lock(hashtextextended('pgflow:start:' || %s, 0))::text as value",
+)
+"""Wait for the flow's starts in progress and hold new ones until the transaction ends (the lock
+``pgflow.start_flows`` shares and ``pgflow.delete_flow_and_data`` takes)."""
+
+
 RETRY_RUN: Final = value_query("retry_run", "select pgflow.retry_run(%s) as value")
 """Continue a failed run from where it failed (the admin's retry action); how many tasks it queued."""
 
@@ -329,18 +388,21 @@ live_support as (
     + LIVE_WORKER.format(live_seconds="p.live_seconds").strip().replace("\n", "\n     ")
     + """
 ),
-routes as (
+routes as (  -- the newest version's routes, and an earlier version's while it has an unfinished run
   select s.queue_name, s.flow_slug, s.step_slug
     from pgflow.steps as s
    cross join params as p
-   where p.flow_slug is null or s.flow_slug = p.flow_slug
+   where (p.flow_slug is null or pgflow.version_of(s.flow_slug) = pgflow.version_of(p.flow_slug)
+          and (p.flow_slug = pgflow.version_of(p.flow_slug) or s.flow_slug = p.flow_slug))
+     and pgflow.version_in_service(s.flow_slug)
 ),
 pending as (
   select t.queue_name, t.flow_slug, t.step_slug, count(*) as pending_tasks
     from pgflow.step_tasks as t
    cross join params as p
    where t.status in ('queued', 'started')
-     and (p.flow_slug is null or t.flow_slug = p.flow_slug)
+     and (p.flow_slug is null or pgflow.version_of(t.flow_slug) = pgflow.version_of(p.flow_slug)
+          and (p.flow_slug = pgflow.version_of(p.flow_slug) or t.flow_slug = p.flow_slug))
    group by t.queue_name, t.flow_slug, t.step_slug
 ),
 needed as (

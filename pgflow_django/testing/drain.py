@@ -18,7 +18,7 @@ from typing import Any
 from django.db import connections
 
 from pgflow_django.db import queries as db_queries
-from pgflow_django.db.query import fetch_all
+from pgflow_django.db.query import fetch_all, fetch_value
 from pgflow_django.flows.dsl import Flow, RoutedFlow, descendant_flows
 from pgflow_django.flows.slugs import default_queue_name
 from pgflow_django.testing import clock, overrides, queries
@@ -192,19 +192,39 @@ class _Session:
         return len(claim.tasks)
 
 
-def _scope(flows: Iterable[Flow | str] | None, using: str) -> tuple[list[Flow], list[str] | None]:
-    """The flows to run, and the slugs that limit the checks (None: every flow with a started run)."""
+def _scope(flows: list[Flow] | None, using: str) -> tuple[list[Flow], list[str] | None]:
+    """The flows to run (``flows``, bound by ``_requested``), and the slugs that limit the checks
+    (None: every flow with a started run, each version run by the code that defines it, if any)."""
     if flows is not None:
-        named = [resolve_flow(flow) for flow in flows]
-        # child flows run with their parents: a parent waits for them
-        resolved = list({f.slug: f for flow in named for f in (*descendant_flows(flow), flow)}.values())
-        return resolved, [flow.slug for flow in resolved]
+        return flows, [flow.slug for flow in flows]
     with connections[using].cursor() as cursor:
-        active = [row.flow_slug for row in fetch_all(cursor, queries.FLOWS_WITH_STARTED_RUNS)]
+        active = fetch_all(cursor, queries.FLOWS_WITH_STARTED_RUNS)
     if not active:
         return [], None
     available = known_flows()
-    return [available[slug] for slug in active if slug in available], None
+    return [
+        available[row.version_of].bound_to(row.flow_slug)
+        for row in active
+        if row.version_of in available and row.version in (None, available[row.version_of].version_key)
+    ], None
+
+
+def _requested(flows: list[Flow | str], using: str) -> list[Flow]:
+    """The flows a drain was asked for, with their child flows (a parent waits for them), each bound
+    to the version its definition is compiled as."""
+    named = [resolve_flow(flow) for flow in flows]
+    resolved = list(
+        {(f.version_of, f.version_key): f for flow in named for f in (*descendant_flows(flow), flow)}.values()
+    )
+    if not resolved:
+        return []
+    with connections[using].cursor() as cursor:
+        stored = fetch_value(
+            cursor,
+            queries.BOUND_VERSIONS,
+            [[flow.version_of for flow in resolved], [flow.version_key for flow in resolved]],
+        )
+    return [flow.bound_to(slug) for flow, slug in zip(resolved, stored, strict=True)]
 
 
 def _paused(flow_slugs: Sequence[str], using: str) -> dict[tuple[str, str], str]:
@@ -252,8 +272,9 @@ def _drain(
     subscriptions: list[_Subscription] = []
     recorded = 0
     """Claimed batches whose results have been recorded so far (each may have sent new messages)."""
+    bound = None if requested is None else _requested(requested, using)
     while True:
-        scope, limit = _scope(requested, using)
+        scope, limit = _scope(bound, using)
         key = tuple(flow.slug for flow in scope)
         if session is None or key != scope_key:
             previous = session

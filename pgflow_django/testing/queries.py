@@ -10,7 +10,6 @@ from typing import Final, NamedTuple
 
 from psycopg import sql
 
-from pgflow_django.db.queries import FlowSlugRow
 from pgflow_django.db.query import Query, value_query
 
 SAVEPOINT: Final = value_query("savepoint", 'savepoint "pgflow_testing"')
@@ -24,11 +23,35 @@ ROLLBACK_TO_SAVEPOINT: Final = value_query("rollback_to_savepoint", 'rollback to
 stand alone: an error undoes only that statement."""
 
 
+class StartedFlow(NamedTuple):
+    flow_slug: str
+    version_of: str
+    version: str | None
+    """The version's identity (``Flow.version_key``); None when no compile has claimed it."""
+
+
 FLOWS_WITH_STARTED_RUNS: Final = Query(
     "flows_with_started_runs",
-    "select distinct flow_slug from pgflow.runs where status = 'started' order by 1",
-    FlowSlugRow,
+    """
+    select f.flow_slug, f.version_of, f.version
+      from pgflow.flows as f
+     where exists (select 1 from pgflow.runs as r where r.flow_slug = f.flow_slug and r.status = 'started')
+     order by 1
+    """,
+    StartedFlow,
 )
+"""The flows (each version apart) with an unfinished run."""
+
+
+BOUND_VERSIONS: Final = value_query(
+    "bound_versions",
+    """
+    select coalesce(array_agg(coalesce(pgflow.flow_version(f.slug, f.version), f.slug) order by f.n), '{}')
+           as value
+      from unnest(%s::text[], %s::text[]) with ordinality as f(slug, version, n)
+    """,
+)
+"""The stored slug of the version each (flow slug, version key) names: what ``drain`` binds flows to."""
 
 
 class PausedStep(NamedTuple):

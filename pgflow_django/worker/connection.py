@@ -24,6 +24,7 @@ from psycopg.rows import dict_row
 from pgflow_django.db import queries as db_queries
 from pgflow_django.db.connect import connection_params
 from pgflow_django.db.query import Query, Value, fetch_value
+from pgflow_django.flows.slugs import version_of
 from pgflow_django.runs.encoding import NotDecodable, clean_text, decode_json
 from pgflow_django.worker import queries
 
@@ -240,6 +241,7 @@ class Engine:
             query = queries.CLAIM_SHARED_TRACED if traced else queries.CLAIM_SHARED
             params["flows"] = [flow for flow, _ in shared_support]
             params["steps"] = [step for _, step in shared_support]
+            params["families"] = sorted({version_of(flow) for flow, _ in shared_support})
         rows = self._fetch(query, params, table=queue_table)
         if not rows:
             return Claim(read_count=0, tasks=[], next_visible=None)

@@ -14,7 +14,7 @@ PROTOCOL_VERSION = 4
 
 REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "pgflow.protocol_version()",
-    "pgflow.ensure_flow_compiled(text,jsonb,text,bigint)",
+    "pgflow.compile_flow_version(text,jsonb,text,text,bigint)",
     "pgflow.start_tasks(text,text,bigint[],uuid,text)",
     "pgflow.start_shared_tasks(text,bigint[],uuid,text[],text[])",
     "pgflow.subscription_pause(text,text)",

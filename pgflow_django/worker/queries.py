@@ -41,7 +41,7 @@ with stale as materialized (
      set last_read_at = clock_timestamp(), vt = clock_timestamp() + make_interval(secs => %(vt)s),
          read_ct = m.read_ct + 1
     from (select msg_id from pgmq.{table}
-           where vt <= clock_timestamp() and cardinality((select flows from stale)) = 0
+           where vt <= clock_timestamp() and cardinality((select flows from stale)) = 0{versions}
            order by pgflow.message_priority(headers) desc, msg_id
            limit %(qty)s
              for update skip locked) as visible
@@ -90,6 +90,11 @@ statement's snapshot, and a replaced flow's new messages are written by transact
 the replacement, so a read that could see one would also see the new generation: an old-shape worker is
 never handed a task of the new shape.
 
+On a shared queue the read passes over the messages of other versions of the worker's flows (the same
+flow's slug, another stored slug: ``pgflow.version_of``), so an old-code worker never hides a new
+version's task from the workers that run it, nor reads it again and again; other flows' messages are
+read and left as before (a worker names them once, ``UnsupportedWork``).
+
 The statement ends where the two claims differ: which function turns the read messages into tasks
 (:func:`_claim` completes it).
 """
@@ -117,15 +122,23 @@ select c.*, d.trace_context
 """
 
 
-def _claim(name: str, start_tasks: str, *, traced: bool) -> Query[ClaimRow]:
+_OTHER_VERSIONS_LEFT: Final = """
+             and (message->>'flow_slug' is null
+                  or pgflow.version_of(message->>'flow_slug') <> all(%(families)s::text[])
+                  or message->>'flow_slug' = any(%(flows)s::text[]))"""
+
+
+def _claim(name: str, start_tasks: str, *, traced: bool, shared: bool = False) -> Query[ClaimRow]:
     """The claim with ``start_tasks`` turning the read messages into tasks (one row per message, in
     message id order); ``traced`` adds each task's run's trace context, read only when a task was
-    claimed. Two statements rather than one with a switch: a session that prepares nothing (a
+    claimed; ``shared`` (a shared queue's claim) leaves other versions' messages unread. Two
+    statements rather than one with a switch: a session that prepares nothing (a
     transaction pooler, the testing toolkit) plans the claim on every call, and the untraced one is
     the cheaper to plan."""
     return Query(
         name,
-        f"{_CLAIM_READ}{start_tasks} as t\n         on cardinality(ids.arr) > 0\n"
+        f"{_CLAIM_READ.replace('{versions}', _OTHER_VERSIONS_LEFT if shared else '')}"
+        f"{start_tasks} as t\n         on cardinality(ids.arr) > 0\n"
         f"  left join msgs as read on read.msg_id = t.message_id"
         f"{_CLAIM_TRACED if traced else _CLAIM_UNTRACED}",
         ClaimRow,
@@ -144,10 +157,10 @@ CLAIM_TRACED: Final = _claim("claim_traced", _START_TASKS, traced=True)
 """``CLAIM`` with each task's run's trace context (``pgflow.task_details``), for a worker recording
 spans."""
 
-CLAIM_SHARED: Final = _claim("claim_shared", _START_SHARED_TASKS, traced=False)
+CLAIM_SHARED: Final = _claim("claim_shared", _START_SHARED_TASKS, traced=False, shared=True)
 """The claim on a declared shared queue: it carries the worker's exact support set."""
 
-CLAIM_SHARED_TRACED: Final = _claim("claim_shared_traced", _START_SHARED_TASKS, traced=True)
+CLAIM_SHARED_TRACED: Final = _claim("claim_shared_traced", _START_SHARED_TASKS, traced=True, shared=True)
 """``CLAIM_SHARED`` with each task's run's trace context."""
 
 

@@ -52,7 +52,7 @@ from pgflow_django.worker.runner import Runner
 from pgflow_django.worker.slots import ALL_QUEUES, WorkerState
 from pgflow_django.worker.stop_calls import StopCalls
 from pgflow_django.worker.stop_signals import GracefulStop
-from pgflow_django.worker.subscription import StepKey, Subscription, subscriptions_of
+from pgflow_django.worker.subscription import StepKey, Subscription, bind_versions, subscriptions_of
 
 if TYPE_CHECKING:
     from pgflow_django.observability.metrics import WorkerMetrics
@@ -85,23 +85,12 @@ class QueueWorker:
 
     def __init__(self, work: Flow | Sequence[Flow] | Sequence[Subscription], options: WorkerOptions) -> None:
         self.options = options
-        self.subscriptions = subscriptions_of(work, options.queue, options.step_slug)
-        self.flows = list({flow.slug: flow for sub in self.subscriptions for flow in sub.flows}.values())
-        self.flow = self.flows[0]
         self.worker_id = uuid.uuid4()
-        single = self.subscriptions[0] if len(self.subscriptions) == 1 else None
-        self.queue = single.queue if single else SEVERAL_QUEUES
-        """The one queue this worker polls, or ``*`` when it polls several (its registration's queue)."""
-        self.subscription = single.label if single else f"queues={','.join(self._queue_names())}"
-        """How logs name what it runs."""
-        self.registration = WorkerRegistration(
-            worker_id=self.worker_id,
-            queue=self.queue,
-            function_name=single.function_name
-            if single
-            else f"{len(self.flows)} flows on {len(self.subscriptions)} queues",
-            support=(),
-        )
+        self.until_empty = UntilEmpty()
+        """``--until-empty``: every queue's last read found nothing while the worker held nothing."""
+        self.observe = Observer(self.worker_id)
+        """Metrics, signals, log fields and probes of this worker (``instrument`` adds metrics)."""
+        self._serve(subscriptions_of(work, options.queue, options.step_slug))
         self.state = WorkerState(options.concurrency, options.prefetch)
         self._params: dict[str, Any] = {}
         self._listen_params: dict[str, Any] | None = None
@@ -124,12 +113,31 @@ class QueueWorker:
         """Which subscription claims first in the next round: each round starts one further."""
         self.budget = TaskBudget(options.max_tasks)
         """``--max-tasks``, across every queue."""
+
+    def _serve(self, subscriptions: list[Subscription]) -> None:
+        """Serve ``subscriptions``: at construction, and again at start once compiling has bound each
+        flow to its version (a version other than the first has queues of its own)."""
+        self.subscriptions = subscriptions
+        self.flows = list({flow.slug: flow for sub in self.subscriptions for flow in sub.flows}.values())
+        self.flow = self.flows[0]
+        single = self.subscriptions[0] if len(self.subscriptions) == 1 else None
+        self.queue = single.queue if single else SEVERAL_QUEUES
+        """The one queue this worker polls, or ``*`` when it polls several (its registration's queue)."""
+        self.subscription = single.label if single else f"queues={','.join(self._queue_names())}"
+        """How logs name what it runs."""
+        self.registration = WorkerRegistration(
+            worker_id=self.worker_id,
+            queue=self.queue,
+            function_name=single.function_name
+            if single
+            else f"{len(self.flows)} flows on {len(self.subscriptions)} queues",
+            support=(),
+        )
         self.until_empty = UntilEmpty()
-        """``--until-empty``: every queue's last read found nothing while the worker held nothing."""
         for sub in self.subscriptions:
             self.until_empty.join(sub, self._idle)
-        self.observe = Observer(self.worker_id, self.queue)
-        """Metrics, signals, log fields and probes of this worker (``instrument`` adds metrics)."""
+        self.observe.queue = self.queue
+        self.observe.fields["pgflow_queue"] = self.queue
 
     @property
     def read_visibility(self) -> int:
@@ -161,6 +169,12 @@ class QueueWorker:
         results = [compile_flow(flow, using=self.options.using) for flow in self.flows]
         statuses = [result.status for result in results]
         self.generations = {result.flow_slug: result.generation for result in results}
+        bound = {
+            flow.slug: flow.bound_to(result.flow_slug)
+            for flow, result in zip(self.flows, results, strict=True)
+        }
+        if any(bound[flow.slug] is not flow for flow in self.flows):
+            self._serve(bind_versions(self.subscriptions, bound))
         self._params = connection_params(self.options.using, self.options.pooler)
         self._listen_params = listen_params(
             self._params, self.options.pooler, self.options.listen_database, self.options.listen_url

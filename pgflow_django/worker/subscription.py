@@ -9,7 +9,7 @@ every flow routed there.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,6 +181,20 @@ def subscriptions_for(
     return plain + [
         shared_subscription(queue, list(found.values())) for queue, found in sorted(shared.items())
     ]
+
+
+def bind_versions(subscriptions: list[Subscription], bound: Mapping[str, Flow]) -> list[Subscription]:
+    """The subscriptions again, each flow replaced by the version compiling bound it to (``bound``: by
+    the flow's slug): a version other than the first has queues of its own, and its tasks carry its
+    stored slug. A shared queue stays; its support is read at start for the bound slugs."""
+    rebuilt: list[Subscription] = []
+    for sub in subscriptions:
+        flows = [bound.get(flow.slug, flow) for flow in sub.flows]
+        if sub.shared:
+            rebuilt.append(shared_subscription(sub.queue, flows))
+        else:
+            rebuilt.append(flow_subscription(flows[0], sub.step_slug))
+    return rebuilt
 
 
 def without_queues(subscriptions: list[Subscription], excluded: Sequence[str]) -> list[Subscription]:

@@ -79,9 +79,22 @@ def test_check_verifies_a_compiled_flow() -> None:
     assert err == ""
 
 
+def test_changed_options_are_a_new_version_checked_first(settings: Any) -> None:
+    call("pgflow_compile", "cmd_greet")
+    use(settings, "greet_retimed")
+    out, _ = call("pgflow_compile", "cmd_greet", "--check")
+    assert out.split() == ["new", "version", "cmd_greet___v2"]
+    assert scalar("select count(*) from pgflow.flows where flow_slug like 'cmd_greet%%'") == 1
+    out, _ = call("pgflow_compile", "cmd_greet")
+    assert out.split() == ["new", "version", "cmd_greet___v2"]
+    assert scalar("select opt_timeout from pgflow.flows where flow_slug = 'cmd_greet___v2'") == 9
+    assert scalar("select opt_timeout from pgflow.flows where flow_slug = 'cmd_greet'") == 5
+
+
 def test_check_reports_changed_options_without_applying_them(settings: Any) -> None:
     call("pgflow_compile", "cmd_greet")
     use(settings, "greet_retimed")
+    settings.PGFLOW = {**settings.PGFLOW, "ON_SHAPE_CHANGE": "refuse"}
 
     out, _ = call("pgflow_compile", "cmd_greet", "--check")
     assert "option differs from the database: flow timeout: 5 -> 9" in out
@@ -92,10 +105,11 @@ def test_check_reports_changed_options_without_applying_them(settings: Any) -> N
     assert scalar("select opt_timeout from pgflow.flows where flow_slug = 'cmd_greet'") == 9
 
 
-def test_a_changed_shape_is_a_mismatch_that_changes_nothing(settings: Any) -> None:
+def test_a_changed_shape_is_a_mismatch_that_changes_nothing_under_refuse(settings: Any) -> None:
     call("pgflow_compile", "cmd_greet")
     start_flow("cmd_greet", {})
     use(settings, "greet_changed")
+    settings.PGFLOW = {**settings.PGFLOW, "ON_SHAPE_CHANGE": "refuse"}
     err = StringIO()
 
     with pytest.raises(CommandError) as info:
@@ -105,7 +119,7 @@ def test_a_changed_shape_is_a_mismatch_that_changes_nothing(settings: Any) -> No
     assert line.startswith(
         "flow 'cmd_greet' differs from its compiled definition in the database (shape differs: "
     )
-    assert "flow.copy(slug='cmd_greet_v2')" in line
+    assert "add it as a new version" in line
     assert "manage.py pgflow_compile cmd_greet --replace (deletes 1 run (1 unfinished))" in line
     assert "mismatch" in err.getvalue()
     assert "  ~ step shout: step_type single -> map" in err.getvalue().splitlines()
@@ -122,14 +136,15 @@ def test_debug_never_makes_a_changed_shape_replace(settings: Any, debug: bool) -
     start_flow("cmd_greet", {})
     settings.DEBUG = debug
     use(settings, "greet_changed")
-    with pytest.raises(CommandError, match="differs from its compiled definition"):
-        call("pgflow_compile", "cmd_greet")
+    out, _ = call("pgflow_compile", "cmd_greet")
+    assert out.split() == ["new", "version", "cmd_greet___v2"]
     assert run_count() == 1
 
 
 def test_check_reports_a_mismatch(settings: Any) -> None:
     call("pgflow_compile", "cmd_greet")
     use(settings, "greet_changed")
+    settings.PGFLOW = {**settings.PGFLOW, "ON_SHAPE_CHANGE": "refuse"}
     with pytest.raises(CommandError, match="differs from its compiled definition"):
         call("pgflow_compile", "cmd_greet", "--check")
 

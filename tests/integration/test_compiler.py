@@ -105,10 +105,17 @@ def test_same_definition_is_verified_and_changes_nothing() -> None:
     assert persisted("orders") == before
 
 
-def test_runtime_options_are_updated_in_place_and_reported() -> None:
+def test_changed_options_are_a_new_version_by_default() -> None:
+    compile_flow(orders_flow())
+    result = compile_flow(orders_flow(timeout=90))
+    assert (result.status, result.flow_slug) == ("versioned", "orders___v2")
+    assert persisted("orders")["flow"]["opt_timeout"] == 60
+
+
+def test_runtime_options_are_updated_in_place_and_reported_under_refuse() -> None:
     compile_flow(orders_flow())
     run_id = start_flow("orders", {"id": 1})
-    result = compile_flow(orders_flow(timeout=90, charge_timeout=None))
+    result = compile_flow(orders_flow(timeout=90, charge_timeout=None), on_change="refuse")
     assert result.status == "verified"
     assert set(result.options_updated) == {"flow timeout: 60 -> 90", "step charge timeout: 30 -> default"}
     stored = persisted("orders")
@@ -157,7 +164,7 @@ def test_changed_shape_raises_a_mismatch_and_changes_nothing() -> None:
     message = str(error)
     assert "\n" not in message
     assert message.startswith("flow 'orders' differs from its compiled definition in the database (")
-    assert "under a new slug (flow.copy(slug='orders_v2'))" in message
+    assert "add it as a new version" in message
     assert "manage.py pgflow_compile orders --replace (deletes 1 run (1 unfinished))" in message
     assert persisted("orders") == before
     assert val("select count(*) as n from pgflow.runs where run_id = %s", [run_id]) == 1

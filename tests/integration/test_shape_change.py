@@ -1,6 +1,6 @@
-"""A changed flow under a known slug: refused by default whatever ``DEBUG`` says, replaced only when asked
-(``on_change="replace"``) or, with ``PGFLOW["ON_SHAPE_CHANGE"] = "replace-if-idle"``, when no run is
-unfinished, with a WARNING that counts what was deleted."""
+"""A changed flow under a known slug: a new version by default whatever ``DEBUG`` says (nothing deleted),
+refused under ``PGFLOW["ON_SHAPE_CHANGE"] = "refuse"``, replaced only when asked (``on_change="replace"``)
+or, with ``"replace-if-idle"``, when no run is unfinished, with a WARNING that counts what was deleted."""
 
 from __future__ import annotations
 
@@ -45,11 +45,24 @@ def finish_all() -> None:
 
 
 @pytest.mark.parametrize("debug", [True, False])
-def test_a_changed_shape_is_refused_by_default_whatever_debug_says(debug: bool) -> None:
+def test_a_changed_shape_is_a_new_version_by_default_whatever_debug_says(debug: bool) -> None:
     """The old default followed DEBUG: with DEBUG on, this deleted every run."""
     compile_flow(shop())
-    start_flow("shape_shop", {})
-    with override_settings(DEBUG=debug, PGFLOW={}), pytest.raises(FlowMismatch) as caught:
+    start_flow(shop(), {})
+    with override_settings(DEBUG=debug, PGFLOW={}):
+        result = compile_flow(shop(extra=True))
+    assert (result.status, result.flow_slug) == ("versioned", "shape_shop___v2")
+    assert runs() == 1
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_a_changed_shape_is_refused_under_refuse_whatever_debug_says(debug: bool) -> None:
+    compile_flow(shop())
+    start_flow(shop(), {})
+    with (
+        override_settings(DEBUG=debug, PGFLOW={"ON_SHAPE_CHANGE": "refuse"}),
+        pytest.raises(FlowMismatch) as caught,
+    ):
         compile_flow(shop(extra=True))
     assert caught.value.differences == ("+ step notify depending on ship",)
     assert (caught.value.runs, caught.value.unfinished_runs) == (1, 1)
@@ -107,7 +120,7 @@ def test_replace_with_a_confirmed_count_refuses_when_runs_started_since() -> Non
         ({"ALLOW_RECOMPILE": True}, r"ALLOW_RECOMPILE'\] = True was removed .*'replace-if-idle'.*--replace"),
         (
             {"ON_SHAPE_CHANGE": "replace"},
-            r"ON_SHAPE_CHANGE'\] must be one of 'refuse', 'replace-if-idle', got",
+            r"ON_SHAPE_CHANGE'\] must be one of 'version', 'refuse', 'replace-if-idle', got",
         ),
     ],
 )
@@ -118,6 +131,6 @@ def test_settings_that_would_delete_runs_without_asking_are_errors(
         get_settings()
 
 
-def test_allow_recompile_false_still_means_refuse() -> None:
+def test_allow_recompile_false_is_accepted_and_deletes_nothing() -> None:
     with override_settings(PGFLOW={"ALLOW_RECOMPILE": False}, DEBUG=True):
-        assert get_settings().on_shape_change == "refuse"
+        assert get_settings().on_shape_change == "version"

@@ -1,6 +1,8 @@
-"""Workers and a changed flow, with real ``pgflow_worker`` processes: a worker started on a changed
-definition refuses with one line and deletes nothing (whatever ``DEBUG`` says); one whose flow is
-replaced under it claims nothing of the new shape and exits with one line naming the fix."""
+"""Workers and a changed flow under ``ON_SHAPE_CHANGE = "refuse"`` or a replacement, with real
+``pgflow_worker`` processes: a worker started on a changed definition refuses with one line and deletes
+nothing (whatever ``DEBUG`` says); one whose flow is replaced under it claims nothing of the new shape
+and exits with one line naming the fix. (The default adds a version instead:
+tests/acceptance/test_rolling_deploy.py.)"""
 
 from __future__ import annotations
 
@@ -47,8 +49,10 @@ def new_chain() -> Flow:
 
 
 def compile_new_chain_with_a_run() -> None:
-    compile_flow(new_chain())
-    start_flow("example_chain", {"n": 1})
+    """The newer deploy's flow in place of the project's, with a run of it."""
+    flow = new_chain()
+    compile_flow(flow, on_change="replace", confirmed_runs=0)
+    start_flow(flow, {"n": 1})
 
 
 def chain_runs() -> int:
@@ -61,12 +65,18 @@ def test_a_worker_started_on_a_changed_flow_refuses_and_deletes_nothing(
 ) -> None:
     """With DEBUG on, the old default recompiled here and deleted the run."""
     compile_new_chain_with_a_run()
-    result = run_manage(database_url, "pgflow_worker", "--flow", "example_chain", env={"DJANGO_DEBUG": debug})
+    result = run_manage(
+        database_url,
+        "pgflow_worker",
+        "--flow",
+        "example_chain",
+        env={"DJANGO_DEBUG": debug, "PGFLOW_ON_SHAPE_CHANGE": "refuse"},
+    )
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if "differs from its compiled definition" in line]
     assert len(lines) == 1, result.stderr
     assert "(shape differs: - step extra)" in lines[0]
-    assert "flow.copy(slug='example_chain_v2')" in lines[0]
+    assert "add it as a new version" in lines[0]
     assert "manage.py pgflow_compile example_chain --replace (deletes 1 run (1 unfinished))" in lines[0]
     assert "Traceback" not in result.stderr
     assert chain_runs() == 1
@@ -115,9 +125,10 @@ def test_a_worker_whose_flow_is_replaced_claims_nothing_of_the_new_shape_and_exi
         "the old-shape worker to finish a run of its own shape",
     )
 
-    result = compile_flow(new_chain(), on_change="replace")
+    newer = new_chain()
+    result = compile_flow(newer, on_change="replace")
     assert (result.status, result.runs) == ("recompiled", 1)
-    new_runs = [start_flow("example_chain", {"n": n}) for n in range(3)]
+    new_runs = [start_flow(newer, {"n": n}) for n in range(3)]
 
     code = old.wait(20)
     log = old.log()

@@ -30,10 +30,10 @@ good_in_capitals = Flow("Checks_Good")
 """Differs from ``good`` only in case: both would use the queue ``checks_good``."""
 
 bad_flow_slug = Flow("checks_bad_flow_slug")
-bad_flow_slug._slug = "checks__bad"
+bad_flow_slug._slug = bad_flow_slug._stored_slug = "checks__bad"
 
 long_queue = Flow("checks_long_queue")
-long_queue._slug = "checks_" + "x" * 45
+long_queue._slug = long_queue._stored_slug = "checks_" + "x" * 45
 """A valid slug (52 characters), but a queue name longer than PGMQ's 47."""
 
 bad_step_slug = Flow("checks_bad_step_slug")

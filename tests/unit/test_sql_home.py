@@ -162,7 +162,7 @@ def test_the_statement_core_knows_no_domain_type() -> None:
     assert not [name for name in imported if name.startswith("pgflow_django")]
 
 
-def test_the_shared_claim_differs_from_the_plain_one_only_in_its_start_function() -> None:
+def test_the_shared_claim_differs_from_the_plain_one_only_in_its_start_function_and_version_filter() -> None:
     pairs = [
         (worker_queries.CLAIM, worker_queries.CLAIM_SHARED),
         (worker_queries.CLAIM_TRACED, worker_queries.CLAIM_SHARED_TRACED),
@@ -171,4 +171,6 @@ def test_the_shared_claim_differs_from_the_plain_one_only_in_its_start_function(
         plain, shared = str(plain_query.text), str(shared_query.text)
         assert "pgflow.start_tasks(" in plain and "pgflow.start_shared_tasks(" not in plain
         assert "pgflow.start_shared_tasks(" in shared and "pgflow.start_tasks(" not in shared
-        assert plain.split("left join lateral")[0] == shared.split("left join lateral")[0]
+        assert "%(families)s" in shared and "%(families)s" not in plain
+        without_filter = shared.replace(worker_queries._OTHER_VERSIONS_LEFT, "")
+        assert plain.split("left join lateral")[0] == without_filter.split("left join lateral")[0]

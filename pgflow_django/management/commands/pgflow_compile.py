@@ -25,7 +25,7 @@ from pgflow_django.management.cli import PgflowCommand, add_format_argument
 class Outcome:
     flow_slug: str
     status: str
-    """compiled | verified | recompiled | mismatch, and with --check: missing."""
+    """compiled | verified | versioned | recompiled | mismatch, and with --check: missing."""
     differences: tuple[str, ...] = ()
     options_updated: tuple[str, ...] = ()
     runs: int = 0
@@ -52,18 +52,19 @@ class Outcome:
 class Command(PgflowCommand):
     help = (
         "Compile the registered flows into the database, or verify them with --check.\n\n"
-        "A new flow is compiled; a known flow with the same shape is verified and its runtime options\n"
-        "(max_attempts, base_delay, timeout, start_delay) are updated in place. A flow whose shape changed\n"
-        "is a mismatch: the differences are listed, nothing is changed and the command exits 1. Deploy the\n"
-        "changed flow under a new slug (flow.copy(slug=...)), or replace it with --replace: that shows how\n"
-        "many runs it deletes and asks (or takes --yes). PGFLOW['ON_SHAPE_CHANGE'] = 'replace-if-idle'\n"
-        "(development) replaces a changed flow that has no unfinished run. This is the same code path the\n"
-        "worker runs at startup."
+        "A new flow is compiled; a known definition is verified. A changed definition (shape, options or\n"
+        "queues) is added as a new version of the flow (shown as 'new version' with its stored slug): runs\n"
+        "already started finish on their version, new starts from this code take the new one (see\n"
+        "pgflow_versions). Run it as a release step, before code that starts the changed flow is deployed.\n"
+        "With PGFLOW['ON_SHAPE_CHANGE'] = 'refuse' a changed shape is a mismatch instead: the differences\n"
+        "are listed, nothing is changed and the command exits 1 (runtime options are updated in place).\n"
+        "--replace deletes a changed flow with its runs and compiles it again: it shows how many runs it\n"
+        "deletes and asks (or takes --yes). This is the same code path the worker runs at startup."
     )
     examples = """
   manage.py pgflow_compile                   compile every registered flow
   manage.py pgflow_compile process_order     compile one flow
-  # verify only (CI, before deploying); never writes
+  # verify only (CI, before deploying): what would be compiled; never writes
   manage.py pgflow_compile --check
   # replace a changed flow: shows the runs it deletes, asks
   manage.py pgflow_compile orders --replace
@@ -81,7 +82,7 @@ exit codes: 0 all compiled, verified or replaced; 1 a flow differs from the data
         parser.add_argument(
             "--check",
             action="store_true",
-            help="verify only: report missing or changed flows and exit 1; never creates or updates anything",
+            help="verify only: report new versions, and missing or refused flows (exit 1); never writes",
         )
         parser.add_argument(
             "--replace",
@@ -185,7 +186,7 @@ exit codes: 0 all compiled, verified or replaced; 1 a flow differs from the data
         """Run the real compiler, then roll its transaction back: the answer without the writes."""
         try:
             with transaction.atomic():
-                result = compile_flow(flow, on_change="refuse", using=self.using)
+                result = compile_flow(flow, using=self.using)
                 transaction.set_rollback(True)
         except FlowMismatch as exc:
             return _mismatch(exc)
@@ -220,7 +221,9 @@ exit codes: 0 all compiled, verified or replaced; 1 a flow differs from the data
         return _outcome(result)
 
     def _print_outcome(self, outcome: Outcome, *, check: bool) -> None:
-        label = {"missing": "not compiled", "recompiled": "replaced"}.get(outcome.status, outcome.status)
+        label = {"missing": "not compiled", "recompiled": "replaced", "versioned": "new version"}.get(
+            outcome.status, outcome.status
+        )
         stream = self.stderr if outcome.failed else self.stdout
         style = self.style.ERROR if outcome.failed else self.style.SUCCESS
         stream.write(f"{style(f'{label:<13}')}{outcome.flow_slug}")
@@ -247,9 +250,9 @@ exit codes: 0 all compiled, verified or replaced; 1 a flow differs from the data
         if mismatched:
             parts.append(
                 f"{len(mismatched)} of {total} flows differ from the database "
-                f"({', '.join(outcome.flow_slug for outcome in mismatched)}); deploy a changed flow under a "
-                "new slug (flow.copy(slug=...)), or replace it with manage.py pgflow_compile FLOW --replace "
-                "(it shows the runs it deletes and asks)"
+                f"({', '.join(outcome.flow_slug for outcome in mismatched)}); add each as a new version "
+                "(PGFLOW['ON_SHAPE_CHANGE'] = 'version', the default), or replace it with manage.py "
+                "pgflow_compile FLOW --replace (it shows the runs it deletes and asks)"
             )
         if missing:
             parts.append(

@@ -1,4 +1,5 @@
-"""``manage.py pgflow_delete_flow FLOW``: delete one compiled flow with all its data and its queue."""
+"""``manage.py pgflow_delete_flow FLOW [--version N]``: delete one compiled flow (or one drained version
+of it) with all its data and its queues."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from pgflow_django.management.cli import PgflowCommand
 from pgflow_django.runs.operations import FlowSummary, delete_flow, describe_flow
+from pgflow_django.runs.versions import delete_version, find_version, flow_versions
 
 
 class Command(PgflowCommand):
@@ -17,22 +19,44 @@ class Command(PgflowCommand):
         "included); a routed flow's shared queues stay, only its own messages on them are deleted.\n"
         "Runs being started meanwhile are waited for and deleted too. This cannot be undone. Asks for\n"
         "confirmation on a terminal; without a terminal (scripts, CI) it refuses unless --yes is given.\n"
-        "Stop the flow's workers first."
+        "Stop the flow's workers first. With --version N, only that version of the flow goes, and only once\n"
+        "it is drained (not the newest version, no unfinished run: see pgflow_versions FLOW)."
     )
     examples = """
   manage.py pgflow_delete_flow process_order_v1
   manage.py pgflow_delete_flow process_order_v1 --yes     no question (scripts)
+  manage.py pgflow_delete_flow process_order --version 1  a drained version
 
 exit codes: 0 deleted; 1 not confirmed, no such flow, or another error; 2 bad arguments
 """
     stealth_options = ("stdin",)
 
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        """``--version N`` names a flow version here, in place of Django's ``--version``."""
+        kwargs.setdefault("conflict_handler", "resolve")
+        return super().create_parser(prog_name, subcommand, **kwargs)
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("flow", metavar="FLOW", help="slug of the compiled flow to delete")
         parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        parser.add_argument(
+            "--version",
+            metavar="N",
+            help="delete only this drained version (its number, name or stored slug; see pgflow_versions)",
+        )
 
     def run(self, *args: Any, **options: Any) -> None:
         slug: str = options["flow"]
+        if options["version"] is not None:
+            self._delete_version(slug, options)
+            return
+        versions = flow_versions(slug, using=self.using)
+        if len(versions) > 1 and slug == versions[0].version_of:
+            listed = ", ".join(version.name for version in versions)
+            raise CommandError(
+                f"flow {slug!r} has {len(versions)} versions ({listed}): delete the drained ones first with "
+                f"--version N (manage.py pgflow_versions {slug} shows which are drained)"
+            )
         summary = describe_flow(slug, using=self.using)
         if summary.live_workers:
             self.stderr.write(self.style.WARNING(_live_workers_warning(summary)))
@@ -42,6 +66,20 @@ exit codes: 0 deleted; 1 not confirmed, no such flow, or another error; 2 bad ar
             deleted = delete_flow(slug, using=self.using)
         if options["verbosity"] > 0:
             self.stdout.write(f"deleted flow {slug!r}: {deleted.runs} run(s) and {deleted.what_goes}")
+
+    def _delete_version(self, slug: str, options: dict[str, Any]) -> None:
+        chosen = find_version(flow_versions(slug, using=self.using), options["version"])
+        if not options["yes"]:
+            self._confirm(
+                describe_flow(chosen.flow_slug, using=self.using), options.get("stdin") or sys.stdin
+            )
+        with self.working(f"deleting {chosen.name} of flow {slug!r}", no_color=options["no_color"]):
+            deleted = delete_version(slug, options["version"], using=self.using)
+        if options["verbosity"] > 0:
+            self.stdout.write(
+                f"deleted {chosen.name} of flow {chosen.version_of!r} ({chosen.flow_slug}): {deleted.runs} "
+                f"run(s) and {deleted.what_goes}"
+            )
 
     def _confirm(self, summary: FlowSummary, stdin: Any) -> None:
         slug = summary.flow_slug

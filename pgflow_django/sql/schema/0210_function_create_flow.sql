@@ -18,7 +18,7 @@ as $$
 declare
   v_flow pgflow.flows;
 begin
-  if not pgflow.is_valid_slug(flow_slug) then
+  if not pgflow.is_valid_flow_slug(flow_slug) then
     raise exception 'invalid flow slug %: use letters, digits and underscores, no leading digit, at most 128 characters, not a reserved word', quote_literal(coalesce(flow_slug, 'NULL'))
       using errcode = '22023';
   end if;

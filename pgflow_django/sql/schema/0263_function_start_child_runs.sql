@@ -1,5 +1,5 @@
 -- Starts the child runs of the given runs' subflow tasks that are started and have no wait yet: one
--- run of the step's flow (subflow_slug) per task, with the step's input (a map's: the task's
+-- run of the newest version of the step's flow (subflow_slug) per task, with the step's input (a map's: the task's
 -- element), through pgflow.start_flows, one call per child flow. Each task gets a pgflow.step_waits
 -- row naming its child run, written before the child starts so that a child that ends inside its
 -- own start makes the wait due at once; the child's parent_run_id, parent_step_slug and
@@ -49,7 +49,7 @@ begin
                               i.subflow_slug, i.subflow_slug)
                 when jsonb_typeof(coalesce(i.child_input, 'null'::jsonb)) <> 'array'
                      and exists (select 1 from pgflow.steps as cs
-                                  where cs.flow_slug = i.subflow_slug and cs.step_type = 'map' and cs.deps_count = 0)
+                                  where cs.flow_slug = coalesce(pgflow.flow_version(i.subflow_slug), i.subflow_slug) and cs.step_type = 'map' and cs.deps_count = 0)
                   then format('child flow %s starts with a map, which needs an array input, got %s',
                               i.subflow_slug, jsonb_typeof(coalesce(i.child_input, 'null'::jsonb)))
            end as problem
@@ -82,7 +82,8 @@ begin
      group by p->>'flow'
      order by 1
   loop
-    perform 1 from pgflow.start_flows(v_child.flow_slug, v_child.inputs, v_child.ids);
+    perform 1 from pgflow.start_flows(coalesce(pgflow.flow_version(v_child.flow_slug), v_child.flow_slug), v_child.inputs,
+                                      v_child.ids);
   end loop;
 
   update pgflow.runs as r

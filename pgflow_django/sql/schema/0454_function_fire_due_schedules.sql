@@ -1,5 +1,5 @@
--- Fires every due tick of at most max_schedules schedules: starts each tick's run through
--- pgflow.start_flows and records the tick in pgflow.schedule_ticks in this same transaction, so a
+-- Fires every due tick of at most max_schedules schedules: starts each tick's run (of the flow's newest
+-- version, pgflow.flow_version) through pgflow.start_flows and records the tick in pgflow.schedule_ticks in this same transaction, so a
 -- tick fires once, or (when the transaction is lost) not at all and is fired by the next call.
 -- Concurrent callers do not wait: a transaction-level advisory try-lock lets one caller fire while
 -- the others return no rows at once; schedule rows being edited are skipped (SKIP LOCKED) and the
@@ -87,7 +87,7 @@ begin
     select distinct on (p.name) p.name, p.flow, m.step_slug, jsonb_typeof(p.input) as got
       from rows from (unnest(v_plan.names), unnest(v_plan.fires), unnest(v_plan.flows),
                       jsonb_array_elements(v_plan.inputs)) as p(name, fire, flow, input)
-      join pgflow.steps as m on m.flow_slug = p.flow and m.step_type = 'map' and m.deps_count = 0
+      join pgflow.steps as m on m.flow_slug = coalesce(pgflow.flow_version(p.flow), p.flow) and m.step_type = 'map' and m.deps_count = 0
      where p.fire and jsonb_typeof(p.input) <> 'array' and not (p.name = any(v_held))
      order by p.name, m.step_index
   ), recorded as (
@@ -126,7 +126,7 @@ begin
         join rows from (unnest(v_flow.names), unnest(v_flow.ticks), jsonb_array_elements(v_flow.inputs))
              as u(name, tick, input) on u.name = f.schedule_name and u.tick = f.tick;
       if v_new_ids is not null then
-        perform pgflow.start_flows(v_flow.flow, v_new_inputs, v_new_ids);
+        perform pgflow.start_flows(coalesce(pgflow.flow_version(v_flow.flow), v_flow.flow), v_new_inputs, v_new_ids);
         v_fired_names := v_fired_names || v_new_names;
         v_fired_ticks := v_fired_ticks || v_new_ticks;
         v_fired_ids := v_fired_ids || v_new_ids;

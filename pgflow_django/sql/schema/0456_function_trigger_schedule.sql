@@ -23,7 +23,7 @@ begin
   end if;
   insert into pgflow.schedule_ticks (schedule_name, tick, run_id, kind)
   values (v_schedule.schedule_name, trigger_schedule.now, v_run_id, 'manual');
-  perform pgflow.start_flows(v_schedule.flow_slug, jsonb_build_array(coalesce(trigger_schedule.input, v_schedule.input)),
+  perform pgflow.start_flows(coalesce(pgflow.flow_version(v_schedule.flow_slug), v_schedule.flow_slug), jsonb_build_array(coalesce(trigger_schedule.input, v_schedule.input)),
                              array[v_run_id]);
   update pgflow.schedules as s
      set last_run_id = v_run_id, last_fired_at = clock_timestamp()

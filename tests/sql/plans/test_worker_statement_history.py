@@ -58,6 +58,7 @@ def test_the_claim_reads_no_history_table_itself(query: Query[Any]) -> None:
         "step": None,
         "flows": [flow],
         "steps": ["a"],
+        "families": [flow],
         "gen_flows": [],
         "gens": [],
     }

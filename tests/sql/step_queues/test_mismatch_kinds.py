@@ -163,9 +163,10 @@ def test_flow_mismatch_names_what_differs(
     }
     assert compile_python(flows[database]()).status == "compiled"
     with pytest.raises(FlowMismatch) as info:
-        compile_python(flows[definition]())
+        compile_python(flows[definition](), on_change="refuse")
     assert info.value.kinds == kinds
     message = str(info.value)
     assert "\n" not in message
     assert what in message
-    assert "orders_v2" in message, "the fix names a new slug"
+    assert "new version" in message, "the fix names a new version"
+    assert compile_python(flows[definition]()).status == "versioned", "by default it is a new version"

@@ -1,0 +1,183 @@
+"""Versions of a flow on the real engine: a changed definition compiled under its slug is a new version
+beside the old one (its own rows and queues); runs stay on the version they started on, through
+retries and recovery; a start names the version its code defines, or the newest by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import TestCase
+
+from pgflow_django import Flow, compile_flow, get_run, route_flow, start_flow, with_step_queues
+from pgflow_django.flows.compiler import FlowMismatch
+from pgflow_django.runs.client import retry_run
+from pgflow_django.runs.operations import FlowNotFound
+from pgflow_django.runs.versions import VersionInUse, delete_version, flow_versions
+from pgflow_django.testing import drain
+from tests.support.db import rows, value
+
+
+def release(number: int, slug: str = "vers", **options: Any) -> Flow:
+    flow = Flow(slug, **options)
+
+    @flow.step
+    def first(run_input: Any) -> dict[str, int]:
+        return {"release": number}
+
+    @flow.step(depends_on=[first])
+    def second(deps: Any) -> dict[str, int]:
+        if number == 0:
+            raise RuntimeError("release 0 fails")
+        return {"release": number}
+
+    if number >= 2:
+
+        @flow.step(depends_on=[second])
+        def audit(deps: Any) -> dict[str, bool]:
+            return {"audited": True}
+
+    return flow
+
+
+def stored(run_id: Any) -> str:
+    return str(value("select flow_slug from pgflow.runs where run_id = %s", [run_id]))
+
+
+class VersionTests(TestCase):
+    def test_a_changed_definition_is_a_new_version_with_its_own_queue(self) -> None:
+        v1, v2 = release(1), release(2)
+        assert compile_flow(v1).status == "compiled"
+        old_run = start_flow(v1, {})
+        result = compile_flow(v2)
+        assert (result.status, result.flow_slug, result.version_number) == ("versioned", "vers___v2", 2)
+        assert compile_flow(v2).status == "verified"
+        assert compile_flow(v1).status == "verified", "the old code still finds its version"
+        new_run = start_flow(v2, {})
+        assert (stored(old_run), stored(new_run)) == ("vers", "vers___v2")
+        queues = {row["queue_name"] for row in rows("select queue_name from pgmq.meta")}
+        assert {"vers", "vers___v2"} <= queues
+        assert rows("select distinct queue_name from pgflow.step_tasks where run_id = %s", [new_run]) == [
+            {"queue_name": "vers___v2"}
+        ]
+
+        drain(flows=[v1, v2])
+        assert sorted(get_run(old_run).outputs) == ["first", "second"]
+        assert sorted(get_run(new_run).outputs) == ["audit", "first", "second"]
+        assert get_run(old_run).outputs["second"] == {"release": 1}
+
+    def test_a_start_by_name_takes_this_projects_version_else_the_newest(self) -> None:
+        v1, v2 = release(1), release(2)
+        compile_flow(v1)
+        compile_flow(v2)
+        assert stored(start_flow(v1, {})) == "vers"
+        assert stored(start_flow("vers", {})) == "vers___v2", "no code for it here: the newest version"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "select pgflow.flow_version('vers'), pgflow.flow_version('vers___v2'),"
+                " pgflow.flow_version('vers', %s)",
+                [v1.version_key],
+            )
+            assert cursor.fetchone() == ("vers___v2", "vers___v2", "vers")
+
+    def test_code_whose_version_is_not_compiled_is_told_to_compile_it(self) -> None:
+        compile_flow(release(1))
+        compile_flow(release(2))
+        with pytest.raises(
+            FlowNotFound, match=r"the version this code defines .* is not compiled .* pgflow_compile vers"
+        ):
+            start_flow(release(3, timeout=99), {})
+
+    def test_options_are_part_of_the_version(self) -> None:
+        assert compile_flow(release(1)).status == "compiled"
+        result = compile_flow(release(1, timeout=90))
+        assert (result.status, result.flow_slug) == ("versioned", "vers___v2")
+        assert value("select opt_timeout from pgflow.flows where flow_slug = 'vers'") == 60
+
+    def test_a_named_version_is_one_definition(self) -> None:
+        named = Flow("vers", version="2026-12")
+        named.step(slug="only")(lambda run_input: run_input)
+        assert compile_flow(named).status == "compiled"
+        changed = Flow("vers", version="2026-12")
+        changed.step(slug="other")(lambda run_input: run_input)
+        with pytest.raises(FlowMismatch, match="new name"):
+            compile_flow(changed)
+        renamed = Flow("vers", version="2027-01")
+        renamed.step(slug="only")(lambda run_input: run_input)
+        result = compile_flow(renamed)
+        assert (result.status, result.flow_slug) == ("versioned", "vers___v2"), "a new name, the same shape"
+        assert [v.name for v in flow_versions("vers")] == ["v1 (2026-12)", "v2 (2027-01)"]
+
+    def test_refuse_keeps_the_old_behaviour(self) -> None:
+        compile_flow(release(1))
+        with pytest.raises(FlowMismatch, match="differs from its compiled definition"):
+            compile_flow(release(2), on_change="refuse")
+        assert [v.flow_slug for v in flow_versions("vers")] == ["vers"]
+
+    def test_a_run_stays_on_its_version_through_retry(self) -> None:
+        failing, fixed = release(0, max_attempts=1), release(1, max_attempts=2)
+        compile_flow(failing)
+        run_id = start_flow(failing, {})
+        drain(flows=[failing])
+        assert get_run(run_id).status == "failed"
+        assert compile_flow(fixed).flow_slug == "vers___v2"
+        assert retry_run(run_id) == 1
+        assert stored(run_id) == "vers"
+        queued = rows(
+            "select queue_name, status from pgflow.step_tasks where run_id = %s and step_slug = 'second'",
+            [run_id],
+        )
+        assert queued == [{"queue_name": "vers", "status": "queued"}], (
+            "the retried task is on its version's queue"
+        )
+
+    def test_a_flow_compiled_before_versions_is_claimed_by_its_code(self) -> None:
+        v1 = release(1)
+        compile_flow(v1)
+        with connection.cursor() as cursor:
+            cursor.execute("update pgflow.flows set version = null where flow_slug = 'vers'")
+        assert stored(start_flow(v1, {})) == "vers", "not claimed yet: the code's start takes it"
+        assert compile_flow(v1).status == "verified"
+        assert value("select version from pgflow.flows where flow_slug = 'vers'") == v1.version_key
+        assert compile_flow(release(2)).flow_slug == "vers___v2"
+
+    def test_step_queued_and_routed_versions(self) -> None:
+        assert compile_flow(with_step_queues(release(1, "stepq"))).flow_slug == "stepq"
+        v2 = with_step_queues(release(2, "stepq"))
+        assert compile_flow(v2).flow_slug == "stepq___v2"
+        queues = {
+            row["queue_name"]
+            for row in rows("select queue_name from pgflow.steps where flow_slug = 'stepq___v2'")
+        }
+        assert queues == {"stepq___v2__first", "stepq___v2__second", "stepq___v2__audit"}
+        run_id = start_flow(v2, {})
+        drain(flows=[v2])
+        assert get_run(run_id).status == "completed"
+        r1 = compile_flow(
+            route_flow(release(1, "routedv"), queues=dict.fromkeys(["first", "second"], "vers_jobs"))
+        )
+        r2 = compile_flow(
+            route_flow(release(2, "routedv"), queues=dict.fromkeys(["first", "second", "audit"], "vers_jobs"))
+        )
+        assert (r1.flow_slug, r2.flow_slug) == ("routedv", "routedv___v2")
+        assert (
+            value("select count(distinct queue_name) from pgflow.steps where flow_slug like 'routedv%%'") == 1
+        )
+
+    def test_deleting_a_version(self) -> None:
+        v1, v2 = release(1), release(2)
+        compile_flow(v1)
+        run_id = start_flow(v1, {})
+        compile_flow(v2)
+        with pytest.raises(VersionInUse, match="1 unfinished run"):
+            delete_version("vers", "1")
+        with pytest.raises(VersionInUse, match="newest version"):
+            delete_version("vers", "v2")
+        drain(flows=[v1])
+        assert get_run(run_id).status == "completed"
+        assert [v.drained for v in flow_versions("vers")] == [True, False]
+        assert delete_version("vers", "1").runs == 1
+        assert [v.flow_slug for v in flow_versions("vers")] == ["vers___v2"]
+        assert stored(start_flow("vers", {})) == "vers___v2"
+        assert compile_flow(v1).flow_slug == "vers___v3", "the old code again: a version of its own"
