@@ -119,7 +119,8 @@ def test_a_rolling_deploy_finishes_every_run_on_its_version(
         } == {v2_slug}
         steps = q(
             "select r.flow_slug, t.step_slug, t.last_worker_id::text as worker, count(*) as n,"
-            " max(t.attempts_count) as attempts from pgflow.step_tasks as t join pgflow.runs as r using (run_id)"
+            " max(t.attempts_count) as attempts"
+            " from pgflow.step_tasks as t join pgflow.runs as r using (run_id)"
             " where r.run_id = any(%s::uuid[]) group by 1, 2, 3 order by 1, 2, 3",
             [every],
         )
@@ -185,8 +186,8 @@ def test_a_rolling_deploy_finishes_every_run_on_its_version(
         health = run_manage(clean, "pgflow_health", "--flow", slug)
         assert health.returncode == 1
         assert (
-            f"flow {slug}: 1 unfinished run(s) of an earlier version ({slug}) wait for step first, which no live "
-            "worker runs" in health.stderr
+            f"flow {slug}: 1 unfinished run(s) of an earlier version ({slug}) wait for step first, "
+            "which no live worker runs" in health.stderr
         ), health.stderr
         versions = json.loads(run_manage(clean, "pgflow_versions", slug, "--format", "json").stdout)
         assert [(v["flow_slug"], v["state"], v["live_workers"]) for v in versions] == [

@@ -95,7 +95,9 @@ def sessions(flow_slug: str) -> Iterator[tuple[Conn, Conn, Conn]]:
 
 def _drop(conn: Conn, flow_slug: str) -> None:
     conn.execute(
-        "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows where flow_slug = %s", [flow_slug]
+        "select pgflow.delete_flow_and_data(flow_slug) from pgflow.flows"
+        " where version_of = pgflow.version_of(%s) order by version_number desc",
+        [flow_slug],
     )
     conn.execute("delete from pgflow.events where event_name like 'ilv.%'")  # kept a day otherwise
 
