@@ -59,7 +59,8 @@ def _run_step(conn: psycopg.Connection[Any], step: str) -> int:
     ids = [row[0] for row in conn.execute("select msg_id from pgmq.read(%s, 30, 100)", [FLOW]).fetchall()]
     claimed = conn.execute(
         "select run_id, step_slug, task_index, attempt"
-        " from pgflow.start_tasks(%s, %s, %s::bigint[], %s, null) where outcome = 'claimed' and step_slug = %s",
+        " from pgflow.start_tasks(%s, %s, %s::bigint[], %s, null)"
+        " where outcome = 'claimed' and step_slug = %s",
         [FLOW, FLOW, ids, worker, step],
     ).fetchall()
     for run_id, step_slug, task_index, attempt in claimed:
