@@ -4,8 +4,8 @@ Each is sent by the process that made the change: ``run_started`` by the process
 ``start_flow``/``start_flows`` (a web process, usually), once its transaction commits; the others by
 the worker that recorded the completion or failure, after ``pgflow.complete_tasks``/``fail_task``
 returned (their statements commit on their own) or after an ``atomic=True`` handler's transaction
-committed. ``sender`` is the flow slug. A receiver that raises is logged and never reaches the
-worker or the caller (signals are sent with ``send_robust``).
+committed. ``sender`` is the flow slug (a run of a later version of the flow sends it too). A receiver
+that raises is logged and never reaches the worker or the caller (signals are sent with ``send_robust``).
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from pgflow_django.admin.lists import short_id, when
 from pgflow_django.db import queries as db_queries
 from pgflow_django.db.query import fetch_all
 from pgflow_django.flows.flow_control_table import FLOW_CONTROL_HEADERS, flow_control_cells
+from pgflow_django.flows.slugs import version_number, version_of
 from pgflow_django.flows.task_names import flow_labels
 
 REFRESH_SECONDS = 15
@@ -62,6 +63,15 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], empty: str) ->
     return format_html("<table><thead><tr>{}</tr></thead><tbody>{}</tbody></table>", head, body)
 
 
+def _flow_label(names: dict[str, str], flow_slug: str) -> str:
+    """How the panels name a flow: a task's function, or the flow's slug with its version past the
+    first (``orders v2`` for ``orders___v2``, docs/upgrading.md)."""
+    if flow_slug in names:
+        return names[flow_slug]
+    number = version_number(flow_slug)
+    return flow_slug if number == 1 else f"{version_of(flow_slug)} v{number}"
+
+
 def _rates(cursor: Any, now: datetime, names: dict[str, str]) -> Panel:
     per_flow: dict[str, dict[datetime, tuple[int, int, int]]] = {}
     for row in fetch_all(cursor, queries.DASHBOARD_RUN_RATES):
@@ -72,7 +82,7 @@ def _rates(cursor: Any, now: datetime, names: dict[str, str]) -> Panel:
         "",
         '<div class="pgflow-rate-chart"><h3>{}</h3>{}</div>',
         (
-            (names.get(slug, slug), mark_safe(rates.render(slug, minutes, local_now)))
+            (_flow_label(names, slug), mark_safe(rates.render(slug, minutes, local_now)))
             for slug, minutes in per_flow.items()
         ),
     )
@@ -129,7 +139,7 @@ def _first_steps(supports: str) -> str:
 
 def _pauses(cursor: Any, names: dict[str, str]) -> Panel:
     rows = [
-        (names.get(p.flow_slug, p.flow_slug), p.step_slug or "(flow)", p.reason, p.detail or "-")
+        (_flow_label(names, p.flow_slug), p.step_slug or "(flow)", p.reason, p.detail or "-")
         for p in fetch_all(cursor, db_queries.ALL_PAUSES)
     ]
     headers = ("flow", "step", "reason", "detail")
@@ -141,7 +151,7 @@ def _stalled(cursor: Any, names: dict[str, str]) -> Panel:
     rows = [
         (
             short_id(row.run_id, reverse("admin:pgflow_run_change", args=[row.run_id])),
-            names.get(row.flow_slug, row.flow_slug),
+            _flow_label(names, row.flow_slug),
             format_html('<a href="{}?q={}">{}[{}]</a>', tasks_url, row.run_id, row.step_slug, row.task_index),
             short_id(row.last_worker_id),
             duration_text(row.claimed_for),
@@ -158,7 +168,7 @@ WAIT_KINDS = {"event": "wait for an event", "sleep": "sleep", "subflow": "wait f
 def _waits(cursor: Any, names: dict[str, str]) -> Panel:
     rows = [
         (
-            names.get(row.flow_slug, row.flow_slug),
+            _flow_label(names, row.flow_slug),
             WAIT_KINDS.get(row.kind, row.kind),
             row.runs,
             row.waits,

@@ -49,6 +49,7 @@ from pgflow_django.runs.client import (
     run_priority,
 )
 from pgflow_django.runs.recorded_errors import read_error
+from pgflow_django.runs.versions import flow_versions
 
 _MAX_MESSAGE_ID = 2**63 - 1
 """PGMQ message ids are bigint: a longer number matches no task."""
@@ -170,6 +171,7 @@ def _error_html(text: str | None) -> SafeString | None:
 class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
     list_display = (
         "flow_slug",
+        "version_shown",
         "routing",
         "step_count",
         "opt_max_attempts",
@@ -179,8 +181,15 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
     list_filter = (admin_lists.FlowKindFilter, "queue_mode")
     search_fields = ("flow_slug",)
     ordering = ("flow_slug",)
-    readonly_fields = ("routing", "dag_picture", "steps_table", "flow_control")
-    exclude = ("queue_mode",)
+    readonly_fields = (
+        "routing",
+        "version_shown",
+        "versions_table",
+        "dag_picture",
+        "steps_table",
+        "flow_control",
+    )
+    exclude = ("queue_mode", "version_of", "version_number", "version")
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         """The DAG right after the slug: the picture is what the page is for."""
@@ -223,6 +232,46 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
     @admin.display(description="queue mode", ordering="queue_mode")
     def routing(self, obj: Flow) -> str:
         return {"step": "per-step queues", "routed": "shared queues"}.get(obj.queue_mode, "plain")
+
+    @admin.display(description="version", ordering="version_number")
+    def version_shown(self, obj: Flow) -> str:
+        """``v2``, or ``v2 (2026-12)`` for a version the code names (docs/upgrading.md)."""
+        named = obj.version is not None and not obj.version.startswith("shape:")
+        return f"v{obj.version_number} ({obj.version})" if named else f"v{obj.version_number}"
+
+    @admin.display(description="versions")
+    def versions_table(self, obj: Flow) -> SafeString:
+        """Every version of the flow: its runs by status, live workers, first and last start, state."""
+        rows = [
+            (
+                format_html(
+                    '<a href="{}">{}</a>',
+                    reverse("admin:pgflow_flow_change", args=[found.flow_slug]),
+                    found.name,
+                ),
+                found.flow_slug,
+                "newest" if found.newest else ("drained" if found.drained else "serving"),
+                found.unfinished,
+                found.completed,
+                found.failed,
+                found.live_workers,
+                admin_lists.when(found.first_started_at),
+                admin_lists.when(found.last_started_at),
+            )
+            for found in flow_versions(obj.flow_slug, using=database_of(obj))
+        ]
+        headers = (
+            "version",
+            "stored as",
+            "state",
+            "unfinished",
+            "completed",
+            "failed",
+            "workers",
+            "first start",
+            "last start",
+        )
+        return _table(headers, rows, "pgflow-steps pgflow-versions")
 
     @admin.display(description="steps")
     def step_count(self, obj: Flow) -> int:

@@ -166,6 +166,12 @@ _TASK_DIGEST_RE: Final = re.compile(rf"[0-9a-f]{{{TASK_SLUG_DIGEST_CHARS}}}")
 _VERSION_SUFFIX_RE: Final = re.compile(r"___v([2-9]|[1-9][0-9]+)$")
 
 
+def version_number(stored_slug: str) -> int:
+    """The version a stored slug names: N for ``f___vN``, 1 for ``f``."""
+    found = _VERSION_SUFFIX_RE.search(stored_slug)
+    return int(found.group(1)) if found else 1
+
+
 def version_of(stored_slug: str) -> str:
     """The flow a version's stored slug belongs to, as SQL ``pgflow.version_of`` says: version N >= 2
     of flow ``f`` is stored as ``f___vN`` (a name no slug or generated queue can take), version 1 as ``f``."""

@@ -24,7 +24,7 @@ from pgflow_django.db.dbguard import raise_if_not_migrated, require_postgresql
 from pgflow_django.db.query import fetch_all, fetch_one, fetch_value
 from pgflow_django.flows import task_names
 from pgflow_django.flows.dsl import Flow, StepType, priority_problem
-from pgflow_django.flows.slugs import validate_flow_slug
+from pgflow_django.flows.slugs import validate_flow_slug, version_number, version_of
 from pgflow_django.flows.waits import StepKind
 from pgflow_django.observability import tracing
 from pgflow_django.runs import queries, run_keys
@@ -145,6 +145,7 @@ class RunView:
 
     run_id: uuid.UUID
     flow_slug: str
+    """The flow's slug, whichever version the run is on (``version_slug``)."""
     status: RunStatus
     input: Any
     output: Any
@@ -158,6 +159,14 @@ class RunView:
     """A child run's parent: the run whose subflow step started it (docs/durable.md)."""
     child_run_ids: tuple[uuid.UUID, ...] = ()
     """The runs this run's subflow steps started, in step and element order."""
+    version_slug: str = ""
+    """The stored slug of the flow version the run is on: ``flow_slug`` for version 1, ``slug___vN``
+    for version N (docs/upgrading.md, "Deploying a changed flow")."""
+
+    @property
+    def version(self) -> int:
+        """The number of the flow version the run is on."""
+        return version_number(self.version_slug or self.flow_slug)
 
     @property
     def is_terminal(self) -> bool:
@@ -531,7 +540,7 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
     )
     return RunView(
         run_id=_as_uuid(first.run_id),
-        flow_slug=first.flow_slug,
+        flow_slug=version_of(first.flow_slug),
         status=cast(RunStatus, first.status),
         input=_loads(first.input),
         output=_loads(first.output),
@@ -543,6 +552,7 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
         steps=steps,
         parent_run_id=first.parent_run_id,
         child_run_ids=tuple(first.child_run_ids or ()),
+        version_slug=first.flow_slug,
     )
 
 

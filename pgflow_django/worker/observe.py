@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 from pgflow_django import signals
+from pgflow_django.flows.slugs import version_of
 from pgflow_django.observability import tracing
 from pgflow_django.observability.tracing import OpenSpan
 from pgflow_django.worker.connection import Claim, ClaimedTask
@@ -275,13 +276,14 @@ class Observer:
                 logger.exception("could not send pgflow signals for %d recorded result(s)", len(results))
 
     def _send(self, results: Sequence[Result], transitions: Transitions) -> None:
+        """Each signal's sender is the flow's slug, whichever version the task is on."""
         errors: dict[tuple[uuid.UUID, str, int], str | None] = {}
         changed: list[ClaimedTask] = []
         for task, outcome, error in results:
             if outcome == "retrying":
-                signals.send(signals.task_retried, task.flow_slug, **_task_kwargs(task, error))
+                signals.send(signals.task_retried, version_of(task.flow_slug), **_task_kwargs(task, error))
             elif outcome in FAILED_OUTCOMES:
-                signals.send(signals.task_failed, task.flow_slug, **_task_kwargs(task, error))
+                signals.send(signals.task_failed, version_of(task.flow_slug), **_task_kwargs(task, error))
                 errors[task.key] = error
                 changed.append(task)
             elif outcome == "completed":
@@ -301,19 +303,19 @@ class Observer:
                 steps.add((row.run_id, row.step_slug))
                 step = {"run_id": row.run_id, "step_slug": row.step_slug}
                 if row.step_completed:
-                    signals.send(signals.step_completed, row.flow_slug, **step)
+                    signals.send(signals.step_completed, version_of(row.flow_slug), **step)
                 else:
-                    signals.send(signals.step_failed, row.flow_slug, **step, error=error_of(row))
+                    signals.send(signals.step_failed, version_of(row.flow_slug), **step, error=error_of(row))
         runs: set[uuid.UUID] = set()
         for row in rows:
             if (row.run_completed or row.run_failed) and row.run_id not in runs:
                 runs.add(row.run_id)
                 if row.run_completed:
-                    signals.send(signals.run_completed, row.flow_slug, run_id=row.run_id)
+                    signals.send(signals.run_completed, version_of(row.flow_slug), run_id=row.run_id)
                 else:
                     signals.send(
                         signals.run_failed,
-                        row.flow_slug,
+                        version_of(row.flow_slug),
                         run_id=row.run_id,
                         step_slug=row.step_slug,
                         error=error_of(row),

@@ -15,6 +15,7 @@ from typing import Any
 
 from pgflow_django.db.queries import Pause
 from pgflow_django.flows.dsl import Flow, RoutedFlow
+from pgflow_django.flows.slugs import version_of
 from pgflow_django.worker.connection import Engine
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.preflight import PreflightError, check_shared_subscription, resolve_subscription
@@ -67,13 +68,15 @@ class Subscription:
         return self.flows[0]
 
     def pause_among(self, pauses: Sequence[Pause]) -> Pause | None:
-        """The first of ``pauses`` that holds a (flow, step) this queue runs."""
+        """The first of ``pauses`` that holds a (flow, step) this queue runs (a pause of a flow's slug
+        holds every version of it, as ``pgflow.subscription_pause`` says)."""
         return next(
             (
                 pause
                 for pause in pauses
                 if any(
-                    flow == pause.flow_slug and pause.step_slug in ("", step) for flow, step in self.support
+                    pause.flow_slug in (flow, version_of(flow)) and pause.step_slug in ("", step)
+                    for flow, step in self.support
                 )
             ),
             None,

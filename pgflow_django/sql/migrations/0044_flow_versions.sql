@@ -8,7 +8,8 @@
 --   uses), pgflow.version_in_service (the versions that need workers), pgflow.version_shape and
 --   pgflow.compile_flow_version (compiles a definition as a version).
 -- * Changed: pgflow.create_flow takes a version's stored slug; schedules (fire_due_schedules,
---   trigger_schedule) and child flows (start_child_runs) start the newest version of their flow.
+--   trigger_schedule) and child flows (start_child_runs) start the newest version of their flow; a
+--   pause of a flow's slug holds every version of it (subscription_pause).
 
 -- 0011_function_version_of.sql
 -- The slug a flow version belongs to. The first version of a flow is stored under the flow's own slug;
@@ -396,6 +397,22 @@ begin
                                                 'version', f.version)
                         from pgflow.flows as f where f.flow_slug = v_target);
 end;
+$$;
+
+-- 0420_function_subscription_pause.sql
+-- The pause of a worker subscription, or NULL when it may run. A plain worker's subscription is
+-- (flow_slug, ''); a pause of the whole flow also holds its step subscriptions, and a pause of a
+-- flow's slug holds every version of it (a version's stored slug pauses that version only).
+create or replace function pgflow.subscription_pause(flow_slug text, step_slug text default '')
+returns pgflow.worker_pauses
+language sql set search_path = pg_catalog, pgflow, pgmq
+stable
+as $$
+  select p.* from pgflow.worker_pauses as p
+   where p.flow_slug in (subscription_pause.flow_slug, pgflow.version_of(subscription_pause.flow_slug))
+     and p.step_slug in ('', coalesce(subscription_pause.step_slug, ''))
+   order by (p.reason = 'fatal') desc, p.step_slug desc
+   limit 1
 $$;
 
 -- 0454_function_fire_due_schedules.sql

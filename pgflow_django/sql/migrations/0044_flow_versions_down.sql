@@ -186,6 +186,21 @@ begin
 end;
 $$;
 
+-- 0420_function_subscription_pause.sql
+-- The pause of a worker subscription, or NULL when it may run. A plain worker's subscription is
+-- (flow_slug, ''); a pause of the whole flow also holds its step subscriptions.
+create or replace function pgflow.subscription_pause(flow_slug text, step_slug text default '')
+returns pgflow.worker_pauses
+language sql set search_path = pg_catalog, pgflow, pgmq
+stable
+as $$
+  select p.* from pgflow.worker_pauses as p
+   where p.flow_slug = subscription_pause.flow_slug
+     and p.step_slug in ('', coalesce(subscription_pause.step_slug, ''))
+   order by (p.reason = 'fatal') desc, p.step_slug desc
+   limit 1
+$$;
+
 -- 0454_function_fire_due_schedules.sql
 -- Fires every due tick of at most max_schedules schedules: starts each tick's run through
 -- pgflow.start_flows and records the tick in pgflow.schedule_ticks in this same transaction, so a
