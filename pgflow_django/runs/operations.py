@@ -192,8 +192,9 @@ def compiled_flows(using: str = "default") -> list[str]:
 
 def not_found(slug: str, using: str) -> str:
     """The one line naming a flow the database does not have, with the ones it has (Django task flows,
-    with their hashed slugs, only when ``slug`` looks like one of theirs)."""
-    known = compiled_flows(using)
+    with their hashed slugs, only when ``slug`` looks like one of theirs), each named once whatever
+    its versions."""
+    known = list(dict.fromkeys(version_of(name) for name in compiled_flows(using)))
     if not task_names.asks_for_task_flows(slug):
         with connections[using].cursor() as cursor:
             tasks = {flow.flow_slug for flow in task_names.task_flows(cursor)}

@@ -23,6 +23,7 @@ COMMANDS = [
     "pgflow_requeue_stalled",
     "pgflow_prune",
     "pgflow_delete_flow",
+    "pgflow_versions",
     "pgflow_demo",
     "pgflow_scheduler",
 ]
@@ -60,6 +61,8 @@ def test_help_explains_with_examples(command: str) -> None:
         (["pgflow_prune", "--older-than", "7x"], "invalid duration '7x'"),
         (["pgflow_prune"], "the following arguments are required: --older-than"),
         (["pgflow_delete_flow"], "the following arguments are required: FLOW"),
+        (["pgflow_versions"], "the following arguments are required: FLOW"),
+        (["pgflow_versions", "orders", "--format", "yaml"], "argument --format: invalid choice: 'yaml'"),
         (["pgflow_demo", "--runs", "0"], "argument --runs: expected a whole number >= 1"),
         (["pgflow_scheduler", "--interval", "0"], "argument --interval: expected a number of seconds > 0"),
         (
