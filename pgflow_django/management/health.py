@@ -55,9 +55,9 @@ def _judge(samples: list[Any], wanted: set[str] | None, max_queue_age: float | N
     for sample in sorted(steps, key=lambda s: (s.flow_slug, s.step_slug)):
         if not sample.value and (sample.flow_slug, sample.step_slug) not in paused and sample.status:
             found.append(
-                f"flow {version_of(sample.flow_slug)}: {unfinished.get(sample.flow_slug, 0)} unfinished "
-                f"run(s) of an earlier version ({sample.flow_slug}) wait for step {sample.step_slug}, "
-                "which no live worker runs; start a worker with that version's code, or cancel them "
+                f"flow {version_of(sample.flow_slug)}: no live worker runs step {sample.step_slug} of an "
+                f"earlier version ({sample.flow_slug}), which has {unfinished.get(sample.flow_slug, 0)} "
+                "unfinished run(s); start a worker with that version's code, or cancel them "
                 f"(manage.py pgflow_versions {version_of(sample.flow_slug)})"
             )
         elif not sample.value and (sample.flow_slug, sample.step_slug) not in paused:

@@ -105,7 +105,8 @@ def delete_version(slug: str, wanted: str, *, using: str = "default") -> FlowSum
         if chosen.newest:
             raise VersionInUse(
                 f"{chosen.name} is the newest version of flow {chosen.version_of!r}: new runs start there; "
-                f"delete the whole flow with manage.py pgflow_delete_flow {chosen.version_of}"
+                f"it goes with the flow, once the earlier versions are deleted (manage.py pgflow_delete_flow "
+                f"{chosen.version_of})"
             )
         if chosen.unfinished:
             raise VersionInUse(

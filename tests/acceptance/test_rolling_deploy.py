@@ -186,8 +186,8 @@ def test_a_rolling_deploy_finishes_every_run_on_its_version(
         health = run_manage(clean, "pgflow_health", "--flow", slug)
         assert health.returncode == 1
         assert (
-            f"flow {slug}: 1 unfinished run(s) of an earlier version ({slug}) wait for step first, "
-            "which no live worker runs" in health.stderr
+            f"flow {slug}: no live worker runs step first of an earlier version ({slug}), which has 1 "
+            "unfinished run(s)" in health.stderr
         ), health.stderr
         versions = json.loads(run_manage(clean, "pgflow_versions", slug, "--format", "json").stdout)
         assert [(v["flow_slug"], v["state"], v["live_workers"]) for v in versions] == [

@@ -51,7 +51,9 @@ exit codes: 0 deleted; 1 not confirmed, no such flow, or another error; 2 bad ar
             self._delete_version(slug, options)
             return
         versions = flow_versions(slug, using=self.using)
-        if len(versions) > 1 and slug == versions[0].version_of:
+        if len(versions) == 1:
+            slug = versions[0].flow_slug  # the flow's one version, stored as slug___vN past the first
+        elif slug == versions[0].version_of:
             listed = ", ".join(version.name for version in versions)
             raise CommandError(
                 f"flow {slug!r} has {len(versions)} versions ({listed}): delete the drained ones first with "

@@ -96,8 +96,8 @@ class VersionCommandTests(TestCase):
         assert health.returncode == 1
         lines = health.stderr.strip().splitlines()
         assert (
-            "flow vers: 1 unfinished run(s) of an earlier version (vers) wait for step first, which no live "
-            "worker runs; start a worker with that version's code, or cancel them (manage.py pgflow_versions vers)"
+            "flow vers: no live worker runs step first of an earlier version (vers), which has 1 unfinished "
+            "run(s); start a worker with that version's code, or cancel them (manage.py pgflow_versions vers)"
         ) in lines
         assert "no live worker runs flow vers___v2 step first; start manage.py pgflow_worker for it" in lines
         drain(flows=[self.v1])
