@@ -28,7 +28,7 @@ from pgflow_django.db.dbguard import raise_if_not_migrated, require_postgresql
 from pgflow_django.db.query import fetch_one
 from pgflow_django.flows.dsl import Flow, RoutedFlow, priority_problem, route_flow
 from pgflow_django.flows.registry import import_task_module
-from pgflow_django.flows.slugs import shared_queue_problem, task_flow_slug
+from pgflow_django.flows.slugs import shared_queue_problem, task_flow_slug, version_of
 from pgflow_django.runs.encoding import idempotency_key_problem
 from pgflow_django.tasks import queries
 from pgflow_django.tasks.framework import tasks_api
@@ -247,7 +247,7 @@ class PgflowTaskBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc]
     # -- results ---------------------------------------------------------------------------------
 
     def _task_of(self, flow_slug: str, payload: Mapping[str, Any], queue_name: str) -> Any:
-        task = self._tasks_by_slug.get(flow_slug)
+        task = self._tasks_by_slug.get(version_of(flow_slug))  # a later version of the task's flow too
         if task is not None:
             return task
         try:

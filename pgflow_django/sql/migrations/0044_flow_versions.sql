@@ -7,9 +7,9 @@
 -- * New: pgflow.version_of, pgflow.is_valid_flow_slug, pgflow.flow_version (the version a start
 --   uses), pgflow.version_in_service (the versions that need workers), pgflow.version_shape and
 --   pgflow.compile_flow_version (compiles a definition as a version).
--- * Changed: pgflow.create_flow takes a version's stored slug; schedules (fire_due_schedules,
---   trigger_schedule) and child flows (start_child_runs) start the newest version of their flow; a
---   pause of a flow's slug holds every version of it (subscription_pause).
+-- * Changed: pgflow.create_flow takes a version's stored slug (and a routed flow's longer slug);
+--   schedules (fire_due_schedules, trigger_schedule) and child flows (start_child_runs) start the
+--   newest version of their flow; a pause of a flow's slug holds every version (subscription_pause).
 
 -- 0011_function_version_of.sql
 -- The slug a flow version belongs to. The first version of a flow is stored under the flow's own slug;
@@ -54,7 +54,8 @@ create index flows_version_of_idx on pgflow.flows (version_of, version_number);
 -- through pgflow.provision_generated_queue. queue_mode 'flow' routes every step to the default queue
 -- lower(flow_slug), 'step' gives each step a private generated queue, 'routed' sends each step to
 -- the declared shared queue its route names; it is fixed for a concrete slug. A new flow whose default queue name already exists in PGMQ (the name stays reserved in both
--- modes), or that differs only in case from an existing flow, is refused.
+-- modes), or that differs only in case from an existing flow, is refused; so is a slug longer than a queue
+-- name (47 characters) unless the flow is routed (its steps use shared queues, never its default queue).
 create or replace function pgflow.create_flow(
   flow_slug text,
   max_attempts integer default null,
@@ -72,7 +73,7 @@ begin
     raise exception 'invalid flow slug %: use letters, digits and underscores, no leading digit, at most 128 characters, not a reserved word', quote_literal(coalesce(flow_slug, 'NULL'))
       using errcode = '22023';
   end if;
-  if length(flow_slug) > 47 then
+  if length(flow_slug) > 47 and queue_mode is distinct from 'routed' then
     raise exception 'flow slug % is % characters long; its queue name must fit PGMQ''s 47-character limit: choose a shorter slug', quote_literal(flow_slug), length(flow_slug)
       using errcode = '22023';
   end if;
@@ -383,6 +384,12 @@ begin
   else
     select coalesce(max(f.version_number), 0) + 1 into v_number from pgflow.flows as f where f.version_of = v_family;
     v_target := case when v_number = 1 then v_family else v_family || '___v' || v_number end;
+    if length(v_target) > 47 and coalesce(shape->>'queue_mode', 'flow') <> 'routed' then
+      raise exception 'flow %: its changed definition would be version % under % (% characters), longer than a PGMQ queue name (47): versions of a flow with its own queues need a slug of at most % characters; deploy it under a shorter slug, or replace the flow (manage.py pgflow_compile % --replace)',
+        quote_literal(v_family), v_number, quote_literal(v_target), length(v_target),
+        47 - length('___v' || v_number), v_family
+        using errcode = '22023';
+    end if;
     v_answer := pgflow.ensure_flow_compiled(v_target, pgflow.version_shape(v_target, shape), 'refuse');
     if v_number > 1 then
       v_answer := v_answer || jsonb_build_object('status', 'versioned');

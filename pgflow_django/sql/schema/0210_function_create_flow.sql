@@ -4,7 +4,8 @@
 -- through pgflow.provision_generated_queue. queue_mode 'flow' routes every step to the default queue
 -- lower(flow_slug), 'step' gives each step a private generated queue, 'routed' sends each step to
 -- the declared shared queue its route names; it is fixed for a concrete slug. A new flow whose default queue name already exists in PGMQ (the name stays reserved in both
--- modes), or that differs only in case from an existing flow, is refused.
+-- modes), or that differs only in case from an existing flow, is refused; so is a slug longer than a queue
+-- name (47 characters) unless the flow is routed (its steps use shared queues, never its default queue).
 create or replace function pgflow.create_flow(
   flow_slug text,
   max_attempts integer default null,
@@ -22,7 +23,7 @@ begin
     raise exception 'invalid flow slug %: use letters, digits and underscores, no leading digit, at most 128 characters, not a reserved word', quote_literal(coalesce(flow_slug, 'NULL'))
       using errcode = '22023';
   end if;
-  if length(flow_slug) > 47 then
+  if length(flow_slug) > 47 and queue_mode is distinct from 'routed' then
     raise exception 'flow slug % is % characters long; its queue name must fit PGMQ''s 47-character limit: choose a shorter slug', quote_literal(flow_slug), length(flow_slug)
       using errcode = '22023';
   end if;

@@ -69,6 +69,12 @@ begin
   else
     select coalesce(max(f.version_number), 0) + 1 into v_number from pgflow.flows as f where f.version_of = v_family;
     v_target := case when v_number = 1 then v_family else v_family || '___v' || v_number end;
+    if length(v_target) > 47 and coalesce(shape->>'queue_mode', 'flow') <> 'routed' then
+      raise exception 'flow %: its changed definition would be version % under % (% characters), longer than a PGMQ queue name (47): versions of a flow with its own queues need a slug of at most % characters; deploy it under a shorter slug, or replace the flow (manage.py pgflow_compile % --replace)',
+        quote_literal(v_family), v_number, quote_literal(v_target), length(v_target),
+        47 - length('___v' || v_number), v_family
+        using errcode = '22023';
+    end if;
     v_answer := pgflow.ensure_flow_compiled(v_target, pgflow.version_shape(v_target, shape), 'refuse');
     if v_number > 1 then
       v_answer := v_answer || jsonb_build_object('status', 'versioned');

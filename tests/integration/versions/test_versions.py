@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test import TestCase
 
-from pgflow_django import Flow, compile_flow, get_run, route_flow, start_flow, with_step_queues
+from pgflow_django import Concurrency, Flow, compile_flow, get_run, route_flow, start_flow, with_step_queues
 from pgflow_django.flows.compiler import FlowMismatch
 from pgflow_django.runs.client import retry_run
 from pgflow_django.runs.operations import FlowNotFound
@@ -181,3 +181,55 @@ class VersionTests(TestCase):
         assert [v.flow_slug for v in flow_versions("vers")] == ["vers___v2"]
         assert stored(start_flow("vers", {})) == "vers___v2"
         assert compile_flow(v1).flow_slug == "vers___v3", "the old code again: a version of its own"
+
+
+class VersionLimitTests(TestCase):
+    def test_a_routed_flow_versions_past_a_queue_names_length(self) -> None:
+        slug = "v" * 47
+        first = route_flow(release(1, slug), queues={"first": "vers_jobs", "second": "vers_jobs"})
+        changed = route_flow(
+            release(1, slug, timeout=9), queues={"first": "vers_jobs", "second": "vers_jobs"}
+        )
+        compile_flow(first)
+        assert compile_flow(changed).flow_slug == f"{slug}___v2", "a routed flow's steps use shared queues"
+
+    def test_a_flow_with_its_own_queue_names_the_slug_it_needs(self) -> None:
+        slug = "w" * 45
+        compile_flow(release(1, slug))
+        with pytest.raises(
+            Exception, match=rf"would be version 2 under '{slug}___v2' \(50 characters\).*at most 42"
+        ):
+            compile_flow(release(1, slug, timeout=9))
+
+    def test_limits_belong_to_each_version(self) -> None:
+        v1 = release(1, concurrency=Concurrency(limit=1))
+        v2 = release(2, concurrency=Concurrency(limit=2))
+        compile_flow(v1)
+        compile_flow(v2)
+        assert rows(
+            "select flow_slug, amount from pgflow.flow_limits where flow_slug like 'vers%%' order by 1"
+        ) == [{"flow_slug": "vers", "amount": 1}, {"flow_slug": "vers___v2", "amount": 2}]
+        runs = [start_flow(v1, {}) for _ in range(2)] + [start_flow(v2, {}) for _ in range(2)]
+        drain(flows=[v1, v2])
+        assert {get_run(run_id).status for run_id in runs} == {"completed"}
+
+
+class TaskFlowVersionTests(TestCase):
+    def test_a_later_version_of_a_task_flow_reports_its_task(self) -> None:
+        from tests.tasks_support import backend
+        from testproject.example.tasks import add
+
+        result = add.enqueue(1, b=2)
+        flow = backend().flow_for(add)
+        changed = Flow(flow.slug, max_attempts=9)
+        changed.step(slug="call")(flow.steps["call"].handler)
+        changed_routed = route_flow(changed, queues={"call": flow.queues[0]})
+        compiled = compile_flow(changed_routed)
+        assert compiled.flow_slug == f"{flow.slug}___v2"
+        later = start_flow(
+            changed_routed, {"task": "testproject.example.tasks.add", "args": [2], "kwargs": {"b": 3}}
+        )
+        assert add.get_result(str(later)).args == [2]
+        assert add.get_result(result.id).args == [1]
+        drain(flows=[changed_routed])
+        assert add.get_result(str(later)).return_value == 5
