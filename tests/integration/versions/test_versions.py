@@ -216,8 +216,8 @@ class VersionLimitTests(TestCase):
 
 class TaskFlowVersionTests(TestCase):
     def test_a_later_version_of_a_task_flow_reports_its_task(self) -> None:
-        from tests.tasks_support import backend
         from testproject.example.tasks import add
+        from tests.tasks_support import backend
 
         result = add.enqueue(1, b=2)
         flow = backend().flow_for(add)
