@@ -167,6 +167,10 @@ def _error_html(text: str | None) -> SafeString | None:
     )
 
 
+_RAW_FLOW_COLUMNS = frozenset({"queue_mode", "version_of", "version_number", "version"})
+"""Flow columns the page shows in a readable form instead (``routing``, ``version_shown``)."""
+
+
 @admin.register(Flow)
 class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
     list_display = (
@@ -192,13 +196,17 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
     exclude = ("queue_mode", "version_of", "version_number", "version")
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
-        """The DAG right after the slug: the picture is what the page is for."""
-        return _move_after(super().get_fields(request, obj), "flow_slug", "dag_picture")
+        """The DAG right after the slug: the picture is what the page is for; the version right after
+        the slug too, and the table of every version below it."""
+        fields = [name for name in super().get_fields(request, obj) if name not in _RAW_FLOW_COLUMNS]
+        fields = _move_after(fields, "flow_slug", "dag_picture")
+        fields = _move_after(fields, "flow_slug", "versions_table")
+        return _move_after(fields, "flow_slug", "version_shown")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        """One queue mode row: the readable ``routing`` in place of the raw column."""
+        """One queue mode row: the readable ``routing`` in place of the raw column; one version row."""
         fields = super().get_readonly_fields(request, obj)
-        return [name for name in fields if name != "queue_mode"]
+        return [name for name in fields if name not in _RAW_FLOW_COLUMNS]
 
     actions = ("pause_flows", "resume_flows")
 
