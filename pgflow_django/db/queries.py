@@ -202,14 +202,15 @@ FLOW_QUEUE_DEPTHS: Final = Query(
            m.oldest_msg_age_sec
     from pgmq.metrics_all() m
     where m.queue_name in (
-        select queue_name from pgflow.steps where %(flow)s::text is null or flow_slug = %(flow)s
+        select queue_name from pgflow.steps
+         where %(flow)s::text is null or flow_slug = %(flow)s or pgflow.version_of(flow_slug) = %(flow)s
     )
     order by m.queue_name
     """,
     QueueDepthRow,
 )
-"""PGMQ's metrics of the queues the flows' steps use. ``queue_visible_length`` is read through jsonb
-because older PGMQ releases do not report it."""
+"""PGMQ's metrics of the queues the flows' steps use (``flow``: every version of one flow).
+``queue_visible_length`` is read through jsonb because older PGMQ releases do not report it."""
 
 
 # -- database checks ------------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ ACTIVE_RUN_STEPS: Final = Query(
     with active as (
         select run_id, flow_slug, started_at, remaining_steps
         from pgflow.runs
-        where status = 'started' and (%(flow)s::text is null or flow_slug = %(flow)s)
+        where status = 'started'
+          and (%(flow)s::text is null or flow_slug = %(flow)s or pgflow.version_of(flow_slug) = %(flow)s)
         order by started_at desc, run_id
         limit %(limit)s
     )

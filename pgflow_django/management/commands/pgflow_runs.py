@@ -11,11 +11,12 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 from django.db import connections
+from django.db.models import Q
 from django.db.models.fields.json import KT
 from django.utils import timezone
 from rich.live import Live
 
-from pgflow_django.flows.slugs import InvalidSlug, validate_flow_slug
+from pgflow_django.flows.slugs import InvalidSlug, validate_flow_slug, version_of
 from pgflow_django.flows.task_names import run_flow_name, run_task_path, task_flows
 from pgflow_django.management.cli import (
     USAGE_ERROR,
@@ -111,13 +112,14 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
         as_json = options["format"] == "json"
         key: uuid.UUID | None = options["run_id"]
         if options["watch"]:
-            if flows is not None and len(flows) > 1:
+            if flows is not None and len(flows) > 1 and "." in options["flow"]:
                 raise CommandError(
                     f"--watch follows one flow; task {options['flow']} has one per queue: --flow "
                     f"{' or --flow '.join(flows)}",
                     returncode=USAGE_ERROR,
                 )
-            self._watch(key, as_json, {**options, "flow": flows[0] if flows else None})
+            watched = flows[0] if flows and "." in options["flow"] else options["flow"]
+            self._watch(key, as_json, {**options, "flow": watched})
             return
         if options["interval"] is not None or options["iterations"] is not None:
             raise CommandError("--interval and --iterations only apply with --watch")
@@ -133,8 +135,9 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
         self._show(get_run(key, using=self.using), as_json, options)
 
     def _flows(self, name: str) -> list[str]:
-        """The slugs ``--flow`` names: a compiled flow's, or every flow of a Django task given by its
-        function path (``myapp.tasks.send_welcome``, as the list shows it)."""
+        """The slugs ``--flow`` names: every version of a compiled flow (one version by its stored slug,
+        ``orders___v2``), or every flow of a Django task
+        given by its function path (``myapp.tasks.send_welcome``, as the list shows it)."""
         with connections[self.using].cursor() as cursor:
             tasks = task_flows(cursor)
         if "." in name:
@@ -147,14 +150,19 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
                 f"--flow: no task {name!r} has runs (tasks: {listed}){hint}", returncode=USAGE_ERROR
             )
         try:
-            validate_flow_slug(name, "--flow")
+            validate_flow_slug(version_of(name), "--flow")
         except InvalidSlug as exc:
             raise CommandError(str(exc), returncode=USAGE_ERROR) from None
-        compiled = list(Flow.objects.using(self.using).values_list("flow_slug", flat=True))
-        if name not in compiled:
+        versions = list(
+            Flow.objects.using(self.using)
+            .filter(Q(version_of=name) | Q(flow_slug=name))
+            .values_list("flow_slug", flat=True)
+        )
+        if not versions:
+            compiled = list(Flow.objects.using(self.using).values_list("version_of", flat=True).distinct())
             message = flow_not_found(name, compiled, [flow.flow_slug for flow in tasks])
             raise CommandError(f"--flow: {message}", returncode=USAGE_ERROR)
-        return [name]
+        return versions
 
     def _watch(self, key: uuid.UUID | None, as_json: bool, options: Any) -> None:
         if key is not None:

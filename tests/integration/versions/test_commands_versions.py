@@ -104,6 +104,12 @@ class VersionCommandTests(TestCase):
         after = manage_in_process("pgflow_health", "--flow", "vers").stderr
         assert "earlier version" not in after, "a drained version needs no worker"
 
+    def test_runs_of_every_version_are_listed_by_the_flows_slug(self) -> None:
+        out, _ = call("pgflow_runs", "--flow", "vers", "--format", "json")
+        assert sorted(run["flow_slug"] for run in json.loads(out)) == ["vers", "vers___v2"]
+        out, _ = call("pgflow_runs", "--flow", "vers___v2", "--format", "json")
+        assert [run["flow_slug"] for run in json.loads(out)] == ["vers___v2"]
+
     def test_compile_prints_the_new_version(self) -> None:
         result = manage_in_process(
             "pgflow_compile",
