@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import transaction
 
 from pgflow_django import Flow, start_flow, start_flows
 from pgflow_django.flows.compiler import compile_flow
@@ -66,13 +67,16 @@ def test_the_documented_example(cleanup: None) -> None:
     assert headers(run) == {"mail": {"priority": 5}}, "the step's default, once the step starts"
 
 
-def test_recompiling_updates_a_changed_default_in_place(cleanup: None) -> None:
+def test_a_changed_default_is_a_new_version_or_under_refuse_updated_in_place(cleanup: None) -> None:
     first = Flow("doc_defaults", priority=3)
     first.step(slug="only")(lambda flow_input: flow_input)
     compile_flow(first)
     changed = Flow("doc_defaults", priority=-4)
     changed.step(slug="only", priority=8)(lambda flow_input: flow_input)
-    result = compile_flow(changed)
+    with transaction.atomic():
+        assert compile_flow(changed).flow_slug == "doc_defaults___v2"
+        transaction.set_rollback(True)
+    result = compile_flow(changed, on_change="refuse")
     assert result.status == "verified"
     assert "flow priority: 3 -> -4" in result.options_updated
     assert "step only priority: default -> 8" in result.options_updated

@@ -76,7 +76,13 @@ def test_changed_flow_is_refused_without_recompile(database_url: str, clean_exam
         cursor.execute("select pgflow.create_flow('example_chain')")
         cursor.execute("select pgflow.add_step('example_chain', 'something_else')")
     before = workers()
-    result = run_manage(database_url, "pgflow_worker", "--flow", "example_chain", env={"DJANGO_DEBUG": "0"})
+    result = run_manage(
+        database_url,
+        "pgflow_worker",
+        "--flow",
+        "example_chain",
+        env={"DJANGO_DEBUG": "0", "PGFLOW_ON_SHAPE_CHANGE": "refuse"},
+    )
     assert result.returncode != 0
     assert "differs from its compiled definition" in error_line(result)
     assert workers() == before
