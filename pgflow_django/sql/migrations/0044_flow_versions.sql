@@ -9,7 +9,8 @@
 --   pgflow.compile_flow_version (compiles a definition as a version).
 -- * Changed: pgflow.create_flow takes a version's stored slug (and a routed flow's longer slug);
 --   schedules (fire_due_schedules, trigger_schedule) and child flows (start_child_runs) start the
---   newest version of their flow; a pause of a flow's slug holds every version (subscription_pause).
+--   newest version of their flow, and so does a rerun (rerun); a pause of a flow's slug holds every
+--   version (subscription_pause).
 
 -- 0011_function_version_of.sql
 -- The slug a flow version belongs to. The first version of a flow is stored under the flow's own slug;
@@ -420,6 +421,32 @@ as $$
      and p.step_slug in ('', coalesce(subscription_pause.step_slug, ''))
    order by (p.reason = 'fatal') desc, p.step_slug desc
    limit 1
+$$;
+
+-- 0440_function_rerun.sql
+-- Starts a new run of a finished run's flow with the same input and priority, linked to it by rerun_of,
+-- on the flow's newest version (a retry, pgflow.retry_run, continues the run on its own version).
+create or replace function pgflow.rerun(run_id uuid)
+returns uuid
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_run pgflow.runs;
+  v_new uuid := pgflow.uuid_v7();
+begin
+  select * into v_run from pgflow.runs as r where r.run_id = rerun.run_id;
+  if not found then
+    raise exception 'run % does not exist', rerun.run_id using errcode = 'P0002';
+  end if;
+  if v_run.status = 'started' then
+    raise exception 'run % is still started: cancel it or wait for it to finish before re-running it', rerun.run_id
+      using errcode = '55000';
+  end if;
+  perform 1 from pgflow.start_flow(coalesce(pgflow.flow_version(pgflow.version_of(v_run.flow_slug)), v_run.flow_slug),
+                                   v_run.input, v_new, null, v_run.priority);
+  update pgflow.runs as r set rerun_of = rerun.run_id where r.run_id = v_new;
+  return v_new;
+end;
 $$;
 
 -- 0454_function_fire_due_schedules.sql

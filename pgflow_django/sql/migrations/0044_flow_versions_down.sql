@@ -201,6 +201,30 @@ as $$
    limit 1
 $$;
 
+-- 0440_function_rerun.sql
+-- Starts a new run of a finished run's flow with the same input and priority, linked to it by rerun_of.
+create or replace function pgflow.rerun(run_id uuid)
+returns uuid
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_run pgflow.runs;
+  v_new uuid := pgflow.uuid_v7();
+begin
+  select * into v_run from pgflow.runs as r where r.run_id = rerun.run_id;
+  if not found then
+    raise exception 'run % does not exist', rerun.run_id using errcode = 'P0002';
+  end if;
+  if v_run.status = 'started' then
+    raise exception 'run % is still started: cancel it or wait for it to finish before re-running it', rerun.run_id
+      using errcode = '55000';
+  end if;
+  perform 1 from pgflow.start_flow(v_run.flow_slug, v_run.input, v_new, null, v_run.priority);
+  update pgflow.runs as r set rerun_of = rerun.run_id where r.run_id = v_new;
+  return v_new;
+end;
+$$;
+
 -- 0454_function_fire_due_schedules.sql
 -- Fires every due tick of at most max_schedules schedules: starts each tick's run through
 -- pgflow.start_flows and records the tick in pgflow.schedule_ticks in this same transaction, so a

@@ -132,6 +132,15 @@ class VersionTests(TestCase):
             "the retried task is on its version's queue"
         )
 
+    def test_a_rerun_starts_the_newest_version(self) -> None:
+        v1 = release(1)
+        compile_flow(v1)
+        run_id = start_flow(v1, {"n": 1})
+        drain(flows=[v1])
+        compile_flow(release(2))
+        again = value("select pgflow.rerun(%s)", [run_id])
+        assert (stored(again), get_run(again).input) == ("vers___v2", {"n": 1})
+
     def test_a_flow_compiled_before_versions_is_claimed_by_its_code(self) -> None:
         v1 = release(1)
         compile_flow(v1)
