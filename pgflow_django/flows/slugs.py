@@ -22,7 +22,8 @@ TASK_STEP_SLUG: Final = "call"
 """The one step of the flow that runs a Django task (``pgflow_django.tasks``)."""
 TASK_SLUG_DIGEST_CHARS: Final = 8
 """Hex digits of the hash that ends a Django task's flow slug (unique per function and queue)."""
-TASK_FLOW_SLUG_REGEX: Final = rf"_[0-9a-f]{{{TASK_SLUG_DIGEST_CHARS}}}$"
+TASK_FLOW_SLUG_REGEX: Final = rf"_[0-9a-f]{{{TASK_SLUG_DIGEST_CHARS}}}(___v[0-9]+)?$"
+"""A task flow's stored slug: its hash suffix, then a version suffix for a later version."""
 
 _SLUG_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _BAD_CHAR_RE: Final = re.compile(r"[^A-Za-z0-9_]")
@@ -149,7 +150,7 @@ def task_flow_slug(module_path: str, queue_name: str) -> str:
 def is_task_flow_slug_of(flow_slug: str, module_path: str) -> bool:
     """True when ``flow_slug`` is the flow of the task ``module_path`` on some queue: its readable head
     and a hash suffix (the queue, which the hash hides, is not needed to tell)."""
-    head, _, digest = flow_slug.rpartition("_")
+    head, _, digest = version_of(flow_slug).rpartition("_")
     return head == _task_slug_head(module_path) and _TASK_DIGEST_RE.fullmatch(digest) is not None
 
 

@@ -28,7 +28,9 @@ ACTIVE_RUN_STEPS: Final = Query(
         select run_id, flow_slug, started_at, remaining_steps
         from pgflow.runs
         where status = 'started'
-          and (%(flow)s::text is null or flow_slug = %(flow)s or pgflow.version_of(flow_slug) = %(flow)s)
+          and (%(flow)s::text is null
+               or flow_slug in (select f.flow_slug from pgflow.flows as f  -- every version of the flow
+                                 where f.flow_slug = %(flow)s or f.version_of = %(flow)s))
         order by started_at desc, run_id
         limit %(limit)s
     )

@@ -20,6 +20,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, DataError, IntegrityError, ProgrammingError, connections, transaction
 
+from pgflow_django.conf import get_settings
 from pgflow_django.db.dbguard import raise_if_not_migrated, require_postgresql
 from pgflow_django.db.query import fetch_all, fetch_one, fetch_value
 from pgflow_django.flows import task_names
@@ -704,7 +705,10 @@ def _flow_slug(flow_or_slug: Flow | str) -> str:
 
 def _version_key(flow_or_slug: Flow | str) -> str | None:
     """Which version a start asks for: the one the code defines (a ``Flow``, or a slug this project
-    registers), else None for the newest compiled one."""
+    registers), else None for the newest compiled one. Under ``ON_SHAPE_CHANGE`` other than
+    ``"version"`` a slug has one definition, whatever options the code changed: the newest."""
+    if get_settings().on_shape_change != "version":
+        return None
     if isinstance(flow_or_slug, Flow):
         return flow_or_slug.version_key
     from pgflow_django.flows.registry import get_flows

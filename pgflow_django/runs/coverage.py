@@ -33,7 +33,7 @@ from psycopg import sql
 
 from pgflow_django.conf import LIVE_HEARTBEATS, live_worker_seconds
 from pgflow_django.db.query import fetch_all, fetch_value, read_rows
-from pgflow_django.flows.slugs import task_flow_slug, validate_flow_slug
+from pgflow_django.flows.slugs import task_flow_slug, validate_flow_slug, version_of
 from pgflow_django.runs import queries
 from pgflow_django.runs.operations import FlowNotFound, compiled_flows, not_found
 from pgflow_django.runs.queries import RouteCoverage, StepServiceRow
@@ -71,7 +71,7 @@ def coverage_sql(
         raise ValueError(f"live_seconds must be a number of seconds > 0, got {live_seconds!r}")
     connection = connections[using]
     if flow is not None:
-        validate_flow_slug(flow)
+        validate_flow_slug(version_of(flow))
         _check_flow_exists(flow, using)
     connection.ensure_connection()
     query = sql.SQL(COVERAGE_SQL).format(live_seconds=sql.Literal(seconds), flow=sql.Literal(flow))
@@ -97,7 +97,9 @@ def compiled_flow_count(using: str = "default") -> int:
 
 
 def _check_flow_exists(flow: str, using: str) -> None:
-    if flow not in compiled_flows(using):
+    """A flow's slug names every version of it (one may remain after version 1 was deleted)."""
+    compiled = compiled_flows(using)
+    if flow not in compiled and flow not in {version_of(name) for name in compiled}:
         raise FlowNotFound(not_found(flow, using))
 
 
@@ -145,7 +147,7 @@ def flow_service(
         with connections[using].cursor() as cursor:
             params = {"flows": wanted, "live_seconds": seconds}
             for row in fetch_all(cursor, queries.FLOW_SERVICE, params):
-                steps[row.flow_slug].append(row)
+                steps[row.flow_slug if row.flow_slug in steps else version_of(row.flow_slug)].append(row)
     return {slug: FlowService(slug, tuple(rows)) for slug, rows in steps.items()}
 
 

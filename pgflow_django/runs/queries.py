@@ -325,6 +325,15 @@ FLOW_VERSIONS: Final = Query(
 """Every version of a flow: its identity, its runs by status, first and last start, live workers."""
 
 
+LOCK_VERSION_RUNS: Final = value_query(
+    "lock_version_runs",
+    "select count(*) filter (where r.status = 'started') as value"
+    " from (select status from pgflow.runs where flow_slug = %s for update) as r",
+)
+"""Lock every run of one version and count the unfinished ones: a retry or cancel of one of them waits
+for the deletion that follows (and then finds the run gone), one that committed first is counted."""
+
+
 HOLD_FLOW_STARTS: Final = value_query(
     "hold_flow_starts",
     "select pg_advisory_xact_lock(hashtextextended('pgflow:start:' || %s, 0))::text as value",
@@ -464,13 +473,15 @@ FLOW_SERVICE: Final = Query(
              as live_workers
       from pgflow.steps as s
       join pgflow.flows as f on f.flow_slug = s.flow_slug
-     where s.flow_slug = any(%(flows)s) and s.step_kind = 'handler'
+     where s.flow_slug in (select coalesce(pgflow.flow_version(f.slug), f.slug)
+                             from unnest(%(flows)s::text[]) as f(slug))
+       and s.step_kind = 'handler'
      order by s.flow_slug, s.step_index
     """,
     StepServiceRow,
 )
-"""Each step of some flows with its live workers (on its persisted route), for the warnings that a
-schedule's or a run's flow has no live worker."""
+"""Each step of some flows (of each one's newest version, where new runs start) with its live workers
+(on its persisted route), for the warnings that a schedule's or a run's flow has no live worker."""
 
 
 RUN_UNSERVED_STEPS: Final = Query(

@@ -96,11 +96,13 @@ def find_version(versions: list[FlowVersion], wanted: str) -> FlowVersion:
 
 def delete_version(slug: str, wanted: str, *, using: str = "default") -> FlowSummary:
     """Delete one drained version of a flow with its runs and queues; ``VersionInUse`` for the newest
-    version or one with unfinished runs (checked again inside the deletion's transaction)."""
+    version or one with unfinished runs. Inside the deletion's transaction, its starts are held and its
+    runs locked before they are counted, so no run started or retried meanwhile is deleted."""
     with transaction.atomic(using=using):
         found = find_version(flow_versions(slug, using=using), wanted)
         with connections[using].cursor() as cursor:
             fetch_value(cursor, queries.HOLD_FLOW_STARTS, [found.flow_slug])
+            unfinished = int(fetch_value(cursor, queries.LOCK_VERSION_RUNS, [found.flow_slug]))
         chosen = find_version(flow_versions(slug, using=using), found.flow_slug)
         if chosen.newest:
             raise VersionInUse(
@@ -108,9 +110,9 @@ def delete_version(slug: str, wanted: str, *, using: str = "default") -> FlowSum
                 f"it goes with the flow, once the earlier versions are deleted (manage.py pgflow_delete_flow "
                 f"{chosen.version_of})"
             )
-        if chosen.unfinished:
+        if unfinished:
             raise VersionInUse(
-                f"{chosen.name} of flow {chosen.version_of!r} has {chosen.unfinished} unfinished run(s): "
+                f"{chosen.name} of flow {chosen.version_of!r} has {unfinished} unfinished run(s): "
                 "let a worker with its code finish them, or cancel them, then delete it"
             )
         return delete_flow(chosen.flow_slug, using=using)

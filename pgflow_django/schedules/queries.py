@@ -364,7 +364,7 @@ STORED_SCHEDULE_CHECKS: Final = Query(
     """
     select s.schedule_name as name, s.cron, s.timezone, s.origin, s.flow_slug,
            s.enabled and s.paused_reason is null as active,
-           exists (select 1 from pgflow.flows as f where f.flow_slug = s.flow_slug) as compiled,
+           pgflow.flow_version(s.flow_slug) is not null as compiled,
            case when jsonb_typeof(s.input) = 'object' then s.input ->> 'task' end as task_path,
            s.plan_error, s.plan_failed_at
       from pgflow.schedules as s order by s.schedule_name

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connections
 
 from pgflow_django.db import queries as db_queries
-from pgflow_django.db.query import Query, fetch_all
+from pgflow_django.db.query import Query, fetch_all, fetch_value
 from pgflow_django.testing import queries
 
 
@@ -51,12 +51,22 @@ def advance(seconds: float, *, flows: Sequence[Any] | None = None, using: str = 
     visible. Nothing sleeps; call ``drain()`` afterwards to run what is now due."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
         raise ValueError(f"advance: seconds must be a number >= 0, got {seconds!r}")
-    slugs = None if flows is None else [flow if isinstance(flow, str) else flow.slug for flow in flows]
+    slugs = (
+        None
+        if flows is None
+        else _every_version([flow if isinstance(flow, str) else flow.slug for flow in flows], using)
+    )
     visible = _shift(float(seconds), slugs, queue_tables(slugs, using=using), using)[1]
     with _cursor(using) as cursor:
         fetch_all(cursor, queries.SHIFT_WAITS, {"secs": float(seconds), "flows": slugs})
         wake_due_waits(cursor)
     return visible
+
+
+def _every_version(flow_slugs: list[str], using: str) -> list[str]:
+    """The stored slugs of every version of the flows named (a version's stored slug: itself)."""
+    with _cursor(using) as cursor:
+        return list(fetch_value(cursor, queries.EVERY_VERSION, {"slugs": flow_slugs}))
 
 
 def wake_due_waits(cursor: Any) -> int:

@@ -39,7 +39,7 @@ class override_handler(ContextDecorator):
 
     def __init__(self, flow: Flow | str, step: StepRef, handler: Callable[..., Any]) -> None:
         resolved, definition = _step(flow, step)
-        self.key = (resolved.slug, definition.slug)
+        self.key = (resolved.version_of, definition.slug)
         self.handler = handler
         handler_accepts_context(f"override of step {definition.slug!r} of flow {resolved.slug!r}", handler)
 
@@ -73,7 +73,7 @@ class FailNext:
         if isinstance(times, bool) or not isinstance(times, int) or times < 1:
             raise ValueError(f"fail_next: times must be a whole number >= 1, got {times!r}")
         resolved, definition = _step(flow, step)
-        self.key = (resolved.slug, definition.slug)
+        self.key = (resolved.version_of, definition.slug)
         self.remaining = times
         self.task_index = task_index
         self.error = error
@@ -145,8 +145,8 @@ def effective_flows(flows: list[Flow]) -> list[Flow]:
 
 def _effective(flow: Flow) -> Flow:
     with _lock:
-        replaced = {step: stack[-1] for (slug, step), stack in _handlers.items() if slug == flow.slug}
-        failing = {failure.key[1] for failure in _failures if failure.key[0] == flow.slug}
+        replaced = {step: stack[-1] for (slug, step), stack in _handlers.items() if slug == flow.version_of}
+        failing = {failure.key[1] for failure in _failures if failure.key[0] == flow.version_of}
     if not replaced and not failing:
         return flow
     steps = dict(flow.steps)
@@ -159,7 +159,7 @@ def _effective(flow: Flow) -> Flow:
             else definition.accepts_context
         )
         if slug in failing:
-            handler = _failing(flow.slug, slug, handler, takes_context)
+            handler = _failing(flow.version_of, slug, handler, takes_context)
             takes_context = True
         steps[slug] = dataclasses.replace(definition, handler=handler, accepts_context=takes_context)
     twin = copy.copy(flow)

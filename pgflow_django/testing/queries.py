@@ -43,6 +43,17 @@ FLOWS_WITH_STARTED_RUNS: Final = Query(
 """The flows (each version apart) with an unfinished run."""
 
 
+EVERY_VERSION: Final = value_query(
+    "every_version",
+    """
+    select coalesce(array_agg(f.flow_slug order by f.flow_slug), '{}') as value
+      from pgflow.flows as f
+     where f.flow_slug = any(%(slugs)s::text[]) or f.version_of = any(%(slugs)s::text[])
+    """,
+)
+"""The stored slugs of every version of some flows (``advance(flows=...)`` moves all their work)."""
+
+
 BOUND_VERSIONS: Final = value_query(
     "bound_versions",
     """

@@ -52,7 +52,7 @@ with stale as materialized (
 ), next_visible as (
   select (select extract(epoch from q.vt - clock_timestamp())::float8
             from pgmq.{table} as q
-           where q.msg_id <> all(ids.arr)
+           where q.msg_id <> all(ids.arr){versions_next}
            order by q.vt
            limit 1) as seconds
     from ids
@@ -123,9 +123,21 @@ select c.*, d.trace_context
 
 
 _OTHER_VERSIONS_LEFT: Final = """
-             and (message->>'flow_slug' is null
-                  or pgflow.version_of(message->>'flow_slug') <> all(%(families)s::text[])
-                  or message->>'flow_slug' = any(%(flows)s::text[]))"""
+             and ({alias}message->>'flow_slug' is null
+                  or pgflow.version_of({alias}message->>'flow_slug') <> all(%(families)s::text[])
+                  or {alias}message->>'flow_slug' = any(%(flows)s::text[]))"""
+"""The shared claim's filter: a message of another version of one of the worker's flows is neither read
+nor counted as due (``next_visible``), so a worker never spins on another version's backlog."""
+
+
+def _read(shared: bool) -> str:
+    """The claim's read, with the shared claim's filter of other versions' messages in both places."""
+    if not shared:
+        return _CLAIM_READ.replace("{versions}", "").replace("{versions_next}", "")
+    return _CLAIM_READ.replace("{versions}", _OTHER_VERSIONS_LEFT.replace("{alias}", "")).replace(
+        "{versions_next}",
+        _OTHER_VERSIONS_LEFT.replace("{alias}", "q.").replace("\n             ", "\n           "),
+    )
 
 
 def _claim(name: str, start_tasks: str, *, traced: bool, shared: bool = False) -> Query[ClaimRow]:
@@ -137,7 +149,7 @@ def _claim(name: str, start_tasks: str, *, traced: bool, shared: bool = False) -
     the cheaper to plan."""
     return Query(
         name,
-        f"{_CLAIM_READ.replace('{versions}', _OTHER_VERSIONS_LEFT if shared else '')}"
+        f"{_read(shared)}"
         f"{start_tasks} as t\n         on cardinality(ids.arr) > 0\n"
         f"  left join msgs as read on read.msg_id = t.message_id"
         f"{_CLAIM_TRACED if traced else _CLAIM_UNTRACED}",

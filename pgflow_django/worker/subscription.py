@@ -68,14 +68,18 @@ class Subscription:
         return self.flows[0]
 
     def pause_among(self, pauses: Sequence[Pause]) -> Pause | None:
-        """The first of ``pauses`` that holds a (flow, step) this queue runs (a pause of a flow's slug
-        holds every version of it, as ``pgflow.subscription_pause`` says)."""
+        """The first of ``pauses`` that holds a (flow, step) this queue runs (an operator's pause of a
+        flow's slug holds every version of it, as ``pgflow.subscription_pause`` says)."""
         return next(
             (
                 pause
                 for pause in pauses
                 if any(
-                    pause.flow_slug in (flow, version_of(flow)) and pause.step_slug in ("", step)
+                    (
+                        pause.flow_slug == flow
+                        or (pause.flow_slug == version_of(flow) and pause.reason == "operator")
+                    )
+                    and pause.step_slug in ("", step)
                     for flow, step in self.support
                 )
             ),

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from pgflow_django.db.query import fetch_all
-from pgflow_django.flows.slugs import task_flow_slug
+from pgflow_django.flows.slugs import task_flow_slug, version_of
 from pgflow_django.worker import queries
 
 logger = logging.getLogger("pgflow_django.worker")
@@ -65,4 +65,4 @@ def _is_task_flow(flow_slug: str, task_path: str | None, queue: str) -> bool:
     hash of both, so a flow input that merely has a "task" key does not qualify)."""
     if not task_path:
         return False
-    return task_flow_slug(task_path, queue) == flow_slug
+    return task_flow_slug(task_path, queue) == version_of(flow_slug)

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from pgflow_django.flows.slugs import version_of
 from pgflow_django.management.cli import PgflowCommand
 from pgflow_django.runs.operations import FlowSummary, delete_flow, describe_flow
 from pgflow_django.runs.versions import delete_version, find_version, flow_versions
@@ -47,6 +48,8 @@ exit codes: 0 deleted; 1 not confirmed, no such flow, or another error; 2 bad ar
 
     def run(self, *args: Any, **options: Any) -> None:
         slug: str = options["flow"]
+        if options["version"] is None and slug != version_of(slug):
+            options = {**options, "version": slug}  # a version's stored slug: that version, if drained
         if options["version"] is not None:
             self._delete_version(slug, options)
             return

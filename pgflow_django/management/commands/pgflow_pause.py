@@ -28,7 +28,12 @@ exit codes: 0 done; 1 error (e.g. unknown flow); 2 bad arguments
 """
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("flow", nargs="?", help="flow slug to pause (omit to list pauses)")
+        parser.add_argument(
+            "flow",
+            nargs="?",
+            help="flow slug to pause, every version of it (a version's stored slug: that version); omit to "
+            "list pauses",
+        )
         parser.add_argument("--step", default="", help="pause only this step's workers (a step-queued flow)")
         parser.add_argument("--detail", help="a note stored with the pause (why, who, until when)")
         add_format_argument(parser)

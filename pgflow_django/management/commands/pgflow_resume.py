@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from pgflow_django.flows.slugs import InvalidSlug, validate_flow_slug, validate_slug
+from pgflow_django.flows.slugs import InvalidSlug, validate_flow_slug, validate_slug, version_of
 from pgflow_django.management.cli import PgflowCommand, add_format_argument
 from pgflow_django.runs.operations import resume
 
@@ -33,7 +33,7 @@ exit codes: 0 cleared, or nothing was paused; 1 error; 2 bad arguments
 
     def run(self, *args: Any, **options: Any) -> None:
         try:
-            validate_flow_slug(options["flow"], "flow")
+            validate_flow_slug(version_of(options["flow"]), "flow")  # a version's stored slug too
             if options["step"]:
                 validate_slug(options["step"], "--step")
         except InvalidSlug as exc:

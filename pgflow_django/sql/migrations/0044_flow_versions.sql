@@ -9,8 +9,9 @@
 --   pgflow.compile_flow_version (compiles a definition as a version).
 -- * Changed: pgflow.create_flow takes a version's stored slug (and a routed flow's longer slug);
 --   schedules (fire_due_schedules, trigger_schedule) and child flows (start_child_runs) start the
---   newest version of their flow, and so does a rerun (rerun); a pause of a flow's slug holds every
---   version (subscription_pause).
+--   newest version of their flow, and so does a rerun (rerun); an operator's pause of a flow's slug
+--   holds every version (subscription_pause), may be set while any version exists (pause_subscription)
+--   and stays while one remains (delete_flow_and_data).
 
 -- 0011_function_version_of.sql
 -- The slug a flow version belongs to. The first version of a flow is stored under the flow's own slug;
@@ -240,7 +241,7 @@ begin
       from pending as p
   ), checked as (
     select i.*, pgflow.uuid_v7() as child_run_id,
-           case when not exists (select 1 from pgflow.flows as f where f.flow_slug = i.subflow_slug)
+           case when pgflow.flow_version(i.subflow_slug) is null
                   then format('child flow %s is not compiled: compile it (manage.py pgflow_compile %s)',
                               i.subflow_slug, i.subflow_slug)
                 when jsonb_typeof(coalesce(i.child_input, 'null'::jsonb)) <> 'array'
@@ -297,6 +298,111 @@ begin
      where w.child_run_id = any(v_finished) and w.due_at is null;
   end if;
   return v_count;
+end;
+$$;
+
+-- 0370_function_delete_flow_and_data.sql
+-- Deletes one concrete flow: runs, states, tasks, steps and dependencies, then drops the queues
+-- generated for it (a plain flow's default queue, a step-queued flow's private step queues, with
+-- their archives), then the flow row last. Every queue of the persisted route (pgflow.flow_queues)
+-- is validated first (exactly one pgmq.meta spelling, its objects present, referenced by no other flow): a
+-- missing, ambiguous, malformed or shared queue fails the whole call and drops nothing. Runtime rows
+-- and tasks are locked before the queues' messages (run, task, message: the order every writer
+-- uses). Messages are not archived one by one: dropping a queue drops its table and archive
+-- together. Serialised with compilation by the per-flow advisory lock, and with starts by the
+-- flow's start lock (taken exclusively: runs being started commit first, later starts find the flow
+-- gone). Shared queues (pgflow.shared_queues) are never dropped: only this flow's live messages on
+-- them are deleted, found through its task snapshots. The workers' support rows for the flow go too;
+-- its pauses too, except a pause of the flow's slug while another version of the flow remains.
+create or replace function pgflow.delete_flow_and_data(flow_slug text)
+returns void
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_queues text[];
+  v_queue text;
+  v_spellings text[] := '{}';
+  v_problem text;
+  v_other text;
+  v_shared_queues text[];
+  v_shared_msgs bigint[];
+begin
+  perform pg_advisory_xact_lock_shared(hashtextextended('pgflow:migrate', 0));
+  perform pg_advisory_xact_lock(hashtextextended('pgflow:compile:' || flow_slug, 0));
+  perform pg_advisory_xact_lock(hashtextextended('pgflow:start:' || flow_slug, 0));
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug) then
+    raise exception 'flow % does not exist', quote_literal(coalesce(flow_slug, 'NULL')) using errcode = '22023';
+  end if;
+  perform 1 from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug order by r.run_id for update;
+
+  select coalesce(array_agg(distinct q order by q), '{}') into v_queues
+    from pgflow.flow_queues(delete_flow_and_data.flow_slug) as q;
+
+  foreach v_queue in array v_queues loop
+    select s.flow_slug into v_other from pgflow.steps as s
+     where s.queue_name = v_queue and s.flow_slug <> delete_flow_and_data.flow_slug limit 1;
+    if v_other is not null then
+      raise exception 'cannot delete flow %: its queue % is also used by flow %; nothing was deleted',
+        quote_literal(flow_slug), quote_literal(v_queue), quote_literal(v_other) using errcode = '55000';
+    end if;
+    if not exists (select 1 from pgmq.meta as m where lower(m.queue_name) = v_queue)
+       and not exists (select 1 from pgflow.steps as s
+                        where s.flow_slug = delete_flow_and_data.flow_slug and s.queue_name = v_queue) then
+      continue;
+    end if;
+    begin
+      v_spellings := v_spellings || pgflow.resolve_queue_spelling(v_queue);
+    exception when others then
+      raise exception 'cannot delete flow %: %; nothing was deleted', quote_literal(flow_slug), sqlerrm
+        using errcode = '55000';
+    end;
+    v_problem := pgflow.queue_objects_problem(v_queue);
+    if v_problem is not null then
+      raise exception 'cannot delete flow %: queue % is malformed (%); repair or drop it by hand, nothing was deleted',
+        quote_literal(flow_slug), quote_literal(v_queue), v_problem using errcode = '55000';
+    end if;
+  end loop;
+
+  with gone as (
+    delete from pgflow.step_tasks as t
+     where t.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug)
+    returning t.queue_name, t.message_id, t.status
+  )
+  select coalesce(array_agg(g.queue_name), '{}'), coalesce(array_agg(g.message_id), '{}')
+    into v_shared_queues, v_shared_msgs
+    from gone as g
+    join pgflow.shared_queues as sq on sq.queue_name = g.queue_name
+   where g.message_id is not null and g.status in ('queued', 'started');
+
+  -- on shared queues, only this flow's own messages go (found through its task snapshots); the
+  -- queues, their archives and every other message stay
+  perform pgmq.delete(m.queue_name, array_agg(m.msg_id order by m.msg_id))
+     from unnest(v_shared_queues, v_shared_msgs) as m(queue_name, msg_id)
+    where to_regclass(format('pgmq.%I', pgmq.format_table_name(m.queue_name, 'q'))) is not null
+    group by m.queue_name;
+
+  delete from pgflow.step_waits as w where w.flow_slug = delete_flow_and_data.flow_slug;
+  -- parents of this flow's runs: their subflow tasks fail at the next wait pass (the child is gone)
+  update pgflow.step_waits as w set due_at = clock_timestamp()
+   where w.child_run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
+  delete from pgflow.step_states as ss
+   where ss.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug);
+  delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.deps as d where d.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.worker_pauses as p
+   where p.flow_slug = delete_flow_and_data.flow_slug
+     and not exists (select 1 from pgflow.flows as f  -- a pause of the flow's slug holds its other versions
+                      where f.version_of = pgflow.version_of(delete_flow_and_data.flow_slug)
+                        and f.flow_slug <> delete_flow_and_data.flow_slug);
+  delete from pgflow.worker_support as ws where ws.flow_slug = delete_flow_and_data.flow_slug;
+
+  foreach v_queue in array v_spellings loop
+    perform pgmq.drop_queue(v_queue);
+  end loop;
+
+  delete from pgflow.flows as f where f.flow_slug = delete_flow_and_data.flow_slug;
+  perform pgflow.write_queue_access(wait => false);
 end;
 $$;
 
@@ -397,9 +503,11 @@ begin
     end if;
   end if;
 
-  if v_answer->>'status' <> 'mismatch' then
+  if v_answer->>'status' <> 'mismatch' then  -- under refuse or replace, the compiled code's identity
     update pgflow.flows as f set version = compile_flow_version.version
-     where f.flow_slug = v_target and f.version is null and compile_flow_version.version is not null;
+     where f.flow_slug = v_target and compile_flow_version.version is not null
+       and f.version is distinct from compile_flow_version.version
+       and (f.version is null or on_change <> 'version');
   end if;
   return v_answer || (select jsonb_build_object('flow_slug', f.flow_slug, 'version_number', f.version_number,
                                                 'version', f.version)
@@ -407,17 +515,60 @@ begin
 end;
 $$;
 
+-- 0400_function_pause_subscription.sql
+-- Pauses a worker subscription (a flow, or a flow and step): its workers stop polling at their next
+-- heartbeat and new ones refuse to start until pgflow.resume_subscription. An operator pause never
+-- replaces a fatal one (the fatal detail is what an operator must read before resuming). A flow's
+-- slug may be paused while any version of it exists (the pause holds every version; a version's
+-- stored slug pauses that version).
+create or replace function pgflow.pause_subscription(
+  flow_slug text, step_slug text default '', reason text default 'operator', detail text default null
+)
+returns pgflow.worker_pauses
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_pause pgflow.worker_pauses;
+begin
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = pause_subscription.flow_slug)
+     and (pause_subscription.flow_slug <> pgflow.version_of(pause_subscription.flow_slug)
+          or not exists (select 1 from pgflow.flows as f where f.version_of = pause_subscription.flow_slug)) then
+    raise exception 'flow % does not exist', quote_literal(coalesce(flow_slug, 'NULL')) using errcode = '22023';
+  end if;
+  if coalesce(step_slug, '') <> '' and not exists (
+       select 1 from pgflow.steps as s
+        where s.flow_slug in (pause_subscription.flow_slug, pgflow.flow_version(pause_subscription.flow_slug))
+          and s.step_slug = pause_subscription.step_slug) then
+    raise exception 'flow % has no step %', quote_literal(flow_slug), quote_literal(step_slug) using errcode = '22023';
+  end if;
+  insert into pgflow.worker_pauses as p (flow_slug, step_slug, queue_name, reason, detail)
+  values (flow_slug, coalesce(step_slug, ''),
+          coalesce((select s.queue_name from pgflow.steps as s
+                     where s.flow_slug = pause_subscription.flow_slug
+                       and s.step_slug = pause_subscription.step_slug), lower(flow_slug)),
+          reason, detail)
+  on conflict on constraint worker_pauses_pkey do update
+    set reason = excluded.reason, detail = excluded.detail, paused_at = clock_timestamp()
+    where p.reason <> 'fatal' or excluded.reason = 'fatal';
+  select * into v_pause from pgflow.worker_pauses as p
+   where p.flow_slug = pause_subscription.flow_slug and p.step_slug = coalesce(pause_subscription.step_slug, '');
+  return v_pause;
+end;
+$$;
+
 -- 0420_function_subscription_pause.sql
 -- The pause of a worker subscription, or NULL when it may run. A plain worker's subscription is
--- (flow_slug, ''); a pause of the whole flow also holds its step subscriptions, and a pause of a
--- flow's slug holds every version of it (a version's stored slug pauses that version only).
+-- (flow_slug, ''); a pause of the whole flow also holds its step subscriptions, and an operator's pause
+-- of a flow's slug holds every version of it (a version's stored slug pauses that version only; a fatal
+-- pause, set by a claim, holds the version whose queue it was set on).
 create or replace function pgflow.subscription_pause(flow_slug text, step_slug text default '')
 returns pgflow.worker_pauses
 language sql set search_path = pg_catalog, pgflow, pgmq
 stable
 as $$
   select p.* from pgflow.worker_pauses as p
-   where p.flow_slug in (subscription_pause.flow_slug, pgflow.version_of(subscription_pause.flow_slug))
+   where (p.flow_slug = subscription_pause.flow_slug
+          or p.flow_slug = pgflow.version_of(subscription_pause.flow_slug) and p.reason = 'operator')
      and p.step_slug in ('', coalesce(subscription_pause.step_slug, ''))
    order by (p.reason = 'fatal') desc, p.step_slug desc
    limit 1

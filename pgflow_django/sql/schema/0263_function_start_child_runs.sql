@@ -44,7 +44,7 @@ begin
       from pending as p
   ), checked as (
     select i.*, pgflow.uuid_v7() as child_run_id,
-           case when not exists (select 1 from pgflow.flows as f where f.flow_slug = i.subflow_slug)
+           case when pgflow.flow_version(i.subflow_slug) is null
                   then format('child flow %s is not compiled: compile it (manage.py pgflow_compile %s)',
                               i.subflow_slug, i.subflow_slug)
                 when jsonb_typeof(coalesce(i.child_input, 'null'::jsonb)) <> 'array'

@@ -8,7 +8,8 @@
 -- together. Serialised with compilation by the per-flow advisory lock, and with starts by the
 -- flow's start lock (taken exclusively: runs being started commit first, later starts find the flow
 -- gone). Shared queues (pgflow.shared_queues) are never dropped: only this flow's live messages on
--- them are deleted, found through its task snapshots. The workers' support rows for the flow go too.
+-- them are deleted, found through its task snapshots. The workers' support rows for the flow go too;
+-- its pauses too, except a pause of the flow's slug while another version of the flow remains.
 create or replace function pgflow.delete_flow_and_data(flow_slug text)
 returns void
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
@@ -85,7 +86,11 @@ begin
   delete from pgflow.runs as r where r.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.deps as d where d.flow_slug = delete_flow_and_data.flow_slug;
   delete from pgflow.steps as s where s.flow_slug = delete_flow_and_data.flow_slug;
-  delete from pgflow.worker_pauses as p where p.flow_slug = delete_flow_and_data.flow_slug;
+  delete from pgflow.worker_pauses as p
+   where p.flow_slug = delete_flow_and_data.flow_slug
+     and not exists (select 1 from pgflow.flows as f  -- a pause of the flow's slug holds its other versions
+                      where f.version_of = pgflow.version_of(delete_flow_and_data.flow_slug)
+                        and f.flow_slug <> delete_flow_and_data.flow_slug);
   delete from pgflow.worker_support as ws where ws.flow_slug = delete_flow_and_data.flow_slug;
 
   foreach v_queue in array v_spellings loop

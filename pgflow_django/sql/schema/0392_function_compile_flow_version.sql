@@ -81,9 +81,11 @@ begin
     end if;
   end if;
 
-  if v_answer->>'status' <> 'mismatch' then
+  if v_answer->>'status' <> 'mismatch' then  -- under refuse or replace, the compiled code's identity
     update pgflow.flows as f set version = compile_flow_version.version
-     where f.flow_slug = v_target and f.version is null and compile_flow_version.version is not null;
+     where f.flow_slug = v_target and compile_flow_version.version is not null
+       and f.version is distinct from compile_flow_version.version
+       and (f.version is null or on_change <> 'version');
   end if;
   return v_answer || (select jsonb_build_object('flow_slug', f.flow_slug, 'version_number', f.version_number,
                                                 'version', f.version)

@@ -4,6 +4,7 @@ retries and recovery; a start names the version its code defines, or the newest 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from django.test import TestCase
 
 from pgflow_django import Concurrency, Flow, compile_flow, get_run, route_flow, start_flow, with_step_queues
 from pgflow_django.flows.compiler import FlowMismatch
+from pgflow_django.flows.slugs import TASK_FLOW_SLUG_REGEX
 from pgflow_django.runs.client import retry_run
 from pgflow_django.runs.operations import FlowNotFound
 from pgflow_django.runs.versions import VersionInUse, delete_version, flow_versions
@@ -242,3 +244,74 @@ class TaskFlowVersionTests(TestCase):
         assert add.get_result(result.id).args == [1]
         drain(flows=[changed_routed])
         assert add.get_result(str(later)).return_value == 5
+
+
+class ReviewedEdgeTests(TestCase):
+    """What addresses a flow by its slug keeps working once version 1 is deleted, under every policy,
+    and from the testing toolkit."""
+
+    def test_under_refuse_a_changed_option_still_starts(self) -> None:
+        from django.test import override_settings
+
+        with override_settings(PGFLOW={"ON_SHAPE_CHANGE": "refuse"}):
+            compile_flow(release(1))
+            changed = release(1, timeout=90)
+            assert compile_flow(changed).status == "verified"
+            assert stored(start_flow(changed, {})) == "vers"
+            assert stored(start_flow(release(1), {})) == "vers", "the old code starts the one definition too"
+
+    def test_the_flows_slug_keeps_working_after_version_1_is_deleted(self) -> None:
+        from pgflow_django.runs import operations
+        from pgflow_django.runs.coverage import coverage
+
+        v1, v2 = release(1), release(2)
+        compile_flow(v1)
+        compile_flow(v2)
+        operations.pause("vers", detail="deploy freeze")
+        delete_version("vers", "1")
+        assert [p.flow_slug for p in operations.pauses()] == ["vers"], "the flow's pause still holds v2"
+        assert value("select (pgflow.subscription_pause('vers___v2', 'first')).reason") == "operator"
+        assert operations.resume("vers") is not None
+        assert operations.pause("vers").flow_slug == "vers", "a flow whose version 1 is gone can be paused"
+        assert {row.flow_slug for row in coverage(flow="vers")} == {"vers___v2"}
+        parent = Flow("vers_parent")
+        parent.subflow("child", flow="vers")
+        compile_flow(parent)
+        run_id = start_flow(parent, {})
+        child = get_run(run_id).child_run_ids
+        assert len(child) == 1 and stored(child[0]) == "vers___v2", "a child flow starts its newest version"
+
+    def test_a_fatal_pause_holds_its_version_only(self) -> None:
+        compile_flow(release(1))
+        compile_flow(release(2))
+        value(
+            "insert into pgflow.worker_pauses (flow_slug, step_slug, queue_name, reason)"
+            " values ('vers', '', 'vers', 'fatal') returning 1"
+        )
+        assert value("select (pgflow.subscription_pause('vers', 'first')).reason") == "fatal"
+        assert value("select (pgflow.subscription_pause('vers___v2', 'first')).reason") is None
+
+    def test_the_testing_toolkit_reaches_a_later_version(self) -> None:
+        from pgflow_django.testing import advance, override_handler
+
+        v1, v2 = release(1), release(2, base_delay=60)
+        compile_flow(v1)
+        compile_flow(v2)
+        with override_handler(v2, "audit", lambda deps: {"audited": "by the test"}):
+            run_id = start_flow(v2, {})
+            drain(flows=[v2])
+        assert get_run(run_id).outputs["audit"] == {"audited": "by the test"}
+        delayed = start_flow(v2, {}, delay=3600)
+        assert drain(flows=[v2], skip_delays=False).tasks == 0
+        assert advance(3600, flows=[v2]) == 1, "advance moves a later version's delayed work"
+        drain(flows=[v2], skip_delays=False)
+        assert get_run(delayed).status == "completed"
+
+    def test_task_flow_versions_are_task_flows(self) -> None:
+        from pgflow_django.flows.slugs import is_task_flow_slug_of, task_flow_slug
+
+        slug = task_flow_slug("myapp.tasks.send", "mail")
+        assert is_task_flow_slug_of(f"{slug}___v2", "myapp.tasks.send")
+        assert re.search(TASK_FLOW_SLUG_REGEX, f"{slug}___v2") and not re.search(
+            TASK_FLOW_SLUG_REGEX, "vers___v2"
+        )

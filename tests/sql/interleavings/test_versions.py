@@ -8,7 +8,9 @@ held open while the other runs, and each run lands on exactly one version, or is
 - a start of a version while that version is deleted waits for the deletion, then is refused: no run
   of a deleted version, nothing left behind;
 - an old-code worker and a new-code worker claiming one shared queue: each reads only its version's
-  messages, and the other's stay unread for their worker.
+  messages, and the other's stay unread for their worker (nor do they make it poll again at once);
+- a retry of a failed run of a version being deleted: the deletion's count of unfinished runs locks
+  them, so it waits for the retry and refuses, or the retry waits and then finds the run gone.
 """
 
 from __future__ import annotations
@@ -153,6 +155,9 @@ def test_old_and_new_workers_on_one_shared_queue_read_only_their_version() -> No
         assert {task.run_id for task in old_claim.tasks} == set(old_runs)
         assert {task.run_id for task in new_claim.tasks} == set(new_runs)
         assert old_claim.unclaimed == {} and new_claim.unclaimed == {}
+        assert old_claim.next_visible is None, (
+            "the other version's visible messages do not make it poll again"
+        )
         reads = observer.execute(f"select max(read_ct), count(*) from pgmq.{table}").fetchone()
         assert reads == (1, 8), "every message read once, by the worker of its version"
         observer.execute(
@@ -162,3 +167,20 @@ def test_old_and_new_workers_on_one_shared_queue_read_only_their_version() -> No
         )
         with observer.cursor() as cursor:
             drop_shared_queues(cursor, [SHARED])
+
+
+def test_a_deletion_counts_a_retry_that_commits_first() -> None:
+    from pgflow_django.runs import queries as run_queries
+
+    with sessions(FLOW) as (retrier, deleter, observer):
+        _compile(observer, release(1))
+        run_id = _start(observer, release(1))
+        observer.execute("select pgflow.cancel_run(%s)", [run_id])
+        _compile(observer, release(2))
+        count = run_queries.LOCK_VERSION_RUNS.text
+        with retrier.transaction():
+            retrier.execute("select pgflow.retry_run(%s)", [run_id])
+            job = Background(lambda: deleter.execute(count, [FLOW]).fetchone())
+            assert wait_for_lock_wait(observer, backend_pid(deleter), job) in {"transactionid", "tuple"}
+        assert job.result() == (1,), "the retried run is unfinished: the version is not deleted"
+        check_invariants(observer)
