@@ -172,5 +172,5 @@ def test_the_shared_claim_differs_from_the_plain_one_only_in_its_start_function_
         assert "pgflow.start_tasks(" in plain and "pgflow.start_shared_tasks(" not in plain
         assert "pgflow.start_shared_tasks(" in shared and "pgflow.start_tasks(" not in shared
         assert "%(families)s" in shared and "%(families)s" not in plain
-        without_filter = shared.replace(worker_queries._OTHER_VERSIONS_LEFT, "")
+        without_filter = shared.replace(worker_queries._read(True), worker_queries._read(False))
         assert plain.split("left join lateral")[0] == without_filter.split("left join lateral")[0]
