@@ -49,7 +49,7 @@ from pgflow_django.runs.client import (
     run_priority,
 )
 from pgflow_django.runs.recorded_errors import read_error
-from pgflow_django.runs.versions import flow_versions
+from pgflow_django.runs.versions import flow_versions, version_label
 
 _MAX_MESSAGE_ID = 2**63 - 1
 """PGMQ message ids are bigint: a longer number matches no task."""
@@ -243,9 +243,7 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
 
     @admin.display(description="version", ordering="version_number")
     def version_shown(self, obj: Flow) -> str:
-        """``v2``, or ``v2 (2026-12)`` for a version the code names (docs/upgrading.md)."""
-        named = obj.version is not None and not obj.version.startswith("shape:")
-        return f"v{obj.version_number} ({obj.version})" if named else f"v{obj.version_number}"
+        return version_label(obj.version_number, obj.version)
 
     @admin.display(description="versions")
     def versions_table(self, obj: Flow) -> SafeString:
@@ -258,7 +256,7 @@ class FlowAdmin(ReadOnlyAdminMixin, _FlowAdmin):
                     found.name,
                 ),
                 found.flow_slug,
-                "newest" if found.newest else ("drained" if found.drained else "serving"),
+                found.state,
                 found.unfinished,
                 found.completed,
                 found.failed,

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
 
+from django.utils import timezone
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -244,3 +246,8 @@ def _longest_line(text: Text) -> int:
 
 def _longest_word(text: Text) -> int:
     return max((cell_len(word) for word in text.plain.split()), default=0)
+
+
+def local_time(moment: datetime | None) -> str:
+    """A time as the command tables show it: the current time zone, to the second ("-" for none)."""
+    return "-" if moment is None else timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")

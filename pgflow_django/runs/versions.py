@@ -19,7 +19,13 @@ from pgflow_django.flows.slugs import validate_flow_slug, version_of
 from pgflow_django.runs import queries
 from pgflow_django.runs.operations import FlowNotFound, FlowSummary, delete_flow, not_found
 
-__all__ = ["FlowVersion", "VersionInUse", "delete_version", "find_version", "flow_versions"]
+__all__ = ["FlowVersion", "VersionInUse", "delete_version", "find_version", "flow_versions", "version_label"]
+
+
+def version_label(number: int, version: str | None) -> str:
+    """``v2``, or ``v2 (2026-12)`` for a version the code names (a ``shape:`` digest is not shown)."""
+    named = version is not None and not version.startswith("shape:")
+    return f"v{number} ({version})" if named else f"v{number}"
 
 
 class VersionInUse(Exception):
@@ -47,14 +53,19 @@ class FlowVersion:
 
     @property
     def name(self) -> str:
-        """``v2``, or ``v2 (2026-12)`` for a named version."""
-        named = self.version is not None and not self.version.startswith("shape:")
-        return f"v{self.number} ({self.version})" if named else f"v{self.number}"
+        return version_label(self.number, self.version)
 
     @property
     def drained(self) -> bool:
         """Not the newest version, and no unfinished run: nothing needs its workers any more."""
         return not self.newest and self.unfinished == 0
+
+    @property
+    def state(self) -> str:
+        """``newest`` (new runs start there), ``serving`` (earlier, with unfinished runs) or ``drained``."""
+        if self.newest:
+            return "newest"
+        return "drained" if self.drained else "serving"
 
 
 def flow_versions(slug: str, *, using: str = "default") -> list[FlowVersion]:

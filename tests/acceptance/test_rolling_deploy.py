@@ -50,19 +50,13 @@ def clean(database_url: str) -> Iterator[str]:
 
 
 def _worker(
-    number: int, slug: str, routed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    url: str, number: int, slug: str, routed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> WorkerProcess:
     monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.versions_settings")
     monkeypatch.setenv("PGFLOW_TEST_RELEASE", str(number))
     monkeypatch.setenv("PGFLOW_TEST_STEP_SECONDS", "0.05")
     args = ["--queue", SHARED_QUEUE, *FAST] if routed else list(FAST)
-    return WorkerProcess(connection_url(), slug, args, tmp_path / f"release{number}.log").wait_ready(90)
-
-
-def connection_url() -> str:
-    from tests.workers import url_from_settings
-
-    return url_from_settings(connection.settings_dict)
+    return WorkerProcess(url, slug, args, tmp_path / f"release{number}.log").wait_ready(90)
 
 
 def _code(number: int, slug: str, routed: bool) -> Flow:
@@ -85,7 +79,7 @@ def test_a_rolling_deploy_finishes_every_run_on_its_version(
     v1_code, v2_code = _code(1, slug, routed), _code(2, slug, routed)
     assert compile_flow(v1_code).flow_slug == slug
     v1_runs = start_flows(v1_code, [{"i": i} for i in range(IN_FLIGHT)])
-    old = _worker(1, slug, routed, tmp_path, monkeypatch)
+    old = _worker(clean, 1, slug, routed, tmp_path, monkeypatch)
     new: WorkerProcess | None = None
     try:
         wait_until(
@@ -102,7 +96,7 @@ def test_a_rolling_deploy_finishes_every_run_on_its_version(
         assert release_step.returncode == 0, release_step.stderr
         assert release_step.stdout.split() == ["new", "version", v2_slug]
         v2_runs = start_flows(v2_code, [{"i": i} for i in range(IN_FLIGHT)])
-        new = _worker(2, slug, routed, tmp_path, monkeypatch)
+        new = _worker(clean, 2, slug, routed, tmp_path, monkeypatch)
         v1_runs += start_flows(v1_code, [{"late": i} for i in range(LATER)])  # old web processes still start
         v2_runs += start_flows(slug, [{"by_name": i} for i in range(LATER)])  # by name: the newest version
 

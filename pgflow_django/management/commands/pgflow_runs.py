@@ -6,14 +6,12 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
-from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 from django.db import connections
 from django.db.models import Q
 from django.db.models.fields.json import KT
-from django.utils import timezone
 from rich.live import Live
 
 from pgflow_django.flows.slugs import InvalidSlug, validate_flow_slug, version_of
@@ -27,7 +25,7 @@ from pgflow_django.management.cli import (
     printable,
     run_id,
 )
-from pgflow_django.management.layout import Column, FitTable
+from pgflow_django.management.layout import Column, FitTable, local_time
 from pgflow_django.management.progress import (
     NOTE_WIDTH,
     error_summary,
@@ -253,7 +251,7 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
                 printable(run_flow_name(row["flow_id"], row["task_path"])),
                 status_text(row["status"]),
                 run_priority(row["priority"]),
-                _when(row["started_at"]),
+                local_time(row["started_at"]),
                 format_seconds((finished - row["started_at"]).total_seconds()) if finished else "",
                 str(row["remaining_steps"]),
                 error_summary(row["error_message"]),
@@ -357,7 +355,3 @@ def _tasks_table(tasks: Sequence[Mapping[str, Any]]) -> FitTable:
             error_summary(task["error_message"]),
         )
     return table
-
-
-def _when(moment: datetime) -> str:
-    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")

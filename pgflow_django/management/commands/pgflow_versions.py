@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from pgflow_django.management.cli import PgflowCommand, add_format_argument, printable
-from pgflow_django.management.layout import Column, FitTable
+from pgflow_django.management.layout import Column, FitTable, local_time
 from pgflow_django.runs.versions import FlowVersion, flow_versions
 
 
@@ -52,25 +52,15 @@ exit codes: 0 shown; 1 no such flow, or another error; 2 bad arguments
             table.add_row(
                 printable(version.name),
                 printable(version.flow_slug),
-                _state(version),
+                version.state,
                 str(version.unfinished),
                 str(version.completed),
                 str(version.failed),
                 str(version.live_workers),
-                _when(version.first_started_at),
-                _when(version.last_started_at),
+                local_time(version.first_started_at),
+                local_time(version.last_started_at),
             )
         self.console().print(table)
-
-
-def _state(version: FlowVersion) -> str:
-    if version.newest:
-        return "newest"
-    return "drained" if version.drained else "serving"
-
-
-def _when(moment: Any) -> str:
-    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _as_json(version: FlowVersion) -> dict[str, Any]:
@@ -79,7 +69,7 @@ def _as_json(version: FlowVersion) -> dict[str, Any]:
         "version_of": version.version_of,
         "version_number": version.number,
         "version": version.version,
-        "state": _state(version),
+        "state": version.state,
         "drained": version.drained,
         "created_at": version.created_at,
         "runs": {"started": version.unfinished, "completed": version.completed, "failed": version.failed},
