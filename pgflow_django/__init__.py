@@ -29,6 +29,15 @@ from pgflow_django.lazy import load_lazily
 if TYPE_CHECKING:
     from pgflow_django.db.dbguard import NotMigrated
     from pgflow_django.flows.compiler import CompileResult, FlowMismatch, compile_flow
+    from pgflow_django.runs.aclient import (
+        acancel_run,
+        aget_run,
+        aretry_run,
+        asend_event,
+        astart_flow,
+        astart_flows,
+        await_run,
+    )
     from pgflow_django.runs.client import (
         CancelResult,
         RunIdInUse,
@@ -63,6 +72,13 @@ _LAZY = {
     "NotMigrated": "pgflow_django.db.dbguard",
     "schedule": "pgflow_django.schedules",
     "send_event": "pgflow_django.runs.events",
+    "astart_flow": "pgflow_django.runs.aclient",
+    "astart_flows": "pgflow_django.runs.aclient",
+    "aget_run": "pgflow_django.runs.aclient",
+    "await_run": "pgflow_django.runs.aclient",
+    "acancel_run": "pgflow_django.runs.aclient",
+    "aretry_run": "pgflow_django.runs.aclient",
+    "asend_event": "pgflow_django.runs.aclient",
 }
 
 __all__ = [
@@ -88,6 +104,13 @@ __all__ = [
     "StepQueuedFlow",
     "StepStateView",
     "TaskContext",
+    "acancel_run",
+    "aget_run",
+    "aretry_run",
+    "asend_event",
+    "astart_flow",
+    "astart_flows",
+    "await_run",
     "cancel_run",
     "compile_flow",
     "get_run",

@@ -624,8 +624,7 @@ def wait_for_run(
     run_id: uuid.UUID | str, timeout: float = 60.0, poll: float = 0.2, *, using: str = "default"
 ) -> RunView:
     """Poll until the run is completed or failed; ``TimeoutError`` after ``timeout`` seconds."""
-    if timeout < 0 or poll <= 0:
-        raise ValueError(f"wait_for_run needs timeout >= 0 and poll > 0, got timeout={timeout}, poll={poll}")
+    check_wait_arguments("wait_for_run", timeout, poll)
     deadline = time.monotonic() + timeout
     while True:
         view = get_run(run_id, using=using)
@@ -633,12 +632,23 @@ def wait_for_run(
             return view
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            pending = [state.step_slug for state in view.steps if state.status in ("created", "started")]
-            raise TimeoutError(
-                f"run {view.run_id} of flow {view.flow_slug!r} is still {view.status} after {timeout}s "
-                f"(unfinished steps: {', '.join(pending) or 'none'}); is a worker running for this flow?"
-            )
+            raise wait_timed_out(view, timeout)
         time.sleep(min(poll, remaining))
+
+
+def check_wait_arguments(caller: str, timeout: float, poll: float) -> None:
+    """``wait_for_run``'s and ``await_run``'s rule for their arguments: ValueError naming both."""
+    if timeout < 0 or poll <= 0:
+        raise ValueError(f"{caller} needs timeout >= 0 and poll > 0, got timeout={timeout}, poll={poll}")
+
+
+def wait_timed_out(view: RunView, timeout: float) -> TimeoutError:
+    """The error of a wait that ended before its run did: what is unfinished, and the likely cause."""
+    pending = [state.step_slug for state in view.steps if state.status in ("created", "started")]
+    return TimeoutError(
+        f"run {view.run_id} of flow {view.flow_slug!r} is still {view.status} after {timeout}s "
+        f"(unfinished steps: {', '.join(pending) or 'none'}); is a worker running for this flow?"
+    )
 
 
 def flow_not_found(slug: str, compiled: Iterable[str] = (), task_flows: Iterable[str] = ()) -> str:
