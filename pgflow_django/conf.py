@@ -82,6 +82,9 @@ class Setting:
 SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("WORKER_CONCURRENCY", 10, int, "concurrency"),
     Setting("WORKER_BATCH_SIZE", 10, int, "batch_size"),
+    # How many ``async def`` handlers a worker runs at once on its event loop, beside its threads
+    # (0: they run on the handler threads, one per thread).
+    Setting("WORKER_ASYNC_CONCURRENCY", 100, int, "async_concurrency"),
     # Tasks a worker holds (claimed, running or waiting for a thread) while its handlers are short
     # (see worker/slots.py): a claim then reads up to this many, beyond --concurrency and --batch-size.
     Setting("WORKER_PREFETCH", 100, int, "prefetch"),
@@ -135,6 +138,7 @@ class PgflowSettings:
     on_shape_change: OnShapeChange
     worker_concurrency: int
     worker_batch_size: int
+    worker_async_concurrency: int
     worker_prefetch: int
     worker_poll_interval: float
     worker_max_poll_seconds: float

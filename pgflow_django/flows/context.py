@@ -1,17 +1,59 @@
-"""The ``ctx`` a handler receives (DESIGN 3.1): who this task is, the worker's shutdown event, and
-the task's cancellation."""
+"""The ``ctx`` a handler receives (DESIGN 3.1): who this task is, the worker's shutdown event, the
+task's cancellation, and its deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import threading
+import time
 import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 _UNSET: Any = object()
 CANCEL_POLL_SECONDS = 0.05
 """How often ``await ctx.wait_cancelled()`` looks at the cancellation (the event is set by a thread)."""
+
+
+class TaskTimeout(TimeoutError):
+    """The handler ran past its step's ``timeout``: the attempt fails as a timeout, under the step's
+    retry policy (raised by ``ctx.check()``, and by the worker into an async handler at its next await)."""
+
+    def __init__(self, step_slug: str, timeout: float) -> None:
+        super().__init__(f"step {step_slug!r} passed its timeout of {timeout:g}s")
+        self.step_slug = step_slug
+        self.timeout = timeout
+
+
+class TaskCancelled(Exception):
+    """``ctx.check()`` found the task's run cancelled: whatever the handler would return is not
+    recorded, so it may as well stop now."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a handler's step timeout runs out, from the handler's start: on the process's monotonic
+    clock (to compare with ``time.monotonic()``) and as a UTC datetime (to pass on, e.g. to an HTTP
+    client or another service)."""
+
+    monotonic: float
+    at: datetime
+    timeout: float
+    """The step's timeout in seconds."""
+
+    @classmethod
+    def after(cls, timeout: float) -> Deadline:
+        return cls(time.monotonic() + timeout, datetime.now(UTC) + timedelta(seconds=timeout), timeout)
+
+    def remaining(self) -> float:
+        """Seconds left (negative once passed)."""
+        return self.monotonic - time.monotonic()
+
+    @property
+    def passed(self) -> bool:
+        return time.monotonic() >= self.monotonic
 
 
 class TaskContext:
@@ -21,6 +63,7 @@ class TaskContext:
         "_flow_input",
         "attempt",
         "cancel_event",
+        "deadline",
         "flow_slug",
         "message_id",
         "queue_name",
@@ -45,6 +88,7 @@ class TaskContext:
         flow_input: Any = _UNSET,
         using: str = "default",
         cancel_event: threading.Event | None = None,
+        deadline: Deadline | None = None,
     ) -> None:
         self.flow_slug = flow_slug
         self.run_id = run_id
@@ -56,6 +100,8 @@ class TaskContext:
         self.shutdown_event = shutdown_event
         self.using = using
         self.cancel_event = cancel_event or threading.Event()
+        self.deadline = deadline or Deadline.after(60)
+        """When the step's timeout runs out (the engine's default timeout, 60 s, when not given)."""
         self._flow_input = flow_input
 
     @property
@@ -95,6 +141,15 @@ class TaskContext:
         """True once the worker learnt (within a heartbeat) that this task's run was cancelled: the
         handler may stop early, and whatever it returns then is not recorded."""
         return self.cancel_event.is_set()
+
+    def check(self) -> None:
+        """Raise ``TaskCancelled`` once the run is cancelled, or ``TaskTimeout`` once the deadline
+        passed; call it between units of work of a long sync handler (an async one is cancelled at
+        its next await when its deadline passes)."""
+        if self.cancel_event.is_set():
+            raise TaskCancelled(f"run {self.run_id} was cancelled")
+        if self.deadline.passed:
+            raise TaskTimeout(self.step_slug, self.deadline.timeout)
 
     async def wait_cancelled(self) -> None:
         """Returns once the run is cancelled; race it against the work (``asyncio.wait``) to stop early."""

@@ -20,6 +20,8 @@ class WorkerOptions:
     """A shared queue: the worker polls it for every routed flow it was given."""
     concurrency: int = _DEFAULT["concurrency"]
     batch_size: int = _DEFAULT["batch_size"]
+    async_concurrency: int = _DEFAULT["async_concurrency"]
+    """``async def`` handlers run at once on the worker's event loop (0: on the handler threads)."""
     prefetch: int = _DEFAULT["prefetch"]
     """Tasks held while handlers are short (at most; never fewer than ``concurrency``). Off (0) when
     the concurrency or the batch size was chosen (flag or setting) and the prefetch was not."""
@@ -79,8 +81,10 @@ class WorkerOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be a whole number >= 1, got {value!r}")
-        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 0:
-            raise ValueError(f"prefetch must be a whole number >= 0, got {self.prefetch!r}")
+        for name in ("prefetch", "async_concurrency"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name.replace('_', '-')} must be a whole number >= 0, got {value!r}")
         positive = ("poll_interval", "max_poll_seconds", "heartbeat_seconds", "stalled_check_seconds")
         for name in positive:
             if not getattr(self, name) > 0:

@@ -4,7 +4,9 @@ timers, the heartbeat, recovery, upkeep, the wait pass and the scheduler pass, l
 Threads: the main thread claims (engine connection), one listener thread (LISTEN connection), one
 completer thread (completion connection), and ``concurrency`` handler threads, each with at most one
 Django connection. That is at most ``concurrency + 3`` database connections, however many queues the
-worker polls: they share the loop, the slots and the threads.
+worker polls: they share the loop, the slots and the threads. A worker whose flows have ``async def``
+handlers adds one event-loop thread for them, and their ORM calls share one more thread and
+connection (``--async-concurrency``).
 """
 
 from __future__ import annotations
@@ -42,13 +44,14 @@ from pgflow_django.worker.connection import (
     is_transient,
     listen_params,
 )
+from pgflow_django.worker.event_loop import HandlerLoop
 from pgflow_django.worker.limits import TaskBudget, UntilEmpty
 from pgflow_django.worker.listener import WAITS_CHANNEL, WAITS_DUE, Listener, insert_channel
 from pgflow_django.worker.observe import Observer
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.pool import HandlerPool
 from pgflow_django.worker.preflight import PreflightError, check_database
-from pgflow_django.worker.runner import Runner
+from pgflow_django.worker.runner import Runner, runs_on_event_loop
 from pgflow_django.worker.slots import ALL_QUEUES, WorkerState
 from pgflow_django.worker.stop_calls import StopCalls
 from pgflow_django.worker.stop_signals import GracefulStop
@@ -91,7 +94,9 @@ class QueueWorker:
         self.observe = Observer(self.worker_id)
         """Metrics, signals, log fields and probes of this worker (``instrument`` adds metrics)."""
         self._serve(subscriptions_of(work, options.queue, options.step_slug))
-        self.state = WorkerState(options.concurrency, options.prefetch)
+        self.state = WorkerState(
+            options.concurrency, options.prefetch, async_capacity=options.async_concurrency
+        )
         self._params: dict[str, Any] = {}
         self._listen_params: dict[str, Any] | None = None
         """The LISTEN session's connection keywords (None: poll only; see ``listen_params``)."""
@@ -99,6 +104,8 @@ class QueueWorker:
         self.completer: Completer | None = None
         self.listener: Listener | None = None
         self.pool: HandlerPool[ClaimedTask] | None = None
+        self.handler_loop: HandlerLoop[ClaimedTask] | None = None
+        """Runs the ``async def`` handlers (None: the flows have none, or ``--async-concurrency 0``)."""
         self.runner: Runner | None = None
         self.generations: dict[str, int] = {}
         """The generation of each flow this worker compiled against; its claims read nothing once the
@@ -293,17 +300,28 @@ class QueueWorker:
         self.pool = HandlerPool(
             opts.concurrency, self.runner.run, on_exit=self.runner.thread_done, priority=_priority
         )
+        if opts.async_concurrency:
+            self.state.loop_steps = frozenset(
+                (flow.slug, slug)
+                for flow in self.flows
+                for slug, step in flow.steps.items()
+                if runs_on_event_loop(step)
+            )
+        if self.state.loop_steps:
+            self.handler_loop = HandlerLoop(self.runner.run_on_loop)
+            self.handler_loop.start()
         logger.info(
-            "worker %s started queue=%s %s concurrency=%d batch=%d database=%s%s "
+            "worker %s started queue=%s %s concurrency=%d%s batch=%d database=%s%s "
             "(at most %d database connections)",
             self.worker_id,
             self.queue,
             self.subscription,
             opts.concurrency,
+            f" async-concurrency={opts.async_concurrency}" if self.handler_loop else "",
             opts.batch_size,
             describe_database(opts.using, self._params),
             opts.limits_text(),
-            opts.max_connections,
+            opts.max_connections + (1 if self.handler_loop else 0),
             extra=self.observe.fields,
         )
         if len(self.subscriptions) > 1:
@@ -376,8 +394,8 @@ class QueueWorker:
                     continue
 
                 if all(self.state.free_slots_for(sub.steps) <= 0 for sub in due):
-                    # only extra slots are free, and no due queue is known short enough to hold them
-                    self.state.wait_for_thread(maintenance_at - time.monotonic())
+                    # only extra slots, or slots of the other kind, are free for the due queues
+                    self.state.wait_for_room([sub.steps for sub in due], maintenance_at - time.monotonic())
                     continue
                 wanted = min(self.state.batch_limit(opts.batch_size), opts.concurrency)
                 if free < wanted and any(sub.need_read for sub in due):
@@ -682,13 +700,20 @@ class QueueWorker:
         return self.state.in_flight == 0 and (self.completer is None or self.completer.unrecorded == 0)
 
     def _dispatch(self, task: ClaimedTask) -> None:
-        assert self.pool is not None and self.runner is not None
         self.state.take(task)
         try:
-            self.pool.submit(task)
+            self._submit(task)
         except RuntimeError:  # PoolClosed, or no thread could be started
             self.state.release(task)
             raise
+
+    def _submit(self, task: ClaimedTask) -> None:
+        """Start a held task: on the event loop when its handler runs there, else on a thread."""
+        assert self.pool is not None
+        if self.handler_loop is not None and self.state.runs_on_loop(task):
+            self.handler_loop.submit(task)
+        else:
+            self.pool.submit(task)
 
     # -- direct hand-off (the completer's target) ----------------------------------------------
 
@@ -735,7 +760,7 @@ class QueueWorker:
         left = []
         for task in tasks:
             try:
-                self.pool.submit(task)
+                self._submit(task)
             except RuntimeError:  # PoolClosed: the worker is stopping
                 self.state.release(task)
                 left.append(task)
@@ -777,6 +802,8 @@ class QueueWorker:
         if self.pool is not None:
             # no task waiting for a thread may start once the drain is over: it is given back below
             unstarted = self.pool.shutdown()
+        if self.handler_loop is not None:
+            self.handler_loop.shutdown()
         if self.listener is not None:
             self.listener.stop()
         if self.completer is not None:
@@ -786,6 +813,8 @@ class QueueWorker:
         if self.completer is not None and self.completer.is_alive():
             self.completer.join(2.0)
         left = self.state.held_tasks()
+        if self.handler_loop is not None and self.runner is not None:
+            self.handler_loop.close_connections(self.runner.thread_done, 2.0)
         if self.engine is not None:
             calls = StopCalls(self.engine, self.observe, self.queue)
             if unstarted:

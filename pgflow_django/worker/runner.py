@@ -1,12 +1,18 @@
-"""Run one claimed task's handler on a pool thread and hand its result on.
+"""Run one claimed task's handler and hand its result on: on a pool thread, or, for an ``async def``
+handler, on the worker's event loop (``--async-concurrency``).
 
 Plain handlers queue their result for the batched completer and free their slot at once. ``atomic=True``
 handlers complete inside their own ``transaction.atomic()`` on Django's connection, so their database
-writes commit together with the completion, or roll back when the claim turned out to be stale.
+writes commit together with the completion, or roll back when the claim turned out to be stale; an
+atomic ``async def`` handler therefore runs on a pool thread, whose connection holds that transaction.
+
+Every handler gets its deadline (``ctx.deadline``, the step's timeout from the handler's start); an
+async handler still running then is cancelled at its next await and its attempt fails as a timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
@@ -23,7 +29,7 @@ from django.db import (
 )
 
 from pgflow_django.db.query import fetch_all, fetch_value
-from pgflow_django.flows.context import TaskContext
+from pgflow_django.flows.context import Deadline, TaskContext, TaskTimeout
 from pgflow_django.flows.dsl import Flow, Retry, StepDefinition
 from pgflow_django.runs.encoding import OutputNotSerialisable, encode_output
 from pgflow_django.runs.recorded_errors import error_text
@@ -59,8 +65,23 @@ def _traceback(exc: BaseException) -> BaseException | None:
     return exc
 
 
-async def _await(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
+def runs_on_event_loop(step: StepDefinition) -> bool:
+    """Whether a worker with async slots runs this step's handler on its event loop: an ``async def``
+    handler that is not atomic (an atomic one needs a thread's connection for its transaction)."""
+    return inspect.iscoroutinefunction(step.handler) and not step.atomic
+
+
+async def _within_deadline(awaitable: Awaitable[Any], deadline: Deadline, step_slug: str) -> Any:
+    """Await the handler until its deadline; past it, the handler is cancelled at its next await and
+    the attempt fails with ``TaskTimeout`` (the handler's own ``TimeoutError`` stays its own)."""
+    limit = asyncio.timeout(deadline.remaining())
+    try:
+        async with limit:
+            return await awaitable
+    except TimeoutError:
+        if limit.expired():
+            raise TaskTimeout(step_slug, deadline.timeout) from None
+        raise
 
 
 class Runner:
@@ -78,6 +99,11 @@ class Runner:
             for flow in self.flows.values()
             for slug, step in flow.steps.items()
         }
+        self._timeouts = {
+            (flow.slug, slug): flow.effective_options(slug).timeout or 60
+            for flow in self.flows.values()
+            for slug in flow.steps
+        }
         self.observe: Observer = NO_OBSERVER
         """Times each handler and hears of atomic handlers' completions; the worker sets its own."""
 
@@ -85,15 +111,9 @@ class Runner:
         """Pool-thread entry point: whatever happens, the task's slot is given back."""
         started = time.perf_counter()
         try:
-            flow = self.flows.get(task.flow_slug)
-            step = None if flow is None else flow.steps.get(task.step_slug)
+            step = self._runnable(task)
             if step is None:
-                self.completer.fail(
-                    task, f"step {task.step_slug!r} of flow {task.flow_slug!r} is not defined in this worker"
-                )
-            elif task.input_error is not None:
-                logger.error("%s %s", task.input_error, task.describe(), extra=self.observe.log(task))
-                self.completer.fail(task, task.input_error, permanent=True)
+                pass
             elif step.atomic:
                 self._run_atomic(task, step)
             else:
@@ -102,6 +122,44 @@ class Runner:
             logger.exception("worker error while running %s", task.describe(), extra=self.observe.log(task))
         finally:
             self.state.release(task, time.perf_counter() - started)
+
+    async def run_on_loop(self, task: ClaimedTask) -> None:
+        """Event-loop entry point of a step that ``runs_on_event_loop``: as ``run``, awaiting the handler
+        beside the others; its Django ORM calls go through ``sync_to_async``, as Django's async rules
+        ask, onto one shared thread (and one connection)."""
+        from asgiref.sync import sync_to_async
+
+        started = time.perf_counter()
+        try:
+            step = self._runnable(task)
+            if step is not None:
+                await sync_to_async(self._fresh_connections)()
+                try:
+                    output_json = await self._acall(task, step)
+                except BaseException as exc:  # the handler's own, whatever its class (see _fail)
+                    self._fail(task, exc)
+                else:
+                    self.completer.complete(task, output_json)
+        except Exception:
+            logger.exception("worker error while running %s", task.describe(), extra=self.observe.log(task))
+        finally:
+            self.state.release(task, time.perf_counter() - started)
+
+    def _runnable(self, task: ClaimedTask) -> StepDefinition | None:
+        """The task's step, or None once its attempt is failed here: a step this worker does not
+        define, or an input that could not be decoded (it fails alone, without a retry)."""
+        flow = self.flows.get(task.flow_slug)
+        step = None if flow is None else flow.steps.get(task.step_slug)
+        if step is None:
+            self.completer.fail(
+                task, f"step {task.step_slug!r} of flow {task.flow_slug!r} is not defined in this worker"
+            )
+            return None
+        if task.input_error is not None:
+            logger.error("%s %s", task.input_error, task.describe(), extra=self.observe.log(task))
+            self.completer.fail(task, task.input_error, permanent=True)
+            return None
+        return step
 
     def thread_done(self) -> None:
         """A handler thread leaves (the worker stopped): its Django connection closes with it rather
@@ -128,6 +186,7 @@ class Runner:
             shutdown_event=self.state.stopping,
             using=self.using,
             cancel_event=self.state.cancellation(task),
+            deadline=Deadline.after(self._timeouts.get((task.flow_slug, step.slug), 60)),
             **extra,
         )
 
@@ -135,21 +194,17 @@ class Runner:
         """Run the handler (sync, or async on its own event loop) and return its encoded output."""
         from asgiref.sync import async_to_sync
 
-        args: tuple[Any, ...] = (
-            (task.input, self._context(task, step)) if step.accepts_context else (task.input,)
-        )
+        ctx = self._context(task, step)
+        args: tuple[Any, ...] = (task.input, ctx) if step.accepts_context else (task.input,)
         observe = self.observe
         # inline, not a context manager: this is every task's path (see Observer.handling)
         span = observe.span(task) if observe.tracing else None
         self.state.started()
         started = time.perf_counter()
         try:
-            if self._async.get((task.flow_slug, step.slug)):
-                output = async_to_sync(step.handler)(*args)
-            else:
-                output = step.handler(*args)
-                if inspect.isawaitable(output):
-                    output = async_to_sync(_await)(output)
+            output = step.handler(*args)
+            if self._async.get((task.flow_slug, step.slug)) or inspect.isawaitable(output):
+                output = async_to_sync(_within_deadline)(output, ctx.deadline, step.slug)
         except BaseException as exc:
             if span is not None:
                 span.close(exc)
@@ -160,6 +215,18 @@ class Runner:
         finally:
             if observe.metrics is not None:
                 observe.handled(task, time.perf_counter() - started)
+            self.state.finished()
+        return encode_output(output)
+
+    async def _acall(self, task: ClaimedTask, step: StepDefinition) -> str:
+        """``_call`` on the event loop: the handler is awaited there, within its deadline."""
+        ctx = self._context(task, step)
+        args: tuple[Any, ...] = (task.input, ctx) if step.accepts_context else (task.input,)
+        self.state.started()
+        try:
+            with self.observe.handling(task):
+                output = await _within_deadline(step.handler(*args), ctx.deadline, step.slug)
+        finally:
             self.state.finished()
         return encode_output(output)
 

@@ -14,6 +14,11 @@ tasks a fast first step makes ready for a slow one are never held beyond the thr
 handler ends it at once (a step's pace follows a slower handler immediately and a faster one
 gradually), and the worker returns to the queue whatever waited for a thread too long
 (``QueueWorker``), marking those steps slow.
+
+Steps whose ``async def`` handlers run on the worker's event loop (``loop_steps``) have slots of their
+own, ``async_capacity`` of them, beside the threads': a claim of their tasks takes those, a claim on a
+queue that mixes both kinds takes as many as both kinds have free, so no task claimed waits for
+a slot of its kind. Their pace is not learned: the extra slots are threads'.
 """
 
 from __future__ import annotations
@@ -38,8 +43,16 @@ ALL_QUEUES = "*"
 
 
 class WorkerState:
-    def __init__(self, capacity: int, prefetch: int = 0, steps: Iterable[StepKey] = ()) -> None:
+    def __init__(
+        self, capacity: int, prefetch: int = 0, steps: Iterable[StepKey] = (), async_capacity: int = 0
+    ) -> None:
         self.capacity = capacity
+        self.async_capacity = async_capacity
+        """Handlers the event loop runs at once (``--async-concurrency``)."""
+        self.loop_steps: frozenset[StepKey] = frozenset()
+        """The steps whose handlers run on the event loop (set by the worker once it knows its flows)."""
+        self._on_loop = 0
+        """Held tasks of ``loop_steps``."""
         self.prefetch = prefetch
         """Tasks held while handlers are short (no more than ``capacity`` when not above it)."""
         self.steps = frozenset(steps)
@@ -83,17 +96,34 @@ class WorkerState:
         return self._executing
 
     def free_slots(self) -> int:
+        """Free slots of either kind."""
         with self._cond:
             return self._free()
 
     def _free(self) -> int:
-        return self.capacity + self._extra - len(self._in_flight) - self._reserved
+        return self._free_threads() + (max(0, self._free_loop()) if self.loop_steps else 0)
+
+    def _free_threads(self) -> int:
+        return self.capacity + self._extra - (len(self._in_flight) - self._on_loop) - self._reserved
+
+    def _free_loop(self) -> int:
+        """A hand-off's reservation counts against both kinds: it lasts one statement."""
+        return self.async_capacity - self._on_loop - self._reserved
+
+    def _free_for(self, steps: frozenset[StepKey]) -> int:
+        on_loop = steps & self.loop_steps
+        if on_loop:
+            free_loop = self._free_loop()
+            if on_loop == steps:
+                return free_loop
+            return min(free_loop, self._free_threads() - (0 if self._short(steps) else self._extra))
+        return self._free_threads() - (0 if self._short(steps) else self._extra)
 
     def free_slots_for(self, steps: frozenset[StepKey]) -> int:
-        """Free slots a claim of tasks of ``steps`` may fill: extra ones only while they are all short."""
+        """Free slots a claim of tasks of ``steps`` may fill: the event loop's for its steps, the
+        threads' for the others, extra ones only while those are all short."""
         with self._cond:
-            free = self._free()
-            return free if self._short(steps) else free - self._extra
+            return self._free_for(steps)
 
     def batch_limit(self, batch_size: int, steps: frozenset[StepKey] | None = None) -> int:
         """Messages a claim may read: ``batch_size``, or every held slot while handlers are short (all
@@ -128,8 +158,9 @@ class WorkerState:
         return any(self._short(group) for group in (self.groups or (self.steps,)))
 
     def _short(self, steps: frozenset[StepKey]) -> bool:
-        return bool(steps) and all(
-            self._pace.get(step, SHORT_HANDLER_SECONDS) < SHORT_HANDLER_SECONDS for step in steps
+        on_threads = steps - self.loop_steps
+        return bool(on_threads) and all(
+            self._pace.get(step, SHORT_HANDLER_SECONDS) < SHORT_HANDLER_SECONDS for step in on_threads
         )
 
     def slow_down(self, steps: Iterable[StepKey], seconds: float) -> None:
@@ -146,9 +177,7 @@ class WorkerState:
         with self._cond:
             if self.stopping.is_set():
                 return 0
-            free = self._free()
-            if steps is not None and not self._short(steps):
-                free -= self._extra
+            free = self._free_threads() if steps is None else self._free_for(steps)
             granted = max(0, min(wanted, free))
             self._reserved += granted
             return granted
@@ -157,9 +186,7 @@ class WorkerState:
         """The hand-off returned ``tasks`` for the ``reserved`` slots: hold them, free the rest."""
         with self._cond:
             for task in tasks:
-                self._in_flight[task.key] = task
-                self._awaiting.add(task.key)
-                self._cancelled[task.key] = threading.Event()
+                self._hold(task)
             self._reserved -= reserved
             if self._slots_wanted and self._free() >= self._slots_wanted:
                 self._cond.notify_all()
@@ -171,9 +198,17 @@ class WorkerState:
 
     def take(self, task: ClaimedTask) -> None:
         with self._cond:
-            self._in_flight[task.key] = task
-            self._awaiting.add(task.key)
-            self._cancelled[task.key] = threading.Event()
+            self._hold(task)
+
+    def _hold(self, task: ClaimedTask) -> None:
+        self._in_flight[task.key] = task
+        self._awaiting.add(task.key)
+        self._cancelled[task.key] = threading.Event()
+        if (task.flow_slug, task.step_slug) in self.loop_steps:
+            self._on_loop += 1
+
+    def runs_on_loop(self, task: ClaimedTask) -> bool:
+        return (task.flow_slug, task.step_slug) in self.loop_steps
 
     def result_ready(self, task: ClaimedTask) -> None:
         """The task's result is handed on (or never will be): it no longer holds a completion batch."""
@@ -192,9 +227,12 @@ class WorkerState:
     def release(self, task: ClaimedTask, seconds: float | None = None) -> None:
         """Give the task's slot back; ``seconds``: how long its handler took (the pace)."""
         with self._cond:
-            if seconds is not None:
-                self._paced((task.flow_slug, task.step_slug), seconds)
-            self._in_flight.pop(task.key, None)
+            step = (task.flow_slug, task.step_slug)
+            on_loop = step in self.loop_steps
+            if seconds is not None and not on_loop:
+                self._paced(step, seconds)
+            if self._in_flight.pop(task.key, None) is not None and on_loop:
+                self._on_loop -= 1
             self._awaiting.discard(task.key)
             self._cancelled.pop(task.key, None)
             if self._slots_wanted and self._free() >= self._slots_wanted:
@@ -260,9 +298,16 @@ class WorkerState:
     def wait_for_slot(self, timeout: float) -> bool:
         return self.wait(timeout, lambda: self._free() > 0, slots=1)
 
-    def wait_for_thread(self, timeout: float) -> bool:
-        """Until a slot is free beyond the extra ones (a thread would take a task at once)."""
-        return self.wait(timeout, lambda: self._free() - self._extra > 0, slots=self._extra + 1)
+    def wait_for_room(self, groups: Iterable[frozenset[StepKey]], timeout: float) -> bool:
+        """Until one of ``groups`` (the steps of a queue) has a slot it may fill: a free thread beyond
+        the extra ones, or a free event-loop slot for its async steps."""
+        wanted = list(groups)
+        on_loop = any(group & self.loop_steps for group in wanted)
+        return self.wait(
+            timeout,
+            lambda: any(self._free_for(group) > 0 for group in wanted),
+            slots=1 if on_loop else self._extra + 1,
+        )
 
     def wait_for_slots(self, wanted: int, timeout: float) -> bool:
         return self.wait(timeout, lambda: self._free() >= wanted, slots=wanted)

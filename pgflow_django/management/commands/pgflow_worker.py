@@ -105,6 +105,7 @@ arguments; 128 + signal number after a second signal
                 queue=None,
                 concurrency=options["concurrency"],
                 batch_size=options["batch_size"],
+                async_concurrency=options["async_concurrency"],
                 prefetch=options["prefetch"],
                 poll_interval=options["poll_interval"],
                 max_poll_seconds=options["max_poll_seconds"],
@@ -325,6 +326,12 @@ def add_capacity_arguments(parser: CommandParser) -> None:
         "--batch-size",
         type=positive_int,
         help="messages read per claim, at most (default: PGFLOW WORKER_BATCH_SIZE)",
+    )
+    parser.add_argument(
+        "--async-concurrency",
+        type=non_negative_int,
+        help="async def handlers run at once on the worker's event loop, beside the threads; 0 runs "
+        "them on the handler threads (default: PGFLOW WORKER_ASYNC_CONCURRENCY)",
     )
     parser.add_argument(
         "--prefetch",
