@@ -392,6 +392,7 @@ class Run(ReadOnlyModel):
             ("cancel_run", "Can cancel a started run"),
             ("rerun_run", "Can start a new run of a finished run's flow and input"),
             ("retry_run", "Can retry a failed run from where it failed"),
+            ("run_now", "Can run a delayed run's waiting work now"),
         ]
 
     def __str__(self) -> str:
