@@ -22,7 +22,7 @@ from django.db import DatabaseError, DataError, IntegrityError, ProgrammingError
 
 from pgflow_django.conf import get_settings
 from pgflow_django.db.dbguard import raise_if_not_migrated, require_postgresql
-from pgflow_django.db.query import fetch_all, fetch_one, fetch_value
+from pgflow_django.db.query import Query, Value, fetch_all, fetch_one, fetch_value
 from pgflow_django.flows import task_names
 from pgflow_django.flows.dsl import Flow, StepType, priority_problem
 from pgflow_django.flows.slugs import validate_flow_slug, version_number, version_of
@@ -47,7 +47,7 @@ StepStatus: TypeAlias = Literal["created", "started", "completed", "failed", "sk
 TERMINAL_RUN_STATUSES: Final = frozenset({"completed", "failed"})
 
 _NO_DATA_FOUND: Final = "P0002"
-"""The SQLSTATE ``pgflow.cancel_run`` raises for an unknown run."""
+"""The SQLSTATE ``pgflow.cancel_run``, ``retry_run`` and ``run_now`` raise for an unknown run."""
 _LISTED_FLOWS: Final = 20
 """At most this many flow slugs in a not-found message."""
 
@@ -595,7 +595,14 @@ class RetryRefused(RuntimeError):
     message says why and what to do."""
 
 
-_NOT_RETRYABLE = "55000"
+class RunNowRefused(RuntimeError):
+    """``pgflow.run_now`` refused the run: it has finished, so nothing of it waits to run; the message
+    says what to do instead (retry a failed run, re-run a completed one)."""
+
+
+_REFUSED: Final = "55000"
+"""The SQLSTATE (object_not_in_prerequisite_state) ``pgflow.retry_run`` and ``pgflow.run_now`` raise
+for a run in a status they do not act on."""
 
 
 def retry_run(run_id: uuid.UUID | str, *, using: str = "default") -> int:
@@ -604,18 +611,36 @@ def retry_run(run_id: uuid.UUID | str, *, using: str = "default") -> int:
     that had used all its attempts gets one more). Returns how many
     tasks were queued; ``RunNotFound`` for an unknown id, ``RetryRefused`` when the run cannot be
     retried now (nothing changed then)."""
+    return _act_on_run(queries.RETRY_RUN, run_id, RetryRefused, using)
+
+
+def run_now(run_id: uuid.UUID | str, *, using: str = "default") -> int:
+    """Run a started run's waiting work now (``pgflow.run_now``): the messages of its queued tasks that
+    are hidden until later (a delayed start, ``start_flow(delay=...)`` or a Django task's
+    ``run_after``; a step's ``start_delay``; a retry's back-off) become visible at once and its
+    workers are woken; its later steps are not delayed either. Tasks a worker holds, tasks a
+    concurrency or rate limit deferred, and event, sleep and subflow steps are left as they are.
+    Returns how many messages became visible (0 when nothing was waiting); ``RunNotFound`` for an
+    unknown id, ``RunNowRefused`` for a run that has finished (nothing changed then). Joins the
+    caller's transaction when there is one (workers are woken when it commits)."""
+    return _act_on_run(queries.RUN_NOW, run_id, RunNowRefused, using)
+
+
+def _act_on_run(query: Query[Value], run_id: uuid.UUID | str, refused: type[RuntimeError], using: str) -> int:
+    """Call one of the SQL API's run actions that return a count, in the caller's transaction when
+    there is one: ``RunNotFound`` for P0002, ``refused`` with the function's message for 55000."""
     key = _as_uuid(run_id)
     try:
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
-            return int(fetch_value(cursor, queries.RETRY_RUN, [key]))
+            return int(fetch_value(cursor, query, [key]))
     except DatabaseError as exc:
         cause = exc.__cause__
         state = getattr(cause, "sqlstate", None)
         if state == _NO_DATA_FOUND:
             raise _run_not_found(key) from None
-        if state == _NOT_RETRYABLE:
+        if state == _REFUSED:
             primary = getattr(getattr(cause, "diag", None), "message_primary", None)
-            raise RetryRefused(str(primary or exc)) from None
+            raise refused(str(primary or exc)) from None
         raise_if_not_migrated(exc, using)
         raise
 

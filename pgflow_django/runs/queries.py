@@ -349,7 +349,13 @@ HOLD_FLOW_STARTS: Final = value_query(
 
 
 RETRY_RUN: Final = value_query("retry_run", "select pgflow.retry_run(%s) as value")
-"""Continue a failed run from where it failed (the admin's retry action); how many tasks it queued."""
+"""Continue a failed run from where it failed (``retry_run``, its command and the admin's action); how
+many tasks it queued."""
+
+
+RUN_NOW: Final = value_query("run_now", "select pgflow.run_now(%s) as value")
+"""Make a started run's hidden messages visible now (``run_now``, its command and the admin's action):
+how many became visible."""
 
 
 SEND_EVENT: Final = value_query(
