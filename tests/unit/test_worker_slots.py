@@ -84,3 +84,32 @@ def test_slots_reserved_for_a_hand_off_are_not_free_until_taken_or_given_back() 
     assert state.free_slots() == 1 and state.in_flight == 2
     state.request_stop()
     assert state.reserve(1) == 0, "a stopping worker is handed nothing"
+
+
+def test_event_loop_slots_are_their_own_and_a_mixed_queue_takes_what_both_kinds_have() -> None:
+    state = WorkerState(capacity=2, async_capacity=5)
+    state.loop_steps = frozenset({("f", "fetch")})
+    loop_only, threads_only = frozenset({("f", "fetch")}), frozenset({("f", "step")})
+    mixed = loop_only | threads_only
+    assert (state.free_slots_for(loop_only), state.free_slots_for(threads_only)) == (5, 2)
+    assert state.free_slots_for(mixed) == 2 and state.free_slots() == 7
+    for index in range(5):
+        state.take(task(index, "fetch"))
+    assert (state.free_slots_for(loop_only), state.free_slots_for(threads_only)) == (0, 2)
+    assert state.free_slots_for(mixed) == 0, "a task of either kind may come: none is claimed"
+    assert not state.wait_for_room([loop_only], 0.01), "nothing frees an event-loop slot"
+    assert state.wait_for_room([loop_only, threads_only], 0.01), "a thread is free for the other queue"
+    state.release(task(0, "fetch"), 5.0)
+    assert state.free_slots_for(loop_only) == 1 and state.free_slots() == 3
+    assert state.wait_for_room([loop_only], 0.01)
+
+
+def test_an_event_loop_step_does_not_make_the_worker_prefetch_for_threads() -> None:
+    state = WorkerState(capacity=2, prefetch=50, steps=[("f", "fetch")], async_capacity=5)
+    state.loop_steps = frozenset({("f", "fetch")})
+    state.set_groups((frozenset({("f", "fetch")}),))
+    for index in range(10):
+        state.take(task(index, "fetch"))
+        state.release(task(index, "fetch"), 0.0)
+    assert state.free_slots() == 7, "the pace of async handlers grants no extra thread slots"
+    assert state.batch_limit(10, frozenset({("f", "fetch")})) == 10

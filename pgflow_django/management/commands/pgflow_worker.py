@@ -57,7 +57,9 @@ class Command(PgflowCommand):
         "On a shared queue, work the worker does not support is left untouched for other workers.\n"
         "The first signal stops polling and lets in-flight tasks finish within --shutdown-timeout\n"
         "(the rest are released); a second one exits at once and leaves them to stalled-task recovery.\n"
-        "A worker holds at most --concurrency + 3 database connections, however many queues it polls.\n"
+        "async def handlers run on one event loop, --async-concurrency of them at once beside the threads.\n"
+        "A worker holds at most --concurrency + 3 database connections (+1 for async handlers' ORM calls),\n"
+        "however many queues it polls.\n"
         "Defaults come from settings.PGFLOW (WORKER_* keys). It logs to stderr unless the project routes\n"
         "the pgflow_django logger itself (LOGGING): --log-level, or -v 0 (warnings), 1 (info), 2 (debug)."
     )
