@@ -4,6 +4,9 @@ waiting on the network need one thread and not a hundred.
 
 Nothing waits here for a slot: the claim loop claims a task for the event loop only when one of its
 slots is free, so every task submitted starts at once.
+
+A handler that blocks (``time.sleep``, a sync HTTP client, a sync ORM call wrapped wrongly) stalls
+every other one, and their deadlines with them: the loop times itself and says so.
 """
 
 from __future__ import annotations
@@ -20,14 +23,26 @@ logger = logging.getLogger("pgflow_django.worker")
 
 T = TypeVar("T")
 
+LAG_CHECK_SECONDS = 0.5
+"""How often the loop checks that it is not blocked."""
+LAG_WARNING_SECONDS = 0.5
+"""A check this late means a handler blocked the loop: a warning names the steps running."""
+
 
 class HandlerLoop(Generic[T]):
-    def __init__(self, run: Callable[[T], Coroutine[Any, Any, None]], name: str = "pgflow-async") -> None:
+    def __init__(
+        self,
+        run: Callable[[T], Coroutine[Any, Any, None]],
+        describe: Callable[[T], str],
+        name: str = "pgflow-async",
+    ) -> None:
         self._run = run
+        self._describe = describe
+        self._items: dict[asyncio.Task[None], T] = {}
+        self._finished: set[str] = set()
+        """The steps whose handlers finished since the last lag check (one may be the blocker)."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._running: set[asyncio.Task[None]] = set()
-        """Strong references: the loop keeps only weak ones to its tasks."""
         self._closed = False
         self._lock = threading.Lock()
 
@@ -37,7 +52,7 @@ class HandlerLoop(Generic[T]):
     @property
     def running(self) -> int:
         """Handlers started and not yet finished."""
-        return len(self._running)
+        return len(self._items)
 
     def submit(self, item: T) -> None:
         with self._lock:
@@ -56,7 +71,7 @@ class HandlerLoop(Generic[T]):
         its Django connection closes with the worker; skipped while a handler still runs."""
         from asgiref.sync import sync_to_async
 
-        if self._running or not self._thread.is_alive():
+        if self._items or not self._thread.is_alive():
             return
         done = asyncio.run_coroutine_threadsafe(sync_to_async(close)(), self._loop)
         try:
@@ -66,11 +81,31 @@ class HandlerLoop(Generic[T]):
 
     def _begin(self, item: T) -> None:
         task = self._loop.create_task(self._run(item))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
+        self._items[task] = item  # also the strong reference the loop does not keep
+        task.add_done_callback(self._end)
+
+    def _end(self, task: asyncio.Task[None]) -> None:
+        self._finished.add(self._describe(self._items.pop(task)))
+
+    def _check_lag(self, expected: float) -> None:
+        late = self._loop.time() - expected
+        if late >= LAG_WARNING_SECONDS:
+            steps = sorted(self._finished | {self._describe(item) for item in self._items.values()})
+            logger.warning(
+                "an async handler blocked the worker's event loop for %.1fs, holding up every other "
+                "one (steps on the loop meanwhile: %s): await instead, or call blocking code through "
+                "sync_to_async",
+                late,
+                ", ".join(steps),
+            )
+        self._finished.clear()
+        self._loop.call_at(
+            self._loop.time() + LAG_CHECK_SECONDS, self._check_lag, self._loop.time() + LAG_CHECK_SECONDS
+        )
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(self._check_lag, self._loop.time())
         try:
             self._loop.run_forever()
         except BaseException:

@@ -308,7 +308,7 @@ class QueueWorker:
                 if runs_on_event_loop(step)
             )
         if self.state.loop_steps:
-            self.handler_loop = HandlerLoop(self.runner.run_on_loop)
+            self.handler_loop = HandlerLoop(self.runner.run_on_loop, _step_of)
             self.handler_loop.start()
         logger.info(
             "worker %s started queue=%s %s concurrency=%d%s batch=%d database=%s%s "
@@ -847,3 +847,7 @@ class QueueWorker:
 
 def _priority(task: ClaimedTask) -> int:
     return task.priority
+
+
+def _step_of(task: ClaimedTask) -> str:
+    return f"{task.flow_slug}.{task.step_slug}"

@@ -238,3 +238,27 @@ def test_a_handler_past_its_timeout_fails_the_attempt_as_a_timeout_and_is_retrie
     assert [e["error"] for e in errors["checks_its_deadline"]] == [
         "TaskTimeout: step 'checks_its_deadline' passed its timeout of 1s"
     ]
+
+
+blocking = Flow("otest_async_blocking", max_attempts=1)
+
+
+@blocking.step()
+async def sleeps_without_await(flow_input: Any) -> Any:
+    time.sleep(1.2)
+    return "done"
+
+
+def test_a_handler_that_blocks_the_event_loop_is_named_in_a_warning(
+    workers: list[InProcessWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    compile_flow(blocking, on_change="replace")
+    caplog.set_level("WARNING", logger="pgflow_django.worker")
+    workers.append(InProcessWorker(blocking, concurrency=1, async_concurrency=10))
+    try:
+        assert wait_for_run(start_flow(blocking, {}), timeout=30).status == "completed"
+        wait_until(lambda: "blocked the worker's event loop" in caplog.text, 5, "the lag warning")
+        assert "otest_async_blocking.sleeps_without_await" in caplog.text
+    finally:
+        workers.pop().stop()
+        tuples("select pgflow.delete_flow_and_data(%s)", [blocking.slug])
