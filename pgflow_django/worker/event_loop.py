@@ -60,6 +60,16 @@ class HandlerLoop(Generic[T]):
                 raise PoolClosed("the worker's event loop is shut down")
             self._loop.call_soon_threadsafe(self._begin, item)
 
+    def cancel(self, chosen: Callable[[T], bool]) -> None:
+        """Cancel the running handlers of the ``chosen`` items at their next await (their run was
+        cancelled: nothing they return would be recorded)."""
+        self._loop.call_soon_threadsafe(self._cancel, chosen)
+
+    def _cancel(self, chosen: Callable[[T], bool]) -> None:
+        for task, item in list(self._items.items()):
+            if chosen(item):
+                task.cancel()
+
     def shutdown(self) -> None:
         """Accept nothing more; handlers still running are left to finish (or be abandoned with the
         process, as the handler threads are)."""

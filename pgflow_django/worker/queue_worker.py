@@ -768,7 +768,10 @@ class QueueWorker:
 
     def tell_cancelled(self, engine: Engine) -> None:
         """Set the cancellation of each in-flight task whose run was cancelled, for its handler's ``ctx``."""
-        told = self.state.cancel(engine.cancelled_tasks(self.state.held_tasks()))
+        cancelled = engine.cancelled_tasks(self.state.held_tasks())
+        told = self.state.cancel(cancelled)
+        if told and self.handler_loop is not None:
+            self.handler_loop.cancel(lambda task: task.key in cancelled)
         if told:
             logger.info(
                 "told %d running handler(s) that their run was cancelled queue=%s",

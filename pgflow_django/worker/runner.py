@@ -126,7 +126,7 @@ class Runner:
     async def run_on_loop(self, task: ClaimedTask) -> None:
         """Event-loop entry point of a step that ``runs_on_event_loop``: as ``run``, awaiting the handler
         beside the others; its Django ORM calls go through ``sync_to_async``, as Django's async rules
-        ask, onto one shared thread (and one connection)."""
+        ask, onto one shared thread (and one connection). A run's cancel cancels it at its next await."""
         from asgiref.sync import sync_to_async
 
         started = time.perf_counter()
@@ -136,6 +136,13 @@ class Runner:
                 await sync_to_async(self._fresh_connections)()
                 try:
                     output_json = await self._acall(task, step)
+                except asyncio.CancelledError as exc:
+                    if not self.state.cancellation(task).is_set():
+                        self._fail(task, exc)  # the handler's own
+                    else:  # the worker's, for its cancelled run: there is nothing to record
+                        logger.info(
+                            "handler cancelled with its run %s", task.describe(), extra=self.observe.log(task)
+                        )
                 except BaseException as exc:  # the handler's own, whatever its class (see _fail)
                     self._fail(task, exc)
                 else:

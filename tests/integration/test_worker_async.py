@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 from django.db import transaction
 
-from pgflow_django import Flow, compile_flow, start_flow, wait_for_run
+from pgflow_django import Flow, cancel_run, compile_flow, start_flow, wait_for_run
 from pgflow_django.flows.context import TaskContext
 from pgflow_django.models import Run
 from pgflow_django.worker.options import WorkerOptions
@@ -262,3 +262,44 @@ def test_a_handler_that_blocks_the_event_loop_is_named_in_a_warning(
     finally:
         workers.pop().stop()
         tuples("select pgflow.delete_flow_and_data(%s)", [blocking.slug])
+
+
+cancellable = Flow("otest_async_cancellable", max_attempts=1, timeout=60)
+
+
+@cancellable.step()
+async def waits_long(flow_input: Any) -> Any:
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        seen.cancelled_at = time.monotonic()
+        raise
+    return "never recorded"
+
+
+def test_a_cancelled_runs_async_handler_is_cancelled_at_its_await_and_nothing_is_recorded(
+    workers: list[InProcessWorker], caplog: pytest.LogCaptureFixture
+) -> None:
+    compile_flow(cancellable, on_change="replace")
+    caplog.set_level("INFO", logger="pgflow_django.worker")
+    worker = InProcessWorker(cancellable, concurrency=1, async_concurrency=1, heartbeat_seconds=0.2)
+    try:
+        run_id = start_flow(cancellable, {})
+        wait_until(
+            lambda: value("select status from pgflow.step_tasks where run_id = %s", [run_id]) == "started",
+            10,
+            "the handler to start",
+        )
+        assert cancel_run(run_id).cancelled
+        cancelled = time.monotonic()
+        wait_until(lambda: seen.cancelled_at is not None, 10, "the handler to be cancelled")
+        assert seen.cancelled_at is not None and seen.cancelled_at - cancelled < 5
+        wait_until(lambda: worker.worker.state.in_flight == 0, 5, "its slot to be free")
+        assert "handler cancelled with its run" in caplog.text
+        assert "handler failed" not in caplog.text
+        assert tuples("select status, output from pgflow.step_tasks where run_id = %s", [run_id]) == [
+            ("cancelled", None)
+        ]
+    finally:
+        worker.stop()
+        tuples("select pgflow.delete_flow_and_data(%s)", [cancellable.slug])
