@@ -120,8 +120,9 @@ async def await_run(
 ) -> RunView:
     """``wait_for_run`` for async code: the run once it is completed or failed; ``TimeoutError`` after
     ``timeout`` seconds. It sleeps on the event loop, holding no thread: it reads the run again every
-    ``poll`` seconds, and at once when the engine notifies ``pgflow_waits`` (one LISTEN connection per
-    event loop, shared by every waiting call). ``RunNotFound`` for an unknown (or uncommitted) id."""
+    ``poll`` seconds, and at once when the engine notifies ``pgflow_waits`` (a child run ended, an event
+    was delivered), heard by one LISTEN connection per event loop that every waiting call shares.
+    ``RunNotFound`` for an unknown (or uncommitted) id."""
     client.check_wait_arguments("await_run", timeout, poll)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

@@ -25,6 +25,7 @@ from pgflow_django import (
     CancelResult,
     Flow,
     FlowNotFound,
+    RetryRefused,
     RunNotFound,
     acancel_run,
     aget_run,
@@ -39,7 +40,6 @@ from pgflow_django import (
     wait_for_run,
 )
 from pgflow_django.runs import aclient
-from pgflow_django.runs.client import RetryRefused
 from pgflow_django.testing import drain
 from tests.support.db import value
 
