@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pgflow_django.flows.context import TaskContext
+from pgflow_django.flows.context import Deadline, TaskCancelled, TaskContext, TaskTimeout
 from pgflow_django.flows.dsl import (
     Flow,
     FlowDefinitionError,
@@ -93,6 +93,7 @@ __all__ = [
     "CancelResult",
     "CompileResult",
     "Concurrency",
+    "Deadline",
     "Flow",
     "FlowDefinitionError",
     "FlowMismatch",
@@ -113,7 +114,9 @@ __all__ = [
     "StepOptions",
     "StepQueuedFlow",
     "StepStateView",
+    "TaskCancelled",
     "TaskContext",
+    "TaskTimeout",
     "acancel_run",
     "aget_run",
     "aretry_run",
