@@ -1,8 +1,9 @@
 """Django admin for pgflow: read-only pages of flows, runs, step tasks, workers and schedules.
 
 Nothing here writes a pgflow table: every field is read-only and add, change and delete are refused.
-The two run actions call the SQL API: cancel through ``pgflow_django.cancel_run`` (the path of
-``manage.py pgflow_cancel``), re-run through ``pgflow.rerun``; both are recorded in Django's admin log.
+The run actions call the SQL API: cancel, retry and run now through ``pgflow_django.cancel_run``,
+``retry_run`` and ``run_now`` (the paths of ``manage.py pgflow_cancel``, ``pgflow_retry`` and
+``pgflow_run_now``), re-run through ``pgflow.rerun``; each is recorded in Django's admin log.
 Schedules (``pgflow_django.admin.schedules``) are paused, resumed and triggered through their API.
 Every page reads, and every action writes, the database ``admin.database`` chooses
 (``PGFLOW["ADMIN_DATABASE"]``, reads through the project's routers).
@@ -44,8 +45,10 @@ from pgflow_django.runs.client import (
     CancelResult,
     RetryRefused,
     RunNotFound,
+    RunNowRefused,
     cancel_run,
     retry_run,
+    run_now,
     run_priority,
 )
 from pgflow_django.runs.recorded_errors import read_error
@@ -337,6 +340,10 @@ def _retry(run_id: uuid.UUID) -> int:
     return retry_run(run_id, using=write_database())
 
 
+def _run_now(run_id: uuid.UUID) -> int:
+    return run_now(run_id, using=write_database())
+
+
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     list_display = ("short_run", "flow_name", "status", "priority_shown", "started", "finished", "duration")
@@ -355,7 +362,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         "tasks_link",
     )
     exclude = ("error_message", "parent_run_id", "parent_step_slug", "parent_task_index")
-    actions = ("cancel_runs", "retry_runs", "rerun_runs")
+    actions = ("cancel_runs", "retry_runs", "run_runs_now", "rerun_runs")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         """The run's error shown as ``ExceptionClass: message`` (with its traceback collapsed)."""
@@ -409,6 +416,9 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
 
     def has_retry_runs_permission(self, request: HttpRequest) -> bool:
         return request.user.is_active and request.user.has_perm("pgflow.retry_run")
+
+    def has_run_runs_now_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.has_perm("pgflow.run_now")
 
     @admin.display(description="DAG")
     def dag_picture(self, obj: Run) -> SafeString:
@@ -538,7 +548,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         for run in queryset.order_by("started_at"):
             try:
                 result = call(run.run_id)
-            except (DatabaseError, RunNotFound, RetryRefused) as error:
+            except (DatabaseError, RunNotFound, RetryRefused, RunNowRefused) as error:
                 skipped += 1
                 self.message_user(request, f"Run {run.run_id}: {error}".strip(), messages.ERROR)
                 continue
@@ -572,6 +582,15 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
             )
 
         self._act(request, queryset, _retry, describe)
+
+    @admin.action(description="Run selected delayed runs now", permissions=["run_runs_now"])
+    def run_runs_now(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        def describe(run: Run, visible: int) -> tuple[bool, str]:
+            if visible == 0:
+                return False, f"Run {run.run_id} had nothing waiting: no message was hidden until later."
+            return True, f"Ran run {run.run_id} now via pgflow.run_now ({visible} messages visible now)."
+
+        self._act(request, queryset, _run_now, describe)
 
     @admin.action(description="Re-run selected finished runs", permissions=["rerun_runs"])
     def rerun_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Final, NamedTuple
+
+from psycopg import sql
 
 from pgflow_django.db.query import Query, value_query
 
@@ -53,3 +56,59 @@ ACTIVE_RUN_STEPS: Final = Query(
 
 READ_ONLY_TRANSACTION: Final = value_query("read_only_transaction", "set transaction read only")
 """Make the current transaction read-only (``pgflow_audit`` reads, never writes)."""
+
+
+class ChosenRunRow(NamedTuple):
+    run_id: uuid.UUID
+    flow_slug: str
+    at: datetime | None
+
+
+FAILED_RUNS: Final = Query(
+    "failed_runs",
+    """
+    select r.run_id, r.flow_slug, r.failed_at as at
+      from pgflow.runs as r
+     where r.flow_slug = any(%(flows)s::text[]) and r.status = 'failed'
+       and (%(within)s::interval is null or r.failed_at >= clock_timestamp() - %(within)s::interval)
+       and r.parent_run_id is null
+       and coalesce(r.error_message, '') <> 'cancelled'
+       and coalesce(r.error_message, '') not like 'cancelled: %%'
+     order by r.failed_at, r.run_id
+    """,
+    ChosenRunRow,
+)
+"""The failed runs of some flows (stored slugs), in the last ``within`` when given, oldest failure first
+(``pgflow_retry --flow``): not the cancelled ones (an operator stopped them) nor child runs (a retry of
+their parent starts a new child)."""
+
+
+def waiting_runs(queue_tables: Sequence[tuple[str, str]]) -> Query[ChosenRunRow]:
+    """The started runs of some flows (``%(flows)s``, stored slugs) with work ``pgflow.run_now`` would
+    make visible now: a queued task whose message on one of ``queue_tables`` ((queue, PGMQ table)
+    pairs, the flows' queues) is hidden until later, and that no limit deferred; oldest start first
+    (``pgflow_run_now --flow``). Reads the queues without a lock."""
+    hidden = sql.SQL(" union all ").join(
+        sql.SQL(
+            "select {queue}::text as queue_name, m.msg_id from pgmq.{table} as m"
+            " where m.vt > clock_timestamp()"
+        ).format(queue=sql.Literal(queue), table=sql.Identifier(table))
+        for queue, table in queue_tables
+    )
+    statement = sql.SQL(
+        """
+        with hidden as ({hidden})
+        select r.run_id, r.flow_slug, r.started_at as at
+          from pgflow.runs as r
+         where r.flow_slug = any(%(flows)s::text[]) and r.status = 'started'
+           and exists (
+             select 1 from pgflow.step_tasks as t
+               join hidden as h on h.queue_name = t.queue_name and h.msg_id = t.message_id
+              where t.run_id = r.run_id and t.status = 'queued'
+                and not exists (select 1 from pgflow.limit_waits as w
+                                 where w.run_id = t.run_id and w.task_step_slug = t.step_slug
+                                   and w.task_index = t.task_index))
+         order by r.started_at, r.run_id
+        """
+    ).format(hidden=hidden)
+    return Query("waiting_runs", statement, ChosenRunRow)

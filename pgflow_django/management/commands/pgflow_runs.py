@@ -9,13 +9,10 @@ from contextlib import ExitStack
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
-from django.db import connections
-from django.db.models import Q
 from django.db.models.fields.json import KT
 from rich.live import Live
 
-from pgflow_django.flows.slugs import InvalidSlug, validate_flow_slug, version_of
-from pgflow_django.flows.task_names import run_flow_name, run_task_path, task_flows
+from pgflow_django.flows.task_names import run_flow_name, run_task_path
 from pgflow_django.management.cli import (
     USAGE_ERROR,
     PgflowCommand,
@@ -38,10 +35,10 @@ from pgflow_django.management.progress import (
     status_text,
     steps_table,
 )
+from pgflow_django.management.run_actions import flows_named
 from pgflow_django.management.watch import render, take_snapshot
-from pgflow_django.models import Flow, Run, StepTask
-from pgflow_django.runs.client import RunView, flow_not_found, get_run, run_priority
-from pgflow_django.suggest import known_and_closest
+from pgflow_django.models import Run, StepTask
+from pgflow_django.runs.client import RunView, get_run, run_priority
 
 DEFAULT_LIMIT = 20
 DEFAULT_INTERVAL = 2.0
@@ -106,7 +103,7 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
         )
 
     def run(self, *args: Any, **options: Any) -> None:
-        flows = None if options["flow"] is None else self._flows(options["flow"])
+        flows = None if options["flow"] is None else flows_named(options["flow"], using=self.using)
         as_json = options["format"] == "json"
         key: uuid.UUID | None = options["run_id"]
         if options["watch"]:
@@ -131,36 +128,6 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
             flags = ", ".join(f"--{name}" for name in given)
             raise CommandError(f"{flags} only filter the list of runs; leave them out when showing run {key}")
         self._show(get_run(key, using=self.using), as_json, options)
-
-    def _flows(self, name: str) -> list[str]:
-        """The slugs ``--flow`` names: every version of a compiled flow (one version by its stored slug,
-        ``orders___v2``), or every flow of a Django task
-        given by its function path (``myapp.tasks.send_welcome``, as the list shows it)."""
-        with connections[self.using].cursor() as cursor:
-            tasks = task_flows(cursor)
-        if "." in name:
-            found = [flow.flow_slug for flow in tasks if flow.task_path == name]
-            if found:
-                return found
-            known = sorted({flow.task_path for flow in tasks if flow.task_path})
-            listed, hint = known_and_closest(name, known, most=20)
-            raise CommandError(
-                f"--flow: no task {name!r} has runs (tasks: {listed}){hint}", returncode=USAGE_ERROR
-            )
-        try:
-            validate_flow_slug(version_of(name), "--flow")
-        except InvalidSlug as exc:
-            raise CommandError(str(exc), returncode=USAGE_ERROR) from None
-        versions = list(
-            Flow.objects.using(self.using)
-            .filter(Q(version_of=name) | Q(flow_slug=name))
-            .values_list("flow_slug", flat=True)
-        )
-        if not versions:
-            compiled = list(Flow.objects.using(self.using).values_list("version_of", flat=True).distinct())
-            message = flow_not_found(name, compiled, [flow.flow_slug for flow in tasks])
-            raise CommandError(f"--flow: {message}", returncode=USAGE_ERROR)
-        return versions
 
     def _watch(self, key: uuid.UUID | None, as_json: bool, options: Any) -> None:
         if key is not None:

@@ -1,0 +1,212 @@
+"""What the commands that act on runs share.
+
+``flows_named`` reads ``--flow``: every version of a compiled flow (a version's stored slug names that
+one), or the flows of a Django task given by its function path; ``pgflow_runs`` lists by it too.
+
+``RunActionCommand`` is ``pgflow_retry`` and ``pgflow_run_now``: the runs named by id, or chosen by
+``--flow`` (and what the command filters by) once the count and the runs are shown and confirmed (a
+terminal asks; anything else needs ``--yes``); then one line per run, each through the same Python call
+as the admin's action, in its own transaction, and exit 1 when any run was not acted on.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, Final
+
+from django.core.management.base import CommandError, CommandParser
+from django.db import connections
+from django.db.models import Q
+
+from pgflow_django.flows.slugs import InvalidSlug, validate_flow_slug, version_of
+from pgflow_django.flows.task_names import task_flows
+from pgflow_django.management.cli import USAGE_ERROR, PgflowCommand, one_line, printable, run_id
+from pgflow_django.management.layout import Column, FitTable, local_time
+from pgflow_django.models import Flow
+from pgflow_django.runs.client import RunNotFound, flow_not_found
+from pgflow_django.suggest import known_and_closest
+
+SHOWN_RUNS: Final = 20
+"""At most this many chosen runs are listed before the question; the count covers them all."""
+
+
+def flows_named(name: str, *, using: str) -> list[str]:
+    """The stored slugs ``--flow NAME`` names: every version of a compiled flow (one version by its
+    stored slug, ``orders___v2``), or every flow of a Django task given by its function path
+    (``myapp.tasks.send_welcome``, as ``pgflow_runs`` shows it). An unknown name is a usage error that
+    lists the known ones."""
+    with connections[using].cursor() as cursor:
+        tasks = task_flows(cursor)
+    if "." in name:
+        found = [flow.flow_slug for flow in tasks if flow.task_path == name]
+        if found:
+            return found
+        known = sorted({flow.task_path for flow in tasks if flow.task_path})
+        listed, hint = known_and_closest(name, known, most=20)
+        raise CommandError(
+            f"--flow: no task {name!r} has runs (tasks: {listed}){hint}", returncode=USAGE_ERROR
+        )
+    try:
+        validate_flow_slug(version_of(name), "--flow")
+    except InvalidSlug as exc:
+        raise CommandError(str(exc), returncode=USAGE_ERROR) from None
+    versions = list(
+        Flow.objects.using(using)
+        .filter(Q(version_of=name) | Q(flow_slug=name))
+        .values_list("flow_slug", flat=True)
+    )
+    if not versions:
+        compiled = list(Flow.objects.using(using).values_list("version_of", flat=True).distinct())
+        message = flow_not_found(name, compiled, [flow.flow_slug for flow in tasks])
+        raise CommandError(f"--flow: {message}", returncode=USAGE_ERROR)
+    return versions
+
+
+@dataclass(frozen=True)
+class ChosenRun:
+    """A run ``--flow`` chose, with the time the listing shows (when it failed, or started)."""
+
+    run_id: uuid.UUID
+    flow_slug: str
+    at: datetime | None
+
+
+class RunActionCommand(PgflowCommand):
+    """A command that does one thing to runs: to those named by id, or to those ``--flow`` chooses."""
+
+    verb: ClassVar[str]
+    """What it does, as a command: ``retry``, ``run now``."""
+    plan: ClassVar[str]
+    """What it will do to the chosen runs, after their count: ``to retry from where they failed``."""
+    question: ClassVar[str]
+    """The question before it changes the chosen runs, with ``{count}``."""
+    chosen: ClassVar[str]
+    """Which runs ``--flow`` chooses, for the count: ``failed run(s)``."""
+    at_header: ClassVar[str]
+    """The header of the time shown for each chosen run: ``FAILED``."""
+    refused: ClassVar[type[RuntimeError]]
+    """What the call raises for a run it does not act on (its status): one line that says why."""
+
+    stealth_options = ("stdin",)
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "run_ids",
+            nargs="*",
+            type=run_id,
+            metavar="RUN_ID",
+            help="the id of a run; several may be given",
+        )
+        parser.add_argument(
+            "--flow",
+            metavar="FLOW",
+            help=f"the {self.chosen} of this flow, every version (a Django task: its function path), "
+            "shown before anything changes",
+        )
+        self.add_filters(parser)
+        parser.add_argument("--yes", action="store_true", help="with --flow: do not ask for confirmation")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="show the runs it would change; change nothing"
+        )
+
+    def add_filters(self, parser: CommandParser) -> None:
+        """The options that narrow ``--flow``'s choice (none by default)."""
+
+    def filters_given(self, options: dict[str, Any]) -> list[str]:
+        """The filter options given, which only apply with ``--flow``."""
+        return []
+
+    def choose(self, flows: list[str], options: dict[str, Any]) -> list[ChosenRun]:
+        """The runs of ``flows`` (stored slugs) to act on, oldest first."""
+        raise NotImplementedError
+
+    def describe_choice(self, name: str, options: dict[str, Any]) -> str:
+        """The chosen runs, after their count: ``failed run(s) of flow 'orders' (failed since ...)``."""
+        return f"{self.chosen} of flow {printable(name)!r}"
+
+    def act(self, run_id: uuid.UUID) -> str:
+        """Do it to one run (the admin action's call); the line that says what was done."""
+        raise NotImplementedError
+
+    def run(self, *args: Any, **options: Any) -> None:
+        ids: list[uuid.UUID] = list(dict.fromkeys(options["run_ids"]))
+        name: str | None = options["flow"]
+        if ids and name is not None:
+            raise CommandError("give RUN_IDs or --flow FLOW, not both", returncode=USAGE_ERROR)
+        if not ids and name is None:
+            raise CommandError(f"give the id of a run to {self.verb}, or --flow FLOW", returncode=USAGE_ERROR)
+        filters = self.filters_given(options)
+        if filters and name is None:
+            raise CommandError(f"{', '.join(filters)} only apply with --flow", returncode=USAGE_ERROR)
+        if options["yes"] and name is None:
+            raise CommandError("--yes confirms --flow; leave it out with RUN_IDs", returncode=USAGE_ERROR)
+        if name is not None:
+            ids = self._chosen(name, options)
+        elif options["dry_run"]:
+            for key in ids:
+                self.stdout.write(f"would {self.verb}: run {key}")
+        if ids and not options["dry_run"]:
+            self._act_on(ids)
+
+    def _chosen(self, name: str, options: dict[str, Any]) -> list[uuid.UUID]:
+        runs = self.choose(flows_named(name, using=self.using), options)
+        what = self.describe_choice(name, options)
+        if not runs:
+            self.stdout.write(f"no {what}: nothing to {self.verb}")
+            return []
+        self.stdout.write(f"{len(runs)} {what}, {self.plan}:")
+        self._list(runs)
+        if options["dry_run"]:
+            self.stdout.write(f"nothing changed (--dry-run); without it, {len(runs)} run(s) would change")
+            return []
+        if not options["yes"]:
+            self._confirm(len(runs), options.get("stdin") or sys.stdin)
+        return [run.run_id for run in runs]
+
+    def _list(self, runs: Sequence[ChosenRun]) -> None:
+        table = FitTable(
+            Column("RUN", title=True, no_wrap=True),
+            Column("FLOW", label="flow"),
+            Column(self.at_header, label=self.at_header.lower(), no_wrap=True),
+            lined=False,
+        )
+        for run in runs[:SHOWN_RUNS]:
+            table.add_row(str(run.run_id), run.flow_slug, local_time(run.at))
+        self.console().print(table)
+        if len(runs) > SHOWN_RUNS:
+            self.stdout.write(f"... and {len(runs) - SHOWN_RUNS} more")
+
+    def _confirm(self, count: int, stdin: Any) -> None:
+        if not stdin.isatty():
+            raise CommandError(
+                f"refusing to change {count} run(s) without confirmation: standard input is not a "
+                "terminal; pass --yes to go ahead"
+            )
+        self.stdout.write(f"{self.question.format(count=count)} [y/N] ", ending="")
+        self.stdout.flush()
+        if stdin.readline().strip().lower() not in ("y", "yes"):
+            raise CommandError("not confirmed; no run was changed")
+
+    def _act_on(self, ids: list[uuid.UUID]) -> None:
+        """One line per run on stdout, or on stderr for a run not changed; exit 1 if any was not."""
+        if len(ids) == 1:
+            try:
+                self.stdout.write(self.act(ids[0]))
+            except self.refused as exc:
+                raise CommandError(one_line(exc)) from None
+            return
+        failed = 0
+        for key in ids:
+            try:
+                line = self.act(key)
+            except (RunNotFound, self.refused) as exc:
+                failed += 1
+                self.stderr.write(one_line(exc))
+                continue
+            self.stdout.write(line)
+        if failed:
+            raise CommandError(f"{failed} of {len(ids)} runs were not changed (see above)")
