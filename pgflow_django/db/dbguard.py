@@ -29,10 +29,10 @@ class NotMigrated(ImproperlyConfigured):
     exist); run `manage.py migrate```.
 
     Raised by ``start_flow``, ``start_flows``, ``get_run``, ``wait_for_run``, ``cancel_run``,
-    ``retry_run``, ``compile_flow`` and the tasks backend's ``enqueue`` and ``get_result`` in place of
-    the ``ProgrammingError`` of their failed statement (SQLSTATE 3F000, 42P01, 42883 or 42704 on a
-    pgflow or PGMQ name): nothing is checked beforehand, so a migrated database pays nothing for it.
-    Inside ``transaction.atomic()`` the transaction is aborted, as after any failed statement."""
+    ``retry_run``, ``run_now``, ``compile_flow`` and the tasks backend's ``enqueue`` and ``get_result``
+    in place of the ``ProgrammingError`` of their failed statement (SQLSTATE 3F000, 42P01, 42883 or
+    42704 on a pgflow or PGMQ name): nothing is checked beforehand, so a migrated database pays nothing
+    for it. Inside ``transaction.atomic()`` the transaction is aborted, as after any failed statement."""
 
 
 NOT_MIGRATED_STATES: Final = frozenset({"3F000", "42P01", "42883", "42704"})

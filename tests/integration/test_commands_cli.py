@@ -24,6 +24,8 @@ COMMANDS = [
     "pgflow_prune",
     "pgflow_delete_flow",
     "pgflow_versions",
+    "pgflow_retry",
+    "pgflow_run_now",
     "pgflow_demo",
     "pgflow_scheduler",
 ]
@@ -62,6 +64,8 @@ def test_help_explains_with_examples(command: str) -> None:
         (["pgflow_prune"], "the following arguments are required: --older-than"),
         (["pgflow_delete_flow"], "the following arguments are required: FLOW"),
         (["pgflow_versions"], "the following arguments are required: FLOW"),
+        (["pgflow_retry", "--failed-since", "soon"], "invalid duration 'soon'"),
+        (["pgflow_run_now", "not-a-run"], "'not-a-run' is not a UUID"),
         (["pgflow_versions", "orders", "--format", "yaml"], "argument --format: invalid choice: 'yaml'"),
         (["pgflow_demo", "--runs", "0"], "argument --runs: expected a whole number >= 1"),
         (["pgflow_scheduler", "--interval", "0"], "argument --interval: expected a number of seconds > 0"),

@@ -22,8 +22,9 @@ from tests.first_hour import fresh_database, manage
 API_SCRIPT = """
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
-from pgflow_django import cancel_run, compile_flow, get_run, start_flow, start_flows, wait_for_run
-from pgflow_django.runs.client import retry_run
+from pgflow_django import (
+    cancel_run, compile_flow, get_run, retry_run, run_now, start_flow, start_flows, wait_for_run,
+)
 from testproject.example.flows import chain
 from testproject.example.tasks import add
 
@@ -37,6 +38,7 @@ calls = {
     "wait_for_run": lambda: wait_for_run("6f1b6a4e-0000-4000-8000-000000000000", timeout=1),
     "cancel_run": lambda: cancel_run("6f1b6a4e-0000-4000-8000-000000000000"),
     "retry_run": lambda: retry_run("6f1b6a4e-0000-4000-8000-000000000000"),
+    "run_now": lambda: run_now("6f1b6a4e-0000-4000-8000-000000000000"),
 }
 
 
@@ -66,6 +68,7 @@ NAMES = [
     "wait_for_run",
     "cancel_run",
     "retry_run",
+    "run_now",
 ]
 
 
