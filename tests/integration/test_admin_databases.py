@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -174,6 +175,20 @@ def test_actions_change_the_chosen_database_only(admin_client: Client, both: dic
 
     act(admin_client, "/admin/pgflow/schedule/", "trigger_schedules", "nightly_boom")
     assert rows(SECOND, "select count(*) from pgflow.runs where flow_slug = 'cmd_boom'") == [(2,)]
+
+
+@override_settings(PGFLOW={"ADMIN_DATABASE": SECOND})
+def test_run_now_changes_the_chosen_database_only(admin_client: Client, both: dict[str, Any]) -> None:
+    delayed = uuid.uuid4()
+    for alias in ("default", SECOND):
+        start_flow("cmd_greet", {"name": alias}, run_id=delayed, delay=timedelta(hours=1), using=alias)
+    html = act(admin_client, "/admin/pgflow/run/", "run_runs_now", delayed)
+    assert f"Ran run {delayed} now via pgflow.run_now (1 messages visible now)." in html
+    hidden = (
+        "select count(*) from pgflow.step_tasks as t join pgmq.q_cmd_greet as m on m.msg_id = t.message_id"
+        " where t.run_id = %s and m.vt > clock_timestamp()"
+    )
+    assert rows(SECOND, hidden, [delayed]) == [(0,)] and rows("default", hidden, [delayed]) == [(1,)]
 
 
 class ReplicaRouter:
