@@ -24,7 +24,14 @@ from django.db.models import Q
 
 from pgflow_django.flows.slugs import InvalidSlug, validate_flow_slug, version_of
 from pgflow_django.flows.task_names import task_flows
-from pgflow_django.management.cli import USAGE_ERROR, PgflowCommand, one_line, printable, run_id
+from pgflow_django.management.cli import (
+    USAGE_ERROR,
+    PgflowCommand,
+    interrupted_as,
+    one_line,
+    printable,
+    run_id,
+)
 from pgflow_django.management.layout import Column, FitTable, local_time
 from pgflow_django.models import Flow
 from pgflow_django.runs.client import RunNotFound, flow_not_found
@@ -141,7 +148,9 @@ class RunActionCommand(PgflowCommand):
             raise CommandError(f"give the id of a run to {self.verb}, or --flow FLOW", returncode=USAGE_ERROR)
         filters = self.filters_given(options)
         if filters and name is None:
-            raise CommandError(f"{', '.join(filters)} only apply with --flow", returncode=USAGE_ERROR)
+            raise CommandError(
+                f"{', '.join(filters)} only narrows --flow; leave it out with RUN_IDs", returncode=USAGE_ERROR
+            )
         if options["yes"] and name is None:
             raise CommandError("--yes confirms --flow; leave it out with RUN_IDs", returncode=USAGE_ERROR)
         if name is not None:
@@ -188,7 +197,9 @@ class RunActionCommand(PgflowCommand):
             )
         self.stdout.write(f"{self.question.format(count=count)} [y/N] ", ending="")
         self.stdout.flush()
-        if stdin.readline().strip().lower() not in ("y", "yes"):
+        with interrupted_as("interrupted; no run was changed"):
+            answer = stdin.readline()
+        if answer.strip().lower() not in ("y", "yes"):
             raise CommandError("not confirmed; no run was changed")
 
     def _act_on(self, ids: list[uuid.UUID]) -> None:

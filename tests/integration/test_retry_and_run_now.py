@@ -231,7 +231,7 @@ class TestRetryCommand:
         (["pgflow_retry", str(uuid.uuid4()), "--flow", "x"], "give RUN_IDs or --flow FLOW, not both"),
         (
             ["pgflow_retry", str(uuid.uuid4()), "--failed-since", "1h"],
-            "--failed-since only apply with --flow",
+            "--failed-since only narrows --flow; leave it out with RUN_IDs",
         ),
         (["pgflow_retry", str(uuid.uuid4()), "--yes"], "--yes confirms --flow; leave it out with RUN_IDs"),
         (["pgflow_retry", "--flow", "x", "--failed-since", "1y"], "invalid duration '1y'"),
