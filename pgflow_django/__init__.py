@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         acancel_run,
         aget_run,
         aretry_run,
+        arun_now,
         asend_event,
         astart_flow,
         astart_flows,
@@ -86,6 +87,7 @@ _LAZY = {
     "await_run": "pgflow_django.runs.aclient",
     "acancel_run": "pgflow_django.runs.aclient",
     "aretry_run": "pgflow_django.runs.aclient",
+    "arun_now": "pgflow_django.runs.aclient",
     "asend_event": "pgflow_django.runs.aclient",
 }
 
@@ -120,6 +122,7 @@ __all__ = [
     "acancel_run",
     "aget_run",
     "aretry_run",
+    "arun_now",
     "asend_event",
     "astart_flow",
     "astart_flows",

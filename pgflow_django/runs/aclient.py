@@ -100,6 +100,11 @@ async def aretry_run(run_id: uuid.UUID | str, *, using: str = "default") -> int:
     return await sync_to_async(client.retry_run, thread_sensitive=True)(run_id, using=using)
 
 
+async def arun_now(run_id: uuid.UUID | str, *, using: str = "default") -> int:
+    """``run_now`` for async code: the number of messages made visible; ``RunNotFound``, ``RunNowRefused``."""
+    return await sync_to_async(client.run_now, thread_sensitive=True)(run_id, using=using)
+
+
 async def asend_event(
     event: str,
     payload: Any = None,

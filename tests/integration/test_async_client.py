@@ -27,9 +27,11 @@ from pgflow_django import (
     FlowNotFound,
     RetryRefused,
     RunNotFound,
+    RunNowRefused,
     acancel_run,
     aget_run,
     aretry_run,
+    arun_now,
     asend_event,
     astart_flow,
     astart_flows,
@@ -152,6 +154,7 @@ def test_the_async_functions_are_exported_beside_the_sync_ones() -> None:
         "await_run",
         "acancel_run",
         "aretry_run",
+        "arun_now",
         "asend_event",
     }
     assert names <= set(pgflow_django.__all__)
@@ -253,6 +256,12 @@ def test_acancel_run_then_aretry_run(quote: Flow) -> None:
             await acancel_run(uuid.uuid4())
         with pytest.raises(RunNotFound):
             await aretry_run(uuid.uuid4())
+        delayed = await astart_flow(quote, {"quantity": 2}, delay=3600)
+        assert await arun_now(delayed) == 1
+        assert await arun_now(delayed) == 0, "nothing waits any more"
+        await acancel_run(delayed)
+        with pytest.raises(RunNowRefused):
+            await arun_now(delayed)
 
     run(body())
 
