@@ -308,7 +308,13 @@ class QueueWorker:
                 if runs_on_event_loop(step)
             )
         if self.state.loop_steps:
-            self.handler_loop = HandlerLoop(self.runner.run_on_loop, _step_of)
+            self.handler_loop = HandlerLoop(
+                self.runner.run_on_loop,
+                _step_of,
+                abandon=self.runner.abandon,
+                tidy=self.runner.tidy,
+                died=self._loop_died,
+            )
             self.handler_loop.start()
         logger.info(
             "worker %s started queue=%s %s concurrency=%d%s batch=%d database=%s%s "
@@ -817,7 +823,7 @@ class QueueWorker:
             self.completer.join(2.0)
         left = self.state.held_tasks()
         if self.handler_loop is not None and self.runner is not None:
-            self.handler_loop.close_connections(self.runner.thread_done, 2.0)
+            self.handler_loop.stop(self.runner.thread_done, 2.0)
         if self.engine is not None:
             calls = StopCalls(self.engine, self.observe, self.queue)
             if unstarted:
@@ -845,7 +851,16 @@ class QueueWorker:
     @property
     def abandoned_handlers(self) -> bool:
         """Handlers still running after shutdown: the process must exit without joining them."""
-        return self.state.in_flight > 0 or self.state.executing > 0
+        return (
+            self.state.in_flight > 0
+            or self.state.executing > 0
+            or (self.handler_loop is not None and self.handler_loop.abandoned)
+        )
+
+    def _loop_died(self) -> None:
+        """The event loop stopped on its own: no async handler can run, so the worker stops."""
+        self.fatal = True
+        self.state.request_stop()
 
 
 def _priority(task: ClaimedTask) -> int:

@@ -78,8 +78,8 @@ async def _within_deadline(awaitable: Awaitable[Any], deadline: Deadline, step_s
     try:
         async with limit:
             return await awaitable
-    except TimeoutError:
-        if limit.expired():
+    except BaseException:
+        if limit.expired():  # whatever the handler made of its cancellation
             raise TaskTimeout(step_slug, deadline.timeout) from None
         raise
 
@@ -127,22 +127,17 @@ class Runner:
         """Event-loop entry point of a step that ``runs_on_event_loop``: as ``run``, awaiting the handler
         beside the others; its Django ORM calls go through ``sync_to_async``, as Django's async rules
         ask, onto one shared thread (and one connection). A run's cancel cancels it at its next await."""
-        from asgiref.sync import sync_to_async
-
         started = time.perf_counter()
         try:
             step = self._runnable(task)
-            if step is not None:
-                await sync_to_async(self._fresh_connections)()
+            if step is None or self._withdrawn(task, "before it started"):
+                pass
+            else:
                 try:
                     output_json = await self._acall(task, step)
                 except asyncio.CancelledError as exc:
-                    if not self.state.cancellation(task).is_set():
+                    if not self._withdrawn(task, "at an await"):
                         self._fail(task, exc)  # the handler's own
-                    else:  # the worker's, for its cancelled run: there is nothing to record
-                        logger.info(
-                            "handler cancelled with its run %s", task.describe(), extra=self.observe.log(task)
-                        )
                 except BaseException as exc:  # the handler's own, whatever its class (see _fail)
                     self._fail(task, exc)
                 else:
@@ -151,6 +146,22 @@ class Runner:
             logger.exception("worker error while running %s", task.describe(), extra=self.observe.log(task))
         finally:
             self.state.release(task, time.perf_counter() - started)
+
+    def _withdrawn(self, task: ClaimedTask, when: str) -> bool:
+        """Whether the worker withdrew the task (its run was cancelled, or the worker's drain is over
+        and the task was given back): nothing is recorded for it then."""
+        if self.state.cancellation(task).is_set():
+            why = "its run was cancelled"
+        elif self.state.aborted.is_set():
+            why = "the worker stopped"
+        else:
+            return False
+        logger.info("handler cancelled %s: %s %s", when, why, task.describe(), extra=self.observe.log(task))
+        return True
+
+    def abandon(self, task: ClaimedTask) -> None:
+        """A handler's coroutine was cancelled before it began: give its slot back for it."""
+        self.state.release(task)
 
     def _runnable(self, task: ClaimedTask) -> StepDefinition | None:
         """The task's step, or None once its attempt is failed here: a step this worker does not
@@ -172,6 +183,11 @@ class Runner:
         """A handler thread leaves (the worker stopped): its Django connection closes with it rather
         than wait for the process to exit."""
         connections.close_all()
+
+    def tidy(self) -> None:
+        """On the thread of the async handlers' ORM calls, now and then: drop a broken or expired
+        Django connection there, as ``_fresh_connections`` does around each threaded handler."""
+        self._fresh_connections()
 
     def _fresh_connections(self) -> None:
         """Around each handler a worker thread drops a broken or expired Django connection; an

@@ -101,7 +101,9 @@ class WorkerState:
             return self._free()
 
     def _free(self) -> int:
-        return self._free_threads() + (max(0, self._free_loop()) if self.loop_steps else 0)
+        if self.loop_steps:
+            return max(0, self._free_threads()) + max(0, self._free_loop())
+        return self._free_threads()
 
     def _free_threads(self) -> int:
         return self.capacity + self._extra - (len(self._in_flight) - self._on_loop) - self._reserved
@@ -201,11 +203,13 @@ class WorkerState:
             self._hold(task)
 
     def _hold(self, task: ClaimedTask) -> None:
+        """A later attempt of a task held here (recovery gave it back meanwhile) takes the earlier
+        one's entry: one entry, one slot, released by the attempt that holds it."""
+        if self._in_flight.get(task.key) is None and (task.flow_slug, task.step_slug) in self.loop_steps:
+            self._on_loop += 1
         self._in_flight[task.key] = task
         self._awaiting.add(task.key)
         self._cancelled[task.key] = threading.Event()
-        if (task.flow_slug, task.step_slug) in self.loop_steps:
-            self._on_loop += 1
 
     def runs_on_loop(self, task: ClaimedTask) -> bool:
         return (task.flow_slug, task.step_slug) in self.loop_steps
@@ -231,10 +235,13 @@ class WorkerState:
             on_loop = step in self.loop_steps
             if seconds is not None and not on_loop:
                 self._paced(step, seconds)
-            if self._in_flight.pop(task.key, None) is not None and on_loop:
-                self._on_loop -= 1
-            self._awaiting.discard(task.key)
-            self._cancelled.pop(task.key, None)
+            held = self._in_flight.get(task.key)
+            if held is not None and held.attempt == task.attempt:  # not a later attempt held meanwhile
+                del self._in_flight[task.key]
+                self._awaiting.discard(task.key)
+                self._cancelled.pop(task.key, None)
+                if on_loop:
+                    self._on_loop -= 1
             if self._slots_wanted and self._free() >= self._slots_wanted:
                 self._cond.notify_all()
 
@@ -302,12 +309,18 @@ class WorkerState:
         """Until one of ``groups`` (the steps of a queue) has a slot it may fill: a free thread beyond
         the extra ones, or a free event-loop slot for its async steps."""
         wanted = list(groups)
-        on_loop = any(group & self.loop_steps for group in wanted)
         return self.wait(
             timeout,
             lambda: any(self._free_for(group) > 0 for group in wanted),
-            slots=1 if on_loop else self._extra + 1,
+            slots=min((self._room_hint(group) for group in wanted), default=1),
         )
+
+    def _room_hint(self, group: frozenset[StepKey]) -> int:
+        """The free slots (``_free``) from which ``group`` may have room: releases wake a waiter
+        only from there. One for a group with async steps or a short one, else beyond the extra."""
+        if group & self.loop_steps or self._short(group):
+            return 1
+        return self._extra + 1
 
     def wait_for_slots(self, wanted: int, timeout: float) -> bool:
         return self.wait(timeout, lambda: self._free() >= wanted, slots=wanted)

@@ -295,7 +295,7 @@ def test_a_cancelled_runs_async_handler_is_cancelled_at_its_await_and_nothing_is
         wait_until(lambda: seen.cancelled_at is not None, 10, "the handler to be cancelled")
         assert seen.cancelled_at is not None and seen.cancelled_at - cancelled < 5
         wait_until(lambda: worker.worker.state.in_flight == 0, 5, "its slot to be free")
-        assert "handler cancelled with its run" in caplog.text
+        assert "handler cancelled at an await: its run was cancelled" in caplog.text
         assert "handler failed" not in caplog.text
         assert tuples("select status, output from pgflow.step_tasks where run_id = %s", [run_id]) == [
             ("cancelled", None)

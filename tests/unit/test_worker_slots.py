@@ -3,6 +3,8 @@ hand-off."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 
 from pgflow_django.worker.connection import ClaimedTask
@@ -113,3 +115,34 @@ def test_an_event_loop_step_does_not_make_the_worker_prefetch_for_threads() -> N
         state.release(task(index, "fetch"), 0.0)
     assert state.free_slots() == 7, "the pace of async handlers grants no extra thread slots"
     assert state.batch_limit(10, frozenset({("f", "fetch")})) == 10
+
+
+def test_releasing_an_earlier_attempt_keeps_the_later_one_held_and_the_counts_right() -> None:
+    state = WorkerState(capacity=2, async_capacity=3)
+    state.loop_steps = frozenset({("f", "fetch")})
+    first = ClaimedTask("f", uuid.UUID(int=1), "fetch", 0, 1, 1, None)
+    again = ClaimedTask("f", uuid.UUID(int=1), "fetch", 0, 2, 2, None)
+    state.take(first)
+    state.take(again)  # recovery gave the task to this worker again while the first attempt ran
+    state.release(first, 1.0)
+    assert state.in_flight == 1, "the later attempt is still held"
+    state.release(again, 1.0)
+    assert state.in_flight == 0
+    assert state.free_slots_for(frozenset({("f", "fetch")})) == 3, "no event-loop slot was lost"
+
+
+def test_a_short_thread_queue_beside_an_async_one_is_woken_by_one_free_thread() -> None:
+    state = WorkerState(capacity=2, prefetch=20, steps=[("f", "step"), ("f", "fetch")], async_capacity=4)
+    state.loop_steps = frozenset({("f", "fetch")})
+    short = frozenset({("f", "step")})
+    state.set_groups((short, frozenset({("f", "fetch")})))
+    state.take(task(0))
+    state.release(task(0), 0.0)  # the step is known short: the extra slots are granted
+    held = [task(index) for index in range(1, 21)]
+    for item in held:
+        state.take(item)
+    waker = threading.Timer(0.05, state.release, [held[0], 0.0])
+    waker.start()
+    began = time.monotonic()
+    assert state.wait_for_room([short], 2.0)
+    assert time.monotonic() - began < 1.0, "one freed slot is room for a short queue"
