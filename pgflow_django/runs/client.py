@@ -692,6 +692,11 @@ def flow_not_found(slug: str, compiled: Iterable[str] = (), task_flows: Iterable
     hidden = set() if task_names.asks_for_task_flows(slug) else set(task_flows)
     known = sorted({*registered, *compiled} - hidden)
     listed, hint = known_and_closest(slug, known, most=_LISTED_FLOWS)
+    if not hint:  # not a typo: perhaps defined in code that nothing registers or compiles
+        hint = (
+            "; a flow is known once registered (in a flows.py module of an installed app, or "
+            "PGFLOW['FLOWS']) and compiled (manage.py pgflow_compile, or a worker that serves it)"
+        )
     return f"no flow {slug!r} (known flows: {listed}){hint}"
 
 

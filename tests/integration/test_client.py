@@ -145,6 +145,23 @@ def test_root_map_needs_an_array_input() -> None:
     assert get_run(run_id).step("each").initial_tasks == 3
 
 
+def test_a_flow_defined_where_nothing_registers_it_is_told_how_to_register_and_compile() -> None:
+    from pgflow_django import FlowNotFound
+
+    unregistered = Flow("client_defined_in_a_view")
+
+    @unregistered.step()
+    def only(flow_input: object) -> None:
+        return None
+
+    with pytest.raises(FlowNotFound) as caught, transaction.atomic():
+        start_flow(unregistered, {})
+    message = str(caught.value)
+    assert message.startswith("no flow 'client_defined_in_a_view' (known flows: ")
+    assert "a flows.py module of an installed app, or PGFLOW['FLOWS']" in message
+    assert "manage.py pgflow_compile" in message
+
+
 def test_unknown_flow_raises_flow_not_found_in_one_line() -> None:
     """Not django's DataError with PL/pgSQL context lines: the library's own exception, exported."""
     from pgflow_django import FlowNotFound
