@@ -597,7 +597,7 @@ class RetryRefused(RuntimeError):
 
 class RunNowRefused(RuntimeError):
     """``pgflow.run_now`` refused the run: it has finished, so nothing of it waits to run; the message
-    says what to do instead (retry a failed run, re-run a completed one)."""
+    says what to do instead (retry a failed run; start a completed one's flow again)."""
 
 
 _REFUSED: Final = "55000"

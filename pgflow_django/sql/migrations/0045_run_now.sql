@@ -43,7 +43,7 @@ begin
     raise exception 'run % is failed: nothing of it waits to run; retry it to run its failed tasks again',
       run_now.run_id using errcode = '55000';
   elsif v_status <> 'started' then
-    raise exception 'run % is %: nothing of it waits to run; re-run it to start it again',
+    raise exception 'run % is %: nothing of it waits to run; start its flow again (start_flow, manage.py pgflow_start, or the admin''s Re-run action)',
       run_now.run_id, v_status using errcode = '55000';
   end if;
 

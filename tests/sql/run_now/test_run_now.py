@@ -153,7 +153,11 @@ def test_a_run_with_visible_work_only_changes_nothing(unchanged: Callable[[], Ca
     ("finish", "message"),
     [
         ("cancel", "is failed: nothing of it waits to run; retry it to run its failed tasks again"),
-        ("complete", "is completed: nothing of it waits to run; re-run it to start it again"),
+        (
+            "complete",
+            "is completed: nothing of it waits to run; start its flow again (start_flow, manage.py "
+            "pgflow_start, or the admin's Re-run action)",
+        ),
     ],
 )
 def test_a_finished_run_is_refused_and_nothing_changes(
