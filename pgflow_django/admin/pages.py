@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -344,6 +345,42 @@ def _run_now(run_id: uuid.UUID) -> int:
     return run_now(run_id, using=write_database())
 
 
+@dataclass(frozen=True)
+class Said:
+    """A run action's message: ``html`` for the page, ``text`` for the admin log."""
+
+    html: SafeString
+    text: str
+
+
+def _said(template: str, *args: Any) -> Said:
+    """A run action's message: each run id (a UUID in ``args``) as the runs list shows it on the page
+    (its last characters, linked to the run; hovering shows it whole, copying copies it whole), whole
+    in the admin log."""
+    shown = [
+        short_id(arg, reverse("admin:pgflow_run_change", args=[arg])) if isinstance(arg, uuid.UUID) else arg
+        for arg in args
+    ]
+    return Said(format_html(template, *shown), template.format(*args))
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _refused(run_id: uuid.UUID, error: Exception, not_done: str) -> Said:
+    """Why an action did nothing to a run: the engine's reason (``run ID is completed: ...``), the run
+    named once, as the list shows it; else ``Run ID was not <not_done>: <reason>``."""
+    if isinstance(error, RunNotFound):
+        return _said("Run {} was not {}: it no longer exists (pruned or deleted).", run_id, not_done)
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    reason = lines[0] if lines else type(error).__name__
+    named = f"run {run_id} "
+    if reason.startswith(named):
+        return _said("Run {} {}", run_id, reason.removeprefix(named))
+    return _said("Run {} was not {}: {}", run_id, not_done, reason)
+
+
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     list_display = ("short_run", "flow_name", "status", "priority_shown", "started", "finished", "duration")
@@ -542,65 +579,73 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         request: HttpRequest,
         queryset: QuerySet[Run],
         call: Callable[[uuid.UUID], Any],
-        describe: Callable[[Run, Any], tuple[bool, str]],
+        describe: Callable[[Run, Any], tuple[bool, Said]],
+        not_done: str,
     ) -> None:
+        """``call`` each run, oldest first; ``describe`` says what it did (True) or why it did nothing
+        (False); an error is ``_refused``'s line (``not_done``: ``retried``). What was done is logged."""
         done = skipped = 0
         for run in queryset.order_by("started_at"):
             try:
                 result = call(run.run_id)
             except (DatabaseError, RunNotFound, RetryRefused, RunNowRefused) as error:
                 skipped += 1
-                self.message_user(request, f"Run {run.run_id}: {error}".strip(), messages.ERROR)
+                self.message_user(request, _refused(run.run_id, error, not_done).html, messages.ERROR)
                 continue
-            ok, text = describe(run, result)
+            ok, said = describe(run, result)
             if ok:
                 done += 1
-                self.log_change(request, run, text)
-                self.message_user(request, text, messages.SUCCESS)
+                self.log_change(request, run, said.text)
+                self.message_user(request, said.html, messages.SUCCESS)
             else:
                 skipped += 1
-                self.message_user(request, text, messages.WARNING)
+                self.message_user(request, said.html, messages.WARNING)
         if not done and not skipped:
             self.message_user(request, "No runs selected.", messages.WARNING)
 
     @admin.action(description="Cancel selected started runs", permissions=["cancel_runs"])
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
-        def describe(run: Run, result: CancelResult) -> tuple[bool, str]:
+        def describe(run: Run, result: CancelResult) -> tuple[bool, Said]:
             if result.cancelled:
-                return True, f"Cancelled run {run.run_id} via pgflow.cancel_run."
-            return False, f"Run {run.run_id} was not cancelled: its status is {result.status}."
+                return True, _said("Cancelled run {}.", run.run_id)
+            return False, _said("Run {} was not cancelled: it is {}.", run.run_id, result.status)
 
-        self._act(request, queryset, _cancel, describe)
+        self._act(request, queryset, _cancel, describe, "cancelled")
 
     @admin.action(description="Retry selected failed runs from where they failed", permissions=["retry_runs"])
     def retry_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
-        def describe(run: Run, queued: int) -> tuple[bool, str]:
+        def describe(run: Run, queued: int) -> tuple[bool, Said]:
             failure = read_error(run.error_message).summary if run.error_message else "no error recorded"
-            return True, (
-                f"Retried run {run.run_id} via pgflow.retry_run ({queued} tasks queued again); "
-                f"it had failed with: {failure}"
+            return True, _said(
+                "Retried run {}: {} queued again; it had failed with: {}",
+                run.run_id,
+                _counted(queued, "task"),
+                failure,
             )
 
-        self._act(request, queryset, _retry, describe)
+        self._act(request, queryset, _retry, describe, "retried")
 
     @admin.action(description="Run selected delayed runs now", permissions=["run_runs_now"])
     def run_runs_now(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
-        def describe(run: Run, visible: int) -> tuple[bool, str]:
+        def describe(run: Run, visible: int) -> tuple[bool, Said]:
             if visible == 0:
-                return False, f"Run {run.run_id} had nothing waiting: no message was hidden until later."
-            return True, f"Ran run {run.run_id} now via pgflow.run_now ({visible} messages visible now)."
+                return False, _said("Run {} was not run now: nothing of it was waiting.", run.run_id)
+            return True, _said(
+                "Ran run {} now: {} can start at once.", run.run_id, _counted(visible, "waiting task")
+            )
 
-        self._act(request, queryset, _run_now, describe)
+        self._act(request, queryset, _run_now, describe, "run now")
 
     @admin.action(description="Re-run selected finished runs", permissions=["rerun_runs"])
     def rerun_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
-        def describe(run: Run, result: Any) -> tuple[bool, str]:
-            return True, f"Re-ran run {run.run_id} as new run {result} via pgflow.rerun."
+        def describe(run: Run, result: Any) -> tuple[bool, Said]:
+            return True, _said("Re-ran run {} as new run {}.", run.run_id, uuid.UUID(str(result)))
 
         finished = queryset.exclude(status="started")
         for run in queryset.filter(status="started"):
-            self.message_user(request, f"Run {run.run_id} is still started; not re-run.", messages.WARNING)
-        self._act(request, finished, _rerun, describe)
+            said = _said("Run {} was not re-run: it is still started.", run.run_id)
+            self.message_user(request, said.html, messages.WARNING)
+        self._act(request, finished, _rerun, describe, "re-run")
 
     def get_urls(self) -> list[URLPattern]:
         tasks = StepTaskAdmin(StepTask, self.admin_site)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html as html_text
+import re
 import uuid
 from typing import Any
 
@@ -35,6 +37,18 @@ def runs() -> dict[str, uuid.UUID]:
     failed = start_flow("cmd_boom", {})
     assert support.fail(support.claim_one("cmd_boom"), "boom on purpose") == "failed"
     return {"completed": done, "started": going, "failed": failed}
+
+
+def said(html: str, *, visible: bool = False) -> list[str]:
+    """The messages of an admin page as text: a run id whole, as copying it gives it, or ``visible``:
+    as the page shows it (its last characters; the rest collapsed by admin.css)."""
+    found = re.search(r'<ul class="messagelist">(.*?)</ul>', html, re.DOTALL)
+    if found is None:
+        return []
+    items = re.findall(r"<li[^>]*>(.*?)</li>", found[1], re.DOTALL)
+    if visible:
+        items = [re.sub(r'<span class="pgflow-id-rest">[^<]*</span>', "", item) for item in items]
+    return [html_text.unescape(re.sub(r"<[^>]+>", "", item)).strip() for item in items]
 
 
 def page(client: Client, url: str, **params: Any) -> str:
@@ -188,15 +202,24 @@ def test_cancel_action_goes_through_cancel_run_and_is_logged(
     admin_client: Client, runs: dict[str, uuid.UUID]
 ) -> None:
     html = act(admin_client, "cancel_runs", runs["started"], runs["completed"])
-    assert f"Cancelled run {runs['started']}" in html
-    assert f"Run {runs['completed']} was not cancelled: its status is completed." in html
+    assert said(html) == [  # oldest first
+        f"Run {runs['completed']} was not cancelled: it is completed.",
+        f"Cancelled run {runs['started']}.",
+    ]
+    started, completed = str(runs["started"])[-8:], str(runs["completed"])[-8:]
+    assert said(html, visible=True) == [
+        f"Run {completed} was not cancelled: it is completed.",
+        f"Cancelled run {started}.",
+    ], "each run as the list shows it"
+    assert (
+        f'<a href="{reverse("admin:pgflow_run_change", args=[runs["started"]])}"><span class="pgflow-id"'
+        in html
+    )
     cancelled = support.run(runs["started"])
     assert (cancelled["status"], cancelled["error_message"]) == ("failed", "cancelled")
     assert support.run(runs["completed"])["status"] == "completed"
     entries = LogEntry.objects.filter(object_id=str(runs["started"]))
-    assert [e.get_change_message() for e in entries] == [
-        f"Cancelled run {runs['started']} via pgflow.cancel_run."
-    ]
+    assert [e.get_change_message() for e in entries] == [f"Cancelled run {runs['started']}."]
     assert not LogEntry.objects.filter(object_id=str(runs["completed"])).exists()
 
 
@@ -204,10 +227,12 @@ def test_rerun_action_starts_a_linked_run_and_is_logged(
     admin_client: Client, runs: dict[str, uuid.UUID]
 ) -> None:
     html = act(admin_client, "rerun_runs", runs["completed"], runs["started"])
-    assert f"Run {runs['started']} is still started; not re-run." in html
     new = Run.objects.get(rerun_of_id=runs["completed"])
+    assert said(html) == [
+        f"Run {runs['started']} was not re-run: it is still started.",
+        f"Re-ran run {runs['completed']} as new run {new.run_id}.",
+    ]
     assert new.status == "started" and new.input == {"name": "ada"}
-    assert f"Re-ran run {runs['completed']} as new run {new.run_id}" in html
     assert not Run.objects.filter(rerun_of_id=runs["started"]).exists()
     entry = LogEntry.objects.get(object_id=str(runs["completed"]))
     assert str(new.run_id) in entry.get_change_message()

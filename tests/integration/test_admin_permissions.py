@@ -13,6 +13,7 @@ from pgflow_django import start_flow
 from pgflow_django.flows.compiler import compile_flow
 from pgflow_django.models import Run
 from tests.integration import commands_flows
+from tests.integration.test_admin import said
 from tests.sql import support
 
 
@@ -44,7 +45,7 @@ def test_cancel_needs_the_cancel_permission() -> None:
     canceller = operator("cancel_run")
     listing = canceller.get("/admin/pgflow/run/").content.decode()
     assert 'value="cancel_runs"' in listing and 'value="rerun_runs"' not in listing
-    assert f"Cancelled run {run_id}" in act(canceller, "/admin/pgflow/run/", "cancel_runs", run_id)
+    assert said(act(canceller, "/admin/pgflow/run/", "cancel_runs", run_id)) == [f"Cancelled run {run_id}."]
     assert support.run(run_id)["status"] == "failed"
     act(canceller, "/admin/pgflow/run/", "rerun_runs", run_id)
     assert not Run.objects.filter(rerun_of_id=run_id).exists(), "re-run needs its own permission"
@@ -56,7 +57,7 @@ def test_rerun_needs_the_rerun_permission() -> None:
     assert support.fail(support.claim_one("cmd_boom"), "boom") == "failed"
     html = act(operator("rerun_run"), "/admin/pgflow/run/", "rerun_runs", run_id)
     new = Run.objects.get(rerun_of_id=run_id)
-    assert f"as new run {new.run_id}" in html
+    assert said(html) == [f"Re-ran run {run_id} as new run {new.run_id}."]
 
 
 def test_pause_and_resume_a_flow_need_the_pause_permission() -> None:
@@ -90,9 +91,10 @@ def test_retry_needs_the_retry_permission_and_says_why_it_refuses() -> None:
 
     client = operator("retry_run")
     html = act(client, "/admin/pgflow/run/", "retry_runs", run_id)
-    assert f"Retried run {run_id} via pgflow.retry_run (1 tasks queued again); it had failed with: " in html
+    (message,) = said(html)
+    assert message.startswith(f"Retried run {run_id}: 1 task queued again; it had failed with: "), message
     (entry,) = LogEntry.objects.filter(object_id=str(run_id))
     assert "boom" in entry.get_change_message(), "the error the retry clears is kept in the admin log"
     assert support.run(run_id)["status"] == "started"
     html = act(client, "/admin/pgflow/run/", "retry_runs", run_id)
-    assert f"Run {run_id}: run {run_id} is started: only a failed or cancelled run can be retried" in html
+    assert said(html) == [f"Run {run_id} is started: only a failed or cancelled run can be retried"]

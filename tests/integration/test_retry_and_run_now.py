@@ -21,6 +21,7 @@ from pgflow_django.flows.compiler import compile_flow
 from testproject.example.tasks import add
 from tests.integration import commands_flows
 from tests.integration.commands_support import call, manage_in_process, stderr_lines
+from tests.integration.test_admin import said
 from tests.integration.test_admin_permissions import act, operator
 from tests.sql import support
 from tests.tasks_support import backend
@@ -313,12 +314,15 @@ def test_run_now_in_the_admin_needs_its_permission() -> None:
     client = operator("run_now")
     assert 'value="run_runs_now"' in client.get("/admin/pgflow/run/").content.decode()
     html = act(client, "/admin/pgflow/run/", "run_runs_now", run_id)
-    assert f"Ran run {run_id} now via pgflow.run_now (1 messages visible now)." in html
+    assert said(html) == [f"Ran run {run_id} now: 1 waiting task can start at once."]
     assert _hidden(run_id) == [False]
     (entry,) = LogEntry.objects.filter(object_id=str(run_id))
-    assert "pgflow.run_now" in entry.get_change_message()
+    assert entry.get_change_message() == f"Ran run {run_id} now: 1 waiting task can start at once."
     html = act(client, "/admin/pgflow/run/", "run_runs_now", run_id)
-    assert f"Run {run_id} had nothing waiting" in html
+    assert said(html) == [f"Run {run_id} was not run now: nothing of it was waiting."]
     support.q("select pgflow.cancel_run(%s)", [run_id])
     html = act(client, "/admin/pgflow/run/", "run_runs_now", run_id)
-    assert f"Run {run_id}: run {run_id} is failed: nothing of it waits to run" in html
+    assert said(html) == [
+        f"Run {run_id} is failed: nothing of it waits to run; retry it to run its failed tasks again"
+    ]
+    assert said(html, visible=True)[0].startswith(f"Run {str(run_id)[-8:]} is failed: "), "named once, short"
