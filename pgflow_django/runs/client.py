@@ -511,7 +511,7 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
         raise_if_not_migrated(exc, using)
         raise
     if not rows:
-        raise _run_not_found(key)
+        raise run_not_found(key)
     first = rows[0]
     steps = tuple(
         StepStateView(
@@ -582,7 +582,7 @@ def cancel_run(run_id: uuid.UUID | str, *, reason: str | None = None, using: str
             outcome = str(fetch_value(cursor, queries.CANCEL_RUN, [key, reason]))
     except DatabaseError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == _NO_DATA_FOUND:
-            raise _run_not_found(key) from None
+            raise run_not_found(key) from None
         raise_if_not_migrated(exc, using)
         raise
     if outcome == "cancelled":
@@ -637,7 +637,7 @@ def _act_on_run(query: Query[Value], run_id: uuid.UUID | str, refused: type[Runt
         cause = exc.__cause__
         state = getattr(cause, "sqlstate", None)
         if state == _NO_DATA_FOUND:
-            raise _run_not_found(key) from None
+            raise run_not_found(key) from None
         if state == _REFUSED:
             primary = getattr(getattr(cause, "diag", None), "message_primary", None)
             raise refused(str(primary or exc)) from None
@@ -792,7 +792,8 @@ def encode_run_input(flow_or_slug: Flow | str, value: Any, what: str) -> str:
     return text
 
 
-def _run_not_found(key: uuid.UUID) -> RunNotFound:
+def run_not_found(key: uuid.UUID) -> RunNotFound:
+    """The error for an unknown run id, as every call here raises it (and ``--dry-run`` reports it)."""
     return RunNotFound(
         f"no run {key}: check the id, or commit the transaction that started it (it may also be pruned)"
     )
