@@ -6,14 +6,15 @@ one), or the flows of a Django task given by its function path; ``pgflow_runs`` 
 ``RunActionCommand`` is ``pgflow_retry`` and ``pgflow_run_now``: the runs named by id, or chosen by
 ``--flow`` (and what the command filters by) once the count and the runs are shown and confirmed (a
 terminal asks; anything else needs ``--yes``); then one line per run, each through the same Python call
-as the admin's action, in its own transaction, and exit 1 when any run was not acted on.
+as the admin's action, in its own transaction, and exit 1 when any run was not acted on. ``--dry-run``
+with run ids reads each run instead and says the same of what the call would do (``preview``).
 """
 
 from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Final
@@ -75,7 +76,8 @@ def flows_named(name: str, *, using: str) -> list[str]:
 
 @dataclass(frozen=True)
 class ChosenRun:
-    """A run ``--flow`` chose, with the time the listing shows (when it failed, or started)."""
+    """A run ``--flow`` chose, with the time the listing shows (when it failed, or until when its work
+    waits)."""
 
     run_id: uuid.UUID
     flow_slug: str
@@ -94,7 +96,7 @@ class RunActionCommand(PgflowCommand):
     chosen: ClassVar[str]
     """Which runs ``--flow`` chooses, for the count: ``failed run(s)``."""
     at_header: ClassVar[str]
-    """The header of the time shown for each chosen run: ``FAILED``."""
+    """The header of the time shown for each chosen run: ``FAILED``, ``WAITS UNTIL``."""
     refused: ClassVar[type[RuntimeError]]
     """What the call raises for a run it does not act on (its status): one line that says why."""
 
@@ -117,7 +119,10 @@ class RunActionCommand(PgflowCommand):
         self.add_filters(parser)
         parser.add_argument("--yes", action="store_true", help="with --flow: do not ask for confirmation")
         parser.add_argument(
-            "--dry-run", action="store_true", help="show the runs it would change; change nothing"
+            "--dry-run",
+            action="store_true",
+            help="change nothing: show the runs --flow chooses, or what it would do to each RUN_ID "
+            "(and what it would refuse, exiting as it would)",
         )
 
     def add_filters(self, parser: CommandParser) -> None:
@@ -139,6 +144,12 @@ class RunActionCommand(PgflowCommand):
         """Do it to one run (the admin action's call); the line that says what was done."""
         raise NotImplementedError
 
+    def preview(self, run_id: uuid.UUID) -> str:
+        """What ``act`` would do to one run, found by reading it (``--dry-run``: nothing changes): the
+        line that says what it would do; ``RunNotFound`` or ``refused`` with the reason ``act`` would
+        give."""
+        raise NotImplementedError
+
     def run(self, *args: Any, **options: Any) -> None:
         ids: list[uuid.UUID] = list(dict.fromkeys(options["run_ids"]))
         name: str | None = options["flow"]
@@ -155,11 +166,12 @@ class RunActionCommand(PgflowCommand):
             raise CommandError("--yes confirms --flow; leave it out with RUN_IDs", returncode=USAGE_ERROR)
         if name is not None:
             ids = self._chosen(name, options)
-        elif options["dry_run"]:
-            for key in ids:
-                self.stdout.write(f"would {self.verb}: run {key}")
-        if ids and not options["dry_run"]:
-            self._act_on(ids)
+        if not ids:
+            return
+        if options["dry_run"]:
+            self._act_on(ids, self.preview, dry_run=True)
+        else:
+            self._act_on(ids, self.act)
 
     def _chosen(self, name: str, options: dict[str, Any]) -> list[uuid.UUID]:
         runs = self.choose(flows_named(name, using=self.using), options)
@@ -202,22 +214,31 @@ class RunActionCommand(PgflowCommand):
         if answer.strip().lower() not in ("y", "yes"):
             raise CommandError("not confirmed; no run was changed")
 
-    def _act_on(self, ids: list[uuid.UUID]) -> None:
-        """One line per run on stdout, or on stderr for a run not changed; exit 1 if any was not."""
+    def _act_on(
+        self, ids: list[uuid.UUID], call: Callable[[uuid.UUID], str], *, dry_run: bool = False
+    ) -> None:
+        """One line per run on stdout, or on stderr for a run not changed; exit 1 if any was not. A dry
+        run (``call`` is ``preview``) says the same of what it would do, then that nothing changed."""
         if len(ids) == 1:
             try:
-                self.stdout.write(self.act(ids[0]))
+                line = call(ids[0])
             except self.refused as exc:
                 raise CommandError(one_line(exc)) from None
+            self.stdout.write(line)
+            if dry_run:
+                self.stdout.write("nothing changed (--dry-run)")
             return
         failed = 0
         for key in ids:
             try:
-                line = self.act(key)
+                line = call(key)
             except (RunNotFound, self.refused) as exc:
                 failed += 1
                 self.stderr.write(one_line(exc))
                 continue
             self.stdout.write(line)
+        if dry_run:
+            self.stdout.write("nothing changed (--dry-run)")
         if failed:
-            raise CommandError(f"{failed} of {len(ids)} runs were not changed (see above)")
+            changed = "would not be changed" if dry_run else "were not changed"
+            raise CommandError(f"{failed} of {len(ids)} runs {changed} (see above)")

@@ -18,6 +18,7 @@ from django.utils import timezone
 import pgflow_django
 from pgflow_django import Flow, RetryRefused, RunNotFound, RunNowRefused, retry_run, run_now, start_flow
 from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.management.layout import local_time
 from testproject.example.tasks import add
 from tests.integration import commands_flows
 from tests.integration.commands_support import call, manage_in_process, stderr_lines
@@ -82,6 +83,41 @@ def _hidden(run_id: uuid.UUID) -> list[bool]:
 
 
 # -- Python --------------------------------------------------------------------------------------------
+
+
+def _snapshot(*run_ids: uuid.UUID) -> list[object]:
+    """Everything a retry or a run now would change: the runs, their step states and tasks, and how
+    long each queued task's message stays hidden."""
+    return [
+        (
+            support.run(key),
+            support.q("select * from pgflow.step_states where run_id = %s order by step_slug", [key]),
+            support.tasks(key),
+            _hidden(key),
+        )
+        for key in run_ids
+        if support.q("select 1 from pgflow.runs where run_id = %s", [key])
+    ]
+
+
+def _completed(stored_slug: str) -> uuid.UUID:
+    run_id = support.start(stored_slug)
+    (record,) = support.claim(stored_slug)
+    assert support.complete(record, 1) == "completed"
+    assert _status(run_id) == "completed"
+    return run_id
+
+
+def _dry_and_real(command: str, run_id: uuid.UUID) -> tuple[list[str], list[str]]:
+    """The stderr of ``command --dry-run RUN_ID`` and of ``command RUN_ID`` (both refused, exit 1), and
+    the proof that the dry run changed nothing."""
+    before = _snapshot(run_id)
+    dry = manage_in_process(command, "--dry-run", str(run_id))
+    assert _snapshot(run_id) == before, "a dry run changes nothing"
+    real = manage_in_process(command, str(run_id))
+    assert (dry.returncode, real.returncode) == (1, 1), (dry, real)
+    assert dry.stdout == real.stdout == ""
+    return stderr_lines(dry), stderr_lines(real)
 
 
 def test_the_four_names_are_public() -> None:
@@ -207,9 +243,48 @@ class TestRetryCommand:
         run_id = _failed(FLOW)
         out, _ = call("pgflow_retry", "--flow", FLOW, "--dry-run")
         assert str(run_id) in out and "nothing changed (--dry-run)" in out
-        out, _ = call("pgflow_retry", str(run_id), "--dry-run")
-        assert out == f"would retry: run {run_id}\n"
         assert _status(run_id) == "failed"
+
+    def test_dry_run_by_id_counts_what_the_retry_would_queue_and_changes_nothing(self) -> None:
+        run_id = _failed(f"{FLOW}___v2")
+        before = _snapshot(run_id)
+        out, err = call("pgflow_retry", str(run_id), "--dry-run")
+        assert (out, err) == (
+            f"would retry run {run_id}: 2 task(s) would be queued again\nnothing changed (--dry-run)\n",
+            "",
+        )
+        assert _snapshot(run_id) == before
+        out, _ = call("pgflow_retry", str(run_id))
+        assert out == f"retried run {run_id}: 2 task(s) queued again\n", "the count the dry run gave"
+
+    @pytest.mark.parametrize("case", ["started", "completed", "failed outside its tasks", "unknown"])
+    def test_dry_run_refuses_what_the_retry_refuses_in_its_words(self, case: str) -> None:
+        if case == "started":
+            run_id = support.start(FLOW)
+        elif case == "completed":
+            run_id = _completed(FLOW)
+        elif case == "unknown":
+            run_id = uuid.uuid4()
+        else:  # its failed step has no failed task left: the retry would fail the same way
+            run_id = _failed(FLOW)
+            support.q("update pgflow.step_tasks set status = 'completed' where run_id = %s", [run_id])
+        dry, real = _dry_and_real("pgflow_retry", run_id)
+        assert dry == real, "the same reason, the same exit code"
+        assert len(dry) == 1 and str(run_id) in dry[0], dry
+
+    def test_dry_run_of_several_runs_says_which_would_be_refused_and_exits_1(self) -> None:
+        failed, started, missing = _failed(FLOW), support.start(FLOW), uuid.uuid4()
+        before = _snapshot(failed, started)
+        result = manage_in_process("pgflow_retry", "--dry-run", str(failed), str(started), str(missing))
+        assert result.returncode == 1
+        assert result.stdout == (
+            f"would retry run {failed}: 1 task(s) would be queued again\nnothing changed (--dry-run)\n"
+        )
+        lines = stderr_lines(result)
+        assert lines[0] == f"run {started} is started: only a failed or cancelled run can be retried"
+        assert lines[1].startswith(f"no run {missing}: check the id")
+        assert lines[2:] == ["CommandError: 2 of 3 runs would not be changed (see above)"]
+        assert _snapshot(failed, started) == before
 
     def test_no_failed_run_is_not_an_error(self) -> None:
         out, _ = call("pgflow_retry", "--flow", FLOW, "--failed-since", "5m")
@@ -281,15 +356,40 @@ class TestRunNowCommand:
             "tasks again"
         ]
 
+    def test_dry_run_by_id_counts_what_would_become_visible_and_changes_nothing(self) -> None:
+        delayed, ready = _delayed(f"{FLOW}___v2"), support.start(FLOW)
+        before = _snapshot(delayed, ready)
+        result = manage_in_process("pgflow_run_now", "--dry-run", str(delayed), str(ready))
+        assert (result.returncode, result.stderr) == (0, "")
+        assert result.stdout.splitlines() == [
+            f"run {delayed}: 2 message(s) would become visible now",
+            f"run {ready}: nothing is waiting",
+            "nothing changed (--dry-run)",
+        ]
+        assert _snapshot(delayed, ready) == before
+        out, _ = call("pgflow_run_now", str(delayed))
+        assert out == f"run {delayed}: 2 message(s) visible now\n", "the count the dry run gave"
+
+    @pytest.mark.parametrize("case", ["failed", "completed", "unknown"])
+    def test_dry_run_refuses_what_run_now_refuses_in_its_words(self, case: str) -> None:
+        run_id = {"failed": _failed, "completed": _completed}.get(case, lambda _: uuid.uuid4())(FLOW)
+        dry, real = _dry_and_real("pgflow_run_now", run_id)
+        assert dry == real, "the same reason, the same exit code"
+        assert len(dry) == 1 and str(run_id) in dry[0], dry
+
     def test_flow_chooses_the_runs_with_waiting_work_of_every_version(self) -> None:
         first, second = _delayed(FLOW), _delayed(f"{FLOW}___v2")
         ready = support.start(FLOW)
         refused = manage_in_process("pgflow_run_now", "--flow", FLOW)
         assert refused.returncode == 1 and "pass --yes to go ahead" in refused.stderr
         assert _hidden(first) == [True]
+        (task,) = support.tasks(first)
+        due = support.q1(f"select vt from pgmq.q_{FLOW} where msg_id = %s", [task["message_id"]])["vt"]
         out, _ = call("pgflow_run_now", "--flow", FLOW, "--yes")
         lines = out.splitlines()
         assert lines[0] == f"2 run(s) with waiting work of flow '{FLOW}', to run now:"
+        assert lines[1].split() == ["RUN", "FLOW", "WAITS", "UNTIL"], "when each would run anyway"
+        assert local_time(due) in lines[2], lines[2]
         assert lines[-2:] == [
             f"run {first}: 1 message(s) visible now",
             f"run {second}: 2 message(s) visible now",

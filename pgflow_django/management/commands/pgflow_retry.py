@@ -11,12 +11,12 @@ from django.core.management.base import CommandParser
 from django.db import connections
 from django.utils import timezone
 
-from pgflow_django.db.query import fetch_all
+from pgflow_django.db.query import fetch_all, fetch_one
 from pgflow_django.management import queries
 from pgflow_django.management.cli import parse_duration, printable
 from pgflow_django.management.layout import local_time
 from pgflow_django.management.run_actions import ChosenRun, RunActionCommand
-from pgflow_django.runs.client import RetryRefused, retry_run
+from pgflow_django.runs.client import RetryRefused, retry_run, run_not_found
 
 
 class Command(RunActionCommand):
@@ -32,6 +32,7 @@ class Command(RunActionCommand):
     examples = """
   manage.py pgflow_retry 0b4e6c1e-8f5a-4d2b-9a57-3c1f2e8d9a10
   manage.py pgflow_retry RUN_ID RUN_ID                    several runs
+  manage.py pgflow_retry RUN_ID --dry-run                 what it would do
   manage.py pgflow_retry --flow process_order --failed-since 1h
   manage.py pgflow_retry --flow process_order --failed-since 1h --yes
   manage.py pgflow_retry --flow process_order --dry-run   show, change nothing
@@ -70,3 +71,20 @@ failed outside its tasks), not confirmed, or another error; 2 bad arguments
     def act(self, run_id: uuid.UUID) -> str:
         queued = retry_run(run_id, using=self.using)
         return f"retried run {run_id}: {queued} task(s) queued again"
+
+    def preview(self, run_id: uuid.UUID) -> str:
+        """``pgflow.retry_run``'s checks and count, read (its reasons in its words)."""
+        with connections[self.using].cursor() as cursor:
+            found = fetch_one(cursor, queries.RETRY_PREVIEW, {"run_id": run_id})
+        if found is None:
+            raise run_not_found(run_id)
+        if found.status != "failed":
+            raise RetryRefused(
+                f"run {run_id} is {found.status}: only a failed or cancelled run can be retried"
+            )
+        if found.stuck_steps is not None:
+            raise RetryRefused(
+                f"run {run_id} failed in step {found.stuck_steps} outside its tasks: a retry would fail the "
+                "same way; re-run it instead"
+            )
+        return f"would retry run {run_id}: {found.tasks} task(s) would be queued again"

@@ -9,10 +9,10 @@ from typing import Any
 from django.db import connections
 
 from pgflow_django.db import queries as db_queries
-from pgflow_django.db.query import fetch_all
+from pgflow_django.db.query import fetch_all, fetch_value
 from pgflow_django.management import queries
 from pgflow_django.management.run_actions import ChosenRun, RunActionCommand
-from pgflow_django.runs.client import RunNowRefused, run_now
+from pgflow_django.runs.client import RunNowRefused, run_not_found, run_now
 
 
 class Command(RunActionCommand):
@@ -29,6 +29,7 @@ class Command(RunActionCommand):
     examples = """
   manage.py pgflow_run_now 0b4e6c1e-8f5a-4d2b-9a57-3c1f2e8d9a10
   manage.py pgflow_run_now RUN_ID RUN_ID                several runs
+  manage.py pgflow_run_now RUN_ID --dry-run             what it would do
   manage.py pgflow_run_now --flow reminders             asks first
   manage.py pgflow_run_now --flow reminders --yes       no question
   manage.py pgflow_run_now --flow reminders --dry-run   show, change nothing
@@ -40,7 +41,7 @@ confirmed, or another error; 2 bad arguments
     plan = "to run now"
     question = "Run the waiting work of these {count} run(s) now?"
     chosen = "run(s) with waiting work"
-    at_header = "STARTED"
+    at_header = "WAITS UNTIL"
     refused = RunNowRefused
 
     def choose(self, flows: list[str], options: dict[str, Any]) -> list[ChosenRun]:
@@ -59,3 +60,29 @@ confirmed, or another error; 2 bad arguments
         if visible == 0:
             return f"run {run_id}: nothing was waiting"
         return f"run {run_id}: {visible} message(s) visible now"
+
+    def preview(self, run_id: uuid.UUID) -> str:
+        """``pgflow.run_now``'s checks and count, read (its reasons in its words; a message another
+        transaction holds would be skipped, which a read cannot see)."""
+        with connections[self.using].cursor() as cursor:
+            status = fetch_value(cursor, queries.RUN_STATUS, {"run_id": run_id})
+            if status is None:
+                raise run_not_found(run_id)
+            if status == "failed":
+                raise RunNowRefused(
+                    f"run {run_id} is failed: nothing of it waits to run; retry it to run its failed tasks "
+                    "again"
+                )
+            if status != "started":
+                raise RunNowRefused(
+                    f"run {run_id} is {status}: nothing of it waits to run; start its flow again "
+                    "(start_flow, manage.py pgflow_start, or the admin's Re-run action)"
+                )
+            tables = [
+                (row.queue_name, row.table)
+                for row in fetch_all(cursor, queries.RUN_QUEUE_TABLES, {"run_id": run_id})
+            ]
+            waiting = fetch_value(cursor, queries.waiting_tasks(tables), {"run_id": run_id}) if tables else 0
+        if waiting == 0:
+            return f"run {run_id}: nothing is waiting"
+        return f"run {run_id}: {waiting} message(s) would become visible now"
