@@ -132,12 +132,16 @@ class PgflowCommand(BaseCommand):
         """Parse once up front so that a bad argument is one line and exit 2, not usage text."""
         parser = self.create_parser(argv[0], argv[1])
         try:
-            parser.parse_args(argv[2:])
+            self.check_arguments(vars(parser.parse_args(argv[2:])))
         except CommandError as exc:
             message = printable(str(exc).removeprefix("Error: "))
             self.stderr.write(f"{parser.prog}: error: {message} (see --help)")
             sys.exit(USAGE_ERROR)
         super().run_from_argv(argv)
+
+    def check_arguments(self, options: dict[str, Any]) -> None:
+        """What argparse cannot check while it parses, checked after it (``CommandError``): a command
+        line's mistake is then reported as argparse reports its own."""
 
     def execute(self, *args: Any, **options: Any) -> Any:
         """Plain writes and the final error line are stripped of control characters: both may carry

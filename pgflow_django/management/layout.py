@@ -248,6 +248,9 @@ def _longest_word(text: Text) -> int:
     return max((cell_len(word) for word in text.plain.split()), default=0)
 
 
-def local_time(moment: datetime | None) -> str:
-    """A time as the command tables show it: the current time zone, to the second ("-" for none)."""
-    return "-" if moment is None else timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")
+def local_time(moment: datetime | None, *, zone: bool = False) -> str:
+    """A time as the command tables show it: the current time zone, to the second ("-" for none);
+    ``zone`` adds the zone's name, for a time in a sentence (``2026-12-06 22:37:16 UTC``)."""
+    if moment is None:
+        return "-"
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z" if zone else "%Y-%m-%d %H:%M:%S")

@@ -13,7 +13,9 @@ with run ids reads each run instead and says the same of what the call would do 
 from __future__ import annotations
 
 import sys
+import textwrap
 import uuid
+from argparse import ArgumentTypeError
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -74,6 +76,14 @@ def flows_named(name: str, *, using: str) -> list[str]:
     return versions
 
 
+def _run_ids(given: Sequence[str | uuid.UUID]) -> list[uuid.UUID]:
+    """The RUN_IDs as UUIDs (``call_command`` may pass them so), or the usage error argparse gives."""
+    try:
+        return [key if isinstance(key, uuid.UUID) else run_id(key) for key in given]
+    except ArgumentTypeError as exc:
+        raise CommandError(f"argument RUN_ID: {exc}", returncode=USAGE_ERROR) from None
+
+
 @dataclass(frozen=True)
 class ChosenRun:
     """A run ``--flow`` chose, with the time the listing shows (when it failed, or until when its work
@@ -106,7 +116,6 @@ class RunActionCommand(PgflowCommand):
         parser.add_argument(
             "run_ids",
             nargs="*",
-            type=run_id,
             metavar="RUN_ID",
             help="the id of a run; several may be given",
         )
@@ -137,7 +146,7 @@ class RunActionCommand(PgflowCommand):
         raise NotImplementedError
 
     def describe_choice(self, name: str, options: dict[str, Any]) -> str:
-        """The chosen runs, after their count: ``failed run(s) of flow 'orders' (failed since ...)``."""
+        """The chosen runs, after their count: ``failed run(s) of flow 'orders' (since ...)``."""
         return f"{self.chosen} of flow {printable(name)!r}"
 
     def act(self, run_id: uuid.UUID) -> str:
@@ -150,20 +159,33 @@ class RunActionCommand(PgflowCommand):
         give."""
         raise NotImplementedError
 
+    def check_arguments(self, options: dict[str, Any]) -> None:
+        """The run ids are read once argparse is done: an option another command has (``pgflow_run_now
+        --failed-since 1h``) is then an unrecognized argument, not a value taken for a RUN_ID."""
+        _run_ids(options["run_ids"])
+
     def run(self, *args: Any, **options: Any) -> None:
-        ids: list[uuid.UUID] = list(dict.fromkeys(options["run_ids"]))
+        ids = list(dict.fromkeys(_run_ids(options["run_ids"])))
         name: str | None = options["flow"]
         if ids and name is not None:
             raise CommandError("give RUN_IDs or --flow FLOW, not both", returncode=USAGE_ERROR)
-        if not ids and name is None:
-            raise CommandError(f"give the id of a run to {self.verb}, or --flow FLOW", returncode=USAGE_ERROR)
-        filters = self.filters_given(options)
-        if filters and name is None:
-            raise CommandError(
-                f"{', '.join(filters)} only narrows --flow; leave it out with RUN_IDs", returncode=USAGE_ERROR
-            )
-        if options["yes"] and name is None:
-            raise CommandError("--yes confirms --flow; leave it out with RUN_IDs", returncode=USAGE_ERROR)
+        if name is None:
+            filters = self.filters_given(options)
+            if ids and filters:
+                raise CommandError(
+                    f"{', '.join(filters)} only narrows --flow; leave it out with RUN_IDs",
+                    returncode=USAGE_ERROR,
+                )
+            if ids and options["yes"]:
+                raise CommandError("--yes confirms --flow; leave it out with RUN_IDs", returncode=USAGE_ERROR)
+            needs = filters + (["--yes"] if options["yes"] else [])
+            if needs:
+                verb = "needs" if len(needs) == 1 else "need"
+                raise CommandError(f"{' and '.join(needs)} {verb} --flow FLOW", returncode=USAGE_ERROR)
+            if not ids:
+                raise CommandError(
+                    f"give the id of a run to {self.verb}, or --flow FLOW", returncode=USAGE_ERROR
+                )
         if name is not None:
             ids = self._chosen(name, options)
         if not ids:
@@ -177,9 +199,9 @@ class RunActionCommand(PgflowCommand):
         runs = self.choose(flows_named(name, using=self.using), options)
         what = self.describe_choice(name, options)
         if not runs:
-            self.stdout.write(f"no {what}: nothing to {self.verb}")
+            self._say(f"no {what}: nothing to {self.verb}")
             return []
-        self.stdout.write(f"{len(runs)} {what}, {self.plan}:")
+        self._say(f"{len(runs)} {what}, {self.plan}:")
         self._list(runs)
         if options["dry_run"]:
             self.stdout.write(f"nothing changed (--dry-run); without it, {len(runs)} run(s) would change")
@@ -187,6 +209,10 @@ class RunActionCommand(PgflowCommand):
         if not options["yes"]:
             self._confirm(len(runs), options.get("stdin") or sys.stdin)
         return [run.run_id for run in runs]
+
+    def _say(self, line: str) -> None:
+        """A sentence, wrapped at the terminal's width (80 columns when piped)."""
+        self.stdout.write(textwrap.fill(line, self.console().width, break_long_words=False))
 
     def _list(self, runs: Sequence[ChosenRun]) -> None:
         table = FitTable(

@@ -5,6 +5,7 @@ Every path makes the same call on the real engine."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
 from io import StringIO
@@ -216,7 +217,7 @@ class TestRetryCommand:
         old, recent = _failed(FLOW), _failed(FLOW)
         support.q("update pgflow.runs set failed_at = now() - interval '2 hours' where run_id = %s", [old])
         out, _ = call("pgflow_retry", "--flow", FLOW, "--failed-since", "1h", "--yes")
-        assert out.splitlines()[0].startswith(f"1 failed run(s) of flow '{FLOW}' (failed since ")
+        assert out.splitlines()[0].startswith(f"1 failed run(s) of flow '{FLOW}' (since ")
         assert (_status(old), _status(recent)) == ("failed", "started")
 
     def test_without_a_terminal_and_without_yes_it_refuses_in_one_line(self) -> None:
@@ -288,8 +289,8 @@ class TestRetryCommand:
 
     def test_no_failed_run_is_not_an_error(self) -> None:
         out, _ = call("pgflow_retry", "--flow", FLOW, "--failed-since", "5m")
-        assert out.startswith(f"no failed run(s) of flow '{FLOW}' (failed since ")
-        assert out.endswith(": nothing to retry\n")
+        assert out.startswith(f"no failed run(s) of flow '{FLOW}' (since ")
+        assert " ".join(out.split()).endswith(": nothing to retry")
 
     def test_lines_fit_80_columns(self) -> None:
         for _ in range(3):
@@ -297,6 +298,21 @@ class TestRetryCommand:
         result = manage_in_process("pgflow_retry", "--flow", FLOW, "--yes", env={"COLUMNS": "80"})
         assert result.returncode == 0, result.stderr
         assert [line for line in result.stdout.splitlines() if len(line) > 80] == []
+
+    def test_the_failed_since_header_fits_80_columns_with_its_time_zone(self) -> None:
+        _failed(FLOW)
+        result = manage_in_process(
+            "pgflow_retry", "--flow", FLOW, "--failed-since", "1h", "--dry-run", env={"COLUMNS": "80"}
+        )
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert [line for line in lines if len(line) > 80] == []
+        header = " ".join(lines[:2])
+        assert re.fullmatch(
+            rf"1 failed run\(s\) of flow '{FLOW}' \(since \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC\), to retry "
+            "from where they failed:",
+            header,
+        ), lines[:2]
 
 
 @pytest.mark.parametrize(
@@ -310,6 +326,19 @@ class TestRetryCommand:
             "--failed-since only narrows --flow; leave it out with RUN_IDs",
         ),
         (["pgflow_retry", str(uuid.uuid4()), "--yes"], "--yes confirms --flow; leave it out with RUN_IDs"),
+        (["pgflow_retry", "--failed-since", "1h"], "--failed-since needs --flow FLOW"),
+        (["pgflow_retry", "--yes"], "--yes needs --flow FLOW"),
+        (["pgflow_retry", "--failed-since", "1h", "--yes"], "--failed-since and --yes need --flow FLOW"),
+        (["pgflow_retry", "--flow", "x", "--failed-since=-1h"], "invalid duration '-1h'"),
+        (["pgflow_retry", "--flow", "x", "--failed-since", "-1h"], "--failed-since: expected one argument"),
+        (
+            ["pgflow_run_now", "--flow", "x", "--failed-since", "1h"],
+            "manage.py pgflow_run_now: error: unrecognized arguments: --failed-since (see --help)",
+        ),
+        (
+            ["pgflow_run_now", "nope"],
+            "manage.py pgflow_run_now: error: argument RUN_ID: 'nope' is not a UUID",
+        ),
         (["pgflow_retry", "--flow", "x", "--failed-since", "1y"], "invalid duration '1y'"),
         (["pgflow_retry", "--flow", "no_such_flow"], "--flow: no flow 'no_such_flow'"),
         (["pgflow_retry", "--flow", "Bad-Slug"], "--flow"),

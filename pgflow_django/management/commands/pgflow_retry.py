@@ -65,7 +65,7 @@ failed outside its tasks), not confirmed, or another error; 2 bad arguments
 
     def describe_choice(self, name: str, options: dict[str, Any]) -> str:
         within: timedelta | None = options["failed_since"]
-        since = "" if within is None else f" (failed since {local_time(timezone.now() - within)})"
+        since = "" if within is None else f" (since {local_time(timezone.now() - within, zone=True)})"
         return f"failed run(s) of flow {printable(name)!r}{since}"
 
     def act(self, run_id: uuid.UUID) -> str:
