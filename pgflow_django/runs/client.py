@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, TypeAlias, cast
 
 from django.core.exceptions import ImproperlyConfigured
@@ -163,6 +163,16 @@ class RunView:
     version_slug: str = ""
     """The stored slug of the flow version the run is on: ``flow_slug`` for version 1, ``slug___vN``
     for version N (docs/upgrading.md, "Deploying a changed flow")."""
+    not_before: datetime | None = None
+    """A delayed start's time (``start_flow(delay=...)``, a Django task's ``run_after``): the run's
+    steps start no earlier; None when it was not delayed, or ``run_now`` ran it."""
+
+    @property
+    def delayed_until(self) -> datetime | None:
+        """Until when a started run waits to begin (``not_before`` still ahead), else None."""
+        if self.status != "started" or self.not_before is None:
+            return None
+        return self.not_before if self.not_before > datetime.now(UTC) else None
 
     @property
     def version(self) -> int:
@@ -554,6 +564,7 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
         parent_run_id=first.parent_run_id,
         child_run_ids=tuple(first.child_run_ids or ()),
         version_slug=first.flow_slug,
+        not_before=first.not_before,
     )
 
 

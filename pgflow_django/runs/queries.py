@@ -133,6 +133,7 @@ class RunStepRow(NamedTuple):
     waiting_child_run_id: uuid.UUID | None
     parent_run_id: uuid.UUID | None
     child_run_ids: list[uuid.UUID] | None
+    not_before: datetime | None
 
 
 GET_RUN: Final = Query(
@@ -149,7 +150,8 @@ GET_RUN: Final = Query(
            w.since as waiting_since, w.due_at as waiting_until, w.child_run_id as waiting_child_run_id,
            r.parent_run_id,
            array(select c.run_id from pgflow.runs as c where c.parent_run_id = r.run_id
-                  order by c.parent_step_slug, c.parent_task_index, c.run_id) as child_run_ids
+                  order by c.parent_step_slug, c.parent_task_index, c.run_id) as child_run_ids,
+           r.not_before
       from pgflow.runs r
       left join pgflow.step_states s on s.run_id = r.run_id
       left join pgflow.steps st on st.flow_slug = s.flow_slug and st.step_slug = s.step_slug
