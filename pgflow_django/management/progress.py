@@ -9,7 +9,7 @@ from rich.text import Text
 
 from pgflow_django.flows.task_names import run_flow_name
 from pgflow_django.management.cli import printable, to_json
-from pgflow_django.management.layout import Column, FitTable
+from pgflow_django.management.layout import Column, FitTable, local_time
 from pgflow_django.runs.client import RunView, StepStateView
 from pgflow_django.runs.recorded_errors import read_error
 
@@ -28,8 +28,17 @@ NOTE_WIDTH = 24
 """Free text (an error, a skip reason) is not wrapped narrower than this: below, a table becomes records."""
 
 
+DELAYED_STYLE = "yellow"
+"""A started run that waits for its delayed start."""
+
+
 def status_text(status: str) -> Text:
     return Text(printable(status), style=STATUS_STYLES.get(status, ""))
+
+
+def delayed_until(moment: datetime, *, zone: bool = False) -> str:
+    """What a delayed run waits for: ``delayed until 2026-12-07 09:00:00`` (``zone``: ``... UTC``)."""
+    return f"delayed until {local_time(moment, zone=zone)}"
 
 
 def error_summary(text: str | None) -> str:
@@ -82,6 +91,9 @@ def run_title(view: RunView) -> Text:
     title.append(f"run {view.run_id} ", style="bold")
     title.append(f"of {printable(run_flow_name(view.flow_slug, view.input))}: ")
     title.append_text(status_text(view.status))
+    if view.delayed_until is not None:  # its own line: a long title wraps, the time stays whole
+        title.append(f"\n{delayed_until(view.delayed_until, zone=True)}", style=DELAYED_STYLE)
+        title.append(" (pgflow_run_now starts it now)")
     elapsed = _elapsed(view.started_at, view.completed_at or view.failed_at)
     if elapsed:
         title.append(f" ({elapsed})")
@@ -149,6 +161,8 @@ def run_dict(view: RunView) -> dict[str, Any]:
         "started_at": view.started_at,
         "completed_at": view.completed_at,
         "failed_at": view.failed_at,
+        "not_before": view.not_before,
+        "delayed_until": view.delayed_until,
         "parent_run_id": None if view.parent_run_id is None else str(view.parent_run_id),
         "child_run_ids": [str(child) for child in view.child_run_ids],
         "steps": [

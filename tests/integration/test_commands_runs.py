@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.management.base import CommandError
 
-from pgflow_django import start_flow
+from pgflow_django import get_run, start_flow
 from pgflow_django.flows.compiler import compile_flow
+from pgflow_django.management.layout import local_time
 from tests.integration import commands_flows
 from tests.integration.commands_support import call, manage_in_process, stderr_lines
 from tests.sql import support
@@ -111,6 +113,41 @@ def test_one_run_as_text(runs: dict[str, uuid.UUID]) -> None:
     assert "explode" in out
     assert "boom on purpose" in out
     assert "message id" in out
+
+
+def test_a_delayed_run_says_until_when_it_waits_in_every_form() -> None:
+    """``start_flow(delay=...)``: started, yet nothing of it runs before its time."""
+    compile_flow(commands_flows.greet)
+    delayed = start_flow("cmd_greet", {"name": "later"}, delay=timedelta(hours=1))
+    running = start_flow("cmd_greet", {"name": "now"})
+    due = support.run(delayed)["not_before"]
+    shown = local_time(due)
+    records = manage_in_process("pgflow_runs", env={"COLUMNS": "80"})
+    assert f"status: delayed until {shown}" in records.stdout, records.stdout
+    assert records.stdout.count("status: started") == 1, "the running one"
+    table = manage_in_process("pgflow_runs", env={"COLUMNS": "200"})
+    (line,) = [line for line in table.stdout.splitlines() if str(delayed) in line]
+    assert f"delayed until {shown}" in line
+    items = {item["run_id"]: item for item in listed()}
+    assert items[str(delayed)]["status"] == "started", "its status is the engine's"
+    assert items[str(delayed)]["delayed_until"] == items[str(delayed)]["not_before"] == due.isoformat()
+    assert (items[str(running)]["delayed_until"], items[str(running)]["not_before"]) == (None, None)
+    out, _ = call("pgflow_runs", str(delayed))
+    assert out.splitlines()[:2] == [
+        f"run {delayed} of cmd_greet: started",
+        f"delayed until {local_time(due, zone=True)} (pgflow_run_now starts it now)",
+    ]
+    view = json.loads(call("pgflow_runs", str(delayed), "--format", "json")[0])
+    assert view["delayed_until"] == view["not_before"] == due.isoformat()
+    assert get_run(delayed).delayed_until == due and get_run(running).delayed_until is None
+    support.q("update pgflow.runs set not_before = now() - interval '1 minute' where run_id = %s", [delayed])
+    assert items_of(listed(), delayed)["delayed_until"] is None, "its time has come: it is just started"
+    assert "delayed" not in call("pgflow_runs", str(delayed))[0]
+
+
+def items_of(items: list[dict[str, Any]], run_id: uuid.UUID) -> dict[str, Any]:
+    (item,) = [item for item in items if item["run_id"] == str(run_id)]
+    return item
 
 
 def test_unknown_run() -> None:

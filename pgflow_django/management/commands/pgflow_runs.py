@@ -9,8 +9,11 @@ from contextlib import ExitStack
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
+from django.db.models import Case, DateTimeField, F, When
 from django.db.models.fields.json import KT
+from django.db.models.functions import Now
 from rich.live import Live
+from rich.text import Text
 
 from pgflow_django.flows.task_names import run_flow_name, run_task_path
 from pgflow_django.management.cli import (
@@ -24,7 +27,9 @@ from pgflow_django.management.cli import (
 )
 from pgflow_django.management.layout import Column, FitTable, local_time
 from pgflow_django.management.progress import (
+    DELAYED_STYLE,
     NOTE_WIDTH,
+    delayed_until,
     error_summary,
     error_traceback,
     format_seconds,
@@ -175,7 +180,14 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
     def _list(
         self, flows: list[str] | None, status: str | None, limit: int, as_json: bool, options: Any
     ) -> None:
-        runs = Run.objects.using(self.using).annotate(task_path=KT("input__task"))
+        runs = Run.objects.using(self.using).annotate(
+            task_path=KT("input__task"),
+            delayed_until=Case(  # a started run whose delayed start is still ahead
+                When(status="started", not_before__gt=Now(), then=F("not_before")),
+                default=None,
+                output_field=DateTimeField(),
+            ),
+        )
         if flows:
             runs = runs.filter(flow_id__in=flows)
         if status:
@@ -192,6 +204,8 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
                 "started_at",
                 "completed_at",
                 "failed_at",
+                "not_before",
+                "delayed_until",
             )[:limit]
         )
         if as_json:
@@ -216,7 +230,9 @@ exit codes: 0 shown (a watch: also when ended by Ctrl-C); 1 no such run, or anot
             table.add_row(
                 str(row["run_id"]),
                 printable(run_flow_name(row["flow_id"], row["task_path"])),
-                status_text(row["status"]),
+                Text(delayed_until(row["delayed_until"]), style=DELAYED_STYLE)
+                if row["delayed_until"]
+                else status_text(row["status"]),
                 run_priority(row["priority"]),
                 local_time(row["started_at"]),
                 format_seconds((finished - row["started_at"]).total_seconds()) if finished else "",
@@ -291,6 +307,8 @@ def _run_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "started_at": row["started_at"],
         "completed_at": row["completed_at"],
         "failed_at": row["failed_at"],
+        "not_before": row["not_before"],
+        "delayed_until": row["delayed_until"],
     }
 
 
