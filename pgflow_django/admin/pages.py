@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -364,6 +365,19 @@ def _said(template: str, *args: Any) -> Said:
     return Said(format_html(template, *shown), template.format(*args))
 
 
+def _delayed_until(run: Run) -> datetime | None:
+    """Until when a started run waits for its delayed start (``start_flow(delay=...)``, a Django task's
+    ``run_after``), when that is still ahead; else None."""
+    if run.status != "started" or run.not_before is None or run.not_before <= timezone.now():
+        return None
+    return run.not_before
+
+
+def _zoned(moment: datetime) -> str:
+    """A time in the current time zone to the second, with the zone's name."""
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
 def _counted(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
@@ -383,7 +397,15 @@ def _refused(run_id: uuid.UUID, error: Exception, not_done: str) -> Said:
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
-    list_display = ("short_run", "flow_name", "status", "priority_shown", "started", "finished", "duration")
+    list_display = (
+        "short_run",
+        "flow_name",
+        "status_shown",
+        "priority_shown",
+        "started",
+        "finished",
+        "duration",
+    )
     list_display_links = ("short_run",)
     list_filter = ("status", ("flow", FlowFilter))
     search_fields = ("run_id",)
@@ -398,22 +420,24 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
         "step_states_table",
         "tasks_link",
     )
-    exclude = ("error_message", "parent_run_id", "parent_step_slug", "parent_task_index")
+    exclude = ("status", "error_message", "parent_run_id", "parent_step_slug", "parent_task_index")
     actions = ("cancel_runs", "retry_runs", "run_runs_now", "rerun_runs")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        """The run's error shown as ``ExceptionClass: message`` (with its traceback collapsed)."""
+        """The run's error shown as ``ExceptionClass: message`` (with its traceback collapsed), its
+        status with its delayed start when it has one ahead."""
         fields = super().get_readonly_fields(request, obj)
-        return ["error" if name == "error_message" else name for name in fields]
+        shown = {"error_message": "error", "status": "run_status"}
+        return [shown.get(name, name) if isinstance(name, str) else name for name in fields]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         """The parent run and the DAG right after the status, then the timeline, what the run waits for
         and its child runs, above the run's input and output, which can be long."""
-        fields = _move_after(super().get_fields(request, obj), "status", "dag_picture")
+        fields = _move_after(super().get_fields(request, obj), "run_status", "dag_picture")
         fields = _move_after(fields, "dag_picture", "timeline_picture")
         fields = _move_after(fields, "timeline_picture", "waits_table")
         fields = _move_after(fields, "waits_table", "children_table")
-        return _move_after(fields, "status", "parent_link")
+        return _move_after(fields, "run_status", "parent_link")
 
     short_run = admin_lists.id_column("run_id", "run")
     started = admin_lists.time_column("started", "started_at")
@@ -426,10 +450,39 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     def priority_shown(self, obj: Run) -> str:
         return run_priority(obj.priority)
 
+    @admin.display(description="status", ordering="status")
+    def status_shown(self, obj: Run) -> SafeString | str:
+        """The status; a started run whose delayed start is ahead shows until when it waits instead
+        (the status filter still counts it as started)."""
+        until = _delayed_until(obj)
+        if until is None:
+            return obj.get_status_display()
+        return format_html(
+            '<span class="pgflow-delayed" title="Started: its delayed start is at {}; Run now starts it'
+            ' at once"><span>Delayed until</span> {}</span>',
+            _zoned(until),
+            clock(until),
+        )
+
+    @admin.display(description="status")
+    def run_status(self, obj: Run) -> SafeString | str:
+        """The status, and a delayed start still ahead: until when, and what starts it now."""
+        until = _delayed_until(obj)
+        if until is None:
+            return obj.get_status_display()
+        return format_html(
+            '{} <span class="pgflow-delayed">· delayed until {}</span>: its first steps start then; '
+            "the runs list's action \u201cRun selected delayed runs now\u201d starts it at once",
+            obj.get_status_display(),
+            _zoned(until),
+        )
+
     finished = admin_lists.time_column("finished", "completed_at", "failed_at", sortable=False)
 
     @admin.display(description="duration")
     def duration(self, obj: Run) -> str:
+        if _delayed_until(obj) is not None:
+            return "-"  # not begun: the time since it was started is its delay, not its work
         return took(obj.started_at, obj.completed_at or obj.failed_at)
 
     @admin.display(description="error message")

@@ -1,9 +1,9 @@
 """The admin at real screen sizes: a desktop (1920 px), a laptop with the sidebar open (1400 px) and a
 phone (390 px), in Debian's Chromium.
 
-The dashboard, the runs list (several flows, long flow names, runs finished, failed and running) and
-a run page (a DAG and a timeline of a flow with several steps) are measured in the page: the page
-never scrolls sideways (a wide picture scrolls inside its own box), no visible text is smaller than
+The dashboard, the runs list (several flows, long flow names, runs finished, failed, running and
+delayed) and a run page (a DAG and a timeline of a flow with several steps) are measured in the page:
+the page never scrolls sideways (a wide picture scrolls inside its own box), no visible text is smaller than
 9 px (an SVG's text is measured at the size it is drawn, its font size times the picture's scale),
 every column of the runs list lies whole inside the list's visible box (no scroll inside the table,
 no cut cell), and each runs-per-minute chart shows its whole time axis up to "now". Each page is
@@ -13,6 +13,7 @@ screen) and ``admin-sizes-<page>-<width>-page.png`` (the whole page)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -184,6 +185,7 @@ def runs() -> Iterator[Any]:
             elif index < 12:
                 assert support.complete(record, {"sent": True}) == "completed"
             backdate(run_id, minutes_ago=58 - 4 * index, took=1.5 + index)
+        start_flow(ONBOARDING, {"customer": 100}, delay=timedelta(hours=2))  # "Delayed until ..."
         yesterday = start_flow(MAIL, {"customer": 99})
         assert support.complete(support.claim(MAIL, workers[MAIL])[0], {"sent": True}) == "completed"
         backdate(yesterday, minutes_ago=26 * 60, took=3.0)
@@ -260,8 +262,10 @@ def test_runs_list_shows_every_column_whole(
     found = measure(admin_browser, f"{live_server.url}/admin/pgflow/run/", width, "runs")
     assert_readable(found, "the runs list")
     columns = {column["field"]: column for column in found["columns"]}
-    assert {"short_run", "flow_name", "status", "started", "finished", "duration"} <= set(columns), columns
-    assert all(column["cells"] == 19 for column in columns.values()), "every run is listed"
+    assert {"short_run", "flow_name", "status_shown", "started", "finished", "duration"} <= set(columns), (
+        columns
+    )
+    assert all(column["cells"] == 20 for column in columns.values()), "every run is listed"
     cut = {column["field"]: column["problems"][:3] for column in found["columns"] if column["problems"]}
     assert cut == {}, "a column is cut or needs a scroll"
     assert found["listScroll"]["scrollWidth"] <= found["listScroll"]["clientWidth"], (

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from pgflow_django import Flow, route_flow, start_flow
 from pgflow_django.flows.compiler import compile_flow
@@ -69,6 +71,48 @@ def test_run_list_shows_short_ids_seconds_and_durations(admin_client: Client) ->
     assert started and SECONDS.fullmatch(started[1]), "today's start shows its time, the date on hover"
     duration = re.search(r'<td class="field-duration">([^<]*)</td>', html)
     assert duration and re.fullmatch(r"\d+\.\d+s", duration[1]), duration
+
+
+def test_a_delayed_run_says_until_when_it_waits(admin_client: Client) -> None:
+    """``start_flow(delay=...)``: started, yet nothing of it runs before its time; the list, the run's
+    page and the status filter say so."""
+    compile_flow(commands_flows.greet)
+    delayed = start_flow("cmd_greet", {"name": "later"}, delay=timedelta(hours=1))
+    running = start_flow("cmd_greet", {"name": "now"})
+    due = support.run(delayed)["not_before"]
+    rows = {
+        run_id: row
+        for row in re.findall(r"<tr>(.*?)</tr>", page(admin_client, "/admin/pgflow/run/"), re.DOTALL)
+        for run_id in (delayed, running)
+        if f'title="{run_id}"' in row
+    }
+    status = re.search(r'<td class="field-status_shown">(.*?)</td>', rows[delayed], re.DOTALL)
+    assert status and status[1].startswith(
+        '<span class="pgflow-delayed" title="Started: its delayed start is'
+    )
+    local = timezone.localtime(due)
+    day = "" if local.date() == timezone.localdate() else f"{local:%Y-%m-%d} "  # as clock() shows it
+    assert re.sub(r"<[^>]+>", "", status[1]) == f"Delayed until {day}{local:%H:%M:%S}"
+    assert f'<time datetime="{timezone.localtime(due).isoformat()}"' in status[1]
+    assert '<td class="field-duration">-</td>' in rows[delayed], "not begun: no time so far"
+    assert '<td class="field-status_shown">Started</td>' in rows[running]
+    assert re.search(r'<td class="field-duration">[^<]*s so far</td>', rows[running])
+    started = page(admin_client, "/admin/pgflow/run/", status__exact="started")
+    assert str(delayed)[-8:] in started and str(running)[-8:] in started, "the filter counts it as started"
+
+    detail = page(admin_client, reverse("admin:pgflow_run_change", args=[delayed]))
+    zone = timezone.localtime(due).strftime("%Y-%m-%d %H:%M:%S %Z")
+    assert f'Started <span class="pgflow-delayed">· delayed until {zone}</span>' in detail
+    assert "\u201cRun selected delayed runs now\u201d starts it at once" in detail
+    assert detail.count("<label>Status:</label>") == 1, "one status row"
+    assert detail.index("field-run_status") < detail.index("field-dag_picture"), "the status first"
+    plain = page(admin_client, reverse("admin:pgflow_run_change", args=[running]))
+    assert '<div class="readonly">Started</div>' in plain and "delayed until" not in plain
+
+    support.execute_ok(
+        "update pgflow.runs set not_before = now() - interval '1 minute' where run_id = %s", [delayed]
+    )
+    assert "Delayed until" not in page(admin_client, "/admin/pgflow/run/"), "its time has come"
 
 
 def test_flow_page_shows_effective_options_and_one_queue_mode_row(admin_client: Client) -> None:
