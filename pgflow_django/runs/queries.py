@@ -168,7 +168,11 @@ GET_RUN: Final = Query(
 """A run and its step states in one statement (one consistent snapshot), in step order."""
 
 
-LISTEN_RUN_ENDS: Final = value_query("listen_run_ends", "listen pgflow_waits")
+WAITS_CHANNEL: Final = "pgflow_waits"
+"""The engine's notification when a child run ends (``pgflow.maybe_complete_runs``,
+``pgflow.fail_run``) or an event is delivered (``pgflow.send_event``): a worker runs its wait pass at
+once, and ``await_run`` looks at its run again."""
+LISTEN_RUN_ENDS: Final = value_query("listen_run_ends", f"listen {WAITS_CHANNEL}")
 """``await_run``'s wake-up: the channel the engine notifies when a child run ends
 (``pgflow.maybe_complete_runs``, ``pgflow.fail_run``) or an event is delivered (``pgflow.send_event``);
 the worker's wait pass listens on it too."""

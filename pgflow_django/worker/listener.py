@@ -20,11 +20,8 @@ from pgflow_django.worker.slots import ALL_QUEUES, WorkerState
 logger = logging.getLogger("pgflow_django.worker")
 
 
-WAITS_CHANNEL: Final = "pgflow_waits"
-"""Notified when a child run ends (``pgflow.maybe_complete_runs``, ``pgflow.fail_run``): its parent's
-wait is due, and the loop runs its wait pass at once instead of within the second."""
 WAITS_DUE: Final = "*waits"
-"""What the listener notifies the loop with for ``WAITS_CHANNEL``: no queue has this name."""
+"""What the listener notifies the loop with for ``runs.queries.WAITS_CHANNEL``: no queue has this name."""
 
 
 def insert_channel(queue_table: str) -> str:

@@ -26,6 +26,7 @@ from pgflow_django.db.connect import connection_params, describe_database, keep_
 from pgflow_django.db.queries import SEVERAL_QUEUES
 from pgflow_django.flows.dsl import Flow
 from pgflow_django.observability import tracing
+from pgflow_django.runs.queries import WAITS_CHANNEL
 from pgflow_django.worker.backoff import Backoff
 from pgflow_django.worker.chores import Chore, next_due, run_due
 from pgflow_django.worker.chores.heartbeat import Heartbeat
@@ -46,7 +47,7 @@ from pgflow_django.worker.connection import (
 )
 from pgflow_django.worker.event_loop import HandlerLoop
 from pgflow_django.worker.limits import TaskBudget, UntilEmpty
-from pgflow_django.worker.listener import WAITS_CHANNEL, WAITS_DUE, Listener, insert_channel
+from pgflow_django.worker.listener import WAITS_DUE, Listener, insert_channel
 from pgflow_django.worker.observe import Observer
 from pgflow_django.worker.options import WorkerOptions
 from pgflow_django.worker.pool import HandlerPool
