@@ -35,17 +35,21 @@ class TaskCancelled(Exception):
 @dataclass(frozen=True)
 class Deadline:
     """When a handler's step timeout runs out, from the handler's start: on the process's monotonic
-    clock (to compare with ``time.monotonic()``) and as a UTC datetime (to pass on, e.g. to an HTTP
-    client or another service)."""
+    clock (to compare with ``time.monotonic()``), and as a UTC datetime (``at``, to pass on, e.g. to
+    an HTTP client or another service)."""
 
     monotonic: float
-    at: datetime
     timeout: float
     """The step's timeout in seconds."""
 
     @classmethod
     def after(cls, timeout: float) -> Deadline:
-        return cls(time.monotonic() + timeout, datetime.now(UTC) + timedelta(seconds=timeout), timeout)
+        return cls(time.monotonic() + timeout, timeout)
+
+    @property
+    def at(self) -> datetime:
+        """The deadline as a UTC datetime (read from the wall clock now: most handlers never ask)."""
+        return datetime.now(UTC) + timedelta(seconds=self.remaining())
 
     def remaining(self) -> float:
         """Seconds left (negative once passed)."""

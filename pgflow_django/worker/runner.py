@@ -194,6 +194,9 @@ class Runner:
         in-process runner (``pgflow_django.testing``) keeps the caller's connection and transaction."""
         close_old_connections()
 
+    def _deadline(self, task: ClaimedTask, step: StepDefinition) -> Deadline:
+        return Deadline.after(self._timeouts.get((task.flow_slug, step.slug), 60))
+
     def _context(self, task: ClaimedTask, step: StepDefinition) -> TaskContext:
         extra: dict[str, Any] = {}
         if step.is_root and not step.is_map:
@@ -209,7 +212,7 @@ class Runner:
             shutdown_event=self.state.stopping,
             using=self.using,
             cancel_event=self.state.cancellation(task),
-            deadline=Deadline.after(self._timeouts.get((task.flow_slug, step.slug), 60)),
+            deadline=self._deadline(task, step),
             **extra,
         )
 
@@ -217,8 +220,9 @@ class Runner:
         """Run the handler (sync, or async on its own event loop) and return its encoded output."""
         from asgiref.sync import async_to_sync
 
-        ctx = self._context(task, step)
-        args: tuple[Any, ...] = (task.input, ctx) if step.accepts_context else (task.input,)
+        # a context only for the handlers that take one: this is every task's path
+        ctx = self._context(task, step) if step.accepts_context else None
+        args: tuple[Any, ...] = (task.input,) if ctx is None else (task.input, ctx)
         observe = self.observe
         # inline, not a context manager: this is every task's path (see Observer.handling)
         span = observe.span(task) if observe.tracing else None
@@ -227,7 +231,8 @@ class Runner:
         try:
             output = step.handler(*args)
             if self._async.get((task.flow_slug, step.slug)) or inspect.isawaitable(output):
-                output = async_to_sync(_within_deadline)(output, ctx.deadline, step.slug)
+                deadline = self._deadline(task, step) if ctx is None else ctx.deadline
+                output = async_to_sync(_within_deadline)(output, deadline, step.slug)
         except BaseException as exc:
             if span is not None:
                 span.close(exc)
@@ -243,12 +248,13 @@ class Runner:
 
     async def _acall(self, task: ClaimedTask, step: StepDefinition) -> str:
         """``_call`` on the event loop: the handler is awaited there, within its deadline."""
-        ctx = self._context(task, step)
-        args: tuple[Any, ...] = (task.input, ctx) if step.accepts_context else (task.input,)
+        ctx = self._context(task, step) if step.accepts_context else None
+        args: tuple[Any, ...] = (task.input,) if ctx is None else (task.input, ctx)
+        deadline = self._deadline(task, step) if ctx is None else ctx.deadline
         self.state.started()
         try:
             with self.observe.handling(task):
-                output = await _within_deadline(step.handler(*args), ctx.deadline, step.slug)
+                output = await _within_deadline(step.handler(*args), deadline, step.slug)
         finally:
             self.state.finished()
         return encode_output(output)
