@@ -1,5 +1,6 @@
 """psycopg connection keywords for a Django database alias: the worker's, the scheduler's and the
-pooler check's own connections are opened from the same ``DATABASES`` entry Django uses."""
+pooler check's own connections are opened from the same ``DATABASES`` entry Django uses, and where a
+LISTEN goes (the worker's, ``await_run``'s)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,35 @@ def connection_params(using: str = "default", pooler: str | None = None) -> dict
     if pooler == "transaction":
         params["prepare_threshold"] = None
     return params
+
+
+def listen_params(
+    params: dict[str, Any], pooler: str | None, listen_database: str | None, listen_url: str | None = None
+) -> dict[str, Any] | None:
+    """Where a LISTEN goes: ``listen_url`` (the worker's ``--listen-url``), else
+    ``PGFLOW["LISTEN_DATABASE"]``'s alias, else ``params`` (the caller's own connection); None (poll
+    only) behind a transaction pooler, where a LISTEN would hold a pooled server connection that
+    PgBouncer may give to another client between transactions, and notifications would never reach
+    this one."""
+    if listen_url is not None:
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            return conninfo_to_dict(listen_url)
+        except ProgrammingError as exc:
+            raise ValueError(f"--listen-url is not a libpq connection string: {first_line(exc)}") from None
+    if listen_database is not None:
+        return connection_params(listen_database)
+    if pooler == "transaction":
+        return None
+    return params
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's first line: database errors carry multi-line details (and sometimes values) after it."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def describe_database(alias: str, params: dict[str, Any]) -> str:

@@ -22,8 +22,8 @@ def problems(
     every flow compiled in the database)."""
     from django.db import DatabaseError
 
+    from pgflow_django.db.connect import first_line
     from pgflow_django.observability.metrics import database_samples
-    from pgflow_django.worker.connection import first_line
 
     try:
         check_database(using)

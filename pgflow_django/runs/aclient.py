@@ -28,7 +28,7 @@ import psycopg
 from asgiref.sync import sync_to_async
 
 from pgflow_django.conf import get_settings
-from pgflow_django.db.connect import connection_params
+from pgflow_django.db.connect import connection_params, first_line, listen_params
 from pgflow_django.flows.dsl import Flow
 from pgflow_django.runs import client, events, queries
 from pgflow_django.runs.client import CancelResult, RunView
@@ -188,11 +188,10 @@ class _Listener:
                     async for _ in conn.notifies():
                         self._wake()
             except psycopg.Error as exc:
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 logger.warning(
                     "await_run: LISTEN on %s failed (%s); polling goes on, reconnecting in %.0fs",
                     self._params.get("dbname", "the database"),
-                    first,
+                    first_line(exc),
                     pause,
                 )
                 await asyncio.sleep(pause)
@@ -230,12 +229,7 @@ async def _notified(using: str) -> AsyncIterator[asyncio.Event]:
 
 
 def _listen_params(using: str) -> dict[str, Any] | None:
-    """Where the LISTEN goes: ``PGFLOW["LISTEN_DATABASE"]``'s alias, else ``using``'s own database;
-    None behind a transaction pooler, which would hand the listening server connection to another
-    client between transactions (the worker's rule: docs/operations.md, PgBouncer)."""
+    """Where the LISTEN goes, by the worker's rule (``db.connect.listen_params``): with ``using``'s
+    own connection in place of the worker's."""
     settings = get_settings()
-    if settings.listen_database is not None:
-        return connection_params(settings.listen_database)
-    if settings.pooler == "transaction":
-        return None
-    return connection_params(using, settings.pooler)
+    return listen_params(connection_params(using, settings.pooler), settings.pooler, settings.listen_database)

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from pgflow_django.db.connect import first_line
 from pgflow_django.worker.backoff import Backoff
-from pgflow_django.worker.connection import ClaimedTask, Engine, HandOffScope, completion_item, first_line
+from pgflow_django.worker.connection import ClaimedTask, Engine, HandOffScope, completion_item
 from pgflow_django.worker.observe import NO_OBSERVER, Observer, Result
 from pgflow_django.worker.queries import TaskOutcome
 from pgflow_django.worker.slots import WorkerState

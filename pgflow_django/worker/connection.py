@@ -18,11 +18,9 @@ from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from pgflow_django.db import queries as db_queries
-from pgflow_django.db.connect import connection_params
 from pgflow_django.db.query import Query, Value, fetch_value
 from pgflow_django.flows.slugs import version_of
 from pgflow_django.runs.encoding import NotDecodable, clean_text, decode_json
@@ -31,25 +29,6 @@ from pgflow_django.worker import queries
 logger = logging.getLogger("pgflow_django.worker")
 
 R = TypeVar("R")
-
-
-def listen_params(
-    params: dict[str, Any], pooler: str | None, listen_database: str | None, listen_url: str | None
-) -> dict[str, Any] | None:
-    """Where the worker's LISTEN goes: ``--listen-url``, else ``PGFLOW["LISTEN_DATABASE"]``'s alias,
-    else the worker's own connection; None (poll only) behind a transaction pooler, where a LISTEN
-    would hold a pooled server connection that PgBouncer may give to another client between
-    transactions, and notifications would never reach this one."""
-    if listen_url is not None:
-        try:
-            return conninfo_to_dict(listen_url)
-        except psycopg.ProgrammingError as exc:
-            raise ValueError(f"--listen-url is not a libpq connection string: {first_line(exc)}") from None
-    if listen_database is not None:
-        return connection_params(listen_database)
-    if pooler == "transaction":
-        return None
-    return params
 
 
 def connect(params: dict[str, Any], role: str) -> psycopg.Connection[Any]:
@@ -67,12 +46,6 @@ def _log_server_warning(diagnostic: psycopg.errors.Diagnostic) -> None:
     was already archived): psycopg drops notices unless handled, so the worker's log repeats them."""
     if diagnostic.severity_nonlocalized == "WARNING":
         logger.warning("database warning: %s", diagnostic.message_primary)
-
-
-def first_line(exc: BaseException) -> str:
-    """An error's first line: database errors carry multi-line details (and sometimes values) after it."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 PROGRAM_LIMIT_EXCEEDED = "54"

@@ -12,9 +12,10 @@ from typing import Any, Final
 
 import psycopg
 
+from pgflow_django.db.connect import first_line
 from pgflow_django.worker import queries
 from pgflow_django.worker.backoff import Backoff
-from pgflow_django.worker.connection import connect, first_line
+from pgflow_django.worker.connection import connect
 from pgflow_django.worker.slots import ALL_QUEUES, WorkerState
 
 logger = logging.getLogger("pgflow_django.worker")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django.db import DatabaseError, connections
 
+from pgflow_django.db.connect import first_line
 from pgflow_django.db.query import fetch_all, fetch_value
 from pgflow_django.flows.dsl import Flow, RoutedFlow
 from pgflow_django.worker import queries
-from pgflow_django.worker.connection import first_line
 
 PROTOCOL_VERSION = 4
 """The worker/database protocol this worker speaks; ``pgflow.protocol_version()`` must return the same."""

@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 
-from pgflow_django.db.connect import connection_params, describe_database, keep_handler_connections
+from pgflow_django.db.connect import (
+    connection_params,
+    describe_database,
+    first_line,
+    keep_handler_connections,
+    listen_params,
+)
 from pgflow_django.db.queries import SEVERAL_QUEUES
 from pgflow_django.flows.dsl import Flow
 from pgflow_django.observability import tracing
@@ -41,9 +47,7 @@ from pgflow_django.worker.connection import (
     Engine,
     HandOffScope,
     WorkerRegistration,
-    first_line,
     is_transient,
-    listen_params,
 )
 from pgflow_django.worker.event_loop import HandlerLoop
 from pgflow_django.worker.limits import TaskBudget, UntilEmpty

@@ -28,6 +28,7 @@ from django.db import (
     transaction,
 )
 
+from pgflow_django.db.connect import first_line
 from pgflow_django.db.query import fetch_all, fetch_value
 from pgflow_django.flows.context import Deadline, TaskContext, TaskTimeout
 from pgflow_django.flows.dsl import Flow, Retry, StepDefinition
@@ -35,7 +36,7 @@ from pgflow_django.runs.encoding import OutputNotSerialisable, encode_output
 from pgflow_django.runs.recorded_errors import error_text
 from pgflow_django.worker import queries
 from pgflow_django.worker.completer import Completer
-from pgflow_django.worker.connection import ClaimedTask, completion_args, first_line, transition_args
+from pgflow_django.worker.connection import ClaimedTask, completion_args, transition_args
 from pgflow_django.worker.logs import EXPECTED_FAILURE
 from pgflow_django.worker.observe import NO_OBSERVER, Observer
 from pgflow_django.worker.slots import WorkerState

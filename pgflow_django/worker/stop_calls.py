@@ -9,8 +9,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pgflow_django.db.connect import first_line
 from pgflow_django.worker.backoff import Backoff
-from pgflow_django.worker.connection import ClaimedTask, Engine, first_line, is_transient
+from pgflow_django.worker.connection import ClaimedTask, Engine, is_transient
 from pgflow_django.worker.observe import Observer
 
 logger = logging.getLogger("pgflow_django.worker")

@@ -13,8 +13,7 @@ from django.core.management import load_command_class
 from django.test import override_settings
 
 from pgflow_django.conf import get_settings
-from pgflow_django.db.connect import connection_params
-from pgflow_django.worker.connection import listen_params
+from pgflow_django.db.connect import connection_params, listen_params
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 

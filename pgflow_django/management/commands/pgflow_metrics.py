@@ -29,8 +29,8 @@ exit codes: 0 written; 1 database error or prometheus-client missing; 2 bad argu
     def run(self, *args: Any, **options: Any) -> None:
         from django.db import DatabaseError
 
+        from pgflow_django.db.connect import first_line
         from pgflow_django.observability.metrics import MetricsUnavailable, database_registry, database_text
-        from pgflow_django.worker.connection import first_line
 
         try:
             if options["output"]:
