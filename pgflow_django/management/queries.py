@@ -9,8 +9,7 @@ from typing import Final, NamedTuple
 
 from psycopg import sql
 
-from pgflow_django.db.queries import QueueTable
-from pgflow_django.db.query import Query, Value, value_query
+from pgflow_django.db.query import Query, value_query
 
 
 class ActiveRunStep(NamedTuple):
@@ -118,71 +117,3 @@ def waiting_runs(queue_tables: Sequence[tuple[str, str]]) -> Query[ChosenRunRow]
         """
     ).format(hidden=_hidden_messages(queue_tables))
     return Query("waiting_runs", statement, ChosenRunRow)
-
-
-RUN_QUEUE_TABLES: Final = Query(
-    "run_queue_tables",
-    """
-    select distinct t.queue_name, pgmq.format_table_name(t.queue_name, 'q') as table
-      from pgflow.step_tasks as t
-     where t.run_id = %(run_id)s and t.status = 'queued' and t.message_id is not null
-       and to_regclass(format('pgmq.%%I', pgmq.format_table_name(t.queue_name, 'q'))) is not null
-     order by 1
-    """,
-    QueueTable,
-)
-"""(queue, PGMQ table) of a run's queued tasks' messages, the queues that exist (as ``pgflow.run_now``
-finds them; ``pgflow_run_now --dry-run``)."""
-
-
-def waiting_tasks(queue_tables: Sequence[tuple[str, str]]) -> Query[Value]:
-    """How many messages ``pgflow.run_now`` would make visible for the run ``%(run_id)s``: its queued
-    tasks whose message on one of ``queue_tables`` (its tasks' queues, ``RUN_QUEUE_TABLES``) is hidden
-    until later, and that no limit deferred (``pgflow_run_now --dry-run``). Reads without a lock."""
-    statement = sql.SQL(
-        """
-        with hidden as ({hidden})
-        select count(*)::integer as value
-          from pgflow.step_tasks as t
-          join hidden as h on h.queue_name = t.queue_name and h.msg_id = t.message_id
-         where t.run_id = %(run_id)s and t.status = 'queued'
-           and not exists (select 1 from pgflow.limit_waits as w
-                            where w.run_id = t.run_id and w.task_step_slug = t.step_slug
-                              and w.task_index = t.task_index)
-        """
-    ).format(hidden=_hidden_messages(queue_tables))
-    return Query("waiting_tasks", statement, Value)
-
-
-class RetryPreview(NamedTuple):
-    status: str
-    stuck_steps: str | None
-    """The failed steps with no failed or cancelled task (``pgflow.retry_run`` refuses those)."""
-    tasks: int
-    """The failed and cancelled tasks a retry would queue again."""
-
-
-RETRY_PREVIEW: Final = Query(
-    "retry_preview",
-    """
-    select r.status,
-           (select string_agg(ss.step_slug, ', ' order by ss.step_slug) from pgflow.step_states as ss
-             where ss.run_id = r.run_id and ss.status in ('failed', 'cancelled')
-               and not exists (select 1 from pgflow.step_tasks as t
-                                where t.run_id = ss.run_id and t.step_slug = ss.step_slug
-                                  and t.status in ('failed', 'cancelled'))) as stuck_steps,
-           (select count(*) from pgflow.step_tasks as t
-             where t.run_id = r.run_id and t.status in ('failed', 'cancelled'))::integer as tasks
-      from pgflow.runs as r
-     where r.run_id = %(run_id)s
-    """,
-    RetryPreview,
-)
-"""What ``pgflow.retry_run`` would find in a run, read without a lock (``pgflow_retry --dry-run``): its
-status, the failed steps it would refuse for, and how many tasks it would queue again."""
-
-
-RUN_STATUS: Final = value_query(
-    "run_status", "select status as value from pgflow.runs where run_id = %(run_id)s"
-)
-"""A run's status (``pgflow_run_now --dry-run``); no row for an unknown run."""

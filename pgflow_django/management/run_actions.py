@@ -7,7 +7,8 @@ one), or the flows of a Django task given by its function path; ``pgflow_runs`` 
 ``--flow`` (and what the command filters by) once the count and the runs are shown and confirmed (a
 terminal asks; anything else needs ``--yes``); then one line per run, each through the same Python call
 as the admin's action, in its own transaction, and exit 1 when any run was not acted on. ``--dry-run``
-with run ids reads each run instead and says the same of what the call would do (``preview``).
+with run ids makes the same call and rolls it back: the same checks, refusals and counts, by the one
+SQL function, and nothing changes (its wake-ups are sent only at commit).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from datetime import datetime
 from typing import Any, ClassVar, Final
 
 from django.core.management.base import CommandError, CommandParser
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import Q
 
 from pgflow_django.flows.slugs import InvalidSlug, validate_flow_slug, version_of
@@ -149,15 +150,24 @@ class RunActionCommand(PgflowCommand):
         """The chosen runs, after their count: ``failed run(s) of flow 'orders' (since ...)``."""
         return f"{self.chosen} of flow {printable(name)!r}"
 
-    def act(self, run_id: uuid.UUID) -> str:
-        """Do it to one run (the admin action's call); the line that says what was done."""
+    def call(self, run_id: uuid.UUID) -> int:
+        """Do it to one run (the admin action's call): how many tasks or messages it changed;
+        ``RunNotFound``, or ``refused`` with the reason."""
         raise NotImplementedError
 
-    def preview(self, run_id: uuid.UUID) -> str:
-        """What ``act`` would do to one run, found by reading it (``--dry-run``: nothing changes): the
-        line that says what it would do; ``RunNotFound`` or ``refused`` with the reason ``act`` would
-        give."""
+    def said(self, run_id: uuid.UUID, count: int, *, dry_run: bool) -> str:
+        """The line that says what ``call`` did (or, in a dry run, would do) to one run."""
         raise NotImplementedError
+
+    def act(self, run_id: uuid.UUID) -> str:
+        return self.said(run_id, self.call(run_id), dry_run=False)
+
+    def preview(self, run_id: uuid.UUID) -> str:
+        """``act`` in a transaction that is rolled back (``--dry-run``)."""
+        with transaction.atomic(using=self.using):
+            count = self.call(run_id)
+            transaction.set_rollback(True, using=self.using)
+        return self.said(run_id, count, dry_run=True)
 
     def check_arguments(self, options: dict[str, Any]) -> None:
         """The run ids are read once argparse is done: an option another command has (``pgflow_run_now

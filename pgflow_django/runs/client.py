@@ -521,7 +521,7 @@ def get_run(run_id: uuid.UUID | str, *, using: str = "default") -> RunView:
         raise_if_not_migrated(exc, using)
         raise
     if not rows:
-        raise run_not_found(key)
+        raise _run_not_found(key)
     first = rows[0]
     steps = tuple(
         StepStateView(
@@ -593,7 +593,7 @@ def cancel_run(run_id: uuid.UUID | str, *, reason: str | None = None, using: str
             outcome = str(fetch_value(cursor, queries.CANCEL_RUN, [key, reason]))
     except DatabaseError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == _NO_DATA_FOUND:
-            raise run_not_found(key) from None
+            raise _run_not_found(key) from None
         raise_if_not_migrated(exc, using)
         raise
     if outcome == "cancelled":
@@ -648,7 +648,7 @@ def _act_on_run(query: Query[Value], run_id: uuid.UUID | str, refused: type[Runt
         cause = exc.__cause__
         state = getattr(cause, "sqlstate", None)
         if state == _NO_DATA_FOUND:
-            raise run_not_found(key) from None
+            raise _run_not_found(key) from None
         if state == _REFUSED:
             primary = getattr(getattr(cause, "diag", None), "message_primary", None)
             raise refused(str(primary or exc)) from None
@@ -803,7 +803,7 @@ def encode_run_input(flow_or_slug: Flow | str, value: Any, what: str) -> str:
     return text
 
 
-def run_not_found(key: uuid.UUID) -> RunNotFound:
+def _run_not_found(key: uuid.UUID) -> RunNotFound:
     """The error for an unknown run id, as every call here raises it (and ``--dry-run`` reports it)."""
     return RunNotFound(
         f"no run {key}: check the id, or commit the transaction that started it (it may also be pruned)"

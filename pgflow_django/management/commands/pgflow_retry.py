@@ -11,12 +11,12 @@ from django.core.management.base import CommandParser
 from django.db import connections
 from django.utils import timezone
 
-from pgflow_django.db.query import fetch_all, fetch_one
+from pgflow_django.db.query import fetch_all
 from pgflow_django.management import queries
 from pgflow_django.management.cli import parse_duration, printable
 from pgflow_django.management.layout import local_time
 from pgflow_django.management.run_actions import ChosenRun, RunActionCommand
-from pgflow_django.runs.client import RetryRefused, retry_run, run_not_found
+from pgflow_django.runs.client import RetryRefused, retry_run
 
 
 class Command(RunActionCommand):
@@ -68,23 +68,10 @@ failed outside its tasks), not confirmed, or another error; 2 bad arguments
         since = "" if within is None else f" (since {local_time(timezone.now() - within, zone=True)})"
         return f"failed run(s) of flow {printable(name)!r}{since}"
 
-    def act(self, run_id: uuid.UUID) -> str:
-        queued = retry_run(run_id, using=self.using)
-        return f"retried run {run_id}: {queued} task(s) queued again"
+    def call(self, run_id: uuid.UUID) -> int:
+        return retry_run(run_id, using=self.using)
 
-    def preview(self, run_id: uuid.UUID) -> str:
-        """``pgflow.retry_run``'s checks and count, read (its reasons in its words)."""
-        with connections[self.using].cursor() as cursor:
-            found = fetch_one(cursor, queries.RETRY_PREVIEW, {"run_id": run_id})
-        if found is None:
-            raise run_not_found(run_id)
-        if found.status != "failed":
-            raise RetryRefused(
-                f"run {run_id} is {found.status}: only a failed or cancelled run can be retried"
-            )
-        if found.stuck_steps is not None:
-            raise RetryRefused(
-                f"run {run_id} failed in step {found.stuck_steps} outside its tasks: a retry would fail the "
-                "same way; re-run it instead"
-            )
-        return f"would retry run {run_id}: {found.tasks} task(s) would be queued again"
+    def said(self, run_id: uuid.UUID, count: int, *, dry_run: bool) -> str:
+        if dry_run:
+            return f"would retry run {run_id}: {count} task(s) would be queued again"
+        return f"retried run {run_id}: {count} task(s) queued again"

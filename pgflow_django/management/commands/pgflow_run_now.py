@@ -9,10 +9,10 @@ from typing import Any
 from django.db import connections
 
 from pgflow_django.db import queries as db_queries
-from pgflow_django.db.query import fetch_all, fetch_value
+from pgflow_django.db.query import fetch_all
 from pgflow_django.management import queries
 from pgflow_django.management.run_actions import ChosenRun, RunActionCommand
-from pgflow_django.runs.client import RunNowRefused, run_not_found, run_now
+from pgflow_django.runs.client import RunNowRefused, run_now
 
 
 class Command(RunActionCommand):
@@ -55,34 +55,12 @@ confirmed, or another error; 2 bad arguments
             rows = fetch_all(cursor, queries.waiting_runs(tables), {"flows": flows})
         return [ChosenRun(row.run_id, row.flow_slug, row.at) for row in rows]
 
-    def act(self, run_id: uuid.UUID) -> str:
-        visible = run_now(run_id, using=self.using)
-        if visible == 0:
-            return f"run {run_id}: nothing was waiting"
-        return f"run {run_id}: {visible} message(s) visible now"
+    def call(self, run_id: uuid.UUID) -> int:
+        return run_now(run_id, using=self.using)
 
-    def preview(self, run_id: uuid.UUID) -> str:
-        """``pgflow.run_now``'s checks and count, read (its reasons in its words; a message another
-        transaction holds would be skipped, which a read cannot see)."""
-        with connections[self.using].cursor() as cursor:
-            status = fetch_value(cursor, queries.RUN_STATUS, {"run_id": run_id})
-            if status is None:
-                raise run_not_found(run_id)
-            if status == "failed":
-                raise RunNowRefused(
-                    f"run {run_id} is failed: nothing of it waits to run; retry it to run its failed tasks "
-                    "again"
-                )
-            if status != "started":
-                raise RunNowRefused(
-                    f"run {run_id} is {status}: nothing of it waits to run; start its flow again "
-                    "(start_flow, manage.py pgflow_start, or the admin's Re-run action)"
-                )
-            tables = [
-                (row.queue_name, row.table)
-                for row in fetch_all(cursor, queries.RUN_QUEUE_TABLES, {"run_id": run_id})
-            ]
-            waiting = fetch_value(cursor, queries.waiting_tasks(tables), {"run_id": run_id}) if tables else 0
-        if waiting == 0:
-            return f"run {run_id}: nothing is waiting"
-        return f"run {run_id}: {waiting} message(s) would become visible now"
+    def said(self, run_id: uuid.UUID, count: int, *, dry_run: bool) -> str:
+        if count == 0:
+            return f"run {run_id}: nothing {'is' if dry_run else 'was'} waiting"
+        if dry_run:
+            return f"run {run_id}: {count} message(s) would become visible now"
+        return f"run {run_id}: {count} message(s) visible now"
