@@ -49,6 +49,7 @@ from pgflow_django.runs.client import (
     RunNotFound,
     RunNowRefused,
     cancel_run,
+    delayed_until,
     retry_run,
     run_now,
     run_priority,
@@ -365,14 +366,6 @@ def _said(template: str, *args: Any) -> Said:
     return Said(format_html(template, *shown), template.format(*args))
 
 
-def _delayed_until(run: Run) -> datetime | None:
-    """Until when a started run waits for its delayed start (``start_flow(delay=...)``, a Django task's
-    ``run_after``), when that is still ahead; else None."""
-    if run.status != "started" or run.not_before is None or run.not_before <= timezone.now():
-        return None
-    return run.not_before
-
-
 def _zoned(moment: datetime) -> str:
     """A time in the current time zone to the second, with the zone's name."""
     return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -454,7 +447,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     def status_shown(self, obj: Run) -> SafeString | str:
         """The status; a started run whose delayed start is ahead shows until when it waits instead
         (the status filter still counts it as started)."""
-        until = _delayed_until(obj)
+        until = delayed_until(obj.status, obj.not_before)
         if until is None:
             return obj.get_status_display()
         return format_html(
@@ -467,7 +460,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
     @admin.display(description="status")
     def run_status(self, obj: Run) -> SafeString | str:
         """The status, and a delayed start still ahead: until when, and what starts it now."""
-        until = _delayed_until(obj)
+        until = delayed_until(obj.status, obj.not_before)
         if until is None:
             return obj.get_status_display()
         return format_html(
@@ -481,7 +474,7 @@ class RunAdmin(ReadOnlyAdminMixin, _RunAdmin):
 
     @admin.display(description="duration")
     def duration(self, obj: Run) -> str:
-        if _delayed_until(obj) is not None:
+        if delayed_until(obj.status, obj.not_before) is not None:
             return "-"  # not begun: the time since it was started is its delay, not its work
         return took(obj.started_at, obj.completed_at or obj.failed_at)
 

@@ -135,6 +135,14 @@ class WaitView:
     """A subflow step's (first unfinished) child run."""
 
 
+def delayed_until(status: str, not_before: datetime | None) -> datetime | None:
+    """Until when a started run waits to begin (a delayed start, ``start_flow(delay=...)`` or a Django
+    task's ``run_after``, still ahead), else None."""
+    if status != "started" or not_before is None:
+        return None
+    return not_before if not_before > datetime.now(UTC) else None
+
+
 def run_priority(value: int | None) -> str:
     """A run's priority, or ``default`` when it was started without one (its steps' and flow's apply)."""
     return "default" if value is None else str(value)
@@ -169,10 +177,7 @@ class RunView:
 
     @property
     def delayed_until(self) -> datetime | None:
-        """Until when a started run waits to begin (``not_before`` still ahead), else None."""
-        if self.status != "started" or self.not_before is None:
-            return None
-        return self.not_before if self.not_before > datetime.now(UTC) else None
+        return delayed_until(self.status, self.not_before)
 
     @property
     def version(self) -> int:
