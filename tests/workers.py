@@ -254,3 +254,34 @@ def drop_shared_queues(cursor: Any, names: list[str] | None = None) -> None:
         " and not exists (select 1 from pgflow.steps as s where s.queue_name = sq.queue_name)",
         {"names": names},
     )
+
+
+class InProcessWorker:
+    """A ``QueueWorker`` on a thread of the test process (real threads, real connections): for the
+    tests about what a worker does, which need no process of its own."""
+
+    def __init__(
+        self,
+        work: Any,
+        name: str = "test-worker",
+        *,
+        poll_interval: float = 0.1,
+        ready: bool = True,
+        **options: Any,
+    ) -> None:
+        import threading
+
+        from pgflow_django.worker.options import WorkerOptions
+        from pgflow_django.worker.queue_worker import QueueWorker
+
+        self.worker = QueueWorker(work, WorkerOptions.from_settings(poll_interval=poll_interval, **options))
+        self.worker.prepare()
+        self.thread = threading.Thread(target=self.worker.run, name=name)
+        self.thread.start()
+        if ready:
+            wait_until(lambda: self.worker.ready, 10, f"worker {name} ready")
+
+    def stop(self) -> None:
+        self.worker.state.request_stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive()

@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,12 +18,10 @@ import pytest
 from django.db import connection
 
 from pgflow_django import compile_flow, get_run
-from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.queue_worker import QueueWorker
 from testproject.example.models import LedgerEntry
 from tests.async_views import quote
 from tests.support.db import value
-from tests.workers import REPO
+from tests.workers import REPO, InProcessWorker
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -84,14 +81,9 @@ def server(database_url: str, tmp_path: Path) -> Iterator[str]:
 def worker(database_url: str) -> Iterator[None]:
     """The worker's own loop, in a thread of this process: the test is about the server."""
     compile_flow(quote)
-    running = QueueWorker(quote, WorkerOptions.from_settings(poll_interval=0.2))
-    running.prepare()
-    thread = threading.Thread(target=running.run, name="asgi-test-worker")
-    thread.start()
+    running = InProcessWorker(quote, "asgi-test-worker", poll_interval=0.2, ready=False)
     yield
-    running.state.request_stop()
-    thread.join(30)
-    assert not thread.is_alive()
+    running.stop()
     with connection.cursor() as cursor:
         cursor.execute("select pgflow.delete_flow_and_data('async_quote')")
         cursor.execute("delete from pgflow.workers where queue_name = 'async_quote'")

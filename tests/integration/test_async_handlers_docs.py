@@ -16,12 +16,10 @@ from typing import Any
 import pytest
 
 from pgflow_django import compile_flow, start_flow, wait_for_run
-from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.queue_worker import QueueWorker
 from testproject.example.models import LedgerEntry
 from tests import async_handlers
 from tests.support.db import tuples
-from tests.workers import wait_until
+from tests.workers import InProcessWorker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,25 +71,18 @@ def rates_api(settings: Any) -> Iterator[None]:
     server.server_close()
 
 
-def run_worker(flow: Any) -> tuple[QueueWorker, threading.Thread]:
+def run_worker(flow: Any) -> InProcessWorker:
     compile_flow(flow, on_change="replace")
-    worker = QueueWorker(flow, WorkerOptions.from_settings(poll_interval=0.1, async_concurrency=10))
-    worker.prepare()
-    thread = threading.Thread(target=worker.run, name="claim-loop")
-    thread.start()
-    wait_until(lambda: worker.ready, 10, "worker ready")
-    return worker, thread
+    return InProcessWorker(flow, async_concurrency=10)
 
 
-def stop(worker: QueueWorker, thread: threading.Thread, slug: str) -> None:
-    worker.state.request_stop()
-    thread.join(30)
-    assert not thread.is_alive()
+def stop(worker: InProcessWorker, slug: str) -> None:
+    worker.stop()
     tuples("select pgflow.delete_flow_and_data(%s)", [slug])
 
 
 def test_the_rates_flow_fetches_side_by_side_then_saves_with_the_async_orm(rates_api: None) -> None:
-    worker, thread = run_worker(async_handlers.rates)
+    worker = run_worker(async_handlers.rates)
     try:
         run = wait_for_run(start_flow(async_handlers.rates, ["EUR", "GBP", "JPY"]), timeout=30)
         assert run.status == "completed", run.error_message
@@ -101,11 +92,11 @@ def test_the_rates_flow_fetches_side_by_side_then_saves_with_the_async_orm(rates
         keys = set(LedgerEntry.objects.filter(flow="rates").values_list("key", flat=True))
         assert keys == {f"{code}={value}" for code, value in RATES.items()}
     finally:
-        stop(worker, thread, async_handlers.rates.slug)
+        stop(worker, async_handlers.rates.slug)
 
 
 def test_render_pages_checks_its_deadline(rates_api: None) -> None:
-    worker, thread = run_worker(async_handlers.reports)
+    worker = run_worker(async_handlers.reports)
     try:
         done = wait_for_run(start_flow(async_handlers.reports, {"pages": 3}), timeout=30)
         assert done.outputs == {"render_pages": {"pages": 3}}
@@ -115,7 +106,7 @@ def test_render_pages_checks_its_deadline(rates_api: None) -> None:
             "TaskTimeout: step 'render_pages' passed its timeout of 2s"
         )
     finally:
-        stop(worker, thread, async_handlers.reports.slug)
+        stop(worker, async_handlers.reports.slug)
 
 
 def test_the_pages_handler_blocks_are_the_ones_tested() -> None:

@@ -16,9 +16,8 @@ from django.dispatch import Signal
 
 from pgflow_django import Flow, compile_flow, signals, start_flow, start_flows, wait_for_run
 from pgflow_django.flows.context import TaskContext
-from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.queue_worker import QueueWorker
 from tests.sql.support import q
+from tests.workers import InProcessWorker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,19 +84,6 @@ class Heard:
             signal.disconnect(receiver)
 
 
-class InProcessWorker:
-    def __init__(self, flow: Flow, **options: Any) -> None:
-        self.worker = QueueWorker(flow, WorkerOptions.from_settings(poll_interval=0.2, **options))
-        self.worker.prepare()
-        self.thread = threading.Thread(target=self.worker.run, name="test-worker")
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.worker.state.request_stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-
-
 @pytest.fixture
 def heard(transactional_db: None) -> Iterator[Heard]:
     compile_flow(sig, on_change="replace")
@@ -110,7 +96,7 @@ def heard(transactional_db: None) -> Iterator[Heard]:
 
 @pytest.fixture
 def worker(heard: Heard) -> Iterator[InProcessWorker]:
-    started = InProcessWorker(sig, concurrency=4)
+    started = InProcessWorker(sig, poll_interval=0.2, ready=False, concurrency=4)
     yield started
     started.stop()
 
@@ -168,7 +154,9 @@ def test_run_started_waits_for_the_callers_commit_and_a_rollback_sends_nothing(h
 def test_two_workers_send_each_step_and_run_completion_once(heard: Heard) -> None:
     """Both workers complete tasks of the same map step concurrently; the one whose completion
     finished the step (or the run) sends its signal, the other does not."""
-    workers = [InProcessWorker(sig, concurrency=4, batch_size=2) for _ in range(2)]
+    workers = [
+        InProcessWorker(sig, poll_interval=0.2, ready=False, concurrency=4, batch_size=2) for _ in range(2)
+    ]
     try:
         run_ids = start_flows(sig, [{"n": 40, "fail": False} for _ in range(4)])
         for run_id in run_ids:

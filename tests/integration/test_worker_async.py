@@ -21,10 +21,8 @@ from django.db import transaction
 from pgflow_django import Flow, cancel_run, compile_flow, start_flow, wait_for_run
 from pgflow_django.flows.context import TaskContext
 from pgflow_django.models import Run
-from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.queue_worker import QueueWorker
 from tests.support.db import tuples, value
-from tests.workers import wait_until
+from tests.workers import InProcessWorker, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,20 +124,6 @@ def checks_its_deadline(flow_input: Any, ctx: TaskContext) -> Any:
             ctx.check()
             time.sleep(0.05)
     return "second attempt"
-
-
-class InProcessWorker:
-    def __init__(self, flow: Flow, **options: Any) -> None:
-        self.worker = QueueWorker(flow, WorkerOptions.from_settings(poll_interval=0.1, **options))
-        self.worker.prepare()
-        self.thread = threading.Thread(target=self.worker.run, name="claim-loop")
-        self.thread.start()
-        wait_until(lambda: self.worker.ready, 10, "worker ready")
-
-    def stop(self) -> None:
-        self.worker.state.request_stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
 
 
 @pytest.fixture

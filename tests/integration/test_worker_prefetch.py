@@ -19,10 +19,9 @@ from django.db import transaction
 
 from pgflow_django import Flow, compile_flow, start_flow, start_flows, wait_for_run
 from pgflow_django.flows.context import TaskContext
-from pgflow_django.worker.options import WorkerOptions
-from pgflow_django.worker.queue_worker import HOLD_SECONDS, QueueWorker
+from pgflow_django.worker.queue_worker import HOLD_SECONDS
 from tests.support.db import tuples, value
-from tests.workers import wait_until
+from tests.workers import InProcessWorker, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,20 +71,6 @@ def work(flow_input: Any, ctx: TaskContext) -> Any:
     elif "n" in flow_input:
         handlers.begin(flow_input["n"])
     return None
-
-
-class InProcessWorker:
-    def __init__(self, flow: Flow, name: str, **options: Any) -> None:
-        self.worker = QueueWorker(flow, WorkerOptions.from_settings(poll_interval=0.1, **options))
-        self.worker.prepare()
-        self.thread = threading.Thread(target=self.worker.run, name=name)
-        self.thread.start()
-        wait_until(lambda: self.worker.ready, 10, f"worker {name} ready")
-
-    def stop(self) -> None:
-        self.worker.state.request_stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
 
 
 @pytest.fixture
