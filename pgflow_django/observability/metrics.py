@@ -30,6 +30,8 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any, Final, cast
 
 if TYPE_CHECKING:
+    from wsgiref.types import WSGIApplication as WsgiApp
+
     from django.http import HttpRequest, HttpResponse
     from prometheus_client import CollectorRegistry, Counter, Histogram
     from prometheus_client.core import Metric
@@ -177,10 +179,13 @@ class WorkerMetrics:
             registry=self.registry,
         ).labels(queue).info({"worker_id": str(worker_id), "subscription": subscription})
 
-    def text(self) -> bytes:
-        from prometheus_client import generate_latest
+    def wsgi_app(self) -> WsgiApp:
+        """``prometheus_client``'s own WSGI app over this registry: it answers in the format the
+        scraper's ``Accept`` asks for (OpenMetrics or Prometheus text), gzipped when its
+        ``Accept-Encoding`` takes gzip, and only the series ``?name[]=`` names when given."""
+        from prometheus_client import make_wsgi_app
 
-        return generate_latest(self.registry)
+        return cast("WsgiApp", make_wsgi_app(self.registry))
 
 
 # -- database-wide gauges ------------------------------------------------------------------------------
@@ -330,7 +335,9 @@ class MetricsServer:
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.metrics = metrics
+        self.metrics_app = metrics.wsgi_app()
         self.probe = probe
+        self.host = host
         self.read_timeout = read_timeout
         self.max_connections = max_connections
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -480,20 +487,56 @@ class _Handler(BaseHTTPRequestHandler):
         self.rfile = io.BytesIO(self.head)
 
     def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path == "/metrics":
-            from prometheus_client import CONTENT_TYPE_LATEST
-
-            self._answer(200, self.server.metrics.text(), CONTENT_TYPE_LATEST)
+            self._answer_wsgi(self.server.metrics_app, path, query)
         elif path in ("/healthz", "/readyz"):
             ok, reason = (self.server.probe.live if path == "/healthz" else self.server.probe.ready)()
-            self._answer(200 if ok else 503, (reason + "\n").encode(), "text/plain; charset=utf-8")
+            self._answer(
+                200 if ok else 503, (reason + "\n").encode(), [("Content-Type", "text/plain; charset=utf-8")]
+            )
         else:
-            self._answer(404, b"not found: /metrics, /healthz, /readyz\n", "text/plain")
+            self._answer(404, b"not found: /metrics, /healthz, /readyz\n", [("Content-Type", "text/plain")])
 
-    def _answer(self, code: int, body: bytes, content_type: str) -> None:
+    def _answer_wsgi(self, app: WsgiApp, path: str, query: str) -> None:
+        """Answer with a WSGI app, the request's headers passed as WSGI's ``HTTP_*`` keys (a GET: no
+        body to read)."""
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": self.command,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "SERVER_NAME": self.server.host,
+            "SERVER_PORT": str(self.server.port),
+            "SERVER_PROTOCOL": self.request_version,
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": "http",
+            "wsgi.input": io.BytesIO(),
+            "wsgi.errors": io.StringIO(),
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+        }
+        for name, value in self.headers.items():
+            key = "HTTP_" + name.upper().replace("-", "_")
+            if key not in ("HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH"):
+                environ[key] = f"{environ[key]},{value}" if key in environ else value
+        started: list[tuple[str, list[tuple[str, str]]]] = []
+        chunks: list[bytes] = []
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            started.append((status, headers))
+            return chunks.append
+
+        chunks.extend(app(environ, start_response))
+        status, headers = started[-1]
+        self._answer(int(status.split(" ", 1)[0]), b"".join(chunks), headers)
+
+    def _answer(self, code: int, body: bytes, headers: list[tuple[str, str]]) -> None:
         self.send_response(code)
-        self.send_header("Content-Type", content_type)
+        for name, value in headers:
+            if name.lower() != "content-length":
+                self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
