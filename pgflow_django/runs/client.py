@@ -39,7 +39,7 @@ from pgflow_django.runs.encoding import (
     idempotency_key_problem,
 )
 from pgflow_django.runs.operations import FlowNotFound
-from pgflow_django.signals import send_run_started
+from pgflow_django.signals import send_run_cancelled, send_run_started
 from pgflow_django.suggest import known_and_closest
 
 RunStatus: TypeAlias = Literal["started", "completed", "failed"]
@@ -595,15 +595,18 @@ def cancel_run(run_id: uuid.UUID | str, *, reason: str | None = None, using: str
         check_storable_text(reason, "reason")
     try:
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
-            outcome = str(fetch_value(cursor, queries.CANCEL_RUN, [key, reason]))
+            row = fetch_one(cursor, queries.CANCEL_RUN, {"run_id": key, "reason": reason})
+            assert row is not None
+            if row.outcome == "cancelled":
+                send_run_cancelled(row.flow_slug, key, reason, using)
     except DatabaseError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == _NO_DATA_FOUND:
             raise _run_not_found(key) from None
         raise_if_not_migrated(exc, using)
         raise
-    if outcome == "cancelled":
+    if row.outcome == "cancelled":
         return CancelResult(run_id=key, cancelled=True, status="failed")
-    return CancelResult(run_id=key, cancelled=False, status=cast(RunStatus, outcome))
+    return CancelResult(run_id=key, cancelled=False, status=cast(RunStatus, row.outcome))
 
 
 class RetryRefused(RuntimeError):

@@ -94,8 +94,19 @@ RECORD_RUN_KEYS: Final = value_query(
 """Store the callable limit keys of runs just started (in the starting transaction)."""
 
 
-CANCEL_RUN: Final = value_query("cancel_run", "select pgflow.cancel_run(%s, %s) as value")
-"""Cancel a started run (run id, reason or null): ``cancelled``, or the status it had finished with."""
+class CancelOutcome(NamedTuple):
+    outcome: str
+    flow_slug: str
+
+
+CANCEL_RUN: Final = Query(
+    "cancel_run",
+    "select pgflow.cancel_run(%(run_id)s, %(reason)s) as outcome,"
+    " (select pgflow.version_of(r.flow_slug) from pgflow.runs as r where r.run_id = %(run_id)s) as flow_slug",
+    CancelOutcome,
+)
+"""Cancel a started run (run id, reason or null): ``cancelled``, or the status it had finished with;
+and the run's flow (the ``run_cancelled`` signal's sender)."""
 
 
 class RunStepRow(NamedTuple):

@@ -4,6 +4,7 @@ connections) so that the receivers connected here hear them."""
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 import uuid
@@ -11,10 +12,23 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import transaction
 from django.dispatch import Signal
+from django.test import Client
 
-from pgflow_django import Flow, compile_flow, signals, start_flow, start_flows, wait_for_run
+from pgflow_django import (
+    Flow,
+    acancel_run,
+    cancel_run,
+    compile_flow,
+    signals,
+    start_flow,
+    start_flows,
+    wait_for_run,
+)
 from pgflow_django.flows.context import TaskContext
 from tests.sql.support import q
 from tests.workers import InProcessWorker
@@ -49,6 +63,7 @@ ALL = {
     "step_failed": signals.step_failed,
     "task_failed": signals.task_failed,
     "task_retried": signals.task_retried,
+    "run_cancelled": signals.run_cancelled,
 }
 
 
@@ -199,3 +214,42 @@ def test_a_receiver_that_raises_never_breaks_the_worker(
     raised = [r for r in caplog.records if "signal receiver" in r.getMessage()]
     assert raised and all(r.exc_info and isinstance(r.exc_info[1], ValueError) for r in raised)
     assert {r.pgflow_flow for r in raised} == {"otest_signals"}  # type: ignore[attr-defined]
+
+
+def test_run_cancelled_is_sent_once_after_the_commit_by_every_cancel_path(
+    heard: Heard, admin_client: Client
+) -> None:
+    """``cancel_run``, ``acancel_run``, ``manage.py pgflow_cancel`` and the admin's action: each cancel
+    sends ``run_cancelled`` once, when it commits; a refused or rolled-back cancel sends nothing."""
+    python, rolled_back, coroutine, command, admin = start_flows(sig, [{"n": 1, "fail": False}] * 5)
+    with transaction.atomic():
+        assert cancel_run(python, reason="duplicate order").cancelled
+        assert heard.of(python, "run_cancelled") == []
+    assert heard.of(python, "run_cancelled") == [
+        ("run_cancelled", {"run_id": python, "reason": "duplicate order"})
+    ]
+    assert not cancel_run(python).cancelled  # refused: it has finished
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert cancel_run(rolled_back).cancelled
+        raise RuntimeError("roll back")
+    assert heard.of(rolled_back) == [("run_started", {"run_id": rolled_back})]
+    assert async_to_sync(acancel_run)(coroutine).cancelled
+    call_command("pgflow_cancel", str(command), stdout=io.StringIO())
+    with pytest.raises(CommandError, match="had already finished"):
+        call_command("pgflow_cancel", str(command), stdout=io.StringIO())
+    response = admin_client.post(
+        "/admin/pgflow/run/",
+        {"action": "cancel_runs", "_selected_action": [str(admin), str(command)]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    cancelled = [(sender, kw) for name, sender, kw, _ in heard.items if name == "run_cancelled"]
+    assert cancelled == [
+        ("otest_signals", {"run_id": python, "reason": "duplicate order"}),
+        ("otest_signals", {"run_id": coroutine, "reason": None}),
+        ("otest_signals", {"run_id": command, "reason": None}),
+        ("otest_signals", {"run_id": admin, "reason": None}),
+    ]
+    assert [name for name, *_ in heard.items if name not in ("run_started", "run_cancelled")] == [], (
+        "a cancelled run ends failed, but sends no run_failed"
+    )
