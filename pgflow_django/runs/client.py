@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, TypeAlias, cast
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, DataError, IntegrityError, ProgrammingError, connections, transaction
+from django.db import DatabaseError, IntegrityError, ProgrammingError, connections, transaction
 
 from pgflow_django.conf import get_settings
 from pgflow_django.db.dbguard import raise_if_not_migrated, require_postgresql
@@ -280,7 +280,7 @@ def _start_flow(
         )
     trace_context = tracing.current_context()
     with _traced(trace_context, using, keys), connections[using].cursor() as cursor:
-        with _unknown_flow_as_not_found(slug, using):
+        with _start_refusals(slug, using):
             started = fetch_value(
                 cursor,
                 queries.START_FLOW,
@@ -331,7 +331,7 @@ def _start_chosen(
     for _ in range(2):  # the run found taken may be deleted before it is read: then start it again
         try:
             with transaction.atomic(using=using), connections[using].cursor() as cursor:
-                with _unknown_flow_as_not_found(slug, using):
+                with _start_refusals(slug, using):
                     fetch_value(
                         cursor,
                         queries.START_FLOW,
@@ -397,7 +397,7 @@ def _start_keyed(
             return ids
         try:
             with transaction.atomic(using=using), connections[using].cursor() as cursor:
-                with _unknown_flow_as_not_found(slug, using):
+                with _start_refusals(slug, using):
                     body = f"[{','.join(first_bodies[run_id] for run_id in todo)}]"
                     fetch_value(
                         cursor,
@@ -500,7 +500,7 @@ def _start_flows(
         return []
     trace_context = tracing.current_context()
     with _traced(trace_context, using, keys), connections[using].cursor() as cursor:
-        with _unknown_flow_as_not_found(slug, using):
+        with _start_refusals(slug, using):
             fetch_value(
                 cursor,
                 queries.START_FLOWS,
@@ -729,17 +729,20 @@ def _registered_slugs() -> list[str]:
 
 
 @contextmanager
-def _unknown_flow_as_not_found(slug: str, using: str) -> Iterator[None]:
-    """The SQL API's "flow does not exist" (SQLSTATE 22023) becomes ``FlowNotFound``, one line.
+def _start_refusals(slug: str, using: str) -> Iterator[None]:
+    """The SQL API's "flow does not exist" (SQLSTATE 22023) becomes ``FlowNotFound``, one line, and its
+    refusal of a root map's input (pgflow's P0001 text) ``InvalidInput``, as a ``Flow``'s own check.
 
     The compiled flows are listed too when the connection is in autocommit (a command, a script):
     inside the caller's transaction the failed statement has aborted it, so only the registered
     ones are."""
     try:
         yield
-    except DataError as exc:
+    except DatabaseError as exc:
         cause = exc.__cause__
         primary = getattr(getattr(cause, "diag", None), "message_primary", None) or ""
+        if getattr(cause, "sqlstate", None) == "P0001" and " has root map steps but input is " in primary:
+            raise InvalidInput(primary) from None
         if getattr(cause, "sqlstate", None) != "22023":
             raise
         if primary.startswith(f"flow '{slug}': the version this code defines"):

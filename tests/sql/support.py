@@ -21,6 +21,7 @@ from pgflow_django.runs.client import new_run_id
 from tests.support.db import db_error as db_error
 from tests.support.db import jsonb as jb
 from tests.support.db import one as q1
+from tests.support.db import refusal as refusal
 from tests.support.db import rows as q
 from tests.support.db import value as val
 

@@ -6,6 +6,8 @@ Each test's docstring names the entry of "Behaviour that differs" it holds to; p
 
 from __future__ import annotations
 
+import pytest
+
 from tests.sql.support import (
     add_step,
     backdate_started,
@@ -19,6 +21,7 @@ from tests.sql.support import (
     new_worker,
     q,
     queue_exists,
+    refusal,
     requeue_stalled,
     requeued_total,
     run,
@@ -187,3 +190,129 @@ def test_step_added_again_with_another_shape_is_refused() -> None:
         message = db_error(f"select pgflow.add_step('f', 'twice', {change})")
         assert "f.twice already exists with a different definition" in message, change
     assert val("select count(*) as n from pgflow.deps where flow_slug = 'f'") == 0
+
+
+# ------------------------------------------------- a stalled task counts as an attempt
+
+
+def test_a_stalled_task_on_its_last_attempt_is_exhausted() -> None:
+    """Entry "A task whose worker vanished on its last attempt is exhausted ...": with max_attempts 1,
+    one stalled claim fails the task and the run. pgflow (requeue_stalled_tasks) requeues it while it
+    was requeued fewer than 3 times, whatever its attempts, so the handler runs again."""
+    make_flow("f", step("a"), max_attempts=1, timeout=5)
+    run_id = start("f")
+    claim_one("f")
+    backdate_started(run_id, "a", 36)
+    assert requeue_stalled() == {"requeued": 0, "permanently_stalled": 1}
+    stalled = task(run_id, "a")
+    assert stalled["status"] == "failed"
+    assert stalled["requeued_count"] == 0
+    assert stalled["permanently_stalled_at"] is not None
+    assert run(run_id)["status"] == "failed"
+
+
+def test_a_stalled_task_with_attempts_left_is_requeued() -> None:
+    """Entry "A task whose worker vanished on its last attempt is exhausted ...": with attempts left the
+    task is requeued as in pgflow, and the next claim is its next attempt."""
+    make_flow("f", step("a"), max_attempts=2, timeout=5)
+    run_id = start("f")
+    assert claim_one("f")["attempt"] == 1
+    backdate_started(run_id, "a", 36)
+    assert requeue_stalled() == {"requeued": 1, "permanently_stalled": 0}
+    assert task(run_id, "a")["status"] == "queued"
+    assert claim_one("f")["attempt"] == 2
+    backdate_started(run_id, "a", 36)
+    assert requeue_stalled() == {"requeued": 0, "permanently_stalled": 1}
+    assert run(run_id)["status"] == "failed"
+
+
+# ------------------------------------------------- a SQL NULL output
+
+
+def test_complete_task_with_a_sql_null_output_stores_json_null() -> None:
+    """Entry "complete_task with a SQL NULL output stores JSON null ...": pgflow stores SQL NULL on the
+    task and the step."""
+    make_flow("f", step("a"), step("b", "a"))
+    run_id = start("f")
+    rec = claim_one("f")
+    outcome = val(
+        "select pgflow.complete_task(%s::uuid, %s, %s, %s, null) as outcome",
+        [rec["run_id"], rec["step_slug"], rec["task_index"], rec["attempt"]],
+    )
+    assert outcome == "completed"
+    stored = q(
+        "select (select jsonb_typeof(t.output) from pgflow.step_tasks as t"
+        "         where t.run_id = ss.run_id and t.step_slug = ss.step_slug) as task_output,"
+        "       jsonb_typeof(ss.output) as step_output"
+        "  from pgflow.step_states as ss where ss.run_id = %s and ss.step_slug = 'a'",
+        [run_id],
+    )
+    assert stored == [{"task_output": "null", "step_output": "null"}]
+    assert claim_one("f")["input"] == {"a": None}
+
+
+# ------------------------------------------------- refusals that name the argument
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            "add_step('f', 'circular', '{a,circular}')",
+            "step f.circular depends on itself: remove circular from its dependencies",
+        ),
+        (
+            "add_step('f', 's', when_unmet => 'invalid_value')",
+            "step f.s: when_unmet must be fail, skip or skip-cascade, got 'invalid_value'",
+        ),
+        (
+            "add_step('f', 's', when_exhausted => null)",
+            "step f.s: when_exhausted must be fail, skip or skip-cascade, got NULL",
+        ),
+        (
+            "add_step('f', 's', required_input_pattern => '[]')",
+            "step f.s: required_input_pattern must be a JSON object, got array",
+        ),
+        (
+            "add_step('f', 's', forbidden_input_pattern => '\"x\"')",
+            "step f.s: forbidden_input_pattern must be a JSON object, got string",
+        ),
+        ("add_step('f', 's', start_delay => -10)", "step f.s: start_delay must be >= 0, got -10"),
+        ("add_step('f', 's', max_attempts => 0, timeout => 0)", "step f.s: max_attempts must be >= 1, got 0"),
+        ("create_flow('g', timeout => 0)", "flow g: timeout must be >= 1, got 0"),
+        (
+            "add_step('f', 's', '{nonexistent_step}')",
+            "step f.s depends on nonexistent_step, which does not exist in flow f:"
+            " add dependencies before the steps that use them",
+        ),
+        (
+            "add_step('nonexistent_flow', 's')",
+            "flow 'nonexistent_flow' does not exist: create it with pgflow.create_flow first",
+        ),
+        ("start_flow('f', null)", "start_flow(f): input must not be NULL (use a JSON value, e.g. {})"),
+    ],
+)
+def test_arguments_are_refused_with_a_line_that_names_them(call: str, message: str) -> None:
+    """Entry "create_flow, add_step and start_flow check their arguments before they write ...": pgflow
+    lets a table constraint refuse the row (add_step/circular_dependency, condition_invalid_values,
+    condition_pattern_invalid_types, start_delay_options, nonexistent_dependency, nonexistent_flow)."""
+    make_flow("f", step("a"))
+    assert refusal(f"select pgflow.{call}") == ("22023", message)
+
+
+def test_a_dependency_given_twice_is_one_dependency() -> None:
+    """Entry "add_step collapses a dependency slug given twice ...": pgflow refuses it (23505); a map's
+    dependencies are counted as given, as in pgflow."""
+    make_flow("f", step("a"))
+    assert add_step("f", "b", ["a", "a"])["deps_count"] == 1
+    assert refusal("select pgflow.add_step('f', 'm', '{a,a}', step_type => 'map')")[0] == "P0001"
+
+
+def test_set_vt_batch_lengths_that_differ_are_refused_with_the_fix() -> None:
+    """Entry "set_vt_batch refuses ids and offsets of different lengths ...": pgflow's text is
+    'msg_ids length (2) must equal vt_offsets length (1)' (set_vt_batch/input_validation.test.sql)."""
+    q("select pgmq.create('v')")
+    assert refusal("select * from pgflow.set_vt_batch('v', array[1, 2]::bigint[], array[30], 'set')") == (
+        "P0001",
+        "set_vt_batch: 2 message ids but 1 offsets; pass one offset per message id",
+    )

@@ -84,3 +84,16 @@ def db_error(query: str, params: Any = None) -> str:
     with pytest.raises(DatabaseError) as info, transaction.atomic():
         execute(query, params)
     return str(info.value)
+
+
+def refusal(query: str, params: Any = None) -> tuple[str, str]:
+    """Run a statement that must fail on Django's connection; the test's transaction survives
+    (savepoint). Returns its SQLSTATE and primary message."""
+    import psycopg
+    import pytest
+
+    with pytest.raises(DatabaseError) as info, transaction.atomic():
+        execute(query, params)
+    cause = info.value.__cause__
+    assert isinstance(cause, psycopg.Error), cause
+    return str(cause.sqlstate), str(cause.diag.message_primary)

@@ -25,7 +25,10 @@ create table pgflow.step_tasks (
   attempts_base integer not null default 0 check (attempts_base >= 0),
   primary key (run_id, step_slug, task_index),
   foreign key (run_id, step_slug) references pgflow.step_states (run_id, step_slug),
-  check (status <> 'started' or started_at is not null)
+  check (status <> 'started' or started_at is not null),
+  -- pgflow's invariants (named as in pgflow); a failed task keeps the output that broke a map
+  constraint output_valid_only_for_completed check (output is null or status in ('completed', 'failed')),
+  constraint completed_at_or_failed_at check (completed_at is null or failed_at is null)
 ) with (fillfactor = 80);
 
 -- PGMQ message ids are queue-scoped: (queue_name, message_id) is a message's identity.

@@ -18,6 +18,7 @@ language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 declare
   v_flow pgflow.flows;
+  v_refusal text;
 begin
   if not pgflow.is_valid_flow_slug(flow_slug) then
     raise exception 'invalid flow slug %: use letters, digits and underscores, no leading digit, at most 128 characters, not a reserved word', quote_literal(coalesce(flow_slug, 'NULL'))
@@ -27,11 +28,14 @@ begin
     raise exception 'flow slug % is % characters long; its queue name must fit PGMQ''s 47-character limit: choose a shorter slug', quote_literal(flow_slug), length(flow_slug)
       using errcode = '22023';
   end if;
-  if max_attempts is not null and max_attempts < 1
-     or base_delay is not null and base_delay < 0
-     or timeout is not null and timeout < 1 then
-    raise exception 'flow %: max_attempts must be >= 1, base_delay >= 0 and timeout >= 1', flow_slug
-      using errcode = '22023';
+  select format('flow %s: %s must be >= %s, got %s', flow_slug, o.name, o.least_value, o.value)
+    into v_refusal
+    from (values (1, 'max_attempts', max_attempts, 1), (2, 'base_delay', base_delay, 0), (3, 'timeout', timeout, 1))
+           as o(n, name, value, least_value)
+   where o.value < o.least_value
+   order by o.n limit 1;
+  if v_refusal is not null then
+    raise exception '%', v_refusal using errcode = '22023';
   end if;
 
   if queue_mode is null or queue_mode not in ('flow', 'step', 'routed') then

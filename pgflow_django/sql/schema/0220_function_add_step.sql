@@ -30,6 +30,7 @@ declare
   v_mode text;
   v_index integer;
   v_queue text;
+  v_refusal text;
 begin
   select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = add_step.flow_slug;
   if not found then
@@ -45,26 +46,38 @@ begin
     raise exception 'step %.%: step_type must be single or map, got %', flow_slug, step_slug, quote_literal(coalesce(step_type, 'NULL'))
       using errcode = '22023';
   end if;
-  if step_type = 'map' and cardinality(v_deps) > 1 then
-    raise exception 'map step %.% has % dependencies; a map step takes at most one (the array it maps over)',
-      flow_slug, step_slug, cardinality(v_deps)
-      using errcode = '22023';
+  -- pgflow's text and code, which its tests hold it to
+  if step_type = 'map' and cardinality(deps_slugs) > 1 then
+    raise exception 'Map step "%" can have at most one dependency, but % were provided: %',
+      step_slug, cardinality(deps_slugs), array_to_string(deps_slugs, ', ');
   end if;
-  if when_unmet is null or when_unmet not in ('fail', 'skip', 'skip-cascade')
-     or when_exhausted is null or when_exhausted not in ('fail', 'skip', 'skip-cascade') then
-    raise exception 'step %.%: when_unmet and when_exhausted must be fail, skip or skip-cascade', flow_slug, step_slug
-      using errcode = '22023';
+  select format('step %s.%s: %s must be fail, skip or skip-cascade, got %s', flow_slug, step_slug, o.name,
+                quote_nullable(o.value))
+    into v_refusal
+    from (values (1, 'when_unmet', when_unmet), (2, 'when_exhausted', when_exhausted)) as o(n, name, value)
+   where o.value is null or o.value not in ('fail', 'skip', 'skip-cascade')
+   order by o.n limit 1;
+  if v_refusal is null then
+    select format('step %s.%s: %s must be >= %s, got %s', flow_slug, step_slug, o.name, o.least_value, o.value)
+      into v_refusal
+      from (values (1, 'max_attempts', max_attempts, 1), (2, 'base_delay', base_delay, 0), (3, 'timeout', timeout, 1),
+                   (4, 'start_delay', start_delay, 0)) as o(n, name, value, least_value)
+     where o.value < o.least_value
+     order by o.n limit 1;
   end if;
-  if max_attempts is not null and max_attempts < 1
-     or base_delay is not null and base_delay < 0
-     or timeout is not null and timeout < 1
-     or start_delay is not null and start_delay < 0 then
-    raise exception 'step %.%: max_attempts must be >= 1, base_delay >= 0, timeout >= 1 and start_delay >= 0', flow_slug, step_slug
-      using errcode = '22023';
+  if v_refusal is null then
+    select format('step %s.%s: %s must be a JSON object, got %s', flow_slug, step_slug, o.name, jsonb_typeof(o.value))
+      into v_refusal
+      from (values (1, 'required_input_pattern', required_input_pattern),
+                   (2, 'forbidden_input_pattern', forbidden_input_pattern)) as o(n, name, value)
+     where jsonb_typeof(o.value) <> 'object'
+     order by o.n limit 1;
   end if;
-  if required_input_pattern is not null and jsonb_typeof(required_input_pattern) <> 'object'
-     or forbidden_input_pattern is not null and jsonb_typeof(forbidden_input_pattern) <> 'object' then
-    raise exception 'step %.%: condition patterns must be JSON objects', flow_slug, step_slug
+  if v_refusal is not null then
+    raise exception '%', v_refusal using errcode = '22023';
+  end if;
+  if step_slug = any(v_deps) then
+    raise exception 'step %.% depends on itself: remove % from its dependencies', flow_slug, step_slug, step_slug
       using errcode = '22023';
   end if;
 

@@ -15,6 +15,7 @@ as $$
 declare
   v_root_map text;
   v_bad bigint;
+  v_bad_type text;
   v_ids uuid[];
   v_lo uuid;
   v_hi uuid;
@@ -46,13 +47,15 @@ begin
    where s.flow_slug = start_flows.flow_slug and s.step_type = 'map' and s.deps_count = 0
    order by s.step_index limit 1;
   if v_root_map is not null then
-    select min(e.n) - 1 into v_bad
+    select e.n, jsonb_typeof(e.input) into v_bad, v_bad_type
       from jsonb_array_elements(inputs) with ordinality as e(input, n)
-     where jsonb_typeof(e.input) <> 'array';
+     where jsonb_typeof(e.input) <> 'array'
+     order by e.n limit 1;
     if v_bad is not null then
-      raise exception 'flow %: root map step % needs an array input, but input % is not an array',
-        flow_slug, v_root_map, v_bad
-        using errcode = '22023';
+      -- pgflow's text and code (P0001); a batch also says which of its inputs
+      raise exception 'Flow % has root map steps but input is not an array (got %)%', flow_slug, v_bad_type,
+        case when jsonb_array_length(inputs) > 1 then format(' (input %s of %s)', v_bad, jsonb_array_length(inputs)) else '' end
+        using hint = format('root map step %s maps over the run''s input: pass a JSON array', v_root_map);
     end if;
   end if;
 

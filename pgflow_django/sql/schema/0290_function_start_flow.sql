@@ -7,7 +7,10 @@ returns setof pgflow.runs
 language plpgsql set search_path = pg_catalog, pgflow, pgmq
 as $$
 begin
-  if input is null then
+  if input is null and exists (select 1 from pgflow.steps as s
+                                where s.flow_slug = start_flow.flow_slug and s.step_type = 'map' and s.deps_count = 0) then
+    raise exception 'Flow % has root map steps but input is NULL', flow_slug;  -- pgflow's text and code
+  elsif input is null then
     raise exception 'start_flow(%): input must not be NULL (use a JSON value, e.g. {})', flow_slug
       using errcode = '22023';
   end if;

@@ -16,6 +16,7 @@ declare
   v_run_ids uuid[];
   v_bad record;
   v_first jsonb;
+  v_violation text;
   v_queues text[];
   v_msgs bigint[];
   v_finished uuid[];
@@ -163,7 +164,9 @@ begin
   -- its run, step and task in a lateral subquery (offset 0 keeps it one): joined directly, the
   -- order by run_id is planned on a partitioned history as a walk of every runs partition's key
   for v_bad in
-    select f.run_id, f.step_slug, f.task_index, f.map_slug, p.current
+    select f.run_id, f.step_slug, f.task_index, f.map_slug, p.current,
+           (select coalesce(jsonb_typeof(c.output), 'null') from unnest(v_items) as c
+             where c.run_id = f.run_id and c.step_slug = f.step_slug and c.task_index = f.task_index) as produced
       from jsonb_to_recordset(v_first) as f(run_id uuid, step_slug text, task_index integer, map_slug text)
       cross join lateral (
         select coalesce(r.status = 'started' and ss.status = 'started' and t.status = 'started', false) as current
@@ -190,14 +193,14 @@ begin
            output = (select c.output from unnest(v_items) as c
                       where c.run_id = v_bad.run_id and c.step_slug = v_bad.step_slug
                         and c.task_index = v_bad.task_index),
-           error_message = format('output of %s is not an array, but map step %s needs one', v_bad.step_slug, v_bad.map_slug)
+           error_message = format('[TYPE_VIOLATION] Produced %s instead of array', v_bad.produced)
      where t.run_id = v_bad.run_id and t.step_slug = v_bad.step_slug and t.task_index = v_bad.task_index;
+    v_violation := format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
+                          v_bad.map_slug, v_bad.step_slug, v_bad.produced);
     update pgflow.step_states as ss
-       set status = 'failed', failed_at = clock_timestamp(),
-           error_message = format('output is not an array, but map step %s needs one', v_bad.map_slug)
+       set status = 'failed', failed_at = clock_timestamp(), error_message = v_violation
      where ss.run_id = v_bad.run_id and ss.step_slug = v_bad.step_slug;
-    perform pgflow.fail_run(v_bad.run_id,
-      format('step %s: output is not an array, but map step %s needs one', v_bad.step_slug, v_bad.map_slug));
+    perform pgflow.fail_run(v_bad.run_id, format('step %s: %s', v_bad.step_slug, v_violation));
   end loop;
 
   -- last, once nothing is left that could wait for a message a claim holds (a run failed above

@@ -1,6 +1,8 @@
 -- Deletes finished runs (completed or failed before now - retention) with their step states and
 -- tasks, archived messages older than the retention in every private queue a step routes to, and
--- workers stopped or silent for that long. Archives of shared queues are left alone: several flows'
+-- workers stopped or silent for that long. A pruned run's tasks that never finished (rows changed by
+-- hand: the engine ends a finished run's tasks) have their live messages archived first, so no
+-- worker reads a message whose task is gone. Archives of shared queues are left alone: several flows'
 -- messages meet there, so their retention is queue-wide (pgflow.prune_shared_archive)
 -- (a worker that sent a heartbeat in the last 10 minutes is never pruned, whatever the retention).
 -- A partitioned history (pgflow.partition_history) drops whole partitions instead: every interval
@@ -33,6 +35,9 @@ declare
   v_dropped_states bigint := 0;
   v_dropped_tasks bigint := 0;
   v_upper uuid;
+  v_live constant text := 't.status in (''queued'', ''started'') and t.message_id is not null';
+  v_live_queues text[];
+  v_live_ids bigint[];
 begin
   if retention is null or retention < interval '0' then
     raise exception 'prune_data_older_than: retention must be a non-negative interval' using errcode = '22023';
@@ -57,8 +62,13 @@ begin
       v_dropped_runs := v_dropped_runs + v_count;
       execute format('select count(*) from pgflow.%I', 'step_states_' || v_part.suffix) into v_count;
       v_dropped_states := v_dropped_states + v_count;
-      execute format('select count(*) from pgflow.%I', 'step_tasks_' || v_part.suffix) into v_count;
+      execute format('select count(*), array_agg(t.queue_name) filter (where %s), array_agg(t.message_id) filter (where %s)'
+                     ' from pgflow.%I as t', v_live, v_live, 'step_tasks_' || v_part.suffix)
+        into v_count, v_live_queues, v_live_ids;
       v_dropped_tasks := v_dropped_tasks + v_count;
+      if v_live_ids is not null then
+        perform pgflow.archive_task_messages(v_live_queues, v_live_ids);
+      end if;
       update pgflow.runs as r set rerun_of = null where r.rerun_of >= v_part.lo and r.rerun_of < v_part.hi;
       execute format('drop table pgflow.%I, pgflow.%I, pgflow.%I',
                      'step_tasks_' || v_part.suffix, 'step_states_' || v_part.suffix, 'runs_' || v_part.suffix);
@@ -84,6 +94,12 @@ begin
     v_runs := coalesce(v_runs, '{}');
   end if;
 
+  select array_agg(t.queue_name), array_agg(t.message_id) into v_live_queues, v_live_ids
+    from pgflow.step_tasks as t join unnest(v_runs) as p(run_id) on t.run_id = p.run_id
+   where t.status in ('queued', 'started') and t.message_id is not null;
+  if v_live_ids is not null then
+    perform pgflow.archive_task_messages(v_live_queues, v_live_ids);
+  end if;
   delete from pgflow.step_waits as w using unnest(v_runs) as p(run_id) where w.run_id = p.run_id;
   delete from pgflow.step_tasks as t using unnest(v_runs) as p(run_id) where t.run_id = p.run_id;
   get diagnostics v_tasks = row_count;

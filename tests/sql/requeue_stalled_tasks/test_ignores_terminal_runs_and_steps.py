@@ -34,7 +34,7 @@ def test_started_task_of_terminal_step_not_requeued() -> None:
     backdate_started(run_id, "a", 100)
     q(
         "update pgflow.step_states set status = 'skipped', skipped_at = now(), "
-        "skip_reason = 'handler_failed' where run_id = %s",
+        "skip_reason = 'handler_failed', remaining_tasks = null where run_id = %s",
         [run_id],
     )
     requeue_stalled()
