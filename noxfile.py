@@ -9,12 +9,18 @@ the same combinations.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import nox
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
@@ -119,6 +125,85 @@ for _combination in COMBINATIONS:
     _suite_session(*_combination)
 
 
+FLOORS_PYTHON = "3.11"
+"""The lowest supported Python, the one every floor was released for."""
+
+
+def floors() -> dict[str, str]:
+    """Each requirement's lowest declared version (``>=X`` becomes ``==X``) from pyproject.toml: the
+    package's dependencies and every extra, with ``psycopg[binary]``'s build pinned to psycopg's."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = [*project["dependencies"]]
+    for extra in project["optional-dependencies"].values():
+        declared.extend(extra)
+    pins: dict[str, str] = {}
+    for text in declared:
+        requirement = Requirement(text)
+        lowest = [spec.version for spec in requirement.specifier if spec.operator == ">="]
+        if len(lowest) != 1:
+            raise ValueError(f"{text!r} in pyproject.toml declares no floor (>=)")
+        names = [requirement.name, *(f"{requirement.name}-{extra}" for extra in requirement.extras)]
+        for name in names:
+            name = str(canonicalize_name(name))
+            if pins.setdefault(name, lowest[0]) != lowest[0]:
+                raise ValueError(f"{name} has two floors in pyproject.toml: {pins[name]} and {lowest[0]}")
+    return pins
+
+
+def installed(session: nox.Session) -> dict[str, str]:
+    """The session venv's distributions, by canonical name."""
+    listing = session.run("python", "-m", "pip", "list", "--format=json", silent=True)
+    assert isinstance(listing, str)
+    return {str(canonicalize_name(row["name"])): row["version"] for row in json.loads(listing)}
+
+
+def _private_database(url: str, name: str) -> str:
+    """``url`` naming database ``name``: a session that may run beside another on the same server gets
+    test databases of its own (``test_<name>_gw0``, ...)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@nox.session(
+    name=f"floors-py{FLOORS_PYTHON}-django5.2-pg15",
+    python=interpreter(FLOORS_PYTHON),
+    tags=["matrix", "floors"],
+    reuse_venv=False,
+)
+def floors_session(session: nox.Session) -> None:
+    """unit + SQL suites: every dependency and extra at its declared floor, Python 3.11, PostgreSQL 15."""
+    pins = floors()
+    constraints = Path(session.create_tmp()) / "floors.txt"
+    constraints.write_text("".join(f"{name}=={version}\n" for name, version in sorted(pins.items())))
+    extras = ",".join(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    session.install("pip>=25.1")  # dependency groups (PEP 735)
+    session.install("-c", str(constraints), "-e", f".[{extras}]", "--group", "test")
+    found = installed(session)
+    wrong = {
+        name: (version, found.get(name))
+        for name, version in pins.items()
+        if found.get(name) is None or Version(found[name]) != Version(version)
+    }
+    if wrong:
+        session.error(f"not installed at their floors (floor, installed): {wrong}")
+    session.log("floors: " + ", ".join(f"{name} {found[name]}" for name in sorted(pins)))
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *xdist_options(),
+        *UNIT_AND_SQL,
+        f"--ignore={PLAN_CHECKS}",
+        *session.posargs,
+        env={"DATABASE_URL": _private_database(_database_env("15")["DATABASE_URL"] or "", "pgflow_floors")},
+    )
+
+
 @nox.session(python=False)
 def docs(session: nox.Session) -> None:
     """The documentation site, built in strict mode (broken links, missing pages and API objects fail)."""
@@ -130,7 +215,11 @@ def docs(session: nox.Session) -> None:
     )
 
 
-@nox.session(name="wheel_smoke")
+UNWANTED = {"psycopg-binary", "psycopg-c", "psycopg-pool", "orjson", "pgmq"}
+"""What ``pip install pgflow-django`` must not bring: a psycopg build is the installer's choice."""
+
+
+@nox.session(name="wheel_smoke", reuse_venv=False)
 def wheel_smoke(session: nox.Session) -> None:
     """The built wheel (``make dist``) in a clean venv: startproject, migrate, one flow run, and
     ``manage.py test`` twice (each must drop its test database)."""
@@ -140,5 +229,15 @@ def wheel_smoke(session: nox.Session) -> None:
     url = os.environ.get("DATABASE_URL")
     if not url:
         session.error("wheel_smoke needs DATABASE_URL: a PostgreSQL server on which it may create a database")
+    # A plain install brings no psycopg build and nothing PGMQ's Python client needs; [binary] adds the build.
+    session.install(wheels[0])
+    dragged = sorted(set(installed(session)) & UNWANTED)
+    if dragged:
+        session.error(f"pip install of the wheel (no extras) brought {', '.join(dragged)}")
     session.install(f"{wheels[0]}[binary]")
+    if "psycopg-binary" not in installed(session):
+        session.error("pip install of the wheel with [binary] brought no psycopg-binary")
+    session.log(
+        "wheel: no extras brings none of " + ", ".join(sorted(UNWANTED)) + "; [binary] brings psycopg-binary"
+    )
     session.run("python", str(ROOT / ".ci" / "wheel_smoke.py"), url, external=False)

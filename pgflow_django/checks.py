@@ -306,7 +306,7 @@ def check_database(
 
 
 def _database_messages(alias: str) -> list[checks.CheckMessage]:
-    from pgflow_django.db.pgmq_install import MIN_PGMQ_VERSION, missing_functions
+    from pgflow_django.db.pgmq_install import BUNDLED_PGMQ_VERSION, MIN_PGMQ_VERSION, missing_functions
     from pgflow_django.worker.preflight import pending_migrations
 
     connection = connections[alias]
@@ -370,7 +370,8 @@ def _database_messages(alias: str) -> list[checks.CheckMessage]:
             checks.Error(
                 f"database {alias!r}: PGMQ is not installed (no pgmq schema) although pgflow is migrated",
                 hint=f"install PGMQ >= {MIN_PGMQ_VERSION}: CREATE EXTENSION pgmq, or run the SQL-only "
-                "install shipped by the 'pgmq' Python package",
+                "install bundled with pgflow-django "
+                f"(pgflow_django/sql/pgmq/{BUNDLED_PGMQ_VERSION}/pgmq.sql)",
                 obj=alias,
                 id="pgflow.E008",
             )

@@ -2,6 +2,10 @@
 
 An existing ``pgmq`` schema is never installed over: it is probed for every function signature this
 app calls (those of PGMQ >= 1.11) and rejected with one clear error when something is missing.
+
+The SQL-only installs are PGMQ's own ``pgmq.sql``, shipped unchanged in ``pgflow_django/sql/pgmq/<version>/``
+(with PGMQ's licence): ``BUNDLED_PGMQ_VERSION`` is the one ``migrate`` runs, the others are the older
+releases the migration tests install.
 """
 
 from __future__ import annotations
@@ -10,6 +14,9 @@ from importlib.resources import files
 from typing import Any
 
 MIN_PGMQ_VERSION = "1.11"
+BUNDLED_PGMQ_VERSION = "1.13.0"
+"""The PGMQ whose SQL-only install ``migrate`` runs where the database has none and the server offers
+no extension."""
 
 REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "pgmq.create(text)",
@@ -50,13 +57,20 @@ def _extension_available(cursor: Any) -> bool:
     return bool(cursor.fetchone()[0])
 
 
-def bundled_sql() -> str:
-    """The SQL-only PGMQ install shipped by the pinned ``pgmq`` PyPI package."""
-    return files("pgmq").joinpath("sql", "pgmq.sql").read_text(encoding="utf-8")
+def bundled_versions() -> list[str]:
+    """The PGMQ versions whose SQL-only install this package ships, oldest first."""
+    folder = files("pgflow_django.sql").joinpath("pgmq")
+    found = [entry.name for entry in folder.iterdir() if entry.joinpath("pgmq.sql").is_file()]
+    return sorted(found, key=lambda version: tuple(int(part) for part in version.split(".")))
+
+
+def bundled_sql(version: str = BUNDLED_PGMQ_VERSION) -> str:
+    """PGMQ's SQL-only install of ``version``, as shipped in ``pgflow_django/sql/pgmq/``."""
+    return files("pgflow_django.sql").joinpath("pgmq", version, "pgmq.sql").read_text(encoding="utf-8")
 
 
 def bundled_version() -> str:
-    return files("pgmq").joinpath("sql", "VERSION").read_text(encoding="utf-8").strip()
+    return BUNDLED_PGMQ_VERSION
 
 
 def _verify(cursor: Any, source: str) -> None:
@@ -79,10 +93,11 @@ def ensure_pgmq(cursor: Any) -> str:
         return "extension"
     try:
         sql = bundled_sql()
-    except (OSError, ModuleNotFoundError) as exc:
+    except OSError as exc:
         raise PgmqUnavailable(
-            "PGMQ is not installed, the server offers no pgmq extension and the bundled SQL of the "
-            f"'pgmq' package could not be read ({exc}); install the pgmq extension or pip install pgmq"
+            "PGMQ is not installed, the server offers no pgmq extension and the SQL-only install bundled "
+            f"with pgflow-django could not be read ({exc}); install the pgmq extension, or reinstall "
+            "pgflow-django"
         ) from exc
     cursor.execute(sql)
     _verify(cursor, f"the bundled PGMQ {bundled_version()} install")

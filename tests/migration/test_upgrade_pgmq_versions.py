@@ -1,28 +1,22 @@
-"""The upgrade on each PGMQ version this app supports: 1.11.1 (PyPI ``pgmq==1.1.3``) and 1.13.0
-(``pgmq==1.1.4``, the one installed with this package).
+"""The upgrade on each PGMQ version this app supports: 1.11.1 and 1.13.0 (the one ``migrate`` installs),
+both SQL-only installs bundled in ``pgflow_django/sql/pgmq/``.
 
-The two packages cannot share a virtualenv, so the version that is not installed is downloaded as a
-wheel at test time (``pip download``, cached in pytest's cache directory) and only its
-``pgmq/sql/pgmq.sql`` is read; nothing is vendored. Each version gets a scratch database on the test
-server with that PGMQ and the baseline release (the frozen 0002 delta); migration 0003 is applied as
-the Django migration does: the preflight, then the frozen delta, in one transaction.
+Each version gets a scratch database on the test server with that PGMQ and the baseline release (the
+frozen 0002 delta); migration 0003 is applied as the Django migration does: the preflight, then the
+frozen delta, in one transaction.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import zipfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from pgflow_django.db.pgmq_install import bundled_sql, bundled_version
+from pgflow_django.db.pgmq_install import bundled_sql, bundled_versions
 from pgflow_django.db.upgrade import UpgradeBlocked, preflight
 from pgflow_django.sql import migration_sql, schema_sql
 from tests.migration import upgrade_support as fx
@@ -31,46 +25,21 @@ from tests.support import scratch
 
 pytestmark = pytest.mark.django_db
 
-PACKAGES = {"1.11.1": "1.1.3", "1.13.0": "1.1.4"}
-"""PGMQ version -> the pgmq PyPI release that ships its SQL install."""
+VERSIONS = ("1.11.1", "1.13.0")
+"""The PGMQ versions this app supports, each tested here from its bundled SQL-only install."""
 DELTA = "0003_queue_identity.sql"
 CAMEL = "CamelFlow"
 QUEUE = "camelflow"
 
 
-def _download(package: str, directory: Path) -> Path:
-    wheels = sorted(directory.glob(f"pgmq-{package}-*.whl"))
-    if not wheels:
-        try:
-            result = subprocess.run(
-                [
-                    *(sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"),
-                    *("--disable-pip-version-check", f"pgmq=={package}", "-d", str(directory)),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=180,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            pytest.skip(f"cannot download pgmq=={package}: {exc}")
-        wheels = sorted(directory.glob(f"pgmq-{package}-*.whl"))
-        if result.returncode != 0 or not wheels:
-            reason = (result.stderr.strip().splitlines() or ["no wheel"])[-1]
-            pytest.skip(f"cannot download pgmq=={package} (pip download failed: {reason})")
-    return wheels[0]
+def test_every_supported_version_is_bundled() -> None:
+    assert bundled_versions() == list(VERSIONS)
 
 
-@pytest.fixture(scope="module", params=sorted(PACKAGES))
-def pgmq_sql(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The SQL-only install of one PGMQ version: the installed package's, or the other one's wheel."""
-    version: str = request.param
-    if bundled_version() == version:
-        return bundled_sql()
-    cache = getattr(request.config, "cache", None)
-    directory = cache.mkdir("pgmq-wheels") if cache is not None else tmp_path_factory.mktemp("pgmq-wheels")
-    with zipfile.ZipFile(_download(PACKAGES[version], Path(directory))) as wheel:
-        assert wheel.read("pgmq/sql/VERSION").decode().strip() == version
-        return wheel.read("pgmq/sql/pgmq.sql").decode("utf-8")
+@pytest.fixture(scope="module", params=VERSIONS)
+def pgmq_sql(request: pytest.FixtureRequest) -> str:
+    """The bundled SQL-only install of one PGMQ version."""
+    return bundled_sql(request.param)
 
 
 @pytest.fixture

@@ -1,28 +1,39 @@
 """What the package says about itself matches what is tested: the classifiers, the README's support
 table and the nox sessions name the same Python and Django versions; the version lives in one place;
-the changelog keeps its form; the bundled PGMQ is one the tests cover."""
+the changelog keeps its form; the bundled PGMQ installs are PGMQ's own files, unchanged."""
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.metadata
 import re
 import tomllib
 from pathlib import Path
 
 import yaml
+from packaging.requirements import Requirement
 from packaging.version import Version
 from trove_classifiers import classifiers as known_classifiers
 
-from pgflow_django.db.pgmq_install import MIN_PGMQ_VERSION, bundled_version
+from pgflow_django.db.pgmq_install import (
+    BUNDLED_PGMQ_VERSION,
+    MIN_PGMQ_VERSION,
+    bundled_sql,
+    bundled_versions,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
 
-# PGMQ releases whose SQL the migration tests install (tests/migration/test_upgrade_pgmq_versions.py):
-# a pgmq release in the declared range that bundles another one fails here until it is tested.
-TESTED_PGMQ = {"1.11.1", "1.13.0"}
+# The SQL-only PGMQ installs bundled in pgflow_django/sql/pgmq/ (tests/migration/test_upgrade_pgmq_versions.py
+# installs each): the SHA-256 of pgmq/sql/pgmq.sql in the pgmq PyPI release that published it (1.11.1 in
+# pgmq 1.1.3, 1.13.0 in pgmq 1.1.4), so a bundled file is PGMQ's, byte for byte.
+BUNDLED_PGMQ_SHA256 = {
+    "1.11.1": "71cf82eaf1d81394a99f56ddf184c3dc8bf5eeb6f204ef9bad6e146e141eca2e",
+    "1.13.0": "bf7e66c75ed771df0c5f7cb2b9f0123ca77992daacd56e3911d1894a3efa99de",
+}
 
 
 def nox_combinations() -> list[tuple[str, str, str, tuple[str, ...]]]:
@@ -91,17 +102,33 @@ def test_the_changelog_opens_with_unreleased_and_dates_its_releases() -> None:
         assert re.fullmatch(r"\[\d+\.\d+\.\d+\] - \d{4}-\d{2}-\d{2}", heading), heading
 
 
-def test_the_bundled_pgmq_is_a_tested_release() -> None:
-    assert bundled_version() in TESTED_PGMQ
-    assert min(TESTED_PGMQ, key=Version).startswith(MIN_PGMQ_VERSION + ".")
+def test_the_bundled_pgmq_installs_are_pgmqs_own_files_with_its_licence() -> None:
+    assert bundled_versions() == sorted(BUNDLED_PGMQ_SHA256, key=Version)
+    assert max(BUNDLED_PGMQ_SHA256, key=Version) == BUNDLED_PGMQ_VERSION
+    assert min(BUNDLED_PGMQ_SHA256, key=Version).startswith(MIN_PGMQ_VERSION + ".")
+    folder = ROOT / "pgflow_django" / "sql" / "pgmq"
+    for version, digest in BUNDLED_PGMQ_SHA256.items():
+        raw = (folder / version / "pgmq.sql").read_bytes()
+        assert hashlib.sha256(raw).hexdigest() == digest, version
+        assert bundled_sql(version) == raw.decode("utf-8")
+    licence = (folder / "LICENSE").read_text()
+    assert licence.startswith("The PostgreSQL License")
 
 
 def test_a_library_declares_ranges_and_leaves_the_psycopg_build_to_the_installer() -> None:
-    dependencies = PROJECT["dependencies"]
-    assert "psycopg>=3.2" in dependencies
-    assert not any("psycopg[" in dependency for dependency in dependencies)
-    assert PROJECT["optional-dependencies"]["binary"] == ["psycopg[binary]>=3.2"]
-    assert not any("==" in dependency for dependency in dependencies)
+    """No dependency brings a psycopg build (pgmq, the PGMQ client, required psycopg[binary,pool]: its SQL
+    ships in the package instead); the binary extra has psycopg's floor; every floor is a tested one
+    (the floors nox session installs each)."""
+    dependencies = {Requirement(text).name: Requirement(text) for text in PROJECT["dependencies"]}
+    psycopg = dependencies["psycopg"]
+    assert psycopg.extras == set()
+    assert "pgmq" not in dependencies
+    (binary,) = PROJECT["optional-dependencies"]["binary"]
+    assert binary == f"psycopg[binary]{psycopg.specifier}"
+    for requirement in dependencies.values():
+        assert [spec.operator for spec in requirement.specifier if spec.operator != "<"] == [">="], (
+            requirement
+        )
     assert "dev" not in PROJECT["optional-dependencies"]
 
 
