@@ -1,9 +1,11 @@
 """``manage.py pgflow_partition`` as a real process on a database of its own: the plan changes nothing,
 ``--yes`` partitions the history and the queue archives, ``--status`` says so, and ``--archives``
-partitions the archives of a history partitioned before they could be, with one-line refusals."""
+partitions the archives of a history partitioned before they could be, with one-line refusals. The
+first test runs docs/howto/partition-history.md's blocks as the page shows them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 from django.db import connection
 
 from tests import workers
+from tests.docs_commands import blocks, manage_py_lines
 from tests.integration.commands_support import manage, stderr_lines
 from tests.sql.interleavings.support import Background
 
@@ -75,24 +78,49 @@ def _one_error(result: Any) -> str:
 
 
 def test_partitioning_the_history_and_its_archives(database_url: str) -> None:
+    """With the commands of docs/howto/partition-history.md, block by block: the plan, the weekly
+    partitioning, its status as the page shows it (digits aside), the pruning, the query that lists
+    the partitions and turning JIT off."""
+    page = "howto/partition-history.md"
+    [[plan], [apply, status], [prune]] = [
+        [words[1:] for words in manage_py_lines(block)] for block in blocks(page, "sh")
+    ]
+    [status_shown] = blocks(page, "text")
+    listing, jit = blocks(page, "sql")
+
     refused = _one_error(manage(database_url, "pgflow_partition", "--archives"))
     assert refused == (
         "CommandError: the history is not partitioned: run pgflow_partition without --archives "
         "(it partitions the queue archives too)"
     )
-    plan = manage(database_url, "pgflow_partition")
-    assert plan.returncode == 0, plan.stderr
-    assert "select pgflow.partition_queue_archive('cmd_greet');" in plan.stdout.splitlines()
-    assert plan.stdout.rstrip().endswith("run again with --yes")
+    planned = manage(database_url, *plan)
+    assert planned.returncode == 0, planned.stderr
+    assert "select pgflow.partition_queue_archive('cmd_greet');" in planned.stdout.splitlines()
+    assert planned.stdout.rstrip().endswith("run again with --yes")
     assert _archive_kind(database_url) == "r", "the plan changes nothing"
 
-    applied = manage(database_url, "pgflow_partition", "--yes")
+    applied = manage(database_url, *apply)
     assert applied.returncode == 0, applied.stderr
     assert _archive_kind(database_url) == "p"
-    status = manage(database_url, "pgflow_partition", "--status")
-    assert status.stdout.splitlines()[-1] == "queue archives: 1 of 1 partitioned"
+    shown = manage(database_url, *status)
+    assert shown.stdout.splitlines()[-1] == "queue archives: 1 of 1 partitioned"
+    assert shown.stdout.startswith("partitioned: 7 day(s) per partition")
+    masked = [re.sub(r"\d+", "N", text).splitlines() for text in (shown.stdout, status_shown)]
+    assert masked[0] == masked[1]
     again = _one_error(manage(database_url, "pgflow_partition", "--archives"))
     assert again == "CommandError: the queue archives are already partitioned: nothing to do (see --status)"
+
+    pruned = manage(database_url, *prune)
+    assert pruned.returncode == 0, pruned.stderr
+    with psycopg.connect(database_url) as conn:
+        partitions = [row[0] for row in conn.execute(listing).fetchall()]
+        name = conn.execute("select current_database()").fetchone()
+    assert "runs_default" in partitions and any(re.fullmatch(r"runs_p\d{8}", each) for each in partitions)
+    assert name is not None and jit.strip() == "alter database mydb set jit = off;"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(jit.replace("mydb", f'"{name[0]}"'))
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("show jit").fetchone() == ("off",)
 
 
 def _partition_as_migration_0031_did(database_url: str) -> None:
