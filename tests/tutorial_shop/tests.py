@@ -61,6 +61,8 @@ class OrderFlowTests(TestCase):
 
         assert run.status == "failed"
         assert run.task("charge_payment").errors[-1] == "payment gateway busy, retry in 5s"
+        assert run.step("reserve_stock").status == "completed"
+        assert Product.objects.get(sku="MUG").stock == 3
         Order.objects.filter(pk=order.pk).update(card="tok_visa")
         retry_run(run.run_id)
         drain(flows=[order_flow])
