@@ -626,8 +626,8 @@ for a run in a status they do not act on."""
 
 def retry_run(run_id: uuid.UUID | str, *, using: str = "default") -> int:
     """Continue a failed or cancelled run from where it failed (``pgflow.retry_run``): completed work
-    is kept, failed and cancelled tasks are queued again, their attempt numbers continuing (a task
-    that had used all its attempts gets one more). Returns how many
+    is kept, failed and cancelled tasks are queued again, their attempt numbers continuing, each with
+    its full ``max_attempts`` again, counted from the retry. Returns how many
     tasks were queued; ``RunNotFound`` for an unknown id, ``RetryRefused`` when the run cannot be
     retried now (nothing changed then)."""
     return _act_on_run(queries.RETRY_RUN, run_id, RetryRefused, using)
