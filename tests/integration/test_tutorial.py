@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.core import mail
 from django.core.management import call_command
 from django.db import connection
@@ -24,13 +23,16 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client, override_settings
 
 from pgflow_django import compile_flow, wait_for_run
+from pgflow_django.flows.registry import get_flows
+from tests import tutorial_settings
 from tests.docs_commands import blocks, manage_py_lines, parse
 from tests.support.db import tuples
 from tests.workers import InProcessWorker
 
 SHOP = Path(__file__).resolve().parents[1] / "tutorial_shop"
 INSTALLED = override_settings(
-    INSTALLED_APPS=[*settings.INSTALLED_APPS, "tests.tutorial_shop"], ROOT_URLCONF="tests.tutorial_urls"
+    INSTALLED_APPS=tutorial_settings.INSTALLED_APPS,
+    ROOT_URLCONF=tutorial_settings.ROOT_URLCONF,
 )
 
 with INSTALLED:  # the app's models can only be defined while it is installed
@@ -48,6 +50,10 @@ def shop_installed(django_db_setup: None, django_db_blocker: Any) -> Iterator[No
             yield
         finally:
             MigrationExecutor(connection).migrate([("shop", None)])
+
+
+def test_the_flow_is_discovered_in_the_apps_flows_module() -> None:
+    assert get_flows()["shop_order"] is order_flow
 
 
 def test_the_migration_matches_the_models() -> None:
