@@ -65,8 +65,7 @@ def test_an_order_from_the_view_is_confirmed_by_a_real_worker() -> None:
     compile_flow(order_flow)
     worker = InProcessWorker(order_flow)
     try:
-        Product.objects.create(sku="MUG", price_cents=1200, stock=5)
-        Product.objects.create(sku="TEA", price_cents=800, stock=5)
+        exec(_shell_code().replace("from shop.", "from tests.tutorial_shop."), {})
         url, body = _curl()
         response = Client().post(url, body, content_type="application/json")
         assert response.status_code == 202, response.content
@@ -87,6 +86,17 @@ def test_an_order_from_the_view_is_confirmed_by_a_real_worker() -> None:
         worker.stop()
         tuples("select pgflow.delete_flow_and_data('shop_order')")
         tuples("delete from pgflow.workers where queue_name = 'shop_order'")
+
+
+def _shell_code() -> str:
+    """The code of the page's ``manage.py shell -c`` line (it creates the products)."""
+    [options] = [
+        parse(words)[1]
+        for block in blocks("tutorial.md", "sh")
+        for words in manage_py_lines(block)
+        if words[1] == "shell"
+    ]
+    return options.command
 
 
 def _curl() -> tuple[str, dict[str, Any]]:
