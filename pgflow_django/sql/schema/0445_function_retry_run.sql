@@ -3,7 +3,8 @@
 -- task's priority in its headers, as pgflow.start_ready_steps sends it), its step is
 -- started again, and the run is started again so its dependents follow. Returns the number of tasks
 -- queued again. The run's and steps' errors are cleared (the admin's Retry action logs the run's
--- error first); each task keeps its attempt_errors.
+-- error first), and so is a failed task's output (the non-array that broke a map: a queued task has
+-- none); each task keeps its attempt_errors.
 -- Attempt numbers continue: a retried task's next claim is one more attempt than every claim before
 -- it, so a worker still running an old claim (a task cancelled mid-claim) reports a stale attempt
 -- that is refused, whenever it arrives. The attempt a cancel cut short is recorded in attempt_errors
@@ -72,7 +73,7 @@ begin
   -- an event or sleep task waits again, in its next attempt, with no message (pgflow.start_waits)
   update pgflow.step_tasks as t
      set status = 'started', attempts_base = t.attempts_count, attempts_count = t.attempts_count + 1,
-         started_at = clock_timestamp(), error_message = null, failed_at = null, queued_at = clock_timestamp(),
+         started_at = clock_timestamp(), error_message = null, output = null, failed_at = null, queued_at = clock_timestamp(),
          requeued_count = 0, last_requeued_at = null, permanently_stalled_at = null
     from pgflow.steps as s
    where t.run_id = retry_run.run_id and t.status in ('failed', 'cancelled')
@@ -101,7 +102,7 @@ begin
      order by t.queue_name
   loop
     update pgflow.step_tasks as t
-       set status = 'queued', message_id = sent.msg_id, error_message = null, failed_at = null,
+       set status = 'queued', message_id = sent.msg_id, error_message = null, output = null, failed_at = null,
            attempts_base = t.attempts_count,
            queued_at = clock_timestamp(), requeued_count = 0, last_requeued_at = null,
            permanently_stalled_at = null

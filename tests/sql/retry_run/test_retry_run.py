@@ -112,3 +112,22 @@ def test_a_retried_task_gets_its_full_attempt_budget_again() -> None:
     assert run(run_id)["status"] == "failed"
     assert [e["attempt"] for e in tasks(run_id)[0]["attempt_errors"]] == [1, 2, 3, 4]
     assert _retry(run_id) == 1 and tasks(run_id)[0]["attempts_base"] == 4
+
+
+def test_a_run_failed_by_a_maps_type_violation_retries_without_the_output_that_broke_it() -> None:
+    """The failed task keeps the non-array output that broke the map (as in pgflow); a retry queues it
+    again without that output (a queued task has none: output_valid_only_for_completed), and a fixed
+    handler's array completes the run."""
+    make_flow("tv", step("producer"), step("consumer", "producer", step_type="map"))
+    run_id = start("tv", {})
+    (producer,) = claim("tv", step_slug="producer")
+    assert complete(producer, {"not": "an array"}) == "failed"
+    assert _retry(run_id) == 1
+    (queued,) = tasks(run_id, "producer")
+    assert (queued["status"], queued["output"], queued["error_message"]) == ("queued", None, None)
+    (again,) = claim("tv", step_slug="producer")
+    assert complete(again, [1, 2]) == "completed"
+    assert states(run_id)["consumer"]["initial_tasks"] == 2
+    for task in claim("tv", step_slug="consumer"):
+        assert complete(task, task["task_index"]) == "completed"
+    assert run(run_id)["status"] == "completed"
