@@ -82,6 +82,11 @@ def test_an_order_from_the_view_is_confirmed_by_a_real_worker() -> None:
             out = StringIO()
             call_command(*[str(run.run_id) if w == "RUN_ID" else w for w in words[1:]], stdout=out)
             assert "completed" in out.getvalue(), out.getvalue()
+            if "--tasks" in words:
+                shown = [line.rstrip() for line in out.getvalue().splitlines()]
+                [table] = blocks("tutorial.md", "text")
+                for line in table.splitlines():
+                    assert line.rstrip() in shown, f"pgflow_runs does not show {line!r}"
     finally:
         worker.stop()
         tuples("select pgflow.delete_flow_and_data('shop_order')")
