@@ -52,9 +52,10 @@ def test_map_type_violation_stores_pgflows_texts(output: object, produced: str) 
     make_flow("f", step("producer"), step("consumer", "producer", step_type="map"))
     run_id = start("f")
     assert complete(claim_one("f"), output) == "failed"
-    assert (
-        task(run_id, "producer")["error_message"] == f"[TYPE_VIOLATION] Produced {produced} instead of array"
-    )
+    failed = task(run_id, "producer")
+    assert failed["error_message"] == f"[TYPE_VIOLATION] Produced {produced} instead of array"
+    (error,) = failed["attempt_errors"]
+    assert (error["attempt"], error["error"]) == (1, failed["error_message"]), "the attempt is recorded"
     assert state(run_id, "producer")["error_message"] == (
         f"[TYPE_VIOLATION] Map step consumer expects array input but dependency producer produced {produced}"
     )
@@ -129,6 +130,15 @@ def test_step_states_refuse_rows_pgflow_refuses(change: str, constraint: str) ->
     run_id = _started_run()
     statement = f"update pgflow.step_states set {change} where run_id = %s and step_slug = 'a'"
     assert _violated(statement, [run_id]) == constraint
+
+
+def test_a_skipped_step_has_no_remaining_tasks() -> None:
+    run_id = _started_run()
+    statement = (
+        "update pgflow.step_states set status = 'skipped', skipped_at = now(), skip_reason = 'handler_failed'"
+        " where run_id = %s and step_slug = 'a'"
+    )
+    assert _violated(statement, [run_id]) == "remaining_tasks_state_consistency"
 
 
 def test_a_skipped_step_needs_its_reason() -> None:

@@ -2,10 +2,13 @@
 -- closer to pgflow where its own tests hold it to a behaviour.
 -- * step_states gets pgflow's invariants as named CHECK constraints (status and remaining_tasks,
 --   initial_tasks, output only on a completed step, skip_reason exactly on a skipped step, one end
---   time); step_tasks gets output only on a completed or failed task and one end time. Added NOT
---   VALID, so the rows already stored are not read while the tables are locked, then validated; a
---   history that breaks one keeps it unvalidated (new writes are still checked) with a warning that
---   names it and the query that finds the rows.
+--   time); step_tasks gets output only on a completed or failed task and one end time. They are
+--   added NOT VALID under a short lock of the three history tables (taken in the engine's order,
+--   runs first), so no stored row is read meanwhile; migration 0047 validates them in a transaction
+--   of its own, which does not block writers.
+-- * First, without that lock: the output a failed task kept (the non-array that broke a map) is
+--   cleared from the tasks the previous retry_run queued again with it (their attempt made it; a
+--   queued task has none), the one kind of row the engine wrote that a new constraint refuses.
 -- * pgflow's texts and codes where its tests hold it to them: a failed condition stores 'Condition not
 --   met', a map's type violation '[TYPE_VIOLATION] ...' on the task and the step (cascade,
 --   complete_tasks); start_flow/start_flows refuse a root map's non-array or NULL input, and add_step
@@ -14,6 +17,15 @@
 --   that depends on itself as such (it said the step did not exist).
 -- * prune_data_older_than archives the live messages of a pruned run's unfinished tasks.
 -- * retry_run clears a failed task's output (the non-array that broke a map) as it queues it again.
+-- * A type violation records its attempt's error in attempt_errors, as fail_task does.
+-- * partition_history refuses, with the statement to run, while a constraint of the history is not
+--   validated (a default partition cannot join parents whose constraints are).
+
+update pgflow.step_tasks as t
+   set output = null
+ where t.output is not null and t.status not in ('completed', 'failed');
+
+lock table pgflow.runs, pgflow.step_states, pgflow.step_tasks in access exclusive mode;
 
 alter table pgflow.step_states drop constraint if exists step_states_check1;
 alter table pgflow.step_states
@@ -28,32 +40,6 @@ alter table pgflow.step_states
 alter table pgflow.step_tasks
   add constraint output_valid_only_for_completed check (output is null or status in ('completed', 'failed')) not valid,
   add constraint completed_at_or_failed_at check (completed_at is null or failed_at is null) not valid;
-
-do $$
-declare
-  v_check record;
-begin
-  for v_check in
-    select c.conrelid::regclass as tbl, c.conname, pg_get_constraintdef(c.oid) as def
-      from pg_constraint as c
-     where c.conrelid in ('pgflow.step_states'::regclass, 'pgflow.step_tasks'::regclass)
-       and c.conname in ('status_and_remaining_tasks_match', 'remaining_tasks_state_consistency',
-                         'initial_tasks_known_when_started', 'output_only_for_completed_or_null',
-                         'skip_reason_matches_status', 'completed_at_or_failed_at_or_skipped_at',
-                         'output_valid_only_for_completed', 'completed_at_or_failed_at')
-     order by c.conrelid::regclass::text, c.conname
-  loop
-    begin
-      execute format('alter table %s validate constraint %I', v_check.tbl, v_check.conname);
-    exception when check_violation then
-      raise warning 'pgflow: rows of % break the new constraint %, which stays NOT VALID (new writes are checked)',
-                    v_check.tbl, v_check.conname
-        using hint = format('find them with: select * from %s where not (%s)', v_check.tbl,
-                            regexp_replace(v_check.def, '^CHECK \((.*)\)( NOT VALID)?$', '\1'));
-    end;
-  end loop;
-end;
-$$;
 
 -- 0210_function_create_flow.sql
 -- Idempotent: the flow row is created once (options of an existing flow are left as they are; the
@@ -395,7 +381,7 @@ begin
       if v_unmet.when_unmet = 'fail' then
         update pgflow.step_states as ss
            set status = 'failed', failed_at = clock_timestamp(), error_message = 'Condition not met'
-         where ss.run_id = v_unmet.run_id and ss.step_slug = v_unmet.step_slug;
+         where ss.run_id = v_unmet.run_id and ss.step_slug = v_unmet.step_slug and ss.status = 'created';
         perform pgflow.fail_run(v_unmet.run_id, format('step %s: Condition not met', v_unmet.step_slug));
       else
         perform pgflow.skip_step(v_unmet.run_id, v_unmet.step_slug, 'condition_unmet', v_unmet.when_unmet = 'skip-cascade');
@@ -564,8 +550,8 @@ $$;
 -- Completes many claims in one call. Each item names the claim it finishes (its attempt); an item
 -- that is no longer the current claim changes nothing and reports 'stale' (its message is archived
 -- when the task is already terminal), so one stale item never undoes the others. A non-array
--- output feeding a map fails its task (which keeps that output), step and run without retry
--- ('failed'). Items are applied in the order they are listed, as the same calls one by one would
+-- output feeding a map fails its task (which keeps that output and records the attempt's error in
+-- attempt_errors), step and run without retry ('failed'). Items are applied in the order they are listed, as the same calls one by one would
 -- be: a run's items listed before its failing item complete, those listed after it report 'stale'
 -- (their run has failed), and other runs' items are not affected. A batch of the common case is
 -- completed by pgflow.complete_hop's fast path, with the same result.
@@ -756,7 +742,11 @@ begin
            output = (select c.output from unnest(v_items) as c
                       where c.run_id = v_bad.run_id and c.step_slug = v_bad.step_slug
                         and c.task_index = v_bad.task_index),
-           error_message = format('[TYPE_VIOLATION] Produced %s instead of array', v_bad.produced)
+           error_message = format('[TYPE_VIOLATION] Produced %s instead of array', v_bad.produced),
+           attempt_errors = t.attempt_errors || jsonb_build_array(jsonb_build_object(
+             'attempt', t.attempts_count, 'worker_id', t.last_worker_id,
+             'error', format('[TYPE_VIOLATION] Produced %s instead of array', v_bad.produced),
+             'failed_at', clock_timestamp()))
      where t.run_id = v_bad.run_id and t.step_slug = v_bad.step_slug and t.task_index = v_bad.task_index;
     v_violation := format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
                           v_bad.map_slug, v_bad.step_slug, v_bad.produced);
@@ -1025,6 +1015,151 @@ begin
 
   perform pgflow.start_ready_steps(array[retry_run.run_id]);
   return v_count;
+end;
+$$;
+
+-- 0470_function_partition_history.sql
+-- Partitions runs, step_states and step_tasks by run id (range partitions of time-ordered UUIDv7
+-- ids, one per `partition_interval`, `ahead` of them kept ready), opt-in for an existing install.
+-- No row is copied: each current table becomes its new parent's DEFAULT partition (renamed
+-- <table>_default, its indexes <table>_default_*), so the conversion is catalog work under a short
+-- ACCESS EXCLUSIVE lock, and run ids that are not time-ordered (idempotency keys' UUIDv5, chosen
+-- ids, ids made before UUIDv7) keep living there. The parents get the primary keys, any foreign keys
+-- to other tables and the plain indexes; unique indexes without run_id stay per partition.
+-- Foreign keys between the three tables are per partition (siblings share their range), so a
+-- partition is dropped without checking the others; runs.rerun_of keeps no foreign key (a rerun is
+-- younger than its original), and pruning clears it as ON DELETE SET NULL did. Functions returning
+-- rows of the tables are redefined on the new parents, and the others naming them are touched so that
+-- open sessions compile them again (a compiled function keeps the row types it saw). The PGMQ
+-- archives of pgflow's queues are partitioned on the same intervals (pgflow.partition_queue_archive),
+-- after the history tables' locks: every writer takes a history table before an archive. Returns the
+-- statements in order; runs them only when `apply` (otherwise it changes nothing: the plan
+-- pgflow_partition prints).
+create or replace function pgflow.partition_history(partition_interval interval, ahead integer, apply boolean)
+returns setof text
+language plpgsql set search_path = pg_catalog, pgflow, pgmq
+as $$
+declare
+  v_steps text[] := array['lock table pgflow.runs, pgflow.step_states, pgflow.step_tasks in access exclusive mode'];
+  v_later text[] := '{}';
+  v_table text;
+  v_row record;
+  v_step text;
+begin
+  if exists (select 1 from pgflow.history_partitioning) or
+     exists (select 1 from pg_class as c where c.oid = 'pgflow.runs'::regclass and c.relkind = 'p') then
+    raise exception 'the pgflow history is already partitioned (pgflow.history_partitioning has its settings)'
+      using errcode = '55000';
+  end if;
+  if partition_interval is null or partition_interval < interval '1 day' or partition_interval > interval '31 days'
+     or date_trunc('day', partition_interval) <> partition_interval or extract(month from partition_interval) <> 0 then
+    raise exception 'partition interval must be whole days from 1 to 31, got %', coalesce(partition_interval::text, 'NULL')
+      using errcode = '22023';
+  end if;
+  if ahead is null or ahead not between 1 and 60 then
+    raise exception 'ahead must be from 1 to 60 partitions, got %', coalesce(ahead::text, 'NULL') using errcode = '22023';
+  end if;
+  -- the new parents take the tables' constraints as valid, and a default partition cannot join them
+  -- with a constraint that is not: the rows it holds must pass first
+  for v_row in
+    select format('pgflow.%I', cl.relname) as tbl, c.conname
+      from pg_constraint as c join pg_class as cl on cl.oid = c.conrelid
+     where c.conrelid in ('pgflow.runs'::regclass, 'pgflow.step_states'::regclass, 'pgflow.step_tasks'::regclass)
+       and not c.convalidated
+     order by 1, 2
+  loop
+    raise exception 'constraint % of % is not validated: rows of the history break it, and partitioning needs them to pass',
+      v_row.conname, v_row.tbl
+      using errcode = '55000',
+            hint = format('fix or delete those rows (migration 0046 printed the query that finds them), then run: alter table %s validate constraint %I',
+                          v_row.tbl, v_row.conname);
+  end loop;
+
+  -- functions returning rows of a history table: dropped before the swap, defined again after it
+  for v_row in
+    select p.oid::regprocedure::text as signature, pg_get_functiondef(p.oid) as def
+      from pg_proc as p
+     where p.pronamespace = 'pgflow'::regnamespace and p.prorettype in (select c.reltype from pg_class as c
+                             where c.oid in ('pgflow.runs'::regclass, 'pgflow.step_states'::regclass, 'pgflow.step_tasks'::regclass))
+     order by p.oid
+  loop
+    v_steps := v_steps || format('drop function pgflow.%s', v_row.signature);
+    v_later := v_later || v_row.def;
+  end loop;
+
+  foreach v_table in array array['runs', 'step_states', 'step_tasks'] loop
+    v_steps := v_steps || format('alter table pgflow.%I rename to %I', v_table, v_table || '_default');
+    for v_row in
+      select c.relname from pg_index as i join pg_class as c on c.oid = i.indexrelid
+       where i.indrelid = format('pgflow.%I', v_table)::regclass order by c.relname
+    loop
+      v_steps := v_steps || format('alter index pgflow.%I rename to %I', v_row.relname,
+        case when left(v_row.relname, length(v_table) + 1) = v_table || '_'
+             then v_table || '_default_' || substr(v_row.relname, length(v_table) + 2)
+             else v_row.relname || '_default' end);
+    end loop;
+  end loop;
+  v_steps := v_steps || 'alter table pgflow.runs_default drop constraint runs_rerun_of_fkey'::text;
+
+  foreach v_table in array array['runs', 'step_states', 'step_tasks'] loop
+    v_steps := v_steps || format(
+      'create table pgflow.%I (like pgflow.%I including defaults including constraints including comments) partition by range (run_id)',
+      v_table, v_table || '_default');
+    for v_row in
+      select con.conname, pg_get_constraintdef(con.oid) as def from pg_constraint as con
+       where con.conrelid = format('pgflow.%I', v_table)::regclass
+         and (con.contype = 'p'
+              or (con.contype = 'f' and con.confrelid not in ('pgflow.runs'::regclass, 'pgflow.step_states'::regclass,
+                                                              'pgflow.step_tasks'::regclass)))
+       order by con.contype desc, con.conname
+    loop
+      v_steps := v_steps || format('alter table pgflow.%I add constraint %I %s', v_table, v_row.conname, v_row.def);
+    end loop;
+    for v_row in
+      select pg_get_indexdef(i.indexrelid) as def from pg_index as i
+       where i.indrelid = format('pgflow.%I', v_table)::regclass and not i.indisprimary
+         and (not i.indisunique or exists (select 1 from pg_attribute as a
+                                            where a.attrelid = i.indrelid and a.attname = 'run_id'
+                                              and a.attnum = any(i.indkey)))
+       order by i.indexrelid
+    loop
+      v_steps := v_steps || v_row.def;
+    end loop;
+  end loop;
+  foreach v_table in array array['runs', 'step_states', 'step_tasks'] loop
+    v_steps := v_steps || format('alter table pgflow.%I attach partition pgflow.%I default', v_table, v_table || '_default');
+  end loop;
+  v_steps := v_steps || v_later;
+  -- a session keeps a PL/pgSQL function compiled with the row types it saw: touching each function
+  -- that names a history table makes every session compile it again against the new parents
+  for v_row in
+    select p.oid::regprocedure::text as signature from pg_proc as p join pg_language as l on l.oid = p.prolang
+     where p.pronamespace = 'pgflow'::regnamespace and l.lanname = 'plpgsql'
+       and p.prorettype not in (select c.reltype from pg_class as c
+                                 where c.oid in ('pgflow.runs'::regclass, 'pgflow.step_states'::regclass,
+                                                 'pgflow.step_tasks'::regclass))
+       and p.prosrc ~ 'pgflow\.(runs|step_states|step_tasks)\M'
+     order by p.oid
+  loop
+    v_steps := v_steps || format('alter function pgflow.%s set search_path = pg_catalog, pgflow, pgmq', v_row.signature);
+  end loop;
+  v_steps := v_steps || format('insert into pgflow.history_partitioning (partition_interval, ahead, archives) values (%L, %s, true)',
+                               partition_interval, ahead);
+  for v_row in
+    select e.queue_name from pgflow.engine_queues() as e(queue_name)
+     where to_regclass(format('pgmq.%I', pgmq.format_table_name(e.queue_name, 'a'))) is not null
+     order by e.queue_name
+  loop
+    v_steps := v_steps || format('select pgflow.partition_queue_archive(%L)', v_row.queue_name);
+  end loop;
+  v_steps := v_steps || 'select pgflow.create_history_partitions()'::text;
+
+  foreach v_step in array v_steps loop
+    if apply then
+      execute v_step;
+    end if;
+    return next v_step;
+  end loop;
 end;
 $$;
 

@@ -91,7 +91,7 @@ begin
       if v_unmet.when_unmet = 'fail' then
         update pgflow.step_states as ss
            set status = 'failed', failed_at = clock_timestamp(), error_message = 'Condition not met'
-         where ss.run_id = v_unmet.run_id and ss.step_slug = v_unmet.step_slug;
+         where ss.run_id = v_unmet.run_id and ss.step_slug = v_unmet.step_slug and ss.status = 'created';
         perform pgflow.fail_run(v_unmet.run_id, format('step %s: Condition not met', v_unmet.step_slug));
       else
         perform pgflow.skip_step(v_unmet.run_id, v_unmet.step_slug, 'condition_unmet', v_unmet.when_unmet = 'skip-cascade');

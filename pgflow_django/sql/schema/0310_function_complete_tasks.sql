@@ -1,8 +1,8 @@
 -- Completes many claims in one call. Each item names the claim it finishes (its attempt); an item
 -- that is no longer the current claim changes nothing and reports 'stale' (its message is archived
 -- when the task is already terminal), so one stale item never undoes the others. A non-array
--- output feeding a map fails its task (which keeps that output), step and run without retry
--- ('failed'). Items are applied in the order they are listed, as the same calls one by one would
+-- output feeding a map fails its task (which keeps that output and records the attempt's error in
+-- attempt_errors), step and run without retry ('failed'). Items are applied in the order they are listed, as the same calls one by one would
 -- be: a run's items listed before its failing item complete, those listed after it report 'stale'
 -- (their run has failed), and other runs' items are not affected. A batch of the common case is
 -- completed by pgflow.complete_hop's fast path, with the same result.
@@ -193,7 +193,11 @@ begin
            output = (select c.output from unnest(v_items) as c
                       where c.run_id = v_bad.run_id and c.step_slug = v_bad.step_slug
                         and c.task_index = v_bad.task_index),
-           error_message = format('[TYPE_VIOLATION] Produced %s instead of array', v_bad.produced)
+           error_message = format('[TYPE_VIOLATION] Produced %s instead of array', v_bad.produced),
+           attempt_errors = t.attempt_errors || jsonb_build_array(jsonb_build_object(
+             'attempt', t.attempts_count, 'worker_id', t.last_worker_id,
+             'error', format('[TYPE_VIOLATION] Produced %s instead of array', v_bad.produced),
+             'failed_at', clock_timestamp()))
      where t.run_id = v_bad.run_id and t.step_slug = v_bad.step_slug and t.task_index = v_bad.task_index;
     v_violation := format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
                           v_bad.map_slug, v_bad.step_slug, v_bad.produced);

@@ -38,6 +38,21 @@ begin
   if ahead is null or ahead not between 1 and 60 then
     raise exception 'ahead must be from 1 to 60 partitions, got %', coalesce(ahead::text, 'NULL') using errcode = '22023';
   end if;
+  -- the new parents take the tables' constraints as valid, and a default partition cannot join them
+  -- with a constraint that is not: the rows it holds must pass first
+  for v_row in
+    select format('pgflow.%I', cl.relname) as tbl, c.conname
+      from pg_constraint as c join pg_class as cl on cl.oid = c.conrelid
+     where c.conrelid in ('pgflow.runs'::regclass, 'pgflow.step_states'::regclass, 'pgflow.step_tasks'::regclass)
+       and not c.convalidated
+     order by 1, 2
+  loop
+    raise exception 'constraint % of % is not validated: rows of the history break it, and partitioning needs them to pass',
+      v_row.conname, v_row.tbl
+      using errcode = '55000',
+            hint = format('fix or delete those rows (migration 0046 printed the query that finds them), then run: alter table %s validate constraint %I',
+                          v_row.tbl, v_row.conname);
+  end loop;
 
   -- functions returning rows of a history table: dropped before the swap, defined again after it
   for v_row in

@@ -10,7 +10,7 @@ def test_non_array_output_feeding_a_map_is_kept_on_the_failed_task() -> None:
     failed = task(run_id, "a")
     assert failed["status"] == "failed"
     assert failed["output"] == {"items": [1, 2]}
-    assert "not an array" in failed["error_message"]
+    assert failed["error_message"] == "[TYPE_VIOLATION] Produced object instead of array"
     assert state(run_id, "a")["status"] == "failed"
     assert state(run_id, "a")["output"] is None
     assert run(run_id)["status"] == "failed"

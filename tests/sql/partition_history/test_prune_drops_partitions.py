@@ -1,6 +1,17 @@
 import uuid
 
-from tests.sql.support import claim_one, complete, make_flow, old_run_id, q, start, step, val
+from tests.sql.support import (
+    archived_ids,
+    claim_one,
+    complete,
+    live_ids,
+    make_flow,
+    old_run_id,
+    q,
+    start,
+    step,
+    val,
+)
 
 PRUNE = "select pgflow.prune_data_older_than(interval '3 days') as r"
 
@@ -92,3 +103,28 @@ def test_a_rerun_of_a_dropped_run_keeps_running_with_rerun_of_cleared(partitione
     assert result["partitions"] >= 1
     assert val("select rerun_of from pgflow.runs where run_id = %s", [rerun]) is None
     assert complete(claim_one("f", "a"), 1) == "completed"
+
+
+def test_a_dropped_interval_takes_its_unfinished_tasks_messages_out_of_the_queue(partitioned: None) -> None:
+    """A run failed by hand with its task's message still queued (the engine itself ends a finished run's
+    tasks): dropping its interval archives that message, as the row-by-row prune does, so no worker
+    reads a message whose task is gone. A run in another interval keeps its message."""
+    make_flow("f", step("a"))
+    val("select pgflow.create_history_partitions(now() - interval '10 days')")
+    failed = start("f", run_id=old_run_id(9))
+    q(
+        "update pgflow.runs set status = 'failed', started_at = now() - interval '9 days',"
+        " failed_at = now() - interval '9 days' where run_id = %s",
+        [failed],
+    )
+    (orphan,) = live_ids("f")
+    recent = start("f")
+    (kept,) = live_ids("f") - {orphan}
+
+    result = val(PRUNE)
+
+    assert result["partitions"] >= 1 and result["runs"] == 1
+    assert val("select count(*) as n from pgflow.runs where run_id = %s", [failed]) == 0
+    assert live_ids("f") == {kept}
+    assert orphan in archived_ids("f")
+    assert val("select status from pgflow.runs where run_id = %s", [recent]) == "started"
