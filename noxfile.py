@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import nox
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -213,6 +214,47 @@ def docs(session: nox.Session) -> None:
         "--strict",
         env={"DATABASE_URL": os.environ.get("DATABASE_URL") or "postgresql://localhost/unused"},
     )
+
+
+READTHEDOCS = yaml.safe_load((ROOT / ".readthedocs.yaml").read_text())
+"""The hosted docs build (pgflow-django.readthedocs.io): its Python, its install lines, its build commands."""
+
+
+@nox.session(
+    name="readthedocs",
+    python=interpreter(str(READTHEDOCS["build"]["tools"]["python"])),
+    reuse_venv=False,
+)
+def readthedocs(session: nox.Session) -> None:
+    """The documentation site as Read the Docs builds it: a clean venv, .readthedocs.yaml's install lines."""
+    jobs = READTHEDOCS["build"]["jobs"]
+    output = Path(session.create_tmp()) / "readthedocs-output"
+    shutil.rmtree(output, ignore_errors=True)
+    output.mkdir()
+    # Only what the hosting sets: nothing of this shell's settings, database or paths reaches the build.
+    env: dict[str, str | None] = {
+        "READTHEDOCS": "True",
+        "READTHEDOCS_OUTPUT": str(output),
+        "READTHEDOCS_VIRTUALENV_PATH": session.virtualenv.location,
+        "DATABASE_URL": None,
+        "DJANGO_SETTINGS_MODULE": None,
+        "PYTHONPATH": None,
+        "PIP_REQUIRE_VIRTUALENV": None,
+    }
+    session.run(
+        "bash",
+        "-c",
+        'test "$(command -v python)" = "$READTHEDOCS_VIRTUALENV_PATH/bin/python"',
+        env=env,
+        external=True,
+    )
+    for line in jobs["install"]:
+        session.run("bash", "-euo", "pipefail", "-c", line, env=env, external=True)
+    for lines in jobs["build"].values():
+        for line in lines:
+            session.run("bash", "-euo", "pipefail", "-c", line, env=env, external=True)
+    if not (output / "html" / "index.html").is_file():
+        session.error(f"the build wrote no {output / 'html' / 'index.html'}")
 
 
 UNWANTED = {"psycopg-binary", "psycopg-c", "psycopg-pool", "orjson", "pgmq"}
