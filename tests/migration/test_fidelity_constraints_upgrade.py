@@ -107,8 +107,9 @@ def test_a_history_that_breaks_a_constraint_upgrades_with_a_warning() -> None:
     code, message = refusal("select * from pgflow.partition_history('7 days', 2, false)")
     assert (code, message) == (
         "55000",
-        "constraint output_only_for_completed_or_null of pgflow.step_states is not validated:"
-        " rows of the history break it, and partitioning needs them to pass",
+        "constraint output_only_for_completed_or_null of pgflow.step_states is not validated (rows of the"
+        " history break it): fix or delete those rows, then run: alter table pgflow.step_states validate"
+        " constraint output_only_for_completed_or_null",
     )
     q("update pgflow.step_states set output = null where run_id = %s", [run_id])
     q(then.removesuffix(" (partitioning the history needs it)"))

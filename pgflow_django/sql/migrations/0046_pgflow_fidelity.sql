@@ -1068,11 +1068,9 @@ begin
        and not c.convalidated
      order by 1, 2
   loop
-    raise exception 'constraint % of % is not validated: rows of the history break it, and partitioning needs them to pass',
-      v_row.conname, v_row.tbl
-      using errcode = '55000',
-            hint = format('fix or delete those rows (migration 0046 printed the query that finds them), then run: alter table %s validate constraint %I',
-                          v_row.tbl, v_row.conname);
+    raise exception 'constraint % of % is not validated (rows of the history break it): fix or delete those rows, then run: alter table % validate constraint %',
+      v_row.conname, v_row.tbl, v_row.tbl, quote_ident(v_row.conname)
+      using errcode = '55000', hint = 'the warning of migration 0047 showed the query that finds the rows';
   end loop;
 
   -- functions returning rows of a history table: dropped before the swap, defined again after it
