@@ -1,10 +1,12 @@
 """The Python of docs/howto/from-celery.md and docs/howto/from-django-tasks-db.md, as pasted: the flow
 module is imported as a real module, its schedule declared, and its run started and waited for by the
 page's own code with a real worker; the settings build a working backend, and the task module's task
-runs through it. (docs/howto/deploy-workers.md is checked in ``tests/unit/test_docs_howto_deploy.py``.)"""
+runs through it. docs/django-tasks.md's task module builds its tasks, with their options, on this
+Django. (docs/howto/deploy-workers.md is checked in ``tests/unit/test_docs_howto_deploy.py``.)"""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import sys
@@ -20,12 +22,10 @@ from pgflow_django import compile_flow
 from pgflow_django.schedules.declare import declared_schedules, forget_declarations
 from pgflow_django.tasks import PgflowTaskBackend
 from pgflow_django.testing import drain
-from tests.docs_commands import blocks
+from tests.docs_commands import DOCS, blocks
 from tests.support.db import tuples
 from tests.tasks_support import status
 from tests.workers import InProcessWorker
-
-TASK_IMPORT = "from django.tasks import task  # Django 5.2: from django_tasks import task"
 
 
 @pytest.fixture
@@ -110,15 +110,54 @@ def test_the_django_tasks_db_settings_make_a_pgflow_backend() -> None:
 
 
 def test_the_retried_task_runs_on_the_backend(doc_module: Callable[[str, str], ModuleType]) -> None:
+    """The block as shown, on whichever framework this Django has (django.tasks, or the backport on
+    5.2): its task carries its own options and runs through the backend."""
     _, tasks_block = blocks("howto/from-django-tasks-db.md", "python")
-    assert TASK_IMPORT in tasks_block
-    module = doc_module(
-        "howto_tasks_db_tasks",
-        tasks_block.replace(TASK_IMPORT, "from testproject.example.task_api import task"),
-    )
-    assert (module.send_receipt.queue_name, module.send_receipt.max_attempts) == ("mail", 3)
-    result = module.send_receipt.enqueue(42)
+    module = doc_module("howto_tasks_db_tasks", tasks_block)
+    receipt = module.send_receipt
+    options = (receipt.queue_name, receipt.max_attempts, receipt.base_delay, receipt.timeout)
+    assert options == ("mail", 3, 5, 30)
+    assert receipt.func.__module__ == "howto_tasks_db_tasks"
+    result = receipt.enqueue(42)
     drain()
     result.refresh()
     assert result.status == status.SUCCESSFUL
     assert result.return_value == {"order_id": 42, "sent": True}
+
+
+def test_the_django_tasks_page_defines_its_tasks(doc_module: Callable[[str, str], ModuleType]) -> None:
+    """docs/django-tasks.md's task module, as shown: its per-task options hold on Django 6.0 too."""
+    found = blocks("django-tasks.md", "python")
+    [tasks_block] = [block for block in found if block.startswith("# myapp/tasks.py")]
+    module = doc_module("django_tasks_doc_tasks", tasks_block)
+    welcome = module.send_welcome
+    options = (welcome.queue_name, welcome.max_attempts, welcome.base_delay, welcome.timeout)
+    assert options == ("mail", 3, 0, 20)
+    assert module.which_attempt.takes_context and module.add.max_attempts is None
+
+
+def send_receipt(order_id: int) -> dict[str, Any]:
+    return {"order_id": order_id, "sent": True}
+
+
+def test_the_one_line_task_options_are_refused_only_by_django_6_0() -> None:
+    """The page: Django 6.0's ``@task`` raises TypeError on ``max_attempts``/``base_delay``/``timeout``;
+    the backport (and 6.1) passes them on to the backend's task class."""
+    import django
+
+    from pgflow_django.tasks.framework import FRAMEWORK
+
+    text = (DOCS / "howto" / "from-django-tasks-db.md").read_text(encoding="utf-8")
+    one_line = re.search(r"`@task\((queue_name=[^`]*)\)`", text)
+    assert one_line, "the page no longer shows the one-line form"
+    call = ast.parse(f"task({one_line[1]})", mode="eval").body
+    assert isinstance(call, ast.Call)
+    options = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
+    assert options == {"queue_name": "mail", "max_attempts": 3, "base_delay": 5, "timeout": 30}
+    framework_task = import_string(f"{FRAMEWORK}.task")
+    if FRAMEWORK == "django.tasks" and django.VERSION[:2] == (6, 0):
+        with pytest.raises(TypeError):
+            framework_task(**options)
+    else:
+        built = framework_task(**options)(send_receipt)  # module-level, as Django requires
+        assert (built.max_attempts, built.base_delay, built.timeout) == (3, 5, 30)

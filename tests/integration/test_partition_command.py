@@ -5,6 +5,7 @@ first test runs docs/howto/partition-history.md's blocks as the page shows them.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -110,8 +111,10 @@ def test_partitioning_the_history_and_its_archives(database_url: str) -> None:
     again = _one_error(manage(database_url, "pgflow_partition", "--archives"))
     assert again == "CommandError: the queue archives are already partitioned: nothing to do (see --status)"
 
-    pruned = manage(database_url, *prune)
+    pruned = manage(database_url, *prune, "--format", "json")  # the page's line, counted as it says
     assert pruned.returncode == 0, pruned.stderr
+    counts = json.loads(pruned.stdout)
+    assert counts["partitions"] == 0, counts  # a fresh history has no interval older than 30 days
     with psycopg.connect(database_url) as conn:
         partitions = [row[0] for row in conn.execute(listing).fetchall()]
         name = conn.execute("select current_database()").fetchone()

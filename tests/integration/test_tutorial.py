@@ -1,8 +1,9 @@
 """docs/tutorial.md: the shop it builds is ``tests/tutorial_shop``, installed here for the module (as
 ``tests/tutorial_settings.py`` installs it for ``manage.py``) with its own migration applied. Its
 ``tests.py`` runs as the page says; the order flow runs end to end from the view, on a real worker;
-every line of the page's Python blocks is in the module its first line names, and every
-``manage.py`` line parses with the real command (``pgflow_runs`` ones also run)."""
+each of the page's Python blocks is a slice of the module its first line names, and together they
+show every line of it; every ``manage.py`` line parses with the real command (``pgflow_runs`` ones
+also run)."""
 
 from __future__ import annotations
 
@@ -136,14 +137,20 @@ def test_every_manage_py_line_parses() -> None:
 
 
 def test_every_python_block_is_copied_from_the_shop() -> None:
+    """Each block is a slice of its module, line for line and in order, and the blocks of a module
+    together show all of it: what is left once they are cut out is blank."""
     found = blocks("tutorial.md", "python")
     assert len(found) >= 6
+    left: dict[str, str] = {}
     for block in found:
-        first = block.splitlines()[0]
+        first, *lines = block.splitlines()
         named = re.fullmatch(r"# shop/(\w+\.py)(?: .*)?", first)
         assert named, f"a block of docs/tutorial.md does not start with its file's name: {first!r}"
-        source = (SHOP / named[1]).read_text(encoding="utf-8").splitlines()
-        for line in block.splitlines()[1:]:
-            assert not line.strip() or line in source, (
-                f"docs/tutorial.md line not in shop/{named[1]}: {line!r}"
-            )
+        source = (SHOP / named[1]).read_text(encoding="utf-8")
+        shown = "\n".join(lines).strip("\n")
+        assert shown in source, f"a block of docs/tutorial.md is not a slice of shop/{named[1]}:\n{shown}"
+        rest = left.get(named[1], source)
+        assert shown in rest, f"docs/tutorial.md shows this part of shop/{named[1]} twice:\n{shown}"
+        left[named[1]] = rest.replace(shown, "", 1)
+    for module, rest in left.items():
+        assert not rest.strip(), f"shop/{module} has lines docs/tutorial.md does not show:\n{rest.strip()}"

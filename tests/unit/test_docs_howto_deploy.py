@@ -50,12 +50,25 @@ def test_the_deployment_runs_the_worker_and_outlasts_its_drain() -> None:
 
 def test_the_probe_paths_are_the_metrics_ports() -> None:
     [container] = _deployment()["spec"]["template"]["spec"]["containers"]
-    probes = {kind: container[kind]["httpGet"] for kind in ("livenessProbe", "readinessProbe")}
-    assert probes["livenessProbe"] == {"path": "/healthz", "port": "metrics"}
+    probes = {
+        kind: container[kind]["httpGet"] for kind in ("startupProbe", "livenessProbe", "readinessProbe")
+    }
+    assert probes["startupProbe"] == probes["livenessProbe"] == {"path": "/healthz", "port": "metrics"}
     assert probes["readinessProbe"] == {"path": "/readyz", "port": "metrics"}
     parser = _worker_parser()
     [metrics] = [action for action in parser._actions if "--metrics-port" in action.option_strings]
     assert "/healthz and /readyz" in (metrics.help or "")
+
+
+def test_the_startup_probe_outlasts_the_liveness_probe() -> None:
+    """The port opens only after the start-up checks: the startup probe gives a slow start longer than
+    the liveness probe would before the kubelet restarts the container."""
+    [container] = _deployment()["spec"]["template"]["spec"]["containers"]
+
+    def patience(kind: str) -> int:
+        return container[kind]["periodSeconds"] * container[kind]["failureThreshold"]
+
+    assert patience("startupProbe") > patience("livenessProbe")
 
 
 def test_the_connection_counts_are_the_workers() -> None:
