@@ -16,6 +16,7 @@ from tests.sql.support import (
     complete,
     live_ids,
     make_flow,
+    old_run_id,
     q,
     refusal,
     run,
@@ -70,7 +71,7 @@ def test_prune_archives_the_live_messages_of_a_pruned_runs_unfinished_tasks() ->
     message still in the queue; pruning it leaves the queue empty (pgflow deletes the message, this
     engine archives it, as it archives every message whose task will not run)."""
     make_flow("f", step("step1"), step("step2", "step1"))
-    run_id = start("f")
+    run_id = start("f", run_id=old_run_id(31))  # an id of its time: a partitioned history prunes by id
     (msg_id,) = live_ids("f")
     q("update pgflow.runs set status = 'failed', failed_at = now() where run_id = %s", [run_id])
     q(
