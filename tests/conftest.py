@@ -10,8 +10,11 @@ so the marker is added at collection time. Tests that mark themselves keep their
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -81,3 +84,23 @@ def spawn_worker(database_url: str, clean_example_flows: None, tmp_path: Path) -
     spawner = workers.Spawner(database_url, tmp_path)
     yield spawner
     spawner.stop_all()
+
+
+@pytest.fixture
+def doc_module(tmp_path: Path) -> Iterator[Callable[[str, str], ModuleType]]:
+    """``load(name, source)``: a docs page's code block imported as the module ``name``, as a reader who
+    saved it would import it; the modules are forgotten afterwards."""
+    sys.path.insert(0, str(tmp_path))
+    loaded: list[str] = []
+
+    def load(name: str, source: str) -> ModuleType:
+        (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
+        loaded.append(name)
+        return importlib.import_module(name)
+
+    try:
+        yield load
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in loaded:
+            sys.modules.pop(name, None)

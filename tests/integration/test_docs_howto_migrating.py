@@ -7,11 +7,8 @@ Django. (docs/howto/deploy-workers.md is checked in ``tests/unit/test_docs_howto
 from __future__ import annotations
 
 import ast
-import importlib
 import re
-import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -26,25 +23,6 @@ from tests.docs_commands import DOCS, blocks
 from tests.support.db import tuples
 from tests.tasks_support import status
 from tests.workers import InProcessWorker
-
-
-@pytest.fixture
-def doc_module(tmp_path: Path) -> Iterator[Callable[[str, str], ModuleType]]:
-    """``load(name, source)``: ``source`` imported as the module ``name``."""
-    sys.path.insert(0, str(tmp_path))
-    loaded: list[str] = []
-
-    def load(name: str, source: str) -> ModuleType:
-        (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
-        loaded.append(name)
-        return importlib.import_module(name)
-
-    try:
-        yield load
-    finally:
-        sys.path.remove(str(tmp_path))
-        for name in loaded:
-            sys.modules.pop(name, None)
 
 
 @pytest.fixture

@@ -3,9 +3,7 @@ as real modules, synced, and fired over simulated time with the inputs the doc p
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,21 +29,11 @@ def _block(first_line: str) -> str:
 
 
 @pytest.fixture
-def doc_module(tmp_path: Path) -> Iterator[Callable[[str, str], ModuleType]]:
-    sys.path.insert(0, str(tmp_path))
-    loaded: list[str] = []
-
-    def load(name: str, source: str) -> ModuleType:
-        (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
-        loaded.append(name)
-        return importlib.import_module(name)
-
+def doc_module(doc_module: Callable[[str, str], ModuleType]) -> Iterator[Callable[[str, str], ModuleType]]:
+    """The shared loader; the pages' schedule declarations are forgotten afterwards."""
     try:
-        yield load
+        yield doc_module
     finally:
-        sys.path.remove(str(tmp_path))
-        for name in loaded:
-            sys.modules.pop(name, None)
         forget_declarations(*NAMES)
 
 
