@@ -93,6 +93,22 @@ def xdist_options() -> list[str]:
     return ["-n", workers, "--dist", "loadgroup", "--no-loadscope-reorder"]
 
 
+def _pytest(session: nox.Session, paths: list[str], env: dict[str, str | None]) -> None:
+    """pytest on ``paths`` (and the session's own arguments) with make test's workers."""
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *xdist_options(),
+        *paths,
+        *session.posargs,
+        env=env,
+    )
+
+
 def _suite_session(python: str, django: str, postgresql: str, suites: tuple[str, ...]) -> None:
     full = suites == ("full",)
     tags = ["full"] if full else ["matrix"]
@@ -106,18 +122,7 @@ def _suite_session(python: str, django: str, postgresql: str, suites: tuple[str,
             "python", "-c", "import django, sys; print('Django', django.__version__, 'on', sys.version)"
         )
         paths = [] if full else [*suites, f"--ignore={PLAN_CHECKS}"]
-        session.run(
-            "python",
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            *xdist_options(),
-            *paths,
-            *session.posargs,
-            env=_database_env(postgresql),
-        )
+        _pytest(session, paths, _database_env(postgresql))
 
     run.__doc__ = f"{what}: Python {python}, Django {django}, PostgreSQL {postgresql}"
 
@@ -190,19 +195,8 @@ def floors_session(session: nox.Session) -> None:
     if wrong:
         session.error(f"not installed at their floors (floor, installed): {wrong}")
     session.log("floors: " + ", ".join(f"{name} {found[name]}" for name in sorted(pins)))
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        *xdist_options(),
-        *UNIT_AND_SQL,
-        f"--ignore={PLAN_CHECKS}",
-        *session.posargs,
-        env={"DATABASE_URL": _private_database(_database_env("15")["DATABASE_URL"] or "", "pgflow_floors")},
-    )
+    database = _private_database(_database_env("15")["DATABASE_URL"] or "", "pgflow_floors")
+    _pytest(session, [*UNIT_AND_SQL, f"--ignore={PLAN_CHECKS}"], {"DATABASE_URL": database})
 
 
 @nox.session(python=False)
