@@ -77,8 +77,8 @@ dist: $(STAMP)
 wheel-smoke: dist
 	$(BIN)/python -m nox -s wheel_smoke
 
-# Two lanes side by side: the PostgreSQL 15 sessions, and the embedded PostgreSQL 18 ones followed by
-# the floors session (PostgreSQL 15 too, on test databases of its own name, in the shorter lane); each
+# Two lanes side by side: the PostgreSQL 15 sessions, and the embedded PostgreSQL 18 ones (a little
+# faster) followed by the floors session (PostgreSQL 15 too, on test databases of its own name); each
 # lane's log is printed when both have ended.
 matrix: $(STAMP)
 	@logs=$$(mktemp -d); \

@@ -41,7 +41,6 @@ covered there), not on Python or Django, and its million-run histories take minu
 COMBINATIONS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("3.11", "5.2", "15", ("full",)),
     ("3.12", "6.1", "18", ("full",)),
-    ("3.12", "5.2", "15", UNIT_AND_SQL),
     ("3.13", "5.2", "18", UNIT_AND_SQL),
     ("3.12", "6.0", "18", UNIT_AND_SQL),
     ("3.13", "6.0", "15", UNIT_AND_SQL),
