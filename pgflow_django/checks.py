@@ -386,7 +386,7 @@ def _version_text(server_version: int) -> str:
 
 def _pgmq_text(cursor: Any, has_schema: bool) -> str:
     """Which PGMQ the database has, or what ``migrate`` will install."""
-    from pgflow_django.db.pgmq_install import bundled_version
+    from pgflow_django.db.pgmq_install import BUNDLED_PGMQ_VERSION
 
     versions = fetch_one(cursor, db_queries.PGMQ_VERSIONS)
     installed, available = (None, None) if versions is None else versions
@@ -394,9 +394,8 @@ def _pgmq_text(cursor: Any, has_schema: bool) -> str:
         return f"PGMQ {installed} (extension)"
     if has_schema:
         return "PGMQ (SQL-only install, no version recorded)"
-    offered = (
-        f"the server's pgmq extension {available}" if available else f"the bundled PGMQ {bundled_version()}"
-    )
+    bundled = f"the bundled PGMQ {BUNDLED_PGMQ_VERSION}"
+    offered = f"the server's pgmq extension {available}" if available else bundled
     return f"PGMQ not installed yet (`migrate` installs {offered})"
 
 

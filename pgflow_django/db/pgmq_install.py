@@ -69,10 +69,6 @@ def bundled_sql(version: str = BUNDLED_PGMQ_VERSION) -> str:
     return files("pgflow_django.sql").joinpath("pgmq", version, "pgmq.sql").read_text(encoding="utf-8")
 
 
-def bundled_version() -> str:
-    return BUNDLED_PGMQ_VERSION
-
-
 def _verify(cursor: Any, source: str) -> None:
     missing = missing_functions(cursor)
     if missing:
@@ -100,5 +96,5 @@ def ensure_pgmq(cursor: Any) -> str:
             "pgflow-django"
         ) from exc
     cursor.execute(sql)
-    _verify(cursor, f"the bundled PGMQ {bundled_version()} install")
+    _verify(cursor, f"the bundled PGMQ {BUNDLED_PGMQ_VERSION} install")
     return "bundled"
