@@ -770,9 +770,10 @@ $$;
 -- 0360_function_prune_data_older_than.sql
 -- Deletes finished runs (completed or failed before now - retention) with their step states and
 -- tasks, archived messages older than the retention in every private queue a step routes to, and
--- workers stopped or silent for that long. A pruned run's tasks that never finished (rows changed by
--- hand: the engine ends a finished run's tasks) have their live messages archived first, so no
--- worker reads a message whose task is gone. Archives of shared queues are left alone: several flows'
+-- workers stopped or silent for that long. The live messages of a pruned run's tasks that never
+-- finished (rows changed by hand: the engine ends a finished run's tasks) are archived in the same
+-- transaction, read from the deleted rows (or the dropped partition's count), so no worker reads a
+-- message whose task is gone. Archives of shared queues are left alone: several flows'
 -- messages meet there, so their retention is queue-wide (pgflow.prune_shared_archive)
 -- (a worker that sent a heartbeat in the last 10 minutes is never pruned, whatever the retention).
 -- A partitioned history (pgflow.partition_history) drops whole partitions instead: every interval
@@ -864,15 +865,18 @@ begin
     v_runs := coalesce(v_runs, '{}');
   end if;
 
-  select array_agg(t.queue_name), array_agg(t.message_id) into v_live_queues, v_live_ids
-    from pgflow.step_tasks as t join unnest(v_runs) as p(run_id) on t.run_id = p.run_id
-   where t.status in ('queued', 'started') and t.message_id is not null;
+  delete from pgflow.step_waits as w using unnest(v_runs) as p(run_id) where w.run_id = p.run_id;
+  with gone as (
+    delete from pgflow.step_tasks as t using unnest(v_runs) as p(run_id) where t.run_id = p.run_id
+    returning t.status, t.queue_name, t.message_id
+  )
+  select count(*), array_agg(t.queue_name) filter (where t.status in ('queued', 'started') and t.message_id is not null),
+         array_agg(t.message_id) filter (where t.status in ('queued', 'started') and t.message_id is not null)
+    into v_tasks, v_live_queues, v_live_ids
+    from gone as t;
   if v_live_ids is not null then
     perform pgflow.archive_task_messages(v_live_queues, v_live_ids);
   end if;
-  delete from pgflow.step_waits as w using unnest(v_runs) as p(run_id) where w.run_id = p.run_id;
-  delete from pgflow.step_tasks as t using unnest(v_runs) as p(run_id) where t.run_id = p.run_id;
-  get diagnostics v_tasks = row_count;
   delete from pgflow.step_states as ss using unnest(v_runs) as p(run_id) where ss.run_id = p.run_id;
   get diagnostics v_states = row_count;
   delete from pgflow.runs as r using unnest(v_runs) as p(run_id) where r.run_id = p.run_id;
